@@ -1,0 +1,2 @@
+//! kiln-core (being written).
+#![deny(unsafe_op_in_unsafe_fn)]

@@ -1,0 +1,1 @@
+//! kiln-macros (being written).
