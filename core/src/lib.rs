@@ -1,2 +1,80 @@
-//! kiln-core (being written).
+//! kiln-core: Kiln's code-instance cache.
+//!
+//! A library that JIT-compiles code keeps its results in a [`Cache`], keyed by
+//! the compiler configuration that produced them ([`Owner`]) and the identity
+//! of the compiled method instance ([`Key`]). A *precompile block* at build
+//! time records what it compiled between a [`Cache::snapshot`] and a
+//! [`Cache::delta`]; the delta is written as an image (see `kiln-image`); at
+//! run time the image is merged with [`Cache::merge_image`] and lookups are
+//! answered from it without copying or compiling.
+//!
+//! ```
+//! use kiln_core::{Artifact, ArtifactKind, Cache, Compiled, KeyBuilder, Owner};
+//!
+//! # fn main() -> Result<(), kiln_core::Error> {
+//! let owner = Owner::new("nvrtc", "13.0", "sm_90a", ["-O3"])?;
+//! let key = KeyBuilder::new("my-kernels", 1)
+//!     .str("function", "saxpy")
+//!     .field("dtype", &"f32")?
+//!     .finish();
+//!
+//! let cache = Cache::new();
+//! let start = cache.snapshot();
+//! let hit = cache.get_or_compile(&owner, &key, || {
+//!     // A real backend runs its compiler here.
+//!     Ok::<_, std::io::Error>(Compiled::new("saxpy<f32>").artifact(Artifact {
+//!         kind: ArtifactKind::Ptx,
+//!         entry_points: vec!["saxpy".into()],
+//!         bytes: b"// ptx".to_vec(),
+//!     }))
+//! })?;
+//! assert_eq!(hit.artifact(&ArtifactKind::Ptx), Some(&b"// ptx"[..]));
+//!
+//! let delta = cache.delta(&start);
+//! assert_eq!(delta.len(), 1); // delta.write_image(path, meta) writes it
+//! # Ok(()) }
+//! ```
+//!
+//! # Modules
+//!
+//! - [`key`]: [`Key`] and [`KeyBuilder`] (stable, complete keys).
+//! - [`owner`]: [`Owner`], the compiler configuration an entry belongs to.
+//! - [`world`]: [`World`] ages.
+//! - [`cache`]: the [`Cache`]: memory, image layers, extra tiers, single
+//!   flight, snapshot/delta, definitions and invalidation, stats.
+//! - [`error`]: the crate's one [`Error`] enum.
+//! - [`registry`]: where images come from (embedded, `KILN_IMAGE_PATH`).
+//! - `global`: the process-wide cache ([`global()`], [`init()`]).
+//! - [`env`](mod@env): the `KILN_*` switches.
+//! - [`build`]: build-script helpers (precompile into `OUT_DIR`).
+//! - [`disk`]: the on-disk cache tier.
+//! - `cuda` (feature `cuda`): the NVRTC backend and module loader.
 #![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod build;
+pub mod cache;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod disk;
+pub mod env;
+pub mod error;
+mod global;
+pub mod key;
+pub mod owner;
+pub mod registry;
+pub mod world;
+
+pub use cache::{
+    ArtifactView, Cache, CacheConfig, Compiled, Delta, Hit, MergeReport, OwnerFilter, Rejection,
+    Snapshot, Source, Stats, Tier,
+};
+pub use error::Error;
+pub use global::{ImageOutcome, ImageReport, InitReport, global, init, init_with, load_images};
+pub use key::{Key, KeyBuilder};
+pub use kiln_image::{Artifact, ArtifactKind, Dep, Digest};
+pub use owner::Owner;
+pub use world::World;
+
+#[doc(hidden)]
+pub use registry::macro_support as __private;

@@ -1,115 +1,128 @@
-//! API CONTRACT SKELETON — being implemented; signatures are the contract the
-//! other crates code against. Bodies are placeholders.
+//! Kiln's package-image format: a versioned header, a zero-copy rkyv index
+//! and checksummed payloads.
+//!
+//! An image carries precompiled code-instance entries from a build to every
+//! run. Each entry has an owner (compiler configuration), a key (method
+//! instance), a name, a world range, deps (backedges) and one or more
+//! artifacts (compiled bytes plus kind and entry points).
+//!
+//! ```
+//! use kiln_image::{Artifact, ArtifactKind, Dep, Digest, EntryData, Image, ImageMeta, ImageWriter, Verification};
+//!
+//! let mut writer = ImageWriter::new(ImageMeta::new("my-kernels", "1.0.0"));
+//! writer.push(EntryData {
+//!     owner: Digest::of(b"nvrtc 13.0 sm_90a -O3"),
+//!     owner_label: "nvrtc 13.0 sm_90a".into(),
+//!     key: Digest::of(b"saxpy<f32>"),
+//!     name: "saxpy<f32>".into(),
+//!     min_world: 1,
+//!     max_world: u64::MAX,
+//!     deps: vec![Dep { name: "saxpy".into(), fingerprint: Digest::of(b"saxpy source") }],
+//!     artifacts: vec![Artifact {
+//!         kind: ArtifactKind::Ptx,
+//!         entry_points: vec!["saxpy_f32".into()],
+//!         bytes: b".version 8.0 ...".to_vec(),
+//!     }],
+//! });
+//! let bytes = writer.to_bytes()?;
+//!
+//! let image = Image::from_bytes(&bytes, Verification::Structural)?;
+//! let entry = image
+//!     .find(&Digest::of(b"nvrtc 13.0 sm_90a -O3"), &Digest::of(b"saxpy<f32>"))?
+//!     .expect("the entry was written");
+//! assert_eq!(entry.name(), "saxpy<f32>");
+//! let ptx: &[u8] = entry.artifact(0)?.bytes()?; // borrowed, checksum checked
+//! assert_eq!(ptx, b".version 8.0 ...");
+//! assert_eq!(image.dependents_of("saxpy")?.collect::<Vec<_>>(), vec![entry.index()]);
+//! # Ok::<(), kiln_image::ImageError>(())
+//! ```
+//!
+//! # Layout
+//!
+//! ```text
+//! [ header, 256 bytes ][ rkyv index, at offset 256 ][ pad ][ payloads, each at a multiple of 64 ]
+//! ```
+//!
+//! The [`header`] is read first: magic, format version, header
+//! checksum, archive layout (byte order, pointer width, primitive
+//! alignment), rkyv version, region table, body checksum. Each mismatch is
+//! its own [`ImageError`] variant naming what was found and what this build
+//! expects.
+//!
+//! The index is a set of flat tables of fixed-size records (owners, entries
+//! sorted by (owner, key), deps, artifact descriptors, entry points, the
+//! inverse dependency index, metadata) plus one string blob. Payloads are
+//! kept apart from it, so opening and looking up touch only index pages.
+//!
+//! # Verification and what each check covers
+//!
+//! - The header checksum covers the header; the *index checksum* (in the
+//!   header) covers the index root (every table's length and position), the
+//!   owner table and the metadata. Both are checked at every open.
+//! - Each entry record carries a checksum over its fields and everything it
+//!   references (owner digest, name, deps, artifact descriptors with payload
+//!   offsets and BLAKE3s, entry points), checked on first access to the entry
+//!   and remembered.
+//! - Each payload's BLAKE3 is checked on its first
+//!   [`ArtifactRef::bytes`] call and remembered; on a mismatch the bytes
+//!   are never returned.
+//! - The dependency index has its own checksum, checked on first use.
+//! - The body checksum covers everything after the header; it is checked by
+//!   [`Verification::Full`] and [`Image::verify_full`].
+//!
+//! [`Verification::Structural`] open therefore costs time independent of
+//! payload sizes, and linear in the entry count only through rkyv's
+//! bounds-check of fixed-size records. [`Verification::Full`] adds the body
+//! checksum and every entry and payload check. [`Image::from_static_trusted`]
+//! skips the index checks for bytes verified earlier.
+//!
+//! # Safety of mapped files
+//!
+//! [`Image::open`] memory-maps the file. Kiln writes images by rename
+//! ([`ImageWriter::write_atomic`]), never in place, so a mapped image keeps
+//! its bytes. A file rewritten in place by another process while mapped can
+//! change bytes after they were checked, like any memory-mapped file: image
+//! files must be replaced, never edited. Use [`Image::from_bytes`] to work on
+//! a private copy.
+//!
+//! # Fuzzing
+//!
+//! `fuzz/` (outside the workspace) holds a cargo-fuzz target,
+//! `open_image`, that feeds arbitrary bytes to [`fuzz_support::exercise`]:
+//! open, iterate every entry, owner and dep group, look every entry up and
+//! read every payload. With cargo-fuzz installed:
+//!
+//! ```text
+//! cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run open_image -- -max_total_time=60
+//! ```
+//!
+//! (`RUSTC_BOOTSTRAP=1` lets a stable toolchain accept the sanitizer flags
+//! cargo-fuzz passes.) The test `tests/corpus.rs` replays a deterministic
+//! corpus of mutated images through the same function on every `cargo test`.
 #![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
 
-use std::path::Path;
+mod check_state;
+mod checksum;
+mod deps;
+mod digest;
+mod entry;
+mod error;
+pub mod fuzz_support;
+pub mod header;
+mod image;
+mod layout;
+mod model;
+mod search;
+mod storage;
+mod verify;
+mod writer;
 
-/// 32-byte BLAKE3 hash, shown as lowercase hex.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize)]
-pub struct Digest(pub [u8; 32]);
-
-impl Digest {
-    /// BLAKE3 of `bytes`.
-    pub fn of(bytes: &[u8]) -> Digest { Digest(*blake3::hash(bytes).as_bytes()) }
-    pub fn as_bytes(&self) -> &[u8; 32] { &self.0 }
-    /// Lowercase hex, 64 characters.
-    pub fn to_hex(&self) -> String { todo!() }
-    /// Parses 64 hex characters.
-    pub fn from_hex(_s: &str) -> Result<Digest, ImageError> { todo!() }
-}
-impl std::fmt::Display for Digest { fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str(&self.to_hex()) } }
-impl std::fmt::Debug for Digest { fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "Digest({})", self.to_hex()) } }
-
-/// What an artifact's bytes are.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ArtifactKind { Ptx, Cubin, Fatbin, LtoIr, Object, /// a user tag
-    Custom(String) }
-
-/// Owned artifact: compiled bytes, their kind and entry-point names.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Artifact { pub kind: ArtifactKind, pub entry_points: Vec<String>, pub bytes: Vec<u8> }
-
-/// A backedge: a definition the entry was built from, and its fingerprint then.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Dep { pub name: String, pub fingerprint: Digest }
-
-/// One code-instance entry as written into an image.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EntryData {
-    pub owner: Digest,
-    pub owner_label: String,
-    pub key: Digest,
-    pub name: String,
-    pub min_world: u64,
-    pub max_world: u64,
-    pub deps: Vec<Dep>,
-    pub artifacts: Vec<Artifact>,
-}
-
-/// Image-wide metadata.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ImageMeta { pub producer_name: String, pub producer_version: String, pub labels: std::collections::BTreeMap<String, String> }
-
-/// Builds deterministic image bytes.
-#[derive(Default)]
-pub struct ImageWriter { meta: ImageMeta, entries: Vec<EntryData> }
-impl ImageWriter {
-    pub fn new(meta: ImageMeta) -> Self { ImageWriter { meta, entries: Vec::new() } }
-    pub fn push(&mut self, entry: EntryData) { self.entries.push(entry) }
-    pub fn len(&self) -> usize { self.entries.len() }
-    pub fn is_empty(&self) -> bool { self.entries.is_empty() }
-    /// Sorted by (owner, key); duplicate (owner, key) is an error.
-    pub fn to_bytes(&self) -> Result<Vec<u8>, ImageError> { let _ = &self.meta; todo!() }
-    /// temp file in the same directory, fsync, rename, fsync dir.
-    pub fn write_atomic(&self, _path: &Path) -> Result<(), ImageError> { todo!() }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verification { Full, Structural }
-
-#[derive(Debug, thiserror::Error)]
-pub enum ImageError { #[error("placeholder")] Placeholder }
-
-/// An opened, validated image.
-pub struct Image { _p: () }
-impl Image {
-    pub fn from_static(_bytes: &'static [u8], _level: Verification) -> Result<Image, ImageError> { todo!() }
-    /// # Safety
-    /// `bytes` passed `Verification::Full` earlier (e.g. at compile time) and are unchanged.
-    pub unsafe fn from_static_trusted(_bytes: &'static [u8]) -> Result<Image, ImageError> { todo!() }
-    /// Memory-maps the file.
-    pub fn open(_path: &Path, _level: Verification) -> Result<Image, ImageError> { todo!() }
-    /// Copies into aligned storage.
-    pub fn from_bytes(_bytes: &[u8], _level: Verification) -> Result<Image, ImageError> { todo!() }
-    pub fn meta(&self) -> ImageMeta { todo!() }
-    pub fn len(&self) -> usize { todo!() }
-    pub fn is_empty(&self) -> bool { self.len() == 0 }
-    /// Entry by index (entries are sorted by (owner, key)).
-    pub fn entry(&self, _index: usize) -> Result<EntryRef<'_>, ImageError> { todo!() }
-    /// Binary search by (owner, key), without deserializing.
-    pub fn find(&self, _owner: &Digest, _key: &Digest) -> Result<Option<EntryRef<'_>>, ImageError> { todo!() }
-    pub fn owners(&self) -> Vec<(Digest, String, std::ops::Range<usize>)> { todo!() }
-    pub fn verify_full(&self) -> Result<(), ImageError> { todo!() }
-}
-
-pub struct EntryRef<'a> { _image: &'a Image, _index: u32 }
-impl<'a> EntryRef<'a> {
-    pub fn index(&self) -> usize { todo!() }
-    pub fn owner(&self) -> Digest { todo!() }
-    pub fn key(&self) -> Digest { todo!() }
-    pub fn name(&self) -> &'a str { todo!() }
-    pub fn min_world(&self) -> u64 { todo!() }
-    pub fn max_world(&self) -> u64 { todo!() }
-    pub fn deps(&self) -> Vec<Dep> { todo!() }
-    pub fn artifact_count(&self) -> usize { todo!() }
-    pub fn artifact(&self, _i: usize) -> Result<ArtifactRef<'a>, ImageError> { todo!() }
-}
-pub struct ArtifactRef<'a> { _image: &'a Image, _index: u32 }
-impl<'a> ArtifactRef<'a> {
-    pub fn kind(&self) -> ArtifactKind { todo!() }
-    pub fn entry_points(&self) -> Vec<&'a str> { todo!() }
-    pub fn len(&self) -> usize { todo!() }
-    pub fn is_empty(&self) -> bool { self.len() == 0 }
-    /// Borrowed from the image; checksum checked (once, remembered) first.
-    pub fn bytes(&self) -> Result<&'a [u8], ImageError> { todo!() }
-}
+pub use deps::DepGroup;
+pub use digest::Digest;
+pub use entry::{ArtifactRef, EntryRef};
+pub use error::ImageError;
+pub use header::{ArchiveLayout, Endianness, Header};
+pub use image::{Image, Verification};
+pub use model::{Artifact, ArtifactKind, Dep, EntryData, ImageMeta};
+pub use writer::{ImageWriter, write_file_atomic};

@@ -1,1 +1,79 @@
-fn main() {}
+//! `kiln`: inspect, verify, compare, merge and extract Kiln package images.
+//!
+//! Exit status: 0 on success, 1 when `verify` finds a bad image or `diff`
+//! finds differences, 2 on any other error (unreadable input, bad
+//! arguments).
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod cache_cmd;
+mod common;
+mod diff;
+mod error;
+mod extract;
+mod inspect;
+mod merge;
+mod verify;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub(crate) use error::CliError;
+
+/// Inspect, verify, compare, merge and extract Kiln package images.
+#[derive(Parser)]
+#[command(name = "kiln", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show an image's header, owners and entries.
+    Inspect(inspect::Args),
+    /// Fully verify images (every checksum); one line per image.
+    Verify(verify::Args),
+    /// Compare the entries of two images.
+    Diff(diff::Args),
+    /// Merge images into one; the first entry per (owner, key) wins.
+    Merge(merge::Args),
+    /// Write one artifact of one entry to a file.
+    Extract(extract::Args),
+    /// Look after the disk cache of run-time compiled entries
+    /// (KILN_CACHE_DIR): stats, ls, gc, clear, verify.
+    #[command(subcommand)]
+    Cache(cache_cmd::CacheCommand),
+}
+
+/// How a subcommand that ran to completion ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Everything checked out (exit 0).
+    Clean,
+    /// A negative finding: a bad image, differing images (exit 1).
+    Findings,
+}
+
+fn run(command: Command) -> Result<Outcome, CliError> {
+    match command {
+        Command::Inspect(args) => inspect::run(args),
+        Command::Verify(args) => verify::run(args),
+        Command::Diff(args) => diff::run(args),
+        Command::Merge(args) => merge::run(args),
+        Command::Extract(args) => extract::run(args),
+        Command::Cache(command) => cache_cmd::run(command),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(Outcome::Clean) => ExitCode::SUCCESS,
+        Ok(Outcome::Findings) => ExitCode::from(1),
+        Err(error) => {
+            eprintln!("kiln: {error}");
+            ExitCode::from(2)
+        }
+    }
+}

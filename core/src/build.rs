@@ -1,0 +1,489 @@
+//! Build-script helpers: precompile a library's common specializations into
+//! an image in `OUT_DIR`, for `include_image!` to embed.
+//!
+//! ```no_run
+//! // build.rs of a kernel library
+//! use kiln_core::build::Precompile;
+//! use kiln_core::{Compiled, KeyBuilder, Owner};
+//!
+//! fn main() -> Result<(), kiln_core::Error> {
+//!     Precompile::new("my-kernels").run(|session| {
+//!         session.uses_source("src/kernels.rs");
+//!         let owner = Owner::new("my-compiler", "1.0", "x86_64", Vec::<String>::new())?;
+//!         for n in [1u32, 2, 4] {
+//!             session.specialize(&format!("unroll<{n}>"), |cache| {
+//!                 let key = KeyBuilder::new("unroll", 1).field("n", &n)?.finish();
+//!                 cache.get_or_compile(&owner, &key, || {
+//!                     Ok::<_, std::io::Error>(Compiled::new(format!("unroll<{n}>")))
+//!                 })?;
+//!                 Ok::<(), kiln_core::Error>(())
+//!             });
+//!         }
+//!         Ok::<(), kiln_core::Error>(())
+//!     })?;
+//!     Ok(())
+//! }
+//! // and in the library: kiln::include_image!("my-kernels.kimg");
+//! ```
+//!
+//! A build script cannot depend on its own crate, so the code that builds
+//! keys and compiles usually lives in one module that both include: the
+//! library as `mod kernels;`, the build script as
+//! `#[path = "src/kernels.rs"] mod kernels;` (declared with
+//! [`Session::uses_source`]). Then the library and its build script derive
+//! the same owners and keys. `examples/kiln-kernels-demo` does this.
+//!
+//! [`Precompile::run`] gives the block a fresh [`Cache`] (so that nothing
+//! loaded from another image or a disk cache hides an entry from the
+//! delta), takes a snapshot, runs the block, and writes the delta (the
+//! unbounded entries compiled by the block) as a deterministic image to
+//! `$OUT_DIR/<name>.kimg`, atomically. It prints:
+//!
+//! - `cargo:rerun-if-changed=PATH` for every source the block declared with
+//!   [`Session::uses_source`];
+//! - `cargo:rerun-if-env-changed=VAR` for the variables declared with
+//!   [`Session::uses_env`] and every `KILN_*` variable set now (such as
+//!   `KILN_NVRTC`), except the run-time switches of
+//!   [`env::RUN_TIME`](crate::env::RUN_TIME): those do not change what a
+//!   build script compiles, so toggling them never rebuilds an image;
+//! - `cargo:warning=` lines for each specialization that failed (the build
+//!   goes on without it: the application compiles it at run time) and one
+//!   summary line;
+//! - one plain line per compiled specialization with its time (cargo keeps
+//!   these in the build script's output; `cargo build -vv` shows them).
+
+use std::collections::BTreeSet;
+use std::fmt::Display;
+use std::io::Write;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kiln_image::ImageMeta;
+
+use crate::registry::IMAGE_EXTENSION;
+use crate::{Cache, Error};
+
+/// A precompile run: the image's name, where it goes, where its directives go.
+pub struct Precompile<'out> {
+    name: String,
+    out_dir: Option<PathBuf>,
+    output: Box<dyn Write + 'out>,
+}
+
+impl Precompile<'static> {
+    /// A run writing `$OUT_DIR/<name>.kimg` and printing to stdout (where
+    /// cargo reads a build script's directives).
+    pub fn new(name: impl Into<String>) -> Precompile<'static> {
+        Precompile {
+            name: name.into(),
+            out_dir: None,
+            output: Box::new(std::io::stdout()),
+        }
+    }
+}
+
+impl<'out> Precompile<'out> {
+    /// Writes the image into `dir` instead of `OUT_DIR`.
+    pub fn out_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.out_dir = Some(dir.into());
+        self
+    }
+
+    /// Sends the `cargo:` directives and progress lines to `output` instead
+    /// of stdout.
+    pub fn output<'w>(self, output: impl Write + 'w) -> Precompile<'w> {
+        Precompile {
+            name: self.name,
+            out_dir: self.out_dir,
+            output: Box::new(output),
+        }
+    }
+
+    /// The path of the image: `<out_dir>/<name>.kimg`.
+    ///
+    /// # Errors
+    /// [`Error::OutDirUnset`] when no directory was given and `OUT_DIR` is
+    /// not set (outside a build script).
+    pub fn image_path(&self) -> Result<PathBuf, Error> {
+        let dir = match &self.out_dir {
+            Some(dir) => dir.clone(),
+            None => std::env::var_os("OUT_DIR")
+                .map(PathBuf::from)
+                .ok_or(Error::OutDirUnset)?,
+        };
+        Ok(dir.join(format!("{}.{IMAGE_EXTENSION}", self.name)))
+    }
+
+    /// Runs `block` on a fresh cache, then writes the entries it compiled
+    /// into the image and prints the `cargo:` directives.
+    ///
+    /// Compile problems never fail the build: a specialization that fails
+    /// inside [`Session::specialize`] is a warning, and so is an error
+    /// returned by `block` (say, no compiler on this machine). The image is
+    /// written in every case, with what was compiled, so that
+    /// `include_image!` always finds it.
+    ///
+    /// # Errors
+    /// [`Error::OutDirUnset`]; [`Error::Image`] when the image cannot be
+    /// written; [`Error::BuildOutput`] when the directives cannot be printed.
+    pub fn run<F, E>(self, block: F) -> Result<PrecompileReport, Error>
+    where
+        F: FnOnce(&mut Session<'_>) -> Result<(), E>,
+        E: Display,
+    {
+        let path = self.image_path()?;
+        let meta = self.meta();
+        let started = Instant::now();
+        let cache = Cache::new();
+        let snapshot = cache.snapshot();
+        let mut session = Session {
+            cache: &cache,
+            out: Printer::new(self.output),
+            sources: BTreeSet::new(),
+            env: BTreeSet::new(),
+            compiled: Vec::new(),
+            failed: Vec::new(),
+        };
+        if let Err(err) = block(&mut session) {
+            let err = one_line(&err.to_string());
+            session.out.line(format_args!(
+                "cargo:warning=kiln: precompiling {} stopped early ({err}); the image holds what \
+                 was compiled before",
+                self.name
+            ));
+        }
+        let Session {
+            mut out,
+            sources,
+            env,
+            compiled,
+            failed,
+            ..
+        } = session;
+
+        let delta = cache.delta(&snapshot);
+        let entries = delta.len();
+        delta.write_image(&path, meta)?;
+
+        for source in &sources {
+            out.line(format_args!("cargo:rerun-if-changed={}", source.display()));
+        }
+        let set = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+        for var in rerun_env_vars(env, set) {
+            out.line(format_args!("cargo:rerun-if-env-changed={var}"));
+        }
+        out.line(format_args!(
+            "cargo:warning=kiln: {entries} entries ({} specializations compiled, {} failed) into \
+             {} in {:.1?}",
+            compiled.len(),
+            failed.len(),
+            path.display(),
+            started.elapsed(),
+        ));
+        out.finish()?;
+        Ok(PrecompileReport {
+            path,
+            entries,
+            compiled,
+            failed,
+        })
+    }
+
+    /// Image metadata: the producing crate and the image name, nothing that
+    /// changes from one build to the next.
+    fn meta(&self) -> ImageMeta {
+        let mut meta = ImageMeta {
+            producer_name: std::env::var("CARGO_PKG_NAME").unwrap_or_else(|_| self.name.clone()),
+            producer_version: std::env::var("CARGO_PKG_VERSION").unwrap_or_default(),
+            ..ImageMeta::default()
+        };
+        meta.labels.insert("image".to_owned(), self.name.clone());
+        meta
+    }
+}
+
+/// What a precompile block sees: the cache to compile into, and ways to
+/// declare what the build depends on.
+pub struct Session<'a> {
+    cache: &'a Cache,
+    out: Printer<'a>,
+    sources: BTreeSet<PathBuf>,
+    env: BTreeSet<String>,
+    compiled: Vec<(String, Duration)>,
+    failed: Vec<(String, String)>,
+}
+
+impl Session<'_> {
+    /// The cache the block compiles into; what it compiles goes into the image.
+    pub fn cache(&self) -> &Cache {
+        self.cache
+    }
+
+    /// Declares that the compiled code depends on `path` (a file or a
+    /// directory, relative to the crate root): cargo reruns the build script
+    /// when it changes.
+    pub fn uses_source(&mut self, path: impl AsRef<Path>) {
+        self.sources.insert(path.as_ref().to_path_buf());
+    }
+
+    /// Declares that the compiled code depends on the environment variable
+    /// `name`: cargo reruns the build script when it changes.
+    pub fn uses_env(&mut self, name: impl Into<String>) {
+        self.env.insert(name.into());
+    }
+
+    /// Compiles one specialization, called `label` in progress lines.
+    ///
+    /// A failure (an error or a panic) is printed as a `cargo:warning` and
+    /// the build goes on; the result is `None` then.
+    pub fn specialize<T, E: Display>(
+        &mut self,
+        label: &str,
+        compile: impl FnOnce(&Cache) -> Result<T, E>,
+    ) -> Option<T> {
+        let started = Instant::now();
+        let cache = self.cache;
+        let outcome = catch_unwind(AssertUnwindSafe(|| compile(cache)));
+        let elapsed = started.elapsed();
+        let failure = match outcome {
+            Ok(Ok(value)) => {
+                self.out
+                    .line(format_args!("kiln: compiled {label} in {elapsed:.1?}"));
+                self.compiled.push((label.to_owned(), elapsed));
+                return Some(value);
+            }
+            Ok(Err(err)) => err.to_string(),
+            Err(panic) => format!("panicked: {}", panic_message(panic.as_ref())),
+        };
+        self.out.line(format_args!(
+            "cargo:warning=kiln: {label} not precompiled ({}); it will compile at run time",
+            one_line(&failure)
+        ));
+        self.failed.push((label.to_owned(), failure));
+        None
+    }
+}
+
+/// Prints lines to the build script's output, keeping the first write error
+/// for the end of the run.
+struct Printer<'a> {
+    output: Box<dyn Write + 'a>,
+    error: Option<std::io::Error>,
+}
+
+impl<'a> Printer<'a> {
+    fn new(output: Box<dyn Write + 'a>) -> Self {
+        Printer {
+            output,
+            error: None,
+        }
+    }
+
+    fn line(&mut self, line: std::fmt::Arguments<'_>) {
+        if self.error.is_none()
+            && let Err(err) = writeln!(self.output, "{line}")
+        {
+            self.error = Some(err);
+        }
+    }
+
+    fn finish(mut self) -> Result<(), Error> {
+        match self.error.take() {
+            Some(err) => Err(Error::BuildOutput(err)),
+            None => self.output.flush().map_err(Error::BuildOutput),
+        }
+    }
+}
+
+/// What a precompile run did.
+#[derive(Debug)]
+pub struct PrecompileReport {
+    /// The image written.
+    pub path: PathBuf,
+    /// How many entries it holds.
+    pub entries: usize,
+    /// Each specialization compiled, with the time it took.
+    pub compiled: Vec<(String, Duration)>,
+    /// Each specialization that failed, with the reason.
+    pub failed: Vec<(String, String)>,
+}
+
+/// The variables whose change must rerun the build script: `declared`, and
+/// of the variables `set` now, every `KILN_*` one (a backend's, such as
+/// `KILN_NVRTC`) except the run-time switches of [`crate::env::RUN_TIME`];
+/// sorted.
+fn rerun_env_vars(
+    declared: BTreeSet<String>,
+    set: impl IntoIterator<Item = String>,
+) -> BTreeSet<String> {
+    let mut vars = declared;
+    vars.extend(set.into_iter().filter(|name| {
+        name.starts_with("KILN_") && !crate::env::RUN_TIME.contains(&name.as_str())
+    }));
+    vars
+}
+
+/// `text` on one line: cargo shows only the first line of a warning.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Artifact, ArtifactKind, Compiled, KeyBuilder, Owner};
+    use kiln_image::{Image, Verification};
+
+    /// Compiles `name` into `cache`: its artifact is the name's bytes.
+    fn compile(cache: &Cache, name: &str) -> Result<(), Error> {
+        let owner = Owner::new("test-compiler", "1.0", "test-target", Vec::<String>::new())?;
+        let key = KeyBuilder::new("kiln-core build tests", 1)
+            .str("name", name)
+            .finish();
+        cache.get_or_compile(&owner, &key, || {
+            Ok::<_, std::io::Error>(Compiled::new(name).artifact(Artifact {
+                kind: ArtifactKind::Object,
+                entry_points: vec![name.to_owned()],
+                bytes: name.as_bytes().to_vec(),
+            }))
+        })?;
+        Ok(())
+    }
+
+    fn run_block(dir: &Path, output: &mut Vec<u8>) -> PrecompileReport {
+        Precompile::new("demo")
+            .out_dir(dir)
+            .output(output)
+            .run(|session| {
+                session.uses_source("src/kernels.rs");
+                session.uses_env("DEMO_ARCH");
+                session.specialize("a", |cache| compile(cache, "a"));
+                session.specialize("bad", |_| Err::<(), _>("no such type\nsecond line"));
+                session.specialize("b", |cache| compile(cache, "b"));
+                session.specialize("panics", |_| -> Result<(), Error> {
+                    panic!("compiler crashed")
+                });
+                Ok::<(), Error>(())
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn the_block_becomes_an_image_and_failures_become_warnings() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut output = Vec::new();
+        let report = run_block(dir.path(), &mut output);
+        let output = String::from_utf8(output).unwrap();
+        let lines: Vec<&str> = output.lines().collect();
+
+        assert_eq!(report.path, dir.path().join("demo.kimg"));
+        assert_eq!(report.entries, 2);
+        let compiled: Vec<&str> = report
+            .compiled
+            .iter()
+            .map(|(label, _)| label.as_str())
+            .collect();
+        assert_eq!(compiled, ["a", "b"]);
+        let failed: Vec<&str> = report
+            .failed
+            .iter()
+            .map(|(label, _)| label.as_str())
+            .collect();
+        assert_eq!(failed, ["bad", "panics"]);
+
+        for expected in [
+            "cargo:rerun-if-changed=src/kernels.rs",
+            "cargo:rerun-if-env-changed=DEMO_ARCH",
+            "cargo:warning=kiln: bad not precompiled (no such type second line); it will compile at run time",
+            "cargo:warning=kiln: panics not precompiled (panicked: compiler crashed); it will compile at run time",
+        ] {
+            assert!(
+                lines.contains(&expected),
+                "missing {expected:?} in\n{output}"
+            );
+        }
+        assert!(
+            lines.iter().any(|l| l.starts_with("kiln: compiled a in ")),
+            "{output}"
+        );
+        assert!(
+            lines.last().unwrap().starts_with(
+                "cargo:warning=kiln: 2 entries (2 specializations compiled, 2 failed)"
+            ),
+            "{output}"
+        );
+
+        let image = Image::open(&report.path, Verification::Full).unwrap();
+        let mut names: Vec<String> = (0..image.len())
+            .map(|i| image.entry(i).unwrap().name().to_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["a", "b"]);
+    }
+
+    #[test]
+    fn without_a_compiler_the_image_is_empty_but_valid() {
+        let dir = tempfile::tempdir().unwrap();
+        let report = Precompile::new("none")
+            .out_dir(dir.path())
+            .output(std::io::sink())
+            .run(|_| Err("NVRTC not found"))
+            .unwrap();
+        assert_eq!(report.entries, 0);
+        assert!(Image::open(&report.path, Verification::Full).unwrap().is_empty());
+    }
+
+    #[test]
+    fn reruns_follow_declared_and_backend_variables_not_run_time_switches() {
+        let declared = BTreeSet::from(["DEMO_ARCH".to_owned()]);
+        let set = ["KILN_NVRTC", "KILN_DISABLE", "KILN_LOG", "PATH"].map(str::to_owned);
+        let vars: Vec<String> = rerun_env_vars(declared, set).into_iter().collect();
+        assert_eq!(vars, ["DEMO_ARCH", "KILN_NVRTC"]);
+    }
+
+    #[test]
+    fn the_same_block_writes_the_same_bytes() {
+        let first = tempfile::tempdir().unwrap();
+        let second = tempfile::tempdir().unwrap();
+        let a = run_block(first.path(), &mut Vec::new());
+        let b = run_block(second.path(), &mut Vec::new());
+        assert_eq!(
+            std::fs::read(a.path).unwrap(),
+            std::fs::read(b.path).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_block_that_stops_early_still_writes_what_it_compiled() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut output = Vec::new();
+        let report = Precompile::new("early")
+            .out_dir(dir.path())
+            .output(&mut output)
+            .run(|session| {
+                session.specialize("a", |cache| compile(cache, "a"));
+                Err("NVRTC not found")
+            })
+            .unwrap();
+        let output = String::from_utf8(output).unwrap();
+        assert!(
+            output
+                .contains("cargo:warning=kiln: precompiling early stopped early (NVRTC not found)"),
+            "{output}"
+        );
+        assert_eq!(report.entries, 1);
+        assert_eq!(
+            Image::open(&report.path, Verification::Full).unwrap().len(),
+            1
+        );
+    }
+}

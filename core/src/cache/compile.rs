@@ -1,0 +1,160 @@
+//! `get_or_compile`: memory, images, tiers, then one compile per key.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use kiln_image::EntryData;
+
+use super::Cache;
+use super::hit::Hit;
+use super::instance::{Compiled, Origin};
+use super::single_flight::{Join, Outcome};
+use super::stats::bump;
+use super::store::SlotKey;
+use crate::error::CompileFailure;
+use crate::{Error, Key, Owner};
+
+impl Cache {
+    /// The entry of `(owner, key)` valid now, compiling it with `compile` if
+    /// no tier has it.
+    ///
+    /// Order: memory, merged images, extra tiers (in the order added), then
+    /// `compile`. Concurrent callers for the same `(owner, key)` run `compile`
+    /// once (single flight) and all get its result; if it fails, every one of
+    /// them gets the error and nothing is cached, so a later call compiles
+    /// again. A successful result is recorded (see [`Cache::insert`]) and
+    /// stored into every tier unless it is session-dependent.
+    ///
+    /// With [`CacheConfig::always_compile`](crate::CacheConfig::always_compile)
+    /// the lookups are skipped and `compile` always runs (still once for
+    /// concurrent callers); the result is still recorded.
+    ///
+    /// If a definition the result depends on changed while it compiled, the
+    /// returned hit is already closed (`hit.is_valid_in(cache.world())` is
+    /// false) and the next call compiles against the new definition.
+    ///
+    /// # Errors
+    /// [`Error::Compile`] with `compile`'s error, or
+    /// [`Error::CompilePanicked`] if the compile this call waited for panicked
+    /// in another thread.
+    pub fn get_or_compile<E>(
+        &self,
+        owner: &Owner,
+        key: &Key,
+        compile: impl FnOnce() -> Result<Compiled, E>,
+    ) -> Result<Hit<'_>, Error>
+    where
+        E: Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    {
+        let digest = owner.digest();
+        let cached = !self.config.always_compile;
+        let leader = loop {
+            if cached && let Some(hit) = self.lookup(&digest, key) {
+                return Ok(hit);
+            }
+            match self.flights.join(SlotKey::new(&digest, key)) {
+                Join::Leader(leader) => break leader,
+                Join::Follower(flight) => match flight.wait() {
+                    Outcome::Succeeded => {
+                        // The leader's result is in the cache (unless a
+                        // redefinition closed it meanwhile: then go again).
+                        if let Some(hit) = self.find(self.world().0, &digest, key) {
+                            return Ok(hit);
+                        }
+                    }
+                    Outcome::Failed(source) => return Err(compile_error(owner, key, source)),
+                    Outcome::Panicked => {
+                        return Err(Error::CompilePanicked {
+                            owner: owner.label().to_owned(),
+                            key: *key,
+                        });
+                    }
+                },
+            }
+        };
+        // A flight that ended just before this one started may have cached it.
+        if cached && let Some(hit) = self.find(self.world().0, &digest, key) {
+            leader.end(Outcome::Succeeded);
+            return Ok(hit);
+        }
+        if cached && let Some(hit) = self.load_from_tiers(owner, key) {
+            leader.end(Outcome::Succeeded);
+            return Ok(hit);
+        }
+        let started = Instant::now();
+        let result = compile();
+        self.counters
+            .record_compile(started.elapsed(), result.is_ok());
+        match result {
+            Ok(compiled) => {
+                let store = !compiled.session_dependent && self.tiers.count() > 0;
+                let hit = self.record(owner, key, compiled, Origin::Compiled, cached);
+                leader.end(Outcome::Succeeded);
+                if store {
+                    self.store_in_tiers(owner, &hit.to_entry_data());
+                }
+                Ok(hit)
+            }
+            Err(error) => {
+                let source: CompileFailure = Arc::from(error.into());
+                leader.end(Outcome::Failed(Arc::clone(&source)));
+                Err(compile_error(owner, key, source))
+            }
+        }
+    }
+
+    /// The first usable entry an extra tier has for `(owner, key)`, recorded
+    /// in memory.
+    fn load_from_tiers(&self, owner: &Owner, key: &Key) -> Option<Hit<'_>> {
+        for (_, tier) in self.tiers.iter() {
+            let data = match tier.load(owner, key) {
+                Ok(Some(data)) => data,
+                Ok(None) => continue,
+                Err(error) => {
+                    tracing::warn!(tier = tier.name(), %key, %error, "cache tier failed to load; ignored");
+                    continue;
+                }
+            };
+            if data.owner != owner.digest() || data.key != *key.digest() {
+                tracing::warn!(tier = tier.name(), %key, "cache tier returned another entry; ignored");
+                continue;
+            }
+            if !self.deps_current(&data.deps) {
+                tracing::debug!(tier = tier.name(), %key, "cache tier entry is stale; ignored");
+                continue;
+            }
+            bump(&self.counters.hits_tier);
+            return Some(self.record(owner, key, compiled_from(data), Origin::Tier, true));
+        }
+        None
+    }
+
+    fn store_in_tiers(&self, owner: &Owner, entry: &EntryData) {
+        for (_, tier) in self.tiers.iter() {
+            if let Err(error) = tier.store(owner, entry) {
+                tracing::warn!(tier = tier.name(), name = entry.name, %error, "cache tier failed to store; ignored");
+            }
+        }
+    }
+
+    fn deps_current(&self, deps: &[crate::Dep]) -> bool {
+        super::definitions::deps_match(&self.writer().definitions, deps)
+    }
+}
+
+fn compiled_from(data: EntryData) -> Compiled {
+    Compiled {
+        name: data.name,
+        deps: data.deps,
+        artifacts: data.artifacts,
+        session_dependent: false,
+    }
+}
+
+fn compile_error(owner: &Owner, key: &Key, source: CompileFailure) -> Error {
+    Error::Compile {
+        owner: owner.label().to_owned(),
+        key: *key,
+        source,
+    }
+}

@@ -1,0 +1,115 @@
+//! Snapshots and deltas: what a precompile block added.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use kiln_image::{ImageMeta, ImageWriter};
+
+use super::Cache;
+use super::instance::Instance;
+use super::store::SlotKey;
+use crate::{Digest, Error, Key, World};
+
+/// A mark in a cache's insertion log: taken in O(1) by
+/// [`Cache::snapshot`], read by [`Cache::delta`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    seq: usize,
+    world: World,
+}
+
+impl Snapshot {
+    /// The number of in-memory entries recorded before the snapshot.
+    pub fn seq(&self) -> usize {
+        self.seq
+    }
+
+    /// The world at the snapshot.
+    pub fn world(&self) -> World {
+        self.world
+    }
+}
+
+/// The entries recorded after a snapshot that are exportable: unbounded now,
+/// compiled in this process (or loaded from a tier that memoises local
+/// compiles), not session-dependent. Entries merged from images are never
+/// part of a delta. Borrowed from the cache.
+pub struct Delta<'c> {
+    entries: Vec<&'c Instance>,
+}
+
+impl Cache {
+    /// A mark in the insertion log, in O(1).
+    ///
+    /// Take it before the precompile block, with no other thread inserting
+    /// into this cache: inserts racing with the snapshot may fall on either
+    /// side of it.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            seq: self.store.count(),
+            world: self.world(),
+        }
+    }
+
+    /// The exportable entries recorded since `snapshot` (see [`Delta`]), in
+    /// O(entries recorded since). If one `(owner, key)` was recorded twice
+    /// (possible with `always_compile`), the newest wins.
+    ///
+    /// `snapshot` must come from this cache.
+    pub fn delta(&self, snapshot: &Snapshot) -> Delta<'_> {
+        let end = self.store.count();
+        let mut entries: Vec<&Instance> = (snapshot.seq..end)
+            .rev()
+            .filter_map(|i| self.store.get(i))
+            .filter(|i| i.is_unbounded() && !i.session_dependent)
+            .collect();
+        let mut seen = HashSet::with_capacity(entries.len());
+        entries.retain(|i| seen.insert(SlotKey::new(&i.owner, &i.key)));
+        entries.reverse();
+        Delta { entries }
+    }
+}
+
+impl<'c> Delta<'c> {
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// `(owner, key, name)` of each entry, in insertion order.
+    pub fn entries(&self) -> impl Iterator<Item = (Digest, Key, &'c str)> + '_ {
+        self.entries
+            .iter()
+            .map(|i| (i.owner, i.key, i.name.as_str()))
+    }
+
+    /// An image writer holding the delta (entries copied, worlds normalised).
+    pub fn to_writer(&self, meta: ImageMeta) -> ImageWriter {
+        let mut writer = ImageWriter::new(meta);
+        for instance in &self.entries {
+            writer.push(instance.to_entry_data());
+        }
+        writer
+    }
+
+    /// The delta as image bytes: the same delta and meta give the same bytes.
+    ///
+    /// # Errors
+    /// [`Error::Image`] if the image cannot be built.
+    pub fn to_bytes(&self, meta: ImageMeta) -> Result<Vec<u8>, Error> {
+        Ok(self.to_writer(meta).to_bytes()?)
+    }
+
+    /// Writes the delta as an image at `path`, atomically (temp file + rename).
+    ///
+    /// # Errors
+    /// [`Error::Image`] if the image cannot be built or written.
+    pub fn write_image(&self, path: &Path, meta: ImageMeta) -> Result<(), Error> {
+        Ok(self.to_writer(meta).write_atomic(path)?)
+    }
+}

@@ -1,0 +1,223 @@
+//! [`Hit`]: an entry found in the cache, borrowed from it.
+
+use std::borrow::Cow;
+
+use kiln_image::{EntryData, EntryRef};
+
+use super::instance::{Instance, Origin};
+use super::layers::Layer;
+use crate::{ArtifactKind, Dep, Digest, Key, World};
+
+/// Where a hit's entry came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// Compiled or inserted in this process.
+    Memory,
+    /// A merged image (bytes borrowed from the mapped or embedded image).
+    Image,
+    /// An extra tier (e.g. the disk cache), then held in memory.
+    Tier,
+}
+
+/// A valid entry found in (or just added to) a [`Cache`](crate::Cache).
+///
+/// A hit borrows from the cache: it clones nothing, and artifact bytes are
+/// borrowed from memory (entries compiled in this process own their bytes) or
+/// from the image (image-backed entries: no copy). Image payloads were checked
+/// against their checksum before the hit was returned.
+#[derive(Clone, Copy)]
+pub struct Hit<'c> {
+    inner: Inner<'c>,
+}
+
+#[derive(Clone, Copy)]
+enum Inner<'c> {
+    Memory(&'c Instance),
+    Image {
+        layer: &'c Layer,
+        entry: EntryRef<'c>,
+    },
+}
+
+/// One artifact of a [`Hit`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArtifactView<'c> {
+    /// What the bytes are.
+    pub kind: ArtifactKind,
+    /// Entry-point names.
+    pub entry_points: Vec<&'c str>,
+    /// The compiled code, borrowed from the cache.
+    pub bytes: &'c [u8],
+}
+
+impl<'c> Hit<'c> {
+    pub(crate) fn memory(instance: &'c Instance) -> Hit<'c> {
+        Hit {
+            inner: Inner::Memory(instance),
+        }
+    }
+
+    pub(crate) fn image(layer: &'c Layer, entry: EntryRef<'c>) -> Hit<'c> {
+        Hit {
+            inner: Inner::Image { layer, entry },
+        }
+    }
+
+    /// The entry's human name.
+    pub fn name(&self) -> &'c str {
+        match &self.inner {
+            Inner::Memory(i) => &i.name,
+            Inner::Image { entry, .. } => entry.name(),
+        }
+    }
+
+    /// The owner's digest.
+    pub fn owner(&self) -> Digest {
+        match &self.inner {
+            Inner::Memory(i) => i.owner,
+            Inner::Image { entry, .. } => entry.owner(),
+        }
+    }
+
+    /// The owner's label (e.g. `nvrtc-13.0/sm_90a`).
+    pub fn owner_label(&self) -> &'c str {
+        match &self.inner {
+            Inner::Memory(i) => &i.owner_label,
+            Inner::Image { layer, entry } => {
+                layer.owner(&entry.owner()).map_or("", |o| o.label.as_str())
+            }
+        }
+    }
+
+    /// The key.
+    pub fn key(&self) -> Key {
+        match &self.inner {
+            Inner::Memory(i) => i.key,
+            Inner::Image { entry, .. } => Key::from_digest(entry.key()),
+        }
+    }
+
+    /// Where the entry came from.
+    pub fn source(&self) -> Source {
+        match &self.inner {
+            Inner::Memory(i) if i.origin == Origin::Tier => Source::Tier,
+            Inner::Memory(_) => Source::Memory,
+            Inner::Image { .. } => Source::Image,
+        }
+    }
+
+    /// The first world the entry is valid in (for an image-backed entry: the
+    /// world its image was merged in).
+    pub fn min_world(&self) -> World {
+        match &self.inner {
+            Inner::Memory(i) => World(i.min_world),
+            Inner::Image { layer, .. } => World(layer.min_world),
+        }
+    }
+
+    /// The last world the entry is valid in, as of now ([`World::MAX`] while
+    /// unbounded). An excluded image entry reports its layer's world minus one.
+    pub fn max_world(&self) -> World {
+        match &self.inner {
+            Inner::Memory(i) => World(i.max_world()),
+            Inner::Image { layer, entry } => World(
+                layer
+                    .max_world(entry.index())
+                    .unwrap_or(layer.min_world.saturating_sub(1)),
+            ),
+        }
+    }
+
+    /// Whether the entry is valid in `world`.
+    pub fn is_valid_in(&self, world: World) -> bool {
+        self.min_world() <= world && world <= self.max_world()
+    }
+
+    /// The definitions the entry was built from.
+    pub fn deps(&self) -> Cow<'c, [Dep]> {
+        match &self.inner {
+            Inner::Memory(i) => Cow::Borrowed(&i.deps),
+            Inner::Image { entry, .. } => Cow::Owned(entry.deps()),
+        }
+    }
+
+    /// All artifacts, in the order they were compiled.
+    pub fn artifacts(&self) -> Vec<ArtifactView<'c>> {
+        match &self.inner {
+            Inner::Memory(i) => i
+                .artifacts
+                .iter()
+                .map(|a| ArtifactView {
+                    kind: a.kind.clone(),
+                    entry_points: a.entry_points.iter().map(String::as_str).collect(),
+                    bytes: &a.bytes,
+                })
+                .collect(),
+            Inner::Image { entry, .. } => (0..entry.artifact_count())
+                .filter_map(|n| {
+                    let a = entry.artifact(n).ok()?;
+                    Some(ArtifactView {
+                        kind: a.kind(),
+                        entry_points: a.entry_points(),
+                        // Checked when the hit was made; the image remembers.
+                        bytes: a.bytes().ok()?,
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// The bytes of the first artifact of `kind`, borrowed from the cache.
+    pub fn artifact(&self, kind: &ArtifactKind) -> Option<&'c [u8]> {
+        match &self.inner {
+            Inner::Memory(i) => i
+                .artifacts
+                .iter()
+                .find(|a| &a.kind == kind)
+                .map(|a| a.bytes.as_slice()),
+            Inner::Image { entry, .. } => (0..entry.artifact_count())
+                .filter_map(|n| entry.artifact(n).ok())
+                .find(|a| &a.kind() == kind)
+                .and_then(|a| a.bytes().ok()),
+        }
+    }
+
+    /// An owned copy of the entry, as an image or a tier stores it (worlds
+    /// normalised to `[World::FIRST, World::MAX]`).
+    pub fn to_entry_data(&self) -> EntryData {
+        match &self.inner {
+            Inner::Memory(i) => i.to_entry_data(),
+            Inner::Image { .. } => EntryData {
+                owner: self.owner(),
+                owner_label: self.owner_label().to_owned(),
+                key: *self.key().digest(),
+                name: self.name().to_owned(),
+                min_world: World::FIRST.0,
+                max_world: World::MAX.0,
+                deps: self.deps().into_owned(),
+                artifacts: self
+                    .artifacts()
+                    .into_iter()
+                    .map(|a| crate::Artifact {
+                        kind: a.kind,
+                        entry_points: a.entry_points.into_iter().map(str::to_owned).collect(),
+                        bytes: a.bytes.to_vec(),
+                    })
+                    .collect(),
+            },
+        }
+    }
+}
+
+impl std::fmt::Debug for Hit<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hit")
+            .field("name", &self.name())
+            .field("owner", &self.owner_label())
+            .field("key", &self.key())
+            .field("source", &self.source())
+            .field("min_world", &self.min_world())
+            .field("max_world", &self.max_world())
+            .finish()
+    }
+}

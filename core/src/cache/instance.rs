@@ -1,0 +1,145 @@
+//! Code instances compiled or loaded in this process, and what a compile returns.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use kiln_image::EntryData;
+
+use crate::{Artifact, Dep, Digest, Key, World};
+
+/// The result of one compile: what [`Cache::insert`](crate::Cache::insert)
+/// records and the closure of
+/// [`Cache::get_or_compile`](crate::Cache::get_or_compile) returns.
+///
+/// ```
+/// use kiln_core::{Artifact, ArtifactKind, Compiled, Digest};
+///
+/// let compiled = Compiled::new("add_f32")
+///     .dep("add.cu", Digest::of(b"source of add.cu"))
+///     .artifact(Artifact {
+///         kind: ArtifactKind::Ptx,
+///         entry_points: vec!["add".into()],
+///         bytes: b".version 8.0".to_vec(),
+///     });
+/// assert_eq!(compiled.deps.len(), 1);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Compiled {
+    /// A human name (the function and its specialisation), for reports.
+    pub name: String,
+    /// The definitions the code was built from, with their fingerprints then:
+    /// a later [`Cache::redefine`](crate::Cache::redefine) of any of them
+    /// invalidates the entry.
+    pub deps: Vec<Dep>,
+    /// The compiled code: plain data that means the same in every process.
+    pub artifacts: Vec<Artifact>,
+    /// Whether the artifacts depend on this process (addresses, handles):
+    /// such an entry is cached in memory but never exported into an image.
+    pub session_dependent: bool,
+}
+
+impl Compiled {
+    /// An entry called `name`, with no deps and no artifacts yet.
+    pub fn new(name: impl Into<String>) -> Compiled {
+        Compiled {
+            name: name.into(),
+            ..Compiled::default()
+        }
+    }
+
+    /// Adds a dependency on definition `name` at `fingerprint`.
+    pub fn dep(mut self, name: impl Into<String>, fingerprint: Digest) -> Compiled {
+        self.deps.push(Dep {
+            name: name.into(),
+            fingerprint,
+        });
+        self
+    }
+
+    /// Adds an artifact.
+    pub fn artifact(mut self, artifact: Artifact) -> Compiled {
+        self.artifacts.push(artifact);
+        self
+    }
+
+    /// Marks the entry as session-dependent (never exported).
+    pub fn session_dependent(mut self) -> Compiled {
+        self.session_dependent = true;
+        self
+    }
+}
+
+/// Where an in-memory instance came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// Compiled (or inserted) in this process.
+    Compiled,
+    /// Loaded from an extra tier (e.g. the disk cache): a memo of an earlier
+    /// local compile, so it is exported like a compiled entry.
+    Tier,
+}
+
+/// One in-memory code instance. Lives in the cache's append-only arena: its
+/// address never changes and it is never dropped before the cache.
+pub(crate) struct Instance {
+    pub(crate) owner: Digest,
+    pub(crate) owner_label: Arc<str>,
+    pub(crate) key: Key,
+    pub(crate) name: String,
+    pub(crate) min_world: u64,
+    /// `u64::MAX` while unbounded; closed by invalidation (only ever lowered once).
+    pub(crate) max_world: AtomicU64,
+    pub(crate) deps: Vec<Dep>,
+    pub(crate) artifacts: Vec<Artifact>,
+    pub(crate) origin: Origin,
+    pub(crate) session_dependent: bool,
+}
+
+impl Instance {
+    pub(crate) fn max_world(&self) -> u64 {
+        self.max_world.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn is_valid_in(&self, world: u64) -> bool {
+        self.min_world <= world && world <= self.max_world()
+    }
+
+    pub(crate) fn is_unbounded(&self) -> bool {
+        self.max_world() == u64::MAX
+    }
+
+    /// Closes the entry so that it is valid up to `last_valid` only. Returns
+    /// whether this call closed it (false if it was closed already).
+    pub(crate) fn close(&self, last_valid: u64) -> bool {
+        self.max_world
+            .compare_exchange(u64::MAX, last_valid, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The fingerprint this instance recorded for definition `name`.
+    pub(crate) fn dep_fingerprint(&self, name: &str) -> Option<Digest> {
+        self.deps
+            .iter()
+            .find(|d| d.name == name)
+            .map(|d| d.fingerprint)
+    }
+
+    /// The entry as it goes into an image or a tier: worlds normalised to
+    /// `[World::FIRST, World::MAX]` (world ages are process-specific; a loaded
+    /// entry starts at the loading process's current world), deps sorted.
+    pub(crate) fn to_entry_data(&self) -> EntryData {
+        let mut deps = self.deps.clone();
+        deps.sort();
+        deps.dedup();
+        EntryData {
+            owner: self.owner,
+            owner_label: self.owner_label.to_string(),
+            key: *self.key.digest(),
+            name: self.name.clone(),
+            min_world: World::FIRST.0,
+            max_world: World::MAX.0,
+            deps,
+            artifacts: self.artifacts.clone(),
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! Lookups and inserts.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use super::definitions::deps_match;
+use super::hit::Hit;
+use super::instance::{Compiled, Instance, Origin};
+use super::layers::LayerLookup;
+use super::stats::bump;
+use super::store::Target;
+use super::{Cache, OwnerEntries, Source, WriterState};
+use crate::{Digest, Key, Owner, World};
+
+impl Cache {
+    /// The entry of `(owner, key)` valid in the current world: memory first,
+    /// then images in merge order. Never returns a closed, stale, duplicate,
+    /// foreign or corrupt entry. Extra tiers are not consulted (see
+    /// [`Cache::get_or_compile`]).
+    pub fn lookup(&self, owner: &Digest, key: &Key) -> Option<Hit<'_>> {
+        self.lookup_in(self.world(), owner, key)
+    }
+
+    /// The entry of `(owner, key)` that was valid in `world`.
+    pub fn lookup_in(&self, world: World, owner: &Digest, key: &Key) -> Option<Hit<'_>> {
+        let found = self.find(world.0, owner, key);
+        let counters = self.lookups.mine();
+        match &found {
+            Some(hit) if hit.source() == Source::Image => bump(&counters.hits_image),
+            Some(_) => bump(&counters.hits_memory),
+            None => bump(&counters.misses),
+        }
+        found
+    }
+
+    /// Like `lookup_in`, without counting.
+    pub(crate) fn find(&self, world: u64, owner: &Digest, key: &Key) -> Option<Hit<'_>> {
+        // Fast path: the index (instances, and image entries hit before).
+        let mut memory = None;
+        let mut image = None;
+        for target in self.store.targets(owner, key) {
+            match target {
+                Target::Memory(index) => {
+                    if let Some(instance) = self.store.get(index)
+                        && instance.is_valid_in(world)
+                    {
+                        memory = Some(instance); // the newest valid one wins
+                    }
+                }
+                Target::Image { layer, entry } => {
+                    if image.is_none()
+                        && let Some(l) = self.layers.get(layer)
+                        && let Some(e) = l.promoted(entry, owner, key, world)
+                    {
+                        image = Some(Hit::image(l, e));
+                    }
+                }
+            }
+        }
+        if let Some(instance) = memory {
+            return Some(Hit::memory(instance));
+        }
+        if image.is_some() {
+            return image;
+        }
+        // Slow path: search every layer in merge order.
+        for (at, layer) in self.layers.iter() {
+            match layer.lookup(owner, key, world) {
+                LayerLookup::Valid(entry) => {
+                    self.try_promote(owner, key, at, entry.index());
+                    return Some(Hit::image(layer, entry));
+                }
+                LayerLookup::Absent => {}
+                LayerLookup::Corrupt => bump(&self.counters.corrupt),
+            }
+        }
+        None
+    }
+
+    /// Indexes an image entry that was just hit, if the writer lock is free
+    /// (never waits: a lookup must not block on a merge or an insert).
+    fn try_promote(&self, owner: &Digest, key: &Key, layer: usize, entry: usize) {
+        let Ok(_writer) = self.writer.try_lock() else {
+            return;
+        };
+        let target = Target::Image { layer, entry };
+        if !self.store.targets(owner, key).any(|t| t == target) {
+            self.store.promote(owner, key, target);
+        }
+    }
+
+    /// Records a compiled entry for `(owner, key)`, valid from the current
+    /// world on, and returns it.
+    ///
+    /// The first valid entry wins: if one is already valid (in memory or in an
+    /// image), that one is returned and `compiled` is dropped (counted in
+    /// [`Stats::duplicate_inserts`](crate::Stats::duplicate_inserts)). If a dep
+    /// of `compiled` names a definition whose current fingerprint differs
+    /// (the definition changed while it compiled), the entry is recorded
+    /// already closed and the returned hit is not valid in the current world.
+    pub fn insert(&self, owner: &Owner, key: &Key, compiled: Compiled) -> Hit<'_> {
+        self.record(
+            owner,
+            key,
+            compiled,
+            Origin::Compiled,
+            !self.config.always_compile,
+        )
+    }
+
+    /// Records an entry (see [`Cache::insert`]); `dedupe == false` records it
+    /// even if a valid entry exists (`always_compile`).
+    pub(crate) fn record(
+        &self,
+        owner: &Owner,
+        key: &Key,
+        compiled: Compiled,
+        origin: Origin,
+        dedupe: bool,
+    ) -> Hit<'_> {
+        let mut writer = self.writer();
+        let now = self.world().0;
+        let owner_digest = owner.digest();
+        if dedupe && let Some(existing) = self.find(now, &owner_digest, key) {
+            bump(&self.counters.duplicate_inserts);
+            return existing;
+        }
+        let stale = !deps_match(&writer.definitions, &compiled.deps);
+        let Compiled {
+            name,
+            deps,
+            artifacts,
+            session_dependent,
+        } = compiled;
+        let WriterState {
+            backedges,
+            by_owner,
+            ..
+        } = &mut *writer;
+        let owner_entries = by_owner
+            .entry(owner_digest)
+            .or_insert_with(|| OwnerEntries {
+                label: Arc::from(owner.label()),
+                entries: Vec::new(),
+            });
+        let (index, instance) = self.store.push(Instance {
+            owner: owner_digest,
+            owner_label: Arc::clone(&owner_entries.label),
+            key: *key,
+            name,
+            min_world: now,
+            // Built against an old definition: recorded, but never valid.
+            max_world: AtomicU64::new(if stale { now - 1 } else { u64::MAX }),
+            deps,
+            artifacts,
+            origin,
+            session_dependent,
+        });
+        owner_entries.entries.push(index);
+        for dep in &instance.deps {
+            backedges.entry(dep.name.clone()).or_default().push(index);
+        }
+        bump(&self.counters.inserts);
+        Hit::memory(instance)
+    }
+}

@@ -1,0 +1,222 @@
+//! The code-instance cache.
+//!
+//! | module          | job                                                        |
+//! | --------------- | ---------------------------------------------------------- |
+//! | `instance`      | in-memory entries and [`Compiled`]                         |
+//! | `store`         | append-only arena + lock-free `(owner, key)` index         |
+//! | `layers`        | merged images and their per-entry state                    |
+//! | `merge`         | [`Cache::merge_image`] and [`MergeReport`]                 |
+//! | `definitions`   | [`Cache::define`] / [`Cache::redefine`], backedges         |
+//! | `lookup`        | [`Cache::lookup`], [`Cache::insert`]                       |
+//! | `compile`       | [`Cache::get_or_compile`]                                  |
+//! | `single_flight` | one compile per key at a time                              |
+//! | `delta`         | [`Snapshot`], [`Delta`]                                    |
+//! | `hit`           | [`Hit`], [`Source`]                                        |
+//! | `tier`          | the [`Tier`] trait                                         |
+//! | `stats`         | counters and [`Stats`]                                     |
+//! | `config`        | [`CacheConfig`]                                            |
+//!
+//! # What is exported
+//!
+//! A [`Delta`] holds the entries recorded after a [`Snapshot`] that are
+//! unbounded now and not session-dependent: compiled in this process, or
+//! loaded from an extra tier (a tier memoises earlier local compiles, so a
+//! precompile block gives the same image whether or not a disk cache was
+//! warm). Entries merged from images are never in a delta: they live in
+//! layers, not in the insertion log.
+//!
+//! # Process-specific state
+//!
+//! Entries hold plain data only. What is process-specific (a loaded module, a
+//! function handle) is kept beside the entry by the backend that creates it,
+//! keyed by `(owner, key)` (the CUDA loader's module cache does this), and is
+//! rebuilt from the artifacts in a new process. An entry whose artifacts
+//! themselves depend on the process is marked
+//! [`Compiled::session_dependent`] and never exported.
+//!
+//! # Locking
+//!
+//! Lookups take no lock and write no shared memory (the index is read
+//! lock-free, counters are striped per thread). Everything that changes the
+//! cache (insert, merge, define/redefine, promoting an image entry into the
+//! index) runs under one writer mutex; so pushes to the arena are ordered (the
+//! arena index is the insertion sequence number), the index has a single
+//! writer, and a merge or an insert never races with an invalidation.
+//! Compiles run outside every lock; a lookup only ever *tries* the writer
+//! lock (to promote an image entry) and skips promotion if it is taken.
+
+mod compile;
+mod config;
+mod definitions;
+mod delta;
+mod hit;
+mod image_deps;
+mod instance;
+mod layers;
+mod lookup;
+mod merge;
+mod single_flight;
+mod stats;
+mod store;
+mod tier;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+pub use config::{CacheConfig, OwnerFilter};
+pub use delta::{Delta, Snapshot};
+pub use hit::{ArtifactView, Hit, Source};
+pub use instance::Compiled;
+pub use merge::{MergeReport, Rejection};
+pub use stats::Stats;
+pub use tier::Tier;
+
+use crate::{Digest, World};
+use layers::Layer;
+use single_flight::Flights;
+use stats::{Counters, LookupStripes};
+use store::MemoryStore;
+
+/// The process's code-instance cache: compiled entries in memory, merged
+/// images as layers, optional extra tiers. `Send + Sync`; share it by
+/// reference (hits borrow from it).
+///
+/// ```
+/// use kiln_core::{Artifact, ArtifactKind, Cache, Compiled, KeyBuilder, Owner};
+///
+/// # fn main() -> Result<(), kiln_core::Error> {
+/// let cache = Cache::new();
+/// let owner = Owner::new("my-compiler", "1.2.3", "x86_64", ["-O2"])?;
+/// let key = KeyBuilder::new("doc-example", 1).str("function", "square").finish();
+///
+/// let before = cache.snapshot();
+/// let hit = cache.get_or_compile(&owner, &key, || {
+///     Ok::<_, std::io::Error>(Compiled::new("square").artifact(Artifact {
+///         kind: ArtifactKind::Object,
+///         entry_points: vec!["square".into()],
+///         bytes: vec![0x0f, 0xaf, 0xc0],
+///     }))
+/// })?;
+/// assert_eq!(hit.artifact(&ArtifactKind::Object), Some(&[0x0f, 0xaf, 0xc0][..]));
+///
+/// // A second call is a hit: nothing is compiled.
+/// let again = cache.get_or_compile(&owner, &key, || Err("not called"))?;
+/// assert_eq!(again.name(), "square");
+/// assert_eq!(cache.stats().compiles, 1);
+///
+/// // What the block added, ready to be written as an image.
+/// assert_eq!(cache.delta(&before).len(), 1);
+/// # Ok(()) }
+/// ```
+pub struct Cache {
+    config: CacheConfig,
+    world: AtomicU64,
+    store: MemoryStore,
+    layers: boxcar::Vec<Layer>,
+    tiers: boxcar::Vec<Box<dyn Tier>>,
+    writer: Mutex<WriterState>,
+    flights: Flights,
+    counters: Counters,
+    lookups: LookupStripes,
+}
+
+// The cache is shared by all threads.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Cache>();
+};
+
+/// What only writers touch, under [`Cache::writer`].
+#[derive(Default)]
+struct WriterState {
+    /// Known definitions: name -> current fingerprint.
+    definitions: HashMap<String, Digest>,
+    /// Backedges: definition name -> arena indices of the entries built from it.
+    backedges: HashMap<String, Vec<usize>>,
+    /// Owner -> its label and the arena indices of its entries.
+    by_owner: HashMap<Digest, OwnerEntries>,
+}
+
+struct OwnerEntries {
+    label: Arc<str>,
+    entries: Vec<usize>,
+}
+
+impl Default for Cache {
+    fn default() -> Cache {
+        Cache::new()
+    }
+}
+
+impl Cache {
+    /// An empty cache with the default configuration, in [`World::FIRST`].
+    pub fn new() -> Cache {
+        Cache::with_config(CacheConfig::default())
+    }
+
+    /// An empty cache with `config`, in [`World::FIRST`].
+    pub fn with_config(config: CacheConfig) -> Cache {
+        Cache {
+            config,
+            world: AtomicU64::new(World::FIRST.0),
+            store: MemoryStore::new(),
+            layers: boxcar::Vec::new(),
+            tiers: boxcar::Vec::new(),
+            writer: Mutex::new(WriterState::default()),
+            flights: Flights::default(),
+            counters: Counters::default(),
+            lookups: LookupStripes::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CacheConfig {
+        &self.config
+    }
+
+    /// The current world.
+    pub fn world(&self) -> World {
+        World(self.world.load(Ordering::Acquire))
+    }
+
+    /// Adds an extra tier, consulted by `get_or_compile` after memory and
+    /// images (in the order tiers were added) and given every new compile.
+    pub fn add_tier(&self, tier: Box<dyn Tier>) {
+        self.tiers.push(tier);
+    }
+
+    /// Number of merged images.
+    pub fn image_count(&self) -> usize {
+        self.layers.count()
+    }
+
+    /// A copy of the counters.
+    pub fn stats(&self) -> Stats {
+        stats::collect(
+            &self.counters,
+            &self.lookups,
+            self.store.count() as u64,
+            self.world(),
+        )
+    }
+
+    fn writer(&self) -> MutexGuard<'_, WriterState> {
+        // Writer sections never leave the state half-updated across a panic
+        // point that matters (each step is complete on its own), so a poisoned
+        // lock is still usable.
+        self.writer.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("world", &self.world())
+            .field("memory_entries", &self.store.count())
+            .field("images", &self.layers.count())
+            .field("tiers", &self.tiers.count())
+            .field("config", &self.config)
+            .finish()
+    }
+}

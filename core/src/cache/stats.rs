@@ -1,0 +1,178 @@
+//! Counters and the [`Stats`] snapshot of them.
+//!
+//! Lookup counters are striped by thread (each thread bumps the counters of
+//! its own stripe, on their own cache line), so that lookups from different
+//! threads never write to a shared line; [`Cache::stats`](crate::Cache::stats)
+//! sums the stripes.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use super::MergeReport;
+use crate::World;
+
+/// One stripe of lookup counters, on its own cache lines.
+#[derive(Default)]
+#[repr(align(128))]
+pub(crate) struct LookupCounters {
+    pub(crate) hits_memory: AtomicU64,
+    pub(crate) hits_image: AtomicU64,
+    pub(crate) misses: AtomicU64,
+}
+
+const STRIPES: usize = 64;
+
+/// Lookup counters, one stripe per thread (modulo [`STRIPES`]).
+pub(crate) struct LookupStripes(Box<[LookupCounters]>);
+
+impl LookupStripes {
+    pub(crate) fn new() -> LookupStripes {
+        LookupStripes((0..STRIPES).map(|_| LookupCounters::default()).collect())
+    }
+
+    /// The calling thread's stripe.
+    pub(crate) fn mine(&self) -> &LookupCounters {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        thread_local! {
+            static STRIPE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+        }
+        &self.0[STRIPE.with(|stripe| *stripe)]
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &LookupCounters> {
+        self.0.iter()
+    }
+}
+
+/// Cache-wide counters of the rarer events.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) hits_tier: AtomicU64,
+    pub(crate) compiles: AtomicU64,
+    pub(crate) compile_failures: AtomicU64,
+    pub(crate) compile_nanos: AtomicU64,
+    pub(crate) corrupt: AtomicU64,
+    pub(crate) inserts: AtomicU64,
+    pub(crate) duplicate_inserts: AtomicU64,
+    pub(crate) invalidated: AtomicU64,
+    pub(crate) images_merged: AtomicU64,
+    pub(crate) merge_inserted: AtomicU64,
+    pub(crate) merge_duplicate: AtomicU64,
+    pub(crate) merge_stale: AtomicU64,
+    pub(crate) merge_foreign_owner: AtomicU64,
+}
+
+pub(crate) fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+pub(crate) fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+fn get(counter: &AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
+}
+
+impl Counters {
+    pub(crate) fn record_merge(&self, report: &MergeReport) {
+        bump(&self.images_merged);
+        add(&self.merge_inserted, report.inserted);
+        add(&self.merge_duplicate, report.duplicate);
+        add(&self.merge_stale, report.stale);
+        add(&self.merge_foreign_owner, report.foreign_owner);
+    }
+
+    pub(crate) fn record_compile(&self, elapsed: Duration, ok: bool) {
+        bump(&self.compiles);
+        if !ok {
+            bump(&self.compile_failures);
+        }
+        add(
+            &self.compile_nanos,
+            u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+        );
+    }
+}
+
+/// A point-in-time copy of a cache's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Lookups answered by an entry held in memory (compiled, inserted or
+    /// loaded from a tier earlier).
+    pub hits_memory: u64,
+    /// Lookups answered by an image-backed entry.
+    pub hits_image: u64,
+    /// `get_or_compile` calls answered by an extra tier (after a miss).
+    pub hits_tier: u64,
+    /// Lookups that found nothing valid in memory or in images.
+    pub misses: u64,
+    /// Compiles run by `get_or_compile` (failed ones included).
+    pub compiles: u64,
+    /// Compiles that returned an error or panicked.
+    pub compile_failures: u64,
+    /// Total time spent in compiles.
+    pub compile_time: Duration,
+    /// Image entries whose payload failed its checksum on access (treated as
+    /// misses and never served again).
+    pub corrupt: u64,
+    /// Entries recorded in memory (compiled, inserted, loaded from a tier).
+    pub inserts: u64,
+    /// Inserts that found a valid entry already there (the first one wins).
+    pub duplicate_inserts: u64,
+    /// Entries closed by redefinitions (memory and image-backed).
+    pub invalidated: u64,
+    /// Images merged.
+    pub images_merged: u64,
+    /// Sum of [`MergeReport::inserted`] over all merges.
+    pub merge_inserted: u64,
+    /// Sum of [`MergeReport::duplicate`] over all merges.
+    pub merge_duplicate: u64,
+    /// Sum of [`MergeReport::stale`] over all merges.
+    pub merge_stale: u64,
+    /// Sum of [`MergeReport::foreign_owner`] over all merges.
+    pub merge_foreign_owner: u64,
+    /// Entries in memory.
+    pub memory_entries: u64,
+    /// The current world.
+    pub world: World,
+}
+
+impl Stats {
+    /// All hits: memory, image and tier.
+    pub fn hits(&self) -> u64 {
+        self.hits_memory + self.hits_image + self.hits_tier
+    }
+}
+
+pub(crate) fn collect(
+    counters: &Counters,
+    lookups: &LookupStripes,
+    memory_entries: u64,
+    world: World,
+) -> Stats {
+    let mut stats = Stats {
+        hits_tier: get(&counters.hits_tier),
+        compiles: get(&counters.compiles),
+        compile_failures: get(&counters.compile_failures),
+        compile_time: Duration::from_nanos(get(&counters.compile_nanos)),
+        corrupt: get(&counters.corrupt),
+        inserts: get(&counters.inserts),
+        duplicate_inserts: get(&counters.duplicate_inserts),
+        invalidated: get(&counters.invalidated),
+        images_merged: get(&counters.images_merged),
+        merge_inserted: get(&counters.merge_inserted),
+        merge_duplicate: get(&counters.merge_duplicate),
+        merge_stale: get(&counters.merge_stale),
+        merge_foreign_owner: get(&counters.merge_foreign_owner),
+        memory_entries,
+        world,
+        ..Stats::default()
+    };
+    for stripe in lookups.iter() {
+        stats.hits_memory += get(&stripe.hits_memory);
+        stats.hits_image += get(&stripe.hits_image);
+        stats.misses += get(&stripe.misses);
+    }
+    stats
+}

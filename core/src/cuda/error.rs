@@ -1,0 +1,215 @@
+//! The CUDA backend's error type.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// One place searched for a library or header tree, and why it did not qualify.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Searched {
+    /// Which rule produced this candidate (`KILN_NVRTC`, `CUDA_HOME`, `python wheel`...).
+    pub rule: String,
+    /// The file, directory or library name tried.
+    pub candidate: PathBuf,
+    /// Why it was not used ("no such file", the loader's message...).
+    pub outcome: String,
+}
+
+impl fmt::Display for Searched {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ({}): {}",
+            self.candidate.display(),
+            self.rule,
+            self.outcome
+        )
+    }
+}
+
+/// The whole list of places searched, one per line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SearchLog(pub Vec<Searched>);
+
+impl fmt::Display for SearchLog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return write!(f, "\n  (no candidate places)");
+        }
+        for s in &self.0 {
+            write!(f, "\n  {s}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Everything that can go wrong in the CUDA backend.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No usable NVRTC library was found.
+    #[error(
+        "NVRTC (libnvrtc) not found; set KILN_NVRTC to the library file, or install the \
+         CUDA toolkit or the nvidia-cuda-nvrtc wheel. Searched:{searched}"
+    )]
+    NvrtcNotFound {
+        /// Every candidate tried, in order.
+        searched: SearchLog,
+    },
+    /// The CCCL headers (CUB) were not found.
+    #[error(
+        "CCCL headers (cub/cub.cuh) not found; set KILN_CCCL_INCLUDE to the directory \
+         holding cub/, or install the nvidia-cuda-cccl wheel. Searched:{searched}"
+    )]
+    CcclNotFound {
+        /// Every candidate tried, in order.
+        searched: SearchLog,
+    },
+    /// cudarc resolves `libnvrtc` by name and would bind a different library than the
+    /// one Kiln located (and reports the version of).
+    #[error(
+        "NVRTC located at {located} but cudarc binds {bound} instead; put the located \
+         library's folder first on LD_LIBRARY_PATH or point KILN_NVRTC at the library \
+         the loader finds"
+    )]
+    NvrtcShadowed {
+        /// The library Kiln located and probed.
+        located: PathBuf,
+        /// What cudarc's by-name lookup resolves to.
+        bound: String,
+    },
+    /// A GPU architecture name or capability that Kiln cannot compile for.
+    #[error("invalid GPU architecture {given:?}: {why}")]
+    InvalidArch {
+        /// What was given.
+        given: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// A compiler option that Kiln refuses (it would make the key or owner incomplete).
+    #[error("NVRTC option {option:?} refused: {why}")]
+    RefusedOption {
+        /// The option as given.
+        option: String,
+        /// Why, and what to do instead.
+        why: &'static str,
+    },
+    /// An include path whose contents Kiln does not fingerprint.
+    #[error(
+        "include path {path:?} is not fingerprinted: its headers could change without \
+         changing the key; pass it as an include directory of the request (Kiln hashes \
+         every file under it) or pass the headers by content"
+    )]
+    UnfingerprintedInclude {
+        /// The path as given in the options.
+        path: String,
+    },
+    /// Reading a file of an include directory failed.
+    #[error("reading {path} to fingerprint it: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A string passed to NVRTC contains a NUL byte.
+    #[error("{what} contains a NUL byte, which NVRTC cannot take")]
+    InteriorNul {
+        /// Which input (source, header name, option...).
+        what: String,
+    },
+    /// NVRTC rejected the program; the log says why.
+    #[error("NVRTC failed to compile {program} for {arch} ({status}):\n{log}")]
+    Compile {
+        /// The program name.
+        program: String,
+        /// The target arch.
+        arch: String,
+        /// NVRTC's status code.
+        status: String,
+        /// NVRTC's compile log.
+        log: String,
+    },
+    /// Another NVRTC call failed.
+    #[error("NVRTC call {call} failed: {status}")]
+    Nvrtc {
+        /// The function called.
+        call: &'static str,
+        /// NVRTC's status code.
+        status: String,
+    },
+    /// The CUDA driver library (`libcuda`) is not loadable: there is no GPU driver.
+    #[error(
+        "CUDA driver library not found (tried {tried:?}); a GPU and its driver are needed to load modules"
+    )]
+    DriverNotFound {
+        /// The library names tried.
+        tried: Vec<String>,
+    },
+    /// The CUDA driver is older than the CUDA version Kiln's bindings use.
+    #[error(
+        "the CUDA driver supports CUDA {found}, Kiln's CUDA bindings need {needed} or newer; \
+         update the GPU driver"
+    )]
+    DriverTooOld {
+        /// The driver's version (`cuDriverGetVersion`, 12080 for 12.8).
+        found: i32,
+        /// The version needed.
+        needed: i32,
+    },
+    /// A CUDA driver call made before cudarc is involved failed.
+    #[error("CUDA driver call {call} returned status {status}")]
+    DriverStatus {
+        /// The function called.
+        call: &'static str,
+        /// Its `CUresult`.
+        status: i32,
+    },
+    /// A CUDA driver call failed.
+    #[error("CUDA driver: {what}: {source}")]
+    Driver {
+        /// What Kiln was doing.
+        what: String,
+        /// The driver's error.
+        source: cudarc::driver::DriverError,
+    },
+    /// An entry has neither a CUBIN that runs on the device nor PTX it can JIT.
+    #[error(
+        "no artifact of {name} runs on a device of compute capability {major}.{minor}: \
+         compiled for {arch}; compile for this device's arch"
+    )]
+    NoCompatibleArtifact {
+        /// The entry's name.
+        name: String,
+        /// The arch the entry was compiled for.
+        arch: String,
+        /// Device major capability.
+        major: u32,
+        /// Device minor capability.
+        minor: u32,
+    },
+    /// The cache entry given to the loader is not the request's.
+    #[error(
+        "entry {name} (owner {owner}) is not the entry of request {request} for {arch}; \
+         load the hit that Compiler::compile_cached returned for this request"
+    )]
+    HitMismatch {
+        /// The entry's name.
+        name: String,
+        /// The entry's owner label.
+        owner: String,
+        /// The request's name.
+        request: String,
+        /// The request's arch.
+        arch: String,
+    },
+    /// A function name is not an entry point of the loaded artifact.
+    #[error("{function:?} is not an entry point of {name}; entry points: {entry_points:?}")]
+    NoSuchEntryPoint {
+        /// The entry's name.
+        name: String,
+        /// The function asked for.
+        function: String,
+        /// The entry points the artifact declares.
+        entry_points: Vec<String>,
+    },
+}

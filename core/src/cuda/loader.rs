@@ -1,0 +1,279 @@
+//! From a cached entry to a function on a GPU (needs a GPU and its driver).
+//!
+//! [`ModuleCache::load`] picks the entry's CUBIN when it runs on the device's arch,
+//! else its PTX (the driver JIT-compiles it, ~10 ms per kernel), loads it on a
+//! context with `cuModuleLoadData` and remembers the module per (context, owner,
+//! key), so each module loads once per context. Loaded modules are process-specific
+//! and live here, never in the cache entry.
+//!
+//! cudarc panics when `libcuda` is missing: [`context`] probes for the driver first
+//! and returns [`Error::DriverNotFound`] instead.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DriverError};
+use cudarc::nvrtc::Ptx;
+
+use crate::{ArtifactKind, Digest, Hit, Key};
+
+use super::{Arch, Error, KernelRequest};
+
+/// The CUDA version cudarc's driver bindings are built for (`cuda-13000`).
+pub const REQUIRED_DRIVER_VERSION: i32 = 13000;
+
+/// Opens the primary context of GPU `ordinal`, after checking that the driver
+/// library loads and speaks CUDA 13 (cudarc would panic on a missing library or
+/// symbol).
+pub fn context(ordinal: usize) -> Result<Arc<CudaContext>, Error> {
+    let found = driver_version()?;
+    if found < REQUIRED_DRIVER_VERSION {
+        return Err(Error::DriverTooOld {
+            found,
+            needed: REQUIRED_DRIVER_VERSION,
+        });
+    }
+    CudaContext::new(ordinal).map_err(driver(format!("opening GPU {ordinal}")))
+}
+
+/// Whether the CUDA driver library (`libcuda`) loads in this process.
+pub fn driver_available() -> bool {
+    // SAFETY: only tries to open the driver library under cudarc's names and drops
+    // the handle; this is cudarc's own non-panicking probe.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// The CUDA version the installed driver supports (`13000` for 13.0), read through
+/// `libloading` so that a missing driver is an error, not cudarc's panic.
+pub fn driver_version() -> Result<i32, Error> {
+    let mut tried = cudarc::get_lib_name_candidates("cuda");
+    let mut seen = std::collections::HashSet::new();
+    tried.retain(|name| seen.insert(name.clone()));
+    let not_found = |tried| Error::DriverNotFound { tried };
+    if !driver_available() {
+        return Err(not_found(tried));
+    }
+    // cudarc's order: the first name that loads is the library it binds.
+    let library = tried.iter().find_map(|name| {
+        // SAFETY: opening the CUDA driver library by name runs only its initialisers;
+        // `driver_available` just opened one of these names.
+        unsafe { libloading::Library::new(name) }.ok()
+    });
+    let Some(library) = library else {
+        return Err(not_found(tried));
+    };
+    type GetVersion = unsafe extern "C" fn(*mut std::ffi::c_int) -> std::ffi::c_int;
+    // SAFETY: `cuDriverGetVersion` has this C signature in every CUDA driver; the
+    // symbol is used while `library` is alive.
+    let get = unsafe { library.get::<GetVersion>(b"cuDriverGetVersion\0") }
+        .map_err(|_| not_found(tried.clone()))?;
+    let mut version: std::ffi::c_int = 0;
+    // SAFETY: the pointer is valid for one write; the call needs no cuInit.
+    let status = unsafe { get(&mut version) };
+    if status != 0 {
+        return Err(Error::DriverStatus {
+            call: "cuDriverGetVersion",
+            status,
+        });
+    }
+    Ok(version)
+}
+
+/// The plain arch of the context's device (`sm_86` for compute capability 8.6).
+/// Compile for [`Arch::with_suffix`]-style variants such as `sm_90a` explicitly.
+pub fn device_arch(ctx: &CudaContext) -> Result<Arch, Error> {
+    let (major, minor) = ctx
+        .compute_capability()
+        .map_err(driver("reading the compute capability".to_owned()))?;
+    Arch::from_capability(major, minor)
+}
+
+fn driver(what: String) -> impl FnOnce(DriverError) -> Error {
+    move |source| Error::Driver { what, source }
+}
+
+/// A module loaded on one context, with the entry points of the artifact it came
+/// from.
+#[derive(Clone, Debug)]
+pub struct LoadedModule {
+    module: Arc<CudaModule>,
+    kind: ArtifactKind,
+    name: String,
+    entry_points: Vec<String>,
+    name_expressions: Vec<String>,
+}
+
+impl LoadedModule {
+    /// Which artifact was loaded: [`ArtifactKind::Cubin`] or [`ArtifactKind::Ptx`].
+    pub fn kind(&self) -> &ArtifactKind {
+        &self.kind
+    }
+
+    /// The lowered entry-point names.
+    pub fn entry_points(&self) -> &[String] {
+        &self.entry_points
+    }
+
+    /// The cudarc module.
+    pub fn module(&self) -> &Arc<CudaModule> {
+        &self.module
+    }
+
+    /// The function of a name expression of the request (`"kiln_axpy<float>"`).
+    pub fn function(&self, name_expression: &str) -> Result<CudaFunction, Error> {
+        let missing = || Error::NoSuchEntryPoint {
+            name: self.name.clone(),
+            function: name_expression.to_owned(),
+            entry_points: self.name_expressions.clone(),
+        };
+        let index = self
+            .name_expressions
+            .iter()
+            .position(|e| e == name_expression)
+            .ok_or_else(missing)?;
+        let lowered = self.entry_points.get(index).ok_or_else(missing)?;
+        if lowered.contains('\0') {
+            return Err(Error::InteriorNul {
+                what: format!("entry point {lowered:?}"),
+            });
+        }
+        self.module.load_function(lowered).map_err(driver(format!(
+            "getting function {lowered} of {}",
+            self.name
+        )))
+    }
+}
+
+type ModuleId = (usize, Digest, Key);
+
+/// Loaded modules per (context, owner, key): each entry loads once per context.
+///
+/// A cached module holds its context alive, so a context's address is never reused
+/// for another context while its modules are here.
+#[derive(Debug, Default)]
+pub struct ModuleCache {
+    modules: Mutex<HashMap<ModuleId, LoadedModule>>,
+}
+
+impl ModuleCache {
+    /// An empty module cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The process-wide module cache.
+    pub fn global() -> &'static ModuleCache {
+        static GLOBAL: OnceLock<ModuleCache> = OnceLock::new();
+        GLOBAL.get_or_init(ModuleCache::new)
+    }
+
+    /// How many modules are loaded, over all contexts.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no module is loaded.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ModuleId, LoadedModule>> {
+        // The map stays consistent even if a holder panicked: entries are inserted whole.
+        self.modules.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The module of `hit` (an entry of `request`) on `ctx`, loaded on first use.
+    pub fn load(
+        &self,
+        ctx: &Arc<CudaContext>,
+        request: &KernelRequest,
+        hit: &Hit<'_>,
+    ) -> Result<LoadedModule, Error> {
+        let id: ModuleId = (ctx.cu_ctx() as usize, hit.owner(), hit.key());
+        if let Some(module) = self.lock().get(&id) {
+            return Ok(module.clone());
+        }
+        let loaded = load_module(ctx, request, hit)?;
+        // Two threads may both have loaded it; the first one stored wins, and the
+        // other module is dropped (unloaded).
+        Ok(self.lock().entry(id).or_insert(loaded).clone())
+    }
+
+    /// Shorthand: the function of `name_expression` in `hit` on `ctx`.
+    pub fn function(
+        &self,
+        ctx: &Arc<CudaContext>,
+        request: &KernelRequest,
+        hit: &Hit<'_>,
+        name_expression: &str,
+    ) -> Result<CudaFunction, Error> {
+        self.load(ctx, request, hit)?.function(name_expression)
+    }
+}
+
+fn load_module(
+    ctx: &Arc<CudaContext>,
+    request: &KernelRequest,
+    hit: &Hit<'_>,
+) -> Result<LoadedModule, Error> {
+    let arch = request.arch();
+    // The hit must be this request's entry: same key, and an owner for this arch
+    // (owner labels end in `/<target>`), else the arch checks below would be wrong.
+    let same_key = request.key().is_ok_and(|key| key == hit.key());
+    let same_arch = hit.owner_label().ends_with(&format!("/{arch}"));
+    if !(same_key && same_arch) {
+        return Err(Error::HitMismatch {
+            name: hit.name().to_owned(),
+            owner: hit.owner_label().to_owned(),
+            request: request.name().to_owned(),
+            arch: arch.to_string(),
+        });
+    }
+    let (major, minor) = {
+        let device = device_arch(ctx)?;
+        (device.major(), device.minor())
+    };
+    let artifacts = hit.artifacts();
+    let pick = |kind: ArtifactKind| artifacts.iter().find(|a| a.kind == kind);
+    let (artifact, image) = if let Some(cubin) = pick(ArtifactKind::Cubin)
+        .filter(|a| arch.cubin_runs_on(major, minor) && !a.bytes.is_empty())
+    {
+        (cubin, cubin.bytes.to_vec())
+    } else if let Some(ptx) = pick(ArtifactKind::Ptx).filter(|_| arch.ptx_runs_on(major, minor)) {
+        if ptx.bytes.contains(&0) {
+            return Err(Error::InteriorNul {
+                what: format!("the PTX of {}", hit.name()),
+            });
+        }
+        // cuModuleLoadData reads PTX up to its NUL terminator.
+        let mut text = Vec::with_capacity(ptx.bytes.len() + 1);
+        text.extend_from_slice(ptx.bytes);
+        text.push(0);
+        (ptx, text)
+    } else {
+        return Err(Error::NoCompatibleArtifact {
+            name: hit.name().to_owned(),
+            arch: arch.to_string(),
+            major,
+            minor,
+        });
+    };
+    let module = ctx
+        .load_module(Ptx::from_binary(image))
+        .map_err(driver(format!(
+            "loading the {:?} of {}",
+            artifact.kind,
+            hit.name()
+        )))?;
+    Ok(LoadedModule {
+        module,
+        kind: artifact.kind.clone(),
+        name: hit.name().to_owned(),
+        entry_points: artifact
+            .entry_points
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect(),
+        name_expressions: request.name_expressions().to_vec(),
+    })
+}

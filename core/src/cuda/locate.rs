@@ -1,0 +1,376 @@
+//! Finding NVRTC and the CCCL (CUB) headers on this machine.
+//!
+//! Search order for `libnvrtc`:
+//! 1. `KILN_NVRTC`: an explicit library file. When set, nothing else is tried, so a
+//!    wrong value is an error rather than a silent fallback.
+//! 2. The CUDA toolkit: `CUDA_HOME`, `CUDA_PATH`, `/usr/local/cuda`, in their `lib64/`,
+//!    `lib/` and `targets/x86_64-linux/lib/` folders.
+//! 3. The loader path: each `LD_LIBRARY_PATH` folder, then what the OS loader finds by
+//!    name (`libnvrtc.so.13`, `libnvrtc.so`), which includes the `ld.so` cache.
+//! 4. The `nvidia-cuda-nvrtc` wheel in any Python site-packages
+//!    (`nvidia/cu13/lib/` for CUDA 13, `nvidia/cuda_nvrtc/lib/` for CUDA 12).
+//!
+//! Every candidate is probed with `libloading` (it must load and export
+//! `nvrtcVersion`) before it is accepted. When nothing qualifies the error lists every
+//! place tried. The CCCL headers are found the same way (`KILN_CCCL_INCLUDE`, the
+//! toolkit's `include/` or `include/cccl/`, the `nvidia-cuda-cccl` wheel).
+//!
+//! Site-packages folders come from globbing the usual places (the active virtualenv,
+//! `~/.local`, `/usr/lib`, `/usr/local/lib`, pyenv versions) and, only when none of
+//! those holds a candidate, from asking `python3` itself.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::Error;
+use super::error::{SearchLog, Searched};
+
+/// File names of NVRTC in a library folder, preferred first.
+const NVRTC_FILE_NAMES: &[&str] = &["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"];
+/// Names the OS loader is asked for when the folders above hold nothing.
+const NVRTC_LOADER_NAMES: &[&str] = &["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"];
+/// Wheel layouts below a site-packages folder: CUDA 13, then CUDA 12.
+const NVRTC_WHEEL_DIRS: &[&str] = &["nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"];
+/// CCCL header roots below a site-packages folder.
+const CCCL_WHEEL_DIRS: &[&str] = &["nvidia/cu13/include/cccl", "nvidia/cuda_cccl/include"];
+
+/// Where to look: the environment, captured once, or anything a caller sets.
+///
+/// [`SearchConfig::from_env`] reads the process environment; tests and tools build
+/// one by hand instead of mutating the global environment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SearchConfig {
+    /// An explicit NVRTC library file (`KILN_NVRTC`). When set, it is the only
+    /// candidate.
+    pub nvrtc_file: Option<PathBuf>,
+    /// An explicit CCCL include folder (`KILN_CCCL_INCLUDE`), the folder holding `cub/`.
+    pub cccl_include: Option<PathBuf>,
+    /// CUDA toolkit roots, each with the rule that named it (`CUDA_HOME`...).
+    pub toolkit_roots: Vec<(String, PathBuf)>,
+    /// Folders of the loader path (`LD_LIBRARY_PATH`).
+    pub loader_dirs: Vec<PathBuf>,
+    /// Whether to ask the OS loader for NVRTC by name.
+    pub ask_loader: bool,
+    /// Python site-packages folders to look into for the wheels.
+    pub site_packages: Vec<PathBuf>,
+    /// Whether to run `python3` to list site-packages when the folders above hold no
+    /// candidate.
+    pub ask_python: bool,
+}
+
+impl SearchConfig {
+    /// A configuration with nothing to search.
+    pub fn empty() -> Self {
+        Self::default()
+    }
+
+    /// Only this library file.
+    pub fn nvrtc_file(path: impl Into<PathBuf>) -> Self {
+        Self {
+            nvrtc_file: Some(path.into()),
+            ..Self::default()
+        }
+    }
+
+    /// The places named by the process environment (see the module documentation).
+    pub fn from_env() -> Self {
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        let mut toolkit_roots = Vec::new();
+        for name in ["CUDA_HOME", "CUDA_PATH"] {
+            if let Some(root) = var(name) {
+                toolkit_roots.push((name.to_owned(), PathBuf::from(root)));
+            }
+        }
+        toolkit_roots.push((
+            "default toolkit".to_owned(),
+            PathBuf::from("/usr/local/cuda"),
+        ));
+        let loader_dirs = var("LD_LIBRARY_PATH")
+            .map(|v| {
+                std::env::split_paths(&v)
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self {
+            nvrtc_file: var("KILN_NVRTC").map(PathBuf::from),
+            cccl_include: var("KILN_CCCL_INCLUDE").map(PathBuf::from),
+            toolkit_roots,
+            loader_dirs,
+            ask_loader: true,
+            site_packages: glob_site_packages(var("VIRTUAL_ENV"), var("HOME")),
+            ask_python: true,
+        }
+    }
+}
+
+/// How a library was found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Located {
+    /// The library file, or the bare name the OS loader resolved.
+    pub path: PathBuf,
+    /// The rule that found it (`KILN_NVRTC`, `CUDA_HOME`, `python wheel`...).
+    pub rule: String,
+}
+
+/// Finds a loadable NVRTC library, probing every candidate with `libloading`.
+pub fn locate_nvrtc(config: &SearchConfig) -> Result<Located, Error> {
+    let mut log = Vec::new();
+    let not_found = |log| Error::NvrtcNotFound {
+        searched: SearchLog(log),
+    };
+    if let Some(file) = &config.nvrtc_file {
+        return probe_file("KILN_NVRTC", file, &mut log).ok_or_else(|| not_found(log));
+    }
+    for (rule, root) in &config.toolkit_roots {
+        for sub in ["lib64", "lib", "targets/x86_64-linux/lib"] {
+            if let Some(found) = probe_dir(rule, &root.join(sub), &mut log) {
+                return Ok(found);
+            }
+        }
+    }
+    for dir in &config.loader_dirs {
+        if let Some(found) = probe_dir("LD_LIBRARY_PATH", dir, &mut log) {
+            return Ok(found);
+        }
+    }
+    if config.ask_loader {
+        for name in NVRTC_LOADER_NAMES {
+            if let Some(found) = probe_library("OS loader", Path::new(name), &mut log) {
+                return Ok(found);
+            }
+        }
+    }
+    let found = search_sites(config, &mut log, |site, log| {
+        NVRTC_WHEEL_DIRS
+            .iter()
+            .find_map(|sub| probe_dir("python wheel", &site.join(sub), log))
+    });
+    found.ok_or_else(|| not_found(log))
+}
+
+/// Finds the CCCL include folder: the one holding `cub/cub.cuh`.
+pub fn locate_cccl(config: &SearchConfig) -> Result<PathBuf, Error> {
+    let mut log = Vec::new();
+    let check = |rule: &str, dir: PathBuf, log: &mut Vec<Searched>| {
+        if dir.join("cub/cub.cuh").is_file() {
+            Some(dir)
+        } else {
+            log.push(Searched {
+                rule: rule.to_owned(),
+                candidate: dir,
+                outcome: "no cub/cub.cuh".to_owned(),
+            });
+            None
+        }
+    };
+    if let Some(dir) = &config.cccl_include {
+        return check("KILN_CCCL_INCLUDE", dir.clone(), &mut log).ok_or(Error::CcclNotFound {
+            searched: SearchLog(log),
+        });
+    }
+    for (rule, root) in &config.toolkit_roots {
+        for sub in ["include/cccl", "include"] {
+            if let Some(dir) = check(rule, root.join(sub), &mut log) {
+                return Ok(dir);
+            }
+        }
+    }
+    let found = search_sites(config, &mut log, |site, log| {
+        CCCL_WHEEL_DIRS
+            .iter()
+            .find_map(|sub| check("python wheel", site.join(sub), log))
+    });
+    found.ok_or(Error::CcclNotFound {
+        searched: SearchLog(log),
+    })
+}
+
+/// Tries `probe` on each configured site-packages folder, then, only when none
+/// qualifies, on the folders `python3` reports that were not already tried.
+fn search_sites<T>(
+    config: &SearchConfig,
+    log: &mut Vec<Searched>,
+    mut probe: impl FnMut(&Path, &mut Vec<Searched>) -> Option<T>,
+) -> Option<T> {
+    if let Some(found) = config
+        .site_packages
+        .iter()
+        .find_map(|site| probe(site, log))
+    {
+        return Some(found);
+    }
+    if !config.ask_python {
+        return None;
+    }
+    python_site_packages(log)
+        .into_iter()
+        .filter(|site| !config.site_packages.contains(site))
+        .find_map(|site| probe(&site, log))
+}
+
+fn probe_dir(rule: &str, dir: &Path, log: &mut Vec<Searched>) -> Option<Located> {
+    if !dir.is_dir() {
+        log.push(Searched {
+            rule: rule.to_owned(),
+            candidate: dir.to_path_buf(),
+            outcome: "no such folder".to_owned(),
+        });
+        return None;
+    }
+    NVRTC_FILE_NAMES
+        .iter()
+        .find_map(|name| probe_file(rule, &dir.join(name), log))
+}
+
+fn probe_file(rule: &str, file: &Path, log: &mut Vec<Searched>) -> Option<Located> {
+    if !file.is_file() {
+        log.push(Searched {
+            rule: rule.to_owned(),
+            candidate: file.to_path_buf(),
+            outcome: "no such file".to_owned(),
+        });
+        return None;
+    }
+    probe_library(rule, file, log)
+}
+
+/// Loads `name` (a path, or a bare name the OS loader resolves) and checks that it
+/// exports `nvrtcVersion`. The library is unloaded again; the compiler loads the
+/// accepted one for good.
+fn probe_library(rule: &str, name: &Path, log: &mut Vec<Searched>) -> Option<Located> {
+    let outcome = match probe_nvrtc_symbol(name) {
+        Ok(()) => {
+            return Some(Located {
+                path: name.to_path_buf(),
+                rule: rule.to_owned(),
+            });
+        }
+        Err(message) => message,
+    };
+    log.push(Searched {
+        rule: rule.to_owned(),
+        candidate: name.to_path_buf(),
+        outcome,
+    });
+    None
+}
+
+fn probe_nvrtc_symbol(name: &Path) -> Result<(), String> {
+    // SAFETY: loading a shared library runs its initialisers. The candidates are NVRTC
+    // libraries from the CUDA toolkit, the loader path or NVIDIA's wheels, whose
+    // initialisers only set up the library itself; a file that is not a shared library
+    // is rejected by the loader before any code runs.
+    let lib = unsafe { libloading::Library::new(name.as_os_str()) }
+        .map_err(|e| format!("does not load: {e}"))?;
+    // SAFETY: the symbol is only looked up, never called, so the declared type does not
+    // matter; `Symbol` borrows `lib` and is dropped first.
+    unsafe { lib.get::<unsafe extern "C" fn()>(b"nvrtcVersion\0") }
+        .map(drop)
+        .map_err(|e| format!("loads but is not NVRTC: {e}"))
+}
+
+/// Site-packages folders found by globbing the usual Python install places.
+fn glob_site_packages(virtual_env: Option<OsString>, home: Option<OsString>) -> Vec<PathBuf> {
+    let mut lib_dirs: Vec<PathBuf> = Vec::new();
+    if let Some(venv) = virtual_env {
+        lib_dirs.push(PathBuf::from(venv).join("lib"));
+    }
+    if let Some(home) = home.map(PathBuf::from) {
+        lib_dirs.push(home.join(".local/lib"));
+        for version in list_dir(&home.join(".pyenv/versions")) {
+            lib_dirs.push(version.join("lib"));
+        }
+    }
+    lib_dirs.push(PathBuf::from("/usr/local/lib"));
+    lib_dirs.push(PathBuf::from("/usr/lib"));
+    let mut sites = Vec::new();
+    for lib in lib_dirs {
+        for python in list_dir(&lib) {
+            let is_python3 = python
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("python3"));
+            if !is_python3 {
+                continue;
+            }
+            for kind in ["site-packages", "dist-packages"] {
+                let site = python.join(kind);
+                if site.is_dir() && !sites.contains(&site) {
+                    sites.push(site);
+                }
+            }
+        }
+    }
+    sites
+}
+
+/// The entries of a folder, sorted; empty when it cannot be read.
+fn list_dir(dir: &Path) -> Vec<PathBuf> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    entries.sort();
+    entries
+}
+
+/// The site-packages folders `python3` reports (the last resort).
+fn python_site_packages(log: &mut Vec<Searched>) -> Vec<PathBuf> {
+    const SCRIPT: &str = "import site,sys\n\
+        p=list(site.getsitepackages()) if hasattr(site,'getsitepackages') else []\n\
+        p.append(site.getusersitepackages())\n\
+        p+= [x for x in sys.path if x.endswith(('site-packages','dist-packages'))]\n\
+        print('\\n'.join(p))";
+    let mut fail = |outcome: String| {
+        log.push(Searched {
+            rule: "python3 site".to_owned(),
+            candidate: PathBuf::from("python3"),
+            outcome,
+        });
+        Vec::new()
+    };
+    match Command::new("python3").args(["-c", SCRIPT]).output() {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(PathBuf::from)
+            .filter(|p| p.is_dir())
+            .collect(),
+        Ok(out) => fail(format!("exited with {}", out.status)),
+        Err(e) => fail(format!("could not run: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explicit_file_is_the_only_candidate() {
+        let config = SearchConfig {
+            toolkit_roots: vec![("CUDA_HOME".into(), "/usr/local/cuda".into())],
+            ..SearchConfig::nvrtc_file("/nonexistent/libnvrtc.so.13")
+        };
+        let Err(Error::NvrtcNotFound { searched }) = locate_nvrtc(&config) else {
+            panic!("an explicit missing file must be an error");
+        };
+        assert_eq!(searched.0.len(), 1);
+        assert_eq!(searched.0[0].rule, "KILN_NVRTC");
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_library_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("libnvrtc.so.13");
+        std::fs::write(&fake, b"not an ELF file").unwrap();
+        let config = SearchConfig {
+            loader_dirs: vec![dir.path().to_path_buf()],
+            ..SearchConfig::empty()
+        };
+        let Err(Error::NvrtcNotFound { searched }) = locate_nvrtc(&config) else {
+            panic!("a fake library must be refused");
+        };
+        let entry = searched.0.iter().find(|s| s.candidate == fake).unwrap();
+        assert!(entry.outcome.starts_with("does not load"), "{entry}");
+    }
+}

@@ -1,0 +1,333 @@
+//! What to compile: a [`KernelRequest`], its inputs fingerprinted, and the [`Key`]
+//! and [`Owner`] derived from it.
+//!
+//! The key covers the kernel's identity: its name, the source, every header (by
+//! content), every include directory (by the content of every file under it), the
+//! name expressions and the specialization parameters. The owner covers the compiler
+//! configuration: NVRTC's exact version, the arch and the canonical options. Paths
+//! are in neither: an include directory is identified by what it holds, so the same
+//! headers give the same key on every machine.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use crate::{Digest, Key, KeyBuilder, Owner};
+
+use super::nvrtc::NvrtcVersion;
+use super::{Arch, CanonicalOptions, Error};
+
+/// The schema name and version of CUDA kernel keys; bump the version when the key
+/// derivation changes.
+pub const KEY_SCHEMA: (&str, u32) = ("kiln.cuda.kernel", 1);
+
+/// The compiler id in every CUDA owner.
+pub const COMPILER_ID: &str = "nvrtc";
+
+/// A header given by content, included by `#include "name"`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Header {
+    /// The name the source includes it by.
+    pub name: String,
+    /// Its text.
+    pub content: String,
+}
+
+/// An include directory whose every file Kiln has fingerprinted.
+///
+/// The digest covers each regular file's path relative to the directory and its
+/// bytes, in sorted order (symbolic links are followed; a folder reached twice is
+/// walked once, so link cycles end). A directory is walked once
+/// per process: [`IncludeDir::new`] remembers the digest of each canonical path, so
+/// a big tree such as CCCL costs its hashing only once.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct IncludeDir {
+    path: PathBuf,
+    digest: Digest,
+}
+
+impl IncludeDir {
+    /// Fingerprints `path` (or reuses this process's fingerprint of it).
+    pub fn new(path: impl AsRef<Path>) -> Result<Self, Error> {
+        let given = path.as_ref();
+        let path = given.canonicalize().map_err(|source| Error::Io {
+            path: given.to_path_buf(),
+            source,
+        })?;
+        static SEEN: OnceLock<Mutex<HashMap<PathBuf, Digest>>> = OnceLock::new();
+        let seen = SEEN.get_or_init(Default::default);
+        let cached = seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&path)
+            .copied();
+        let digest = match cached {
+            Some(digest) => digest,
+            None => {
+                let digest = fingerprint_dir(&path)?;
+                seen.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(path.clone(), digest);
+                digest
+            }
+        };
+        Ok(Self { path, digest })
+    }
+
+    /// Fingerprints `path` afresh, ignoring this process's earlier fingerprint (for
+    /// directories whose contents change while the process runs).
+    pub fn rescan(path: impl AsRef<Path>) -> Result<Self, Error> {
+        let given = path.as_ref();
+        let path = given.canonicalize().map_err(|source| Error::Io {
+            path: given.to_path_buf(),
+            source,
+        })?;
+        let digest = fingerprint_dir(&path)?;
+        Ok(Self { path, digest })
+    }
+
+    /// The directory (canonical path).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The fingerprint of everything under it.
+    pub fn digest(&self) -> Digest {
+        self.digest
+    }
+}
+
+fn fingerprint_dir(root: &Path) -> Result<Digest, Error> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Io { path, source }
+    };
+    let mut files = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    // Folders already walked (canonical), so a symbolic link cycle ends.
+    let mut walked = std::collections::HashSet::new();
+    while let Some(dir) = stack.pop() {
+        if !walked.insert(dir.canonicalize().map_err(io(&dir))?) {
+            continue;
+        }
+        let mut entries = std::fs::read_dir(&dir)
+            .map_err(io(&dir))?
+            .map(|entry| entry.map(|e| e.path()))
+            .collect::<Result<Vec<PathBuf>, _>>()
+            .map_err(io(&dir))?;
+        // Sorted, and folders pushed in reverse: the walk order (and so which path
+        // names a folder reached twice) is the same on every filesystem.
+        entries.sort();
+        let mut subdirs = Vec::new();
+        for path in entries {
+            let meta = std::fs::metadata(&path).map_err(io(&path))?;
+            if meta.is_dir() {
+                subdirs.push(path);
+            } else if meta.is_file() {
+                files.push(path);
+            }
+        }
+        stack.extend(subdirs.into_iter().rev());
+    }
+    files.sort();
+    let mut hasher = blake3::Hasher::new_derive_key("kiln cuda include directory v1");
+    for file in &files {
+        let relative = file.strip_prefix(root).unwrap_or(file);
+        let name = relative.to_string_lossy();
+        let bytes = std::fs::read(file).map_err(io(file))?;
+        hasher.update(&(name.len() as u64).to_le_bytes());
+        hasher.update(name.as_bytes());
+        hasher.update(&(bytes.len() as u64).to_le_bytes());
+        hasher.update(&bytes);
+    }
+    Ok(Digest(*hasher.finalize().as_bytes()))
+}
+
+/// One kernel program to compile: source, headers, entry points, specialization and
+/// target.
+///
+/// ```
+/// use kiln_core::cuda::{Arch, KernelRequest};
+/// let request = KernelRequest::new(
+///     "scale",
+///     "template <typename T> __global__ void scale(T* x, T a) { x[threadIdx.x] *= a; }",
+///     "sm_90a".parse::<Arch>()?,
+/// )
+/// .name_expression("scale<float>")
+/// .param("T", "float")
+/// .options(["-use_fast_math"])?;
+/// assert_eq!(request.name_expressions(), ["scale<float>"]);
+/// # Ok::<(), kiln_core::cuda::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelRequest {
+    name: String,
+    source: String,
+    headers: Vec<Header>,
+    include_dirs: Vec<IncludeDir>,
+    name_expressions: Vec<String>,
+    params: BTreeMap<String, String>,
+    arch: Arch,
+    options: CanonicalOptions,
+}
+
+impl KernelRequest {
+    /// A request with no headers, entry points, parameters or options yet.
+    pub fn new(name: impl Into<String>, source: impl Into<String>, arch: Arch) -> Self {
+        Self {
+            name: name.into(),
+            source: source.into(),
+            headers: Vec::new(),
+            include_dirs: Vec::new(),
+            name_expressions: Vec::new(),
+            params: BTreeMap::new(),
+            arch,
+            options: CanonicalOptions::default(),
+        }
+    }
+
+    /// Adds a header by content (replacing one of the same name).
+    pub fn header(mut self, name: impl Into<String>, content: impl Into<String>) -> Self {
+        let header = Header {
+            name: name.into(),
+            content: content.into(),
+        };
+        self.headers.retain(|h| h.name != header.name);
+        self.headers.push(header);
+        self
+    }
+
+    /// Adds an include directory; searched in the order added.
+    pub fn include_dir(mut self, dir: IncludeDir) -> Self {
+        self.include_dirs.push(dir);
+        self
+    }
+
+    /// Adds an entry point: a name expression such as `"saxpy<float>"` or
+    /// `"my_extern_c_kernel"`. Its lowered (mangled) name becomes an entry point of
+    /// the artifacts, in the order added.
+    pub fn name_expression(mut self, expr: impl Into<String>) -> Self {
+        self.name_expressions.push(expr.into());
+        self
+    }
+
+    /// Records a specialization parameter (type, constant, block size...). It goes
+    /// into the key; the source or the name expressions must use it.
+    pub fn param(mut self, label: impl Into<String>, value: impl ToString) -> Self {
+        self.params.insert(label.into(), value.to_string());
+        self
+    }
+
+    /// Sets the NVRTC options, canonicalized (see [`CanonicalOptions`]).
+    pub fn options<I>(mut self, options: I) -> Result<Self, Error>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        self.options = CanonicalOptions::new(options)?;
+        Ok(self)
+    }
+
+    /// Changes the target arch.
+    pub fn with_arch(mut self, arch: Arch) -> Self {
+        self.arch = arch;
+        self
+    }
+
+    /// The human name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The headers given by content.
+    pub fn headers(&self) -> &[Header] {
+        &self.headers
+    }
+
+    /// The include directories.
+    pub fn include_dirs(&self) -> &[IncludeDir] {
+        &self.include_dirs
+    }
+
+    /// The name expressions, in order: entry point `i` of an artifact is the lowered
+    /// name of `name_expressions()[i]`.
+    pub fn name_expressions(&self) -> &[String] {
+        &self.name_expressions
+    }
+
+    /// The specialization parameters.
+    pub fn params(&self) -> &BTreeMap<String, String> {
+        &self.params
+    }
+
+    /// The target arch.
+    pub fn arch(&self) -> Arch {
+        self.arch
+    }
+
+    /// The canonical options.
+    pub fn canonical_options(&self) -> &CanonicalOptions {
+        &self.options
+    }
+
+    /// The key: everything about the kernel that changes its code, except what the
+    /// owner covers (NVRTC version, arch, options).
+    pub fn key(&self) -> Result<Key, crate::Error> {
+        // Exhaustive: a new field must be placed in the key or the owner here.
+        let Self {
+            name,
+            source,
+            headers,
+            include_dirs,
+            name_expressions,
+            params,
+            arch: _,    // in the owner
+            options: _, // in the owner
+        } = self;
+        let mut headers: Vec<(&str, [u8; 32])> = headers
+            .iter()
+            .map(|h| {
+                (
+                    h.name.as_str(),
+                    *blake3::hash(h.content.as_bytes()).as_bytes(),
+                )
+            })
+            .collect();
+        headers.sort();
+        let include_digests: Vec<[u8; 32]> = include_dirs.iter().map(|d| d.digest.0).collect();
+        let (schema, version) = KEY_SCHEMA;
+        Ok(KeyBuilder::new(schema, version)
+            .str("name", name)
+            .bytes("source", source.as_bytes())
+            .field("headers", &headers)?
+            .field("include_dirs", &include_digests)?
+            .field("name_expressions", name_expressions)?
+            .field("params", params)?
+            .finish())
+    }
+
+    /// The owner for this request under NVRTC `version`.
+    pub fn owner(&self, version: &NvrtcVersion) -> Result<Owner, crate::Error> {
+        Owner::new(
+            COMPILER_ID,
+            version.release.as_str(),
+            self.arch.to_string(),
+            self.options.as_slice(),
+        )
+    }
+
+    /// The full NVRTC option list: canonical options, the arch, include paths.
+    pub(crate) fn nvrtc_options(&self) -> Vec<String> {
+        let mut all = self.options.as_slice().to_vec();
+        all.push(format!("--gpu-architecture={}", self.arch));
+        for dir in &self.include_dirs {
+            all.push(format!("--include-path={}", dir.path.display()));
+        }
+        all
+    }
+}

@@ -1,0 +1,584 @@
+//! [`DiskCache`]: one process's handle on a cache directory.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::SystemTime;
+
+use kiln_image::{Digest, EntryData, ImageWriter};
+
+use super::compact::{self, Scope, entry_cost, segment_meta};
+use super::config::DiskConfig;
+use super::hit::DiskHit;
+use super::lock::DirLock;
+use super::recency::Recency;
+use super::report::{
+    ArtifactInfo, ClearReport, DiskStats, EntryInfo, GcReport, SegmentCheck, SessionCounters,
+    VerifyReport,
+};
+use super::segment::{self, FileInfo, Listing, Segment};
+use super::stamps::{self, EntryId};
+use super::view::{Slot, View};
+use crate::error::Error;
+
+/// A cache directory of kiln images shared by processes; see the
+/// [module documentation](super) for the layout and the guarantees.
+///
+/// `Send + Sync`: share one per process.
+pub struct DiskCache {
+    config: DiskConfig,
+    view: RwLock<View>,
+    /// Uses noted for recency stamps, and whether writing still works.
+    recency: Arc<Recency>,
+    /// Set when a segment failed to open or an entry failed its checksum:
+    /// the next compaction should clean up.
+    needs_cleanup: AtomicBool,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    stored: AtomicU64,
+    store_failures: AtomicU64,
+}
+
+/// A directory's modification time can be this coarse (some file systems
+/// keep seconds): listings this close to it are repeated on the next miss.
+const MTIME_GRANULARITY_MS: u64 = 2000;
+
+impl DiskCache {
+    /// Opens the cache directory of `config`, creating it when missing, and
+    /// lists its segments (each is mapped when a lookup first needs it).
+    ///
+    /// A directory that exists but cannot be written is opened read-only
+    /// (with one warning when a write is first attempted). Fails only when
+    /// the directory neither exists nor can be created, or cannot be listed.
+    pub fn open(config: DiskConfig) -> Result<DiskCache, Error> {
+        let cache = DiskCache {
+            recency: Recency::new(&config.dir, segment::now_ms()),
+            config,
+            view: RwLock::new(View::default()),
+            needs_cleanup: AtomicBool::new(false),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            stored: AtomicU64::new(0),
+            store_failures: AtomicU64::new(0),
+        };
+        // No stat of the directory here: the first miss lists it again.
+        let listed = match cache.relist_at(None) {
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(cache.dir())
+                    .map_err(|source| cache.io_error("create directory", source))?;
+                cache.relist_at(None)
+            }
+            listed => listed,
+        };
+        listed.map_err(|source| cache.io_error("list", source))?;
+        Ok(cache)
+    }
+
+    /// Opens the cache configured by `KILN_CACHE*` (see [`super::config`]):
+    /// `None` when it is turned off, or (after one warning) when it cannot
+    /// be used; the caller then simply compiles.
+    pub fn from_env() -> Option<DiskCache> {
+        match DiskConfig::from_env() {
+            Ok(config) => config.and_then(DiskCache::open_or_warn),
+            Err(error) => {
+                warn_unavailable(&error);
+                None
+            }
+        }
+    }
+
+    /// Opens the cache of `config`, or logs one warning and returns `None`
+    /// when it cannot be used.
+    pub fn open_or_warn(config: DiskConfig) -> Option<DiskCache> {
+        DiskCache::open(config)
+            .map_err(|error| warn_unavailable(&error))
+            .ok()
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &DiskConfig {
+        &self.config
+    }
+
+    /// The cache directory.
+    pub fn dir(&self) -> &Path {
+        &self.config.dir
+    }
+
+    /// Looks up `(owner, key)`: a hit whose payloads passed their checksums,
+    /// or `None` (also for damaged entries, which compaction removes).
+    pub fn get(&self, owner: &Digest, key: &Digest) -> Option<DiskHit> {
+        let mut hit = self.find(owner, key);
+        if hit.is_none() && self.refresh() {
+            hit = self.find(owner, key);
+        }
+        match hit {
+            Some(hit) => {
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                self.touch((*owner, *key));
+                Some(hit)
+            }
+            None => {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    /// Stores `entry` in a new segment, unless it is already on disk, larger
+    /// than the cap, or the directory cannot be written (then one warning,
+    /// and no further attempts). Returns whether a segment was published.
+    /// Never fails: the disk cache is best-effort.
+    pub fn put(&self, entry: &EntryData) -> bool {
+        if !self.is_writable() {
+            return false;
+        }
+        if entry_cost(entry) > self.config.max_bytes {
+            tracing::debug!(name = %entry.name, "entry larger than KILN_CACHE_MAX_BYTES: not stored on disk");
+            return false;
+        }
+        if self.find(&entry.owner, &entry.key).is_some() {
+            return false;
+        }
+        let mut writer = ImageWriter::new(segment_meta());
+        writer.push(entry.clone());
+        let bytes = match writer.to_bytes() {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                tracing::debug!(name = %entry.name, %error, "entry cannot be written as an image: not stored on disk");
+                return false;
+            }
+        };
+        let published = DirLock::open(self.dir()).and_then(|lock| {
+            let _shared = lock.shared()?;
+            segment::publish(self.dir(), &bytes, 1)
+        });
+        let file = match published {
+            Ok(file) => file,
+            Err(source) => {
+                self.store_failures.fetch_add(1, Ordering::Relaxed);
+                self.stop_writing("publish a segment in", source);
+                return false;
+            }
+        };
+        self.stored.fetch_add(1, Ordering::Relaxed);
+        self.add_segment(&file);
+        self.compact_if_needed();
+        true
+    }
+
+    /// Writes pending recency stamps now (also done on drop, and by use at
+    /// most once per stamp interval), then compacts if the stamps file has
+    /// grown much larger than one record per entry.
+    pub fn flush_stamps(&self) {
+        let Some(stamps_bytes) = self.append_stamps() else {
+            return;
+        };
+        // The cheap check of the lookup path: no listing.
+        let entries: u64 = self
+            .view()
+            .slots
+            .iter()
+            .map(|slot| segment::entries_in_name(&slot.name))
+            .sum();
+        if self.needs_cleanup.load(Ordering::Relaxed) {
+            self.compact_if_needed();
+        } else if stamps::bloated(stamps_bytes, entries as usize) {
+            self.compact_stamps();
+        }
+    }
+
+    /// Rewrites the stamps file with one record per entry, unless another
+    /// process holds the lock.
+    fn compact_stamps(&self) {
+        let compacted =
+            DirLock::open(self.dir()).and_then(|mut lock| match lock.try_exclusive()? {
+                Some(_exclusive) => stamps::compact(self.dir()),
+                None => Ok(()),
+            });
+        if let Err(source) = compacted {
+            self.stop_writing("rewrite the recency stamps in", source);
+        }
+    }
+
+    /// Appends pending stamps; returns the stamps file's new size if
+    /// anything was written.
+    fn append_stamps(&self) -> Option<u64> {
+        match self.recency.write_pending(segment::now_ms()) {
+            Ok(len) => len,
+            Err(source) => {
+                self.stop_writing("append recency stamps in", source);
+                None
+            }
+        }
+    }
+
+    /// Whether this process still writes to the directory.
+    pub fn is_writable(&self) -> bool {
+        self.recency.writable.load(Ordering::Relaxed)
+    }
+
+    /// What is in the directory, and what this process did with it.
+    pub fn stats(&self) -> Result<DiskStats, Error> {
+        let listing = self.listing()?;
+        self.relist()
+            .map_err(|source| self.io_error("list", source))?;
+        let segments = self.view().segments(self.dir());
+        Ok(DiskStats {
+            dir: self.dir().to_path_buf(),
+            writable: self.is_writable(),
+            max_bytes: self.config.max_bytes,
+            bytes: listing.segment_bytes() + stamps::file_len(self.dir()),
+            segments: listing.segments.len(),
+            entries: compact::distinct_entries(segments.iter().map(|s| &**s)),
+            unreadable_segments: listing.segments.len().saturating_sub(segments.len()),
+            temp_files: listing.temp_files.len(),
+            session: self.session(),
+        })
+    }
+
+    /// This process's counters.
+    pub fn session(&self) -> SessionCounters {
+        SessionCounters {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            stored: self.stored.load(Ordering::Relaxed),
+            store_failures: self.store_failures.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Every distinct entry on disk, most recently used first.
+    pub fn ls(&self) -> Result<Vec<EntryInfo>, Error> {
+        self.relist()
+            .map_err(|source| self.io_error("list", source))?;
+        let recorded =
+            stamps::read(self.dir()).map_err(|source| self.io_error("read stamps in", source))?;
+        let published: HashMap<String, u64> = self
+            .listing()?
+            .segments
+            .into_iter()
+            .map(|f| (f.name, f.modified_ms))
+            .collect();
+        let segments = self.view().segments(self.dir());
+        let mut seen = HashSet::new();
+        let mut entries = Vec::new();
+        for s in &segments {
+            for i in 0..s.image.len() {
+                let Ok(entry) = s.image.entry(i) else {
+                    continue;
+                };
+                let id = (entry.owner(), entry.key());
+                if !seen.insert(id) {
+                    continue;
+                }
+                let artifacts = (0..entry.artifact_count())
+                    .filter_map(|a| entry.artifact(a).ok())
+                    .map(|a| ArtifactInfo {
+                        kind: a.kind_name().to_owned(),
+                        bytes: a.len(),
+                    })
+                    .collect();
+                entries.push(EntryInfo {
+                    owner: id.0.to_hex(),
+                    owner_label: entry.owner_label().to_owned(),
+                    key: id.1.to_hex(),
+                    name: entry.name().to_owned(),
+                    artifacts,
+                    last_used_ms: recorded
+                        .get(&id)
+                        .copied()
+                        .unwrap_or_else(|| published.get(&s.name).copied().unwrap_or(0)),
+                    segment: s.name.clone(),
+                });
+            }
+        }
+        entries.sort_by(|a, b| {
+            b.last_used_ms
+                .cmp(&a.last_used_ms)
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        Ok(entries)
+    }
+
+    /// Merges every segment into one, drops corrupt entries, segments and
+    /// orphaned temporary files, and evicts least recently used entries
+    /// while over the cap. Waits for the exclusive lock.
+    pub fn gc(&self) -> Result<GcReport, Error> {
+        self.append_stamps();
+        let mut lock = DirLock::open(self.dir())
+            .map_err(|source| self.io_error("open the lock of", source))?;
+        let _exclusive = lock
+            .exclusive()
+            .map_err(|source| self.io_error("lock", source))?;
+        let damaged = self.view().damaged.clone();
+        let report = compact::compact(self.dir(), &self.config, Scope::All, &damaged)?;
+        self.after_compaction();
+        Ok(report)
+    }
+
+    /// Removes every segment, temporary file and stamp. Waits for the
+    /// exclusive lock. Processes that mapped segments keep their maps.
+    pub fn clear(&self) -> Result<ClearReport, Error> {
+        let mut lock = DirLock::open(self.dir())
+            .map_err(|source| self.io_error("open the lock of", source))?;
+        let _exclusive = lock
+            .exclusive()
+            .map_err(|source| self.io_error("lock", source))?;
+        let listing = self.listing()?;
+        let mut report = ClearReport::default();
+        let stamps_file = std::fs::metadata(self.dir().join(stamps::STAMPS_FILE))
+            .ok()
+            .map(|m| FileInfo {
+                name: stamps::STAMPS_FILE.to_owned(),
+                bytes: m.len(),
+                modified_ms: 0,
+            });
+        for file in listing
+            .segments
+            .iter()
+            .chain(&listing.temp_files)
+            .chain(&stamps_file)
+        {
+            segment::remove(self.dir(), &file.name)
+                .map_err(|source| self.io_error("remove", source))?;
+            report.files_removed += 1;
+            report.bytes_removed += file.bytes;
+        }
+        segment::sync_dir(self.dir()).map_err(|source| self.io_error("sync", source))?;
+        self.recency.forget();
+        self.after_compaction();
+        Ok(report)
+    }
+
+    /// Checks every segment fully (header, structure, every payload
+    /// checksum). Reads only; takes no lock.
+    pub fn verify(&self) -> Result<VerifyReport, Error> {
+        let listing = self.listing()?;
+        let segments = listing
+            .segments
+            .iter()
+            .map(|file| {
+                let path = segment::path_of(self.dir(), &file.name);
+                let checked = kiln_image::Image::open(&path, kiln_image::Verification::Full)
+                    .map(|image| image.len());
+                SegmentCheck {
+                    name: file.name.clone(),
+                    bytes: file.bytes,
+                    entries: checked.as_ref().map_or(0, |n| *n),
+                    problem: checked.err().map(|e| e.to_string()),
+                }
+            })
+            .collect();
+        Ok(VerifyReport {
+            segments,
+            temp_files: listing.temp_files.len(),
+        })
+    }
+
+    // ----- internals -----
+
+    /// Searches the listed segments, fullest first, mapping each on first use.
+    fn find(&self, owner: &Digest, key: &Digest) -> Option<DiskHit> {
+        let mut damaged = Vec::new();
+        let mut hit = None;
+        {
+            let view = self.view();
+            for slot in &view.slots {
+                let Some(s) = slot.segment(self.dir()) else {
+                    if !view.damaged.contains(&slot.name) {
+                        damaged.push(slot.name.clone());
+                    }
+                    continue;
+                };
+                match s.image.find(owner, key) {
+                    Ok(None) => continue,
+                    Ok(Some(entry)) => match DiskHit::verified(Arc::clone(s), entry.index()) {
+                        Some(found) => {
+                            hit = Some(found);
+                            break;
+                        }
+                        None => damaged.push(slot.name.clone()),
+                    },
+                    Err(_) => damaged.push(slot.name.clone()),
+                }
+            }
+        }
+        if !damaged.is_empty() {
+            tracing::debug!(segments = ?damaged, "damaged disk-cache segment: its entries are misses");
+            self.view_mut().damaged.extend(damaged);
+            self.needs_cleanup.store(true, Ordering::Relaxed);
+        }
+        hit
+    }
+
+    /// Lists the directory again if it changed since the last listing.
+    /// Returns whether segments were added or removed.
+    fn refresh(&self) -> bool {
+        let Ok(modified) = std::fs::metadata(self.dir()).and_then(|m| m.modified()) else {
+            return false;
+        };
+        {
+            let view = self.view();
+            let settled = match (view.dir_modified, view.listed_at) {
+                (Some(seen), Some(listed)) => {
+                    seen == modified
+                        && listed
+                            .duration_since(modified)
+                            .is_ok_and(|d| d.as_millis() > u128::from(MTIME_GRANULARITY_MS))
+                }
+                _ => false,
+            };
+            if settled {
+                return false;
+            }
+        }
+        self.relist_at(Some(modified)).unwrap_or(false)
+    }
+
+    /// Lists the directory: new segments are added (mapped on first use),
+    /// segments deleted by compaction dropped. Returns whether anything
+    /// changed.
+    fn relist(&self) -> std::io::Result<bool> {
+        let modified = std::fs::metadata(self.dir())?.modified()?;
+        self.relist_at(Some(modified))
+    }
+
+    /// [`DiskCache::relist`] with the directory's modification time known
+    /// (`None`: unknown, so the next miss lists again).
+    fn relist_at(&self, modified: Option<SystemTime>) -> std::io::Result<bool> {
+        let listed_at = SystemTime::now();
+        let names = segment::segment_names(self.dir())?;
+        let mut view = self.view_mut();
+        let changed = view.relisted(names);
+        view.dir_modified = modified;
+        view.listed_at = Some(listed_at);
+        Ok(changed)
+    }
+
+    /// Maps a segment this process just published.
+    fn add_segment(&self, file: &FileInfo) {
+        match Segment::open(self.dir(), &file.name) {
+            Ok(s) => self.view_mut().add(Slot::mapped(s)),
+            Err(error) => {
+                tracing::debug!(segment = %file.name, %error, "just-published disk-cache segment does not open");
+            }
+        }
+    }
+
+    /// Compacts (too many segments), evicts (over the cap), rewrites the
+    /// stamps (grown large) or cleans up (damage seen) when needed and
+    /// nobody else is at it. Lists the directory with file sizes: called
+    /// after stores, not on the lookup path.
+    fn compact_if_needed(&self) {
+        if !self.is_writable() {
+            return;
+        }
+        let Ok(listing) = Listing::read(self.dir()) else {
+            return;
+        };
+        let entries: u64 = listing
+            .segments
+            .iter()
+            .map(|f| segment::entries_in_name(&f.name))
+            .sum();
+        let stamps_bytes = stamps::file_len(self.dir());
+        let needed = listing.segments.len() > self.config.compact_after
+            || listing.segment_bytes() + stamps_bytes > self.config.max_bytes
+            || stamps::bloated(stamps_bytes, entries as usize)
+            || self.needs_cleanup.load(Ordering::Relaxed);
+        if !needed {
+            return;
+        }
+        self.append_stamps();
+        let compacted = DirLock::open(self.dir())
+            .map_err(|source| self.io_error("open the lock of", source))
+            .and_then(|mut lock| {
+                let Some(_exclusive) = lock
+                    .try_exclusive()
+                    .map_err(|source| self.io_error("lock", source))?
+                else {
+                    return Ok(None); // another process is compacting
+                };
+                let damaged = self.view().damaged.clone();
+                compact::compact(self.dir(), &self.config, Scope::Needed, &damaged).map(Some)
+            });
+        match compacted {
+            Ok(Some(report)) => {
+                tracing::debug!(?report, "disk cache compacted");
+                self.after_compaction();
+            }
+            Ok(None) => {}
+            Err(Error::DiskIo { action, source, .. }) => self.stop_writing(action, source),
+            Err(error) => tracing::debug!(%error, "disk-cache compaction failed"),
+        }
+    }
+
+    /// Forgets damage (compaction handled it) and lists the directory again.
+    fn after_compaction(&self) {
+        self.needs_cleanup.store(false, Ordering::Relaxed);
+        self.view_mut().damaged.clear();
+        let _ = self.relist();
+    }
+
+    /// Notes a use of `id`; writes pending stamps if the last write is
+    /// older than the stamp interval.
+    fn touch(&self, id: EntryId) {
+        let interval = u64::try_from(self.config.stamp_interval.as_millis()).unwrap_or(u64::MAX);
+        if self.recency.note(id, segment::now_ms(), interval) {
+            self.flush_stamps();
+        }
+    }
+
+    /// Stops writing after a failed write, with the one warning.
+    fn stop_writing(&self, action: &'static str, source: std::io::Error) {
+        if self.recency.writable.swap(false, Ordering::Relaxed) {
+            let error = Error::DiskIo {
+                action,
+                path: self.dir().to_path_buf(),
+                source,
+            };
+            tracing::warn!(%error, "kiln disk cache is not writable: compiling without storing results on disk");
+        }
+    }
+
+    fn listing(&self) -> Result<Listing, Error> {
+        Listing::read(self.dir()).map_err(|source| self.io_error("list", source))
+    }
+
+    fn io_error(&self, action: &'static str, source: std::io::Error) -> Error {
+        Error::DiskIo {
+            action,
+            path: self.dir().to_path_buf(),
+            source,
+        }
+    }
+
+    fn view(&self) -> std::sync::RwLockReadGuard<'_, View> {
+        self.view.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn view_mut(&self) -> std::sync::RwLockWriteGuard<'_, View> {
+        self.view.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for DiskCache {
+    fn drop(&mut self) {
+        self.flush_stamps();
+    }
+}
+
+impl std::fmt::Debug for DiskCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskCache")
+            .field("dir", &self.config.dir)
+            .field("writable", &self.is_writable())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The one warning when the disk cache cannot be used at all.
+fn warn_unavailable(error: &Error) {
+    tracing::warn!(%error, "kiln disk cache unavailable: compiled code will not persist across runs");
+}

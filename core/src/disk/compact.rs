@@ -1,0 +1,282 @@
+//! Compaction, eviction and clean-up, under the exclusive directory lock.
+//!
+//! Compaction merges segments into one new segment (first entry wins,
+//! payloads re-checked on the way), publishes it, and only then deletes the
+//! merged segments: a reader or a crash at any moment finds every entry in
+//! at least one published segment. Over the cap, every segment is merged and
+//! the least recently used entries are left out until the total is 90 % of
+//! the cap (the headroom keeps the next few stores from evicting again).
+//! Segments that do not open and temporary files are removed: under the
+//! exclusive lock nobody is writing, so they are garbage.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use kiln_image::{EntryData, ImageMeta, ImageWriter};
+
+use super::config::DiskConfig;
+use super::report::GcReport;
+use super::segment::{self, Listing, Segment};
+use super::stamps::{self, EntryId, RECORD_BYTES};
+use crate::error::Error;
+
+/// How much to compact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// Only what is needed: merge small segments once there are too many,
+    /// evict when over the cap, rewrite damaged segments.
+    Needed,
+    /// Everything (`gc`): merge all segments into one, evict when over the cap.
+    All,
+}
+
+/// The image metadata of segments.
+pub(crate) fn segment_meta() -> ImageMeta {
+    ImageMeta::new("kiln-disk-cache", env!("CARGO_PKG_VERSION"))
+}
+
+/// An upper estimate of the bytes `entry` takes in a segment, with its stamp.
+pub(crate) fn entry_cost(entry: &EntryData) -> u64 {
+    const OVERHEAD: usize = 512;
+    let artifacts: usize = entry
+        .artifacts
+        .iter()
+        .map(|a| a.bytes.len() + 64 + a.entry_points.iter().map(|e| e.len() + 8).sum::<usize>())
+        .sum();
+    let deps: usize = entry.deps.iter().map(|d| d.name.len() + 48).sum();
+    (OVERHEAD + RECORD_BYTES + entry.name.len() + entry.owner_label.len() + artifacts + deps) as u64
+}
+
+/// Which segments to merge in [`Scope::Needed`] when there are more than
+/// `compact_after`: the smallest ones, as long as the next is at most twice
+/// their sum (so large segments are rewritten rarely: merging is
+/// geometric, like an LSM tree's).
+fn small_segments(sizes: &[u64], compact_after: usize) -> Vec<usize> {
+    if sizes.len() <= compact_after.max(1) {
+        return Vec::new();
+    }
+    let mut order: Vec<usize> = (0..sizes.len()).collect();
+    order.sort_by_key(|&i| sizes[i]);
+    let mut chosen = Vec::new();
+    let mut sum = 0u64;
+    for i in order {
+        if chosen.len() >= 2 && sizes[i] > sum.saturating_mul(2) {
+            break;
+        }
+        chosen.push(i);
+        sum = sum.saturating_add(sizes[i]);
+    }
+    chosen
+}
+
+/// Compacts `dir`. The caller holds the directory lock exclusive.
+/// `damaged` names segments in which a payload failed its checksum.
+pub(crate) fn compact(
+    dir: &Path,
+    config: &DiskConfig,
+    scope: Scope,
+    damaged: &HashSet<String>,
+) -> Result<GcReport, Error> {
+    let io = |action: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::DiskIo {
+            action,
+            path,
+            source,
+        }
+    };
+    let listing = Listing::read(dir).map_err(io("list", dir))?;
+    let stamps_path = dir.join(stamps::STAMPS_FILE);
+    let stamps_bytes = stamps::file_len(dir);
+    let mut report = GcReport {
+        segments_before: listing.segments.len(),
+        bytes_before: listing.segment_bytes() + stamps_bytes,
+        ..GcReport::default()
+    };
+
+    for temp in &listing.temp_files {
+        segment::remove(dir, &temp.name).map_err(io("remove", &dir.join(&temp.name)))?;
+        report.temp_files_removed += 1;
+    }
+    // When each segment was published: the recency of entries without a stamp.
+    let published: HashMap<&str, u64> = listing
+        .segments
+        .iter()
+        .map(|f| (f.name.as_str(), f.modified_ms))
+        .collect();
+    let published_ms = |s: &Segment| published.get(s.name.as_str()).copied().unwrap_or(0);
+    let mut segments = Vec::new();
+    for file in &listing.segments {
+        match Segment::open(dir, &file.name) {
+            Ok(segment) => segments.push(segment),
+            Err(err) => {
+                tracing::debug!(segment = %file.name, error = %err, "removing unreadable disk-cache segment");
+                segment::remove(dir, &file.name).map_err(io("remove", &dir.join(&file.name)))?;
+                report.corrupt_segments_removed += 1;
+            }
+        }
+    }
+
+    let total: u64 = segments.iter().map(|s| s.bytes).sum::<u64>() + stamps_bytes;
+    let over_cap = total > config.max_bytes;
+    let mut merge: Vec<bool> = if scope == Scope::All || over_cap {
+        vec![true; segments.len()]
+    } else {
+        let sizes: Vec<u64> = segments.iter().map(|s| s.bytes).collect();
+        let mut merge = vec![false; segments.len()];
+        for i in small_segments(&sizes, config.compact_after) {
+            merge[i] = true;
+        }
+        for (i, s) in segments.iter().enumerate() {
+            merge[i] |= damaged.contains(&s.name);
+        }
+        merge
+    };
+    let merged = merge.iter().filter(|&&m| m).count();
+    let rewrite_one = merged == 1
+        && (scope == Scope::All
+            || over_cap
+            || segments
+                .iter()
+                .zip(&merge)
+                .any(|(s, &m)| m && damaged.contains(&s.name)));
+    let entries: usize = segments.iter().map(|s| s.image.len()).sum();
+    let rewrite_stamps = stamps::bloated(stamps_bytes, entries);
+    if merged < 2 && !rewrite_one && rewrite_stamps {
+        // Only the stamps file needs compacting.
+        merge.iter_mut().for_each(|m| *m = false);
+    } else if merged < 2 && !rewrite_one {
+        if report.temp_files_removed + report.corrupt_segments_removed > 0 {
+            segment::sync_dir(dir).map_err(io("sync", dir))?;
+        }
+        report.segments_after = segments.len();
+        report.bytes_after = total;
+        report.entries = distinct_entries(segments.iter());
+        return Ok(report);
+    }
+
+    let recorded = stamps::read(dir).unwrap_or_default();
+    let (merging, keeping): (Vec<_>, Vec<_>) = segments
+        .into_iter()
+        .zip(merge)
+        .partition(|(_, merge)| *merge);
+    let merging: Vec<Segment> = merging.into_iter().map(|(s, _)| s).collect();
+    let keeping: Vec<Segment> = keeping.into_iter().map(|(s, _)| s).collect();
+
+    // Entries of the segments that stay, with their stamps.
+    let mut stamps_after: HashMap<EntryId, u64> = HashMap::new();
+    for s in &keeping {
+        for i in 0..s.image.len() {
+            if let Ok(entry) = s.image.entry(i) {
+                let id = (entry.owner(), entry.key());
+                let stamp = recorded.get(&id).copied().unwrap_or(published_ms(s));
+                stamps_after.entry(id).or_insert(stamp);
+            }
+        }
+    }
+
+    // Entries of the merged segments: first copy wins, payloads re-checked.
+    let mut candidates: Vec<(EntryData, u64)> = Vec::new();
+    for s in &merging {
+        for i in 0..s.image.len() {
+            let Ok(entry) = s.image.entry(i) else {
+                report.corrupt_entries_dropped += 1;
+                continue;
+            };
+            let id = (entry.owner(), entry.key());
+            if stamps_after.contains_key(&id) {
+                report.duplicates_dropped += 1;
+                continue;
+            }
+            match entry.to_data() {
+                Ok(data) => {
+                    let stamp = recorded.get(&id).copied().unwrap_or(published_ms(s));
+                    stamps_after.insert(id, stamp);
+                    candidates.push((data, stamp));
+                }
+                Err(err) => {
+                    tracing::debug!(segment = %s.name, entry = i, error = %err, "dropping corrupt disk-cache entry");
+                    report.corrupt_entries_dropped += 1;
+                }
+            }
+        }
+    }
+
+    if over_cap {
+        let kept_bytes: u64 = keeping.iter().map(|s| s.bytes).sum();
+        let budget = (config.max_bytes / 10 * 9).saturating_sub(kept_bytes);
+        candidates.sort_by_key(|c| std::cmp::Reverse(c.1));
+        let mut cost = 0u64;
+        let fit = candidates
+            .iter()
+            .take_while(|(data, _)| {
+                cost += entry_cost(data);
+                cost <= budget
+            })
+            .count();
+        for (data, _) in candidates.drain(fit..) {
+            stamps_after.remove(&(data.owner, data.key));
+            report.entries_evicted += 1;
+        }
+    }
+
+    let mut writer = ImageWriter::new(segment_meta());
+    for (data, _) in candidates {
+        writer.push(data);
+    }
+    let mut new_bytes = 0;
+    if !writer.is_empty() {
+        let bytes = writer.to_bytes()?;
+        segment::publish(dir, &bytes, writer.len()).map_err(io("publish a segment in", dir))?;
+        new_bytes = bytes.len() as u64;
+    }
+    // Every entry kept is now in a published segment: the merged ones can go.
+    for s in &merging {
+        segment::remove(dir, &s.name).map_err(io("remove", &dir.join(&s.name)))?;
+    }
+    segment::sync_dir(dir).map_err(io("sync", dir))?;
+    stamps::rewrite(dir, &stamps_after).map_err(io("rewrite", &stamps_path))?;
+
+    report.segments_merged = merging.len();
+    report.segments_after = keeping.len() + usize::from(new_bytes > 0);
+    report.entries = stamps_after.len();
+    report.bytes_after = keeping.iter().map(|s| s.bytes).sum::<u64>()
+        + new_bytes
+        + (stamps_after.len() * RECORD_BYTES) as u64;
+    Ok(report)
+}
+
+/// Distinct `(owner, key)` pairs in `segments`.
+pub(crate) fn distinct_entries<'a>(segments: impl Iterator<Item = &'a Segment>) -> usize {
+    let mut ids = HashSet::new();
+    for s in segments {
+        for i in 0..s.image.len() {
+            if let Ok(entry) = s.image.entry(i) {
+                ids.insert((entry.owner(), entry.key()));
+            }
+        }
+    }
+    ids.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::small_segments;
+
+    #[test]
+    fn nothing_is_merged_at_or_below_the_threshold() {
+        assert!(small_segments(&[1, 1, 1], 3).is_empty());
+    }
+
+    #[test]
+    fn small_segments_merge_and_a_large_one_stays() {
+        let mut chosen = small_segments(&[1000, 3, 2, 4, 1], 4);
+        chosen.sort();
+        assert_eq!(chosen, [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn similar_sizes_all_merge() {
+        assert_eq!(small_segments(&[5, 6, 7, 8, 9], 4).len(), 5);
+    }
+}

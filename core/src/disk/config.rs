@@ -1,0 +1,166 @@
+//! Where the disk cache lives and how large it may grow, from `KILN_CACHE*`.
+//!
+//! | variable | effect |
+//! | --- | --- |
+//! | `KILN_CACHE=0` | turn the disk cache off (also `false`, `no`, `off`) |
+//! | `KILN_CACHE_DIR=path` | the cache directory; by default the platform cache directory + `kiln` (`$XDG_CACHE_HOME/kiln` or `~/.cache/kiln` on Linux) |
+//! | `KILN_CACHE_MAX_BYTES=size` | the cap on the directory's size: bytes, or a number with a `K`, `M`, `G` or `T` suffix (powers of 1024); default 1 GiB |
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::Error;
+
+/// `KILN_CACHE`: `0`, `false`, `no` or `off` turns the disk cache off.
+pub const CACHE: &str = "KILN_CACHE";
+/// `KILN_CACHE_DIR`: the disk cache's directory.
+pub const CACHE_DIR: &str = "KILN_CACHE_DIR";
+/// `KILN_CACHE_MAX_BYTES`: the cap on the directory's total size.
+pub const CACHE_MAX_BYTES: &str = "KILN_CACHE_MAX_BYTES";
+/// Every variable this module reads, for `cargo:rerun-if-env-changed` lines.
+pub const ALL: [&str; 3] = [CACHE, CACHE_DIR, CACHE_MAX_BYTES];
+
+/// The cap used when `KILN_CACHE_MAX_BYTES` is unset: 1 GiB.
+pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
+
+/// How a [`DiskCache`](super::DiskCache) is laid out and bounded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskConfig {
+    /// The cache directory (created on open when missing).
+    pub dir: PathBuf,
+    /// The cap on the total size of the directory's files, in bytes. Least
+    /// recently used entries are evicted to stay under it.
+    pub max_bytes: u64,
+    /// Segments are merged once there are more than this many.
+    pub compact_after: usize,
+    /// The granularity of recency stamps: a process records that it used an
+    /// entry at most once per interval, and writes its pending stamps at most
+    /// once per interval (and when the cache is dropped or flushed).
+    pub stamp_interval: Duration,
+}
+
+impl DiskConfig {
+    /// A configuration for `dir` with the default cap, compaction threshold
+    /// and stamp interval.
+    pub fn new(dir: impl Into<PathBuf>) -> DiskConfig {
+        DiskConfig {
+            dir: dir.into(),
+            max_bytes: DEFAULT_MAX_BYTES,
+            compact_after: 8,
+            stamp_interval: Duration::from_secs(60),
+        }
+    }
+
+    /// Reads `KILN_CACHE`, `KILN_CACHE_DIR` and `KILN_CACHE_MAX_BYTES` from
+    /// the process environment; `Ok(None)` when the disk cache is turned off.
+    pub fn from_env() -> Result<Option<DiskConfig>, Error> {
+        DiskConfig::from_lookup(|name| std::env::var_os(name))
+    }
+
+    /// Like [`DiskConfig::from_env`], reading variables through `lookup`.
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<OsString>,
+    ) -> Result<Option<DiskConfig>, Error> {
+        if lookup(CACHE).is_some_and(|value| is_off(&value.to_string_lossy())) {
+            return Ok(None);
+        }
+        let dir = match lookup(CACHE_DIR).filter(|dir| !dir.is_empty()) {
+            Some(dir) => PathBuf::from(dir),
+            None => default_dir().ok_or(Error::DiskNoDir)?,
+        };
+        let mut config = DiskConfig::new(dir);
+        if let Some(value) = lookup(CACHE_MAX_BYTES) {
+            let value = value.to_string_lossy();
+            config.max_bytes = parse_size(&value).ok_or_else(|| Error::DiskSize {
+                variable: CACHE_MAX_BYTES,
+                value: value.into_owned(),
+            })?;
+        }
+        Ok(Some(config))
+    }
+}
+
+/// The platform cache directory + `kiln`, when the platform has one.
+pub fn default_dir() -> Option<PathBuf> {
+    dirs::cache_dir().map(|dir| dir.join("kiln"))
+}
+
+/// Whether a `KILN_CACHE` value turns the cache off.
+fn is_off(value: &str) -> bool {
+    let value = value.trim();
+    value == "0"
+        || ["false", "no", "off"]
+            .iter()
+            .any(|off| value.eq_ignore_ascii_case(off))
+}
+
+/// Parses a size: decimal bytes, optionally followed by `K`, `M`, `G` or `T`
+/// (powers of 1024; `KB`, `KiB` and lower case are accepted too).
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let digits_end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(digits_end);
+    let number: u64 = digits.parse().ok()?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return None,
+    };
+    number.checked_mul(1u64 << shift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn config(vars: &[(&str, &str)]) -> Result<Option<DiskConfig>, Error> {
+        let vars: BTreeMap<String, OsString> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
+        DiskConfig::from_lookup(|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn sizes_accept_bytes_and_binary_suffixes() {
+        assert_eq!(parse_size("1234"), Some(1234));
+        assert_eq!(parse_size("64K"), Some(64 << 10));
+        assert_eq!(parse_size(" 3 MiB "), Some(3 << 20));
+        assert_eq!(parse_size("2g"), Some(2 << 30));
+        assert_eq!(parse_size("1T"), Some(1 << 40));
+        for bad in ["", "M", "12X", "-1", "1.5G", "99999999999999999999T"] {
+            assert_eq!(parse_size(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn cache_zero_turns_the_disk_cache_off() {
+        for off in ["0", "false", "OFF", "no"] {
+            assert_eq!(config(&[(CACHE, off), (CACHE_DIR, "/x")]).ok(), Some(None));
+        }
+        let on = config(&[(CACHE, "1"), (CACHE_DIR, "/x")]);
+        assert_eq!(on.ok().flatten().map(|c| c.dir), Some(PathBuf::from("/x")));
+    }
+
+    #[test]
+    fn dir_and_cap_come_from_the_environment() {
+        let c = config(&[(CACHE_DIR, "/tmp/k"), (CACHE_MAX_BYTES, "10M")]);
+        let c = c.ok().flatten();
+        assert_eq!(c.as_ref().map(|c| c.dir.clone()), Some("/tmp/k".into()));
+        assert_eq!(c.map(|c| c.max_bytes), Some(10 << 20));
+    }
+
+    #[test]
+    fn a_bad_cap_is_an_error_naming_the_variable() {
+        let err = config(&[(CACHE_DIR, "/x"), (CACHE_MAX_BYTES, "lots")]);
+        let message = err.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains("KILN_CACHE_MAX_BYTES"), "{message}");
+    }
+}

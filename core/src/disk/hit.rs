@@ -1,0 +1,82 @@
+//! A disk-cache hit: an entry of a mapped segment, with its payloads checked.
+
+use std::sync::Arc;
+
+use kiln_image::{ArtifactKind, EntryData, EntryRef};
+
+use super::segment::Segment;
+use crate::error::Error;
+
+/// An entry found in the disk cache. Its bytes are borrowed from the mapped
+/// segment (zero-copy) and passed their checksums when the hit was made; the
+/// hit keeps the segment mapped, even if compaction deletes its file.
+#[derive(Clone)]
+pub struct DiskHit {
+    segment: Arc<Segment>,
+    index: usize,
+}
+
+/// One artifact of a [`DiskHit`], borrowed from the mapped segment.
+#[derive(Clone, Debug)]
+pub struct DiskArtifact<'a> {
+    /// What the bytes are.
+    pub kind: ArtifactKind,
+    /// Entry-point names.
+    pub entry_points: Vec<&'a str>,
+    /// The compiled bytes (checksum verified).
+    pub bytes: &'a [u8],
+}
+
+impl DiskHit {
+    /// A hit on entry `index` of `segment`, if every payload of the entry
+    /// passes its checksum.
+    pub(crate) fn verified(segment: Arc<Segment>, index: usize) -> Option<DiskHit> {
+        let entry = segment.image.entry(index).ok()?;
+        for i in 0..entry.artifact_count() {
+            entry.artifact(i).and_then(|a| a.bytes()).ok()?;
+        }
+        Some(DiskHit { segment, index })
+    }
+
+    /// The entry, borrowed from the mapped segment.
+    pub fn entry(&self) -> Result<EntryRef<'_>, Error> {
+        Ok(self.segment.image.entry(self.index)?)
+    }
+
+    /// The entry's artifacts, borrowed from the mapped segment.
+    pub fn artifacts(&self) -> Result<Vec<DiskArtifact<'_>>, Error> {
+        let entry = self.entry()?;
+        (0..entry.artifact_count())
+            .map(|i| {
+                let artifact = entry.artifact(i)?;
+                Ok(DiskArtifact {
+                    kind: artifact.kind(),
+                    entry_points: artifact.entry_points(),
+                    bytes: artifact.bytes()?,
+                })
+            })
+            .collect()
+    }
+
+    /// The bytes of the first artifact of `kind`, borrowed from the segment.
+    pub fn artifact(&self, kind: &ArtifactKind) -> Result<Option<&[u8]>, Error> {
+        match self.entry()?.artifact_of_kind(kind) {
+            Some(artifact) => Ok(Some(artifact.bytes()?)),
+            None => Ok(None),
+        }
+    }
+
+    /// An owned copy of the entry.
+    pub fn to_entry_data(&self) -> Result<EntryData, Error> {
+        Ok(self.entry()?.to_data()?)
+    }
+}
+
+impl std::fmt::Debug for DiskHit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskHit")
+            .field("segment", &self.segment.name)
+            .field("index", &self.index)
+            .finish()
+    }
+}

@@ -1,0 +1,108 @@
+//! The disk cache: run-time compiled entries persist across runs, shared
+//! safely by concurrent processes.
+//!
+//! # Layout
+//!
+//! A cache directory (`KILN_CACHE_DIR`, see [`config`]) holds few large
+//! files, not one file per entry:
+//!
+//! - `seg-<ms>-<pid>-<n>-<entries>.kimg`: **segments**, each a complete
+//!   kiln image.
+//!   A process publishes a small segment for each entry it stores
+//!   (atomically: temporary file, fsync, rename, fsync of the directory), and
+//!   never modifies it again. Once there are more than
+//!   [`DiskConfig::compact_after`] segments, the small ones are merged into
+//!   one under the exclusive lock; the merged segments are deleted only after
+//!   the merged one is published.
+//! - `stamps`: recency stamps (owner, key, last use) for LRU eviction
+//!   (file access times are unreliable). A hit notes the use in memory; each
+//!   process appends its notes at most once per
+//!   [`DiskConfig::stamp_interval`], when the cache is dropped, and when the
+//!   process exits (Unix), never once per hit.
+//! - `lock`: the directory lock, shared by writers, exclusive for compaction.
+//! - `.tmp-*`: writes in progress, or orphans of crashed writers (removed
+//!   under the exclusive lock).
+//!
+//! # Reading
+//!
+//! [`DiskCache::open`] lists the names of the segments, nothing more.
+//! [`DiskCache::get`] searches them fullest first (the entry count is in the
+//! name), mapping each on first use with structural verification, and
+//! checks the entry's payload checksums before answering, so a hit's bytes
+//! are borrowed from the mapping (zero-copy) and the first hit of a new
+//! process usually maps one file. On a miss the directory is listed again
+//! if its modification time changed, which finds segments published by
+//! other processes. Readers hold no lock: a segment deleted by compaction
+//! stays mapped by whoever mapped it.
+//!
+//! # Size
+//!
+//! Every store checks the directory against [`DiskConfig::max_bytes`]; over
+//! it, all segments are merged leaving out the least recently used entries
+//! until the total is 90 % of the cap. Recency stamps appended between
+//! stores are bounded (they are compacted once they exceed four per entry
+//! and 64 KiB), which the 10 % headroom absorbs.
+//!
+//! # Failure is a miss
+//!
+//! A segment that does not open, or an entry whose payload fails its
+//! checksum, is a miss, never an error to the caller; compaction removes it.
+//! When the directory is read-only or full, the cache logs **one** warning
+//! and stops writing; lookups go on and callers compile as before.
+//!
+//! # Example
+//!
+//! ```
+//! use kiln_core::disk::{DiskCache, DiskConfig};
+//! use kiln_image::{Artifact, ArtifactKind, Digest, EntryData};
+//!
+//! # fn main() -> Result<(), kiln_core::Error> {
+//! let dir = tempfile::tempdir().map_err(|source| kiln_core::Error::DiskIo {
+//!     action: "create", path: std::env::temp_dir(), source })?;
+//! let entry = EntryData {
+//!     owner: Digest::of(b"my-compiler 1.0 sm_90a"),
+//!     owner_label: "my-compiler 1.0 sm_90a".into(),
+//!     key: Digest::of(b"saxpy<f32>"),
+//!     name: "saxpy<f32>".into(),
+//!     min_world: 1,
+//!     max_world: u64::MAX,
+//!     deps: vec![],
+//!     artifacts: vec![Artifact {
+//!         kind: ArtifactKind::Ptx,
+//!         entry_points: vec!["saxpy".into()],
+//!         bytes: b".version 8.0".to_vec(),
+//!     }],
+//! };
+//!
+//! let cache = DiskCache::open(DiskConfig::new(dir.path()))?;
+//! assert!(cache.get(&entry.owner, &entry.key).is_none());
+//! cache.put(&entry);
+//!
+//! // Another process (here: another handle) finds it on disk.
+//! let again = DiskCache::open(DiskConfig::new(dir.path()))?;
+//! let hit = again.get(&entry.owner, &entry.key).expect("stored above");
+//! assert_eq!(hit.artifact(&ArtifactKind::Ptx)?, Some(&b".version 8.0"[..]));
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod config;
+
+mod cache;
+mod compact;
+mod hit;
+mod lock;
+mod recency;
+mod report;
+mod segment;
+mod stamps;
+mod tier;
+mod view;
+
+pub use cache::DiskCache;
+pub use config::DiskConfig;
+pub use hit::{DiskArtifact, DiskHit};
+pub use report::{
+    ArtifactInfo, ClearReport, DiskStats, EntryInfo, GcReport, SegmentCheck, SessionCounters,
+    VerifyReport,
+};

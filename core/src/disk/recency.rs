@@ -1,0 +1,139 @@
+//! Which entries this process used, and when their stamps get written.
+//!
+//! A hit only notes the use in memory (at most once per entry per stamp
+//! interval). The notes are appended to the stamps file when the interval
+//! has passed since the last write, when the [`DiskCache`](super::DiskCache)
+//! is dropped, and (on Unix) when the process exits: the global cache is a
+//! static that is never dropped, and a short-lived process would otherwise
+//! never record what it used. A hit therefore never writes, and a process
+//! writes its stamps once per interval at most.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use super::stamps::{self, EntryId};
+
+/// The part of a disk cache that the exit hook also reaches.
+pub(crate) struct Recency {
+    /// The cache directory.
+    dir: PathBuf,
+    /// Cleared on the first failed write: nothing is written afterwards.
+    pub(crate) writable: AtomicBool,
+    notes: Mutex<Notes>,
+}
+
+/// Uses noted, and stamps not yet written.
+struct Notes {
+    /// When this process last noted each entry it used.
+    noted: HashMap<EntryId, u64>,
+    /// Stamps to append.
+    pending: Vec<(EntryId, u64)>,
+    /// When pending stamps were last written (at first: when the cache was opened).
+    last_write_ms: u64,
+}
+
+impl Recency {
+    /// The recency notes of the cache in `dir`, written at exit too.
+    pub(crate) fn new(dir: &Path, now_ms: u64) -> Arc<Recency> {
+        let recency = Arc::new(Recency {
+            dir: dir.to_path_buf(),
+            writable: AtomicBool::new(true),
+            notes: Mutex::new(Notes {
+                noted: HashMap::new(),
+                pending: Vec::new(),
+                last_write_ms: now_ms,
+            }),
+        });
+        at_exit::register(&recency);
+        recency
+    }
+
+    /// Notes a use of `id` at `now_ms`, unless noted less than `interval_ms`
+    /// ago. Returns whether pending stamps are due to be written.
+    pub(crate) fn note(&self, id: EntryId, now_ms: u64, interval_ms: u64) -> bool {
+        let mut notes = self.notes();
+        let due = |last: u64| now_ms.saturating_sub(last) >= interval_ms;
+        if notes.noted.get(&id).is_none_or(|&last| due(last)) {
+            notes.noted.insert(id, now_ms);
+            notes.pending.push((id, now_ms));
+        }
+        !notes.pending.is_empty() && due(notes.last_write_ms)
+    }
+
+    /// Appends the pending stamps. `Ok(None)`: nothing to write (or the
+    /// directory is not writable); `Ok(Some(len))`: the stamps file's size.
+    pub(crate) fn write_pending(&self, now_ms: u64) -> std::io::Result<Option<u64>> {
+        let pending = {
+            let mut notes = self.notes();
+            notes.last_write_ms = now_ms;
+            std::mem::take(&mut notes.pending)
+        };
+        if pending.is_empty() || !self.writable.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        stamps::append(&self.dir, &pending).map(Some)
+    }
+
+    /// Forgets every note (after `clear`).
+    pub(crate) fn forget(&self) {
+        let mut notes = self.notes();
+        notes.noted.clear();
+        notes.pending.clear();
+    }
+
+    fn notes(&self) -> MutexGuard<'_, Notes> {
+        self.notes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(unix)]
+mod at_exit {
+    //! An `atexit` hook that writes the pending stamps of every live cache.
+
+    use std::sync::{Arc, Mutex, Once, PoisonError, Weak};
+
+    use super::Recency;
+
+    static LIVE: Mutex<Vec<Weak<Recency>>> = Mutex::new(Vec::new());
+
+    /// Adds `recency` to those written at exit (installing the hook once).
+    pub(super) fn register(recency: &Arc<Recency>) {
+        static INSTALL: Once = Once::new();
+        INSTALL.call_once(|| {
+            // SAFETY: `atexit` only records the address of `write_all`, a
+            // function with the C ABI and no arguments that lives for the
+            // whole program; it is called at most once, at normal exit.
+            let failed = unsafe { libc::atexit(write_all) } != 0;
+            if failed {
+                tracing::debug!("atexit failed: recency stamps are written on drop only");
+            }
+        });
+        let mut live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
+        live.retain(|weak| weak.strong_count() > 0);
+        live.push(Arc::downgrade(recency));
+    }
+
+    /// Writes the pending stamps of every live cache. Never blocks (a
+    /// thread may still hold a lock at exit) and never unwinds.
+    extern "C" fn write_all() {
+        let _ = std::panic::catch_unwind(|| {
+            let Ok(live) = LIVE.try_lock() else {
+                return;
+            };
+            for recency in live.iter().filter_map(Weak::upgrade) {
+                if let Ok(notes) = recency.notes.try_lock() {
+                    drop(notes);
+                    let _ = recency.write_pending(super::super::segment::now_ms());
+                }
+            }
+        });
+    }
+}
+
+#[cfg(not(unix))]
+mod at_exit {
+    //! No exit hook here: stamps are written on drop and once per interval.
+    pub(super) fn register(_: &std::sync::Arc<super::Recency>) {}
+}

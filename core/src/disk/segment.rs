@@ -1,0 +1,248 @@
+//! Segments: the immutable kiln images the disk cache is made of.
+//!
+//! A segment is published atomically (temporary file in the same directory,
+//! fsync, rename to `seg-*.kimg`, fsync of the directory), so a file with a
+//! segment's name is always complete; it is never modified afterwards, only
+//! deleted by compaction once its entries are in a published successor.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use kiln_image::{Image, ImageError, Verification};
+
+/// Segment file names start with this.
+const SEGMENT_PREFIX: &str = "seg-";
+/// Segment file names end with this.
+const SEGMENT_SUFFIX: &str = ".kimg";
+/// Temporary files (segments or stamps being written) start with this.
+pub(crate) const TEMP_PREFIX: &str = ".tmp-";
+
+/// A published segment, memory-mapped.
+pub(crate) struct Segment {
+    /// The file name inside the cache directory.
+    pub(crate) name: String,
+    /// The file's size.
+    pub(crate) bytes: u64,
+    /// The mapped image (structurally verified; payloads checked on use).
+    pub(crate) image: Image,
+}
+
+impl Segment {
+    /// Maps the segment `name`, checking its header and index structure.
+    pub(crate) fn open(dir: &Path, name: &str) -> Result<Segment, ImageError> {
+        let image = Image::open(&dir.join(name), Verification::Structural)?;
+        Ok(Segment {
+            name: name.to_owned(),
+            bytes: image.as_bytes().len() as u64,
+            image,
+        })
+    }
+}
+
+/// The names of the published segments of `dir`, without reading any
+/// file's metadata (the cheap listing of the lookup path).
+pub(crate) fn segment_names(dir: &Path) -> io::Result<Vec<String>> {
+    let mut names = Vec::new();
+    for dirent in fs::read_dir(dir)? {
+        let dirent = dirent?;
+        let Ok(name) = dirent.file_name().into_string() else {
+            continue;
+        };
+        if is_segment_name(&name) && dirent.file_type().is_ok_and(|t| t.is_file()) {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// A file of the cache directory, as listed.
+#[derive(Clone, Debug)]
+pub(crate) struct FileInfo {
+    /// The file name.
+    pub(crate) name: String,
+    /// Its size.
+    pub(crate) bytes: u64,
+    /// Its modification time, in milliseconds since the Unix epoch.
+    pub(crate) modified_ms: u64,
+}
+
+/// The segments and temporary files of a cache directory.
+#[derive(Debug, Default)]
+pub(crate) struct Listing {
+    /// Published segments, oldest name first.
+    pub(crate) segments: Vec<FileInfo>,
+    /// Temporary files: writes in progress, or orphans of crashed writers.
+    pub(crate) temp_files: Vec<FileInfo>,
+}
+
+impl Listing {
+    /// Lists `dir`; files that vanish while listing are left out.
+    pub(crate) fn read(dir: &Path) -> io::Result<Listing> {
+        let mut listing = Listing::default();
+        for dirent in fs::read_dir(dir)? {
+            let dirent = dirent?;
+            let Ok(name) = dirent.file_name().into_string() else {
+                continue;
+            };
+            let is_segment = is_segment_name(&name);
+            if !is_segment && !name.starts_with(TEMP_PREFIX) {
+                continue;
+            }
+            let Ok(meta) = dirent.metadata() else {
+                continue; // deleted since read_dir saw it
+            };
+            if !meta.is_file() {
+                continue;
+            }
+            let info = FileInfo {
+                name,
+                bytes: meta.len(),
+                modified_ms: meta.modified().map(millis_since_epoch).unwrap_or(0),
+            };
+            if is_segment {
+                listing.segments.push(info);
+            } else {
+                listing.temp_files.push(info);
+            }
+        }
+        listing.segments.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(listing)
+    }
+
+    /// Total size of the segments.
+    pub(crate) fn segment_bytes(&self) -> u64 {
+        self.segments.iter().map(|f| f.bytes).sum()
+    }
+}
+
+/// Whether `name` is a published segment's file name.
+fn is_segment_name(name: &str) -> bool {
+    name.starts_with(SEGMENT_PREFIX) && name.ends_with(SEGMENT_SUFFIX)
+}
+
+/// A new segment name: time first (so names sort by age), then the process
+/// id and a per-process counter (so concurrent writers never collide), then
+/// the entry count (so readers can try the fullest segment first without
+/// opening any).
+fn new_segment_name(entries: usize) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "{SEGMENT_PREFIX}{:013}-{}-{n}-{entries}{SEGMENT_SUFFIX}",
+        now_ms(),
+        std::process::id()
+    )
+}
+
+/// The entry count recorded in a segment's name (0 when it has none).
+pub(crate) fn entries_in_name(name: &str) -> u64 {
+    name.strip_suffix(SEGMENT_SUFFIX)
+        .and_then(|stem| stem.rsplit('-').next())
+        .and_then(|count| count.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Publishes `bytes`, an image of `entries` entries, as a new segment of
+/// `dir` and returns its file info.
+///
+/// The caller holds the directory lock (shared or exclusive).
+pub(crate) fn publish(dir: &Path, bytes: &[u8], entries: usize) -> io::Result<FileInfo> {
+    let mut temp = write_temp(dir, bytes)?;
+    loop {
+        let name = new_segment_name(entries);
+        match temp.persist_noclobber(dir.join(&name)) {
+            Ok(_) => {
+                sync_dir(dir)?;
+                return Ok(FileInfo {
+                    name,
+                    bytes: bytes.len() as u64,
+                    modified_ms: now_ms(),
+                });
+            }
+            Err(err) if err.error.kind() == io::ErrorKind::AlreadyExists => temp = err.file,
+            Err(err) => return Err(err.error),
+        }
+    }
+}
+
+/// Replaces `dir/name` atomically with `bytes`, without waiting for the
+/// disk: for files whose loss in a power cut costs nothing but accuracy
+/// (recency stamps). Readers see the old file or the new one, never a mix.
+pub(crate) fn replace_file_unsynced(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let mut temp = tempfile::Builder::new()
+        .prefix(TEMP_PREFIX)
+        .tempfile_in(dir)?;
+    temp.write_all(bytes)?;
+    temp.persist(dir.join(name)).map_err(|err| err.error)?;
+    Ok(())
+}
+
+/// Writes `bytes` into a new temporary file of `dir` and syncs it to disk.
+fn write_temp(dir: &Path, bytes: &[u8]) -> io::Result<tempfile::NamedTempFile> {
+    let mut temp = tempfile::Builder::new()
+        .prefix(TEMP_PREFIX)
+        .tempfile_in(dir)?;
+    temp.write_all(bytes)?;
+    temp.as_file().sync_all()?;
+    Ok(temp)
+}
+
+/// Makes renames and deletions in `dir` durable.
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Removes `dir/name`; a file already gone is not an error.
+pub(crate) fn remove(dir: &Path, name: &str) -> io::Result<()> {
+    match fs::remove_file(dir.join(name)) {
+        Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
+        _ => Ok(()),
+    }
+}
+
+/// The path of `name` in `dir`.
+pub(crate) fn path_of(dir: &Path, name: &str) -> PathBuf {
+    dir.join(name)
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub(crate) fn now_ms() -> u64 {
+    millis_since_epoch(SystemTime::now())
+}
+
+/// Milliseconds since the Unix epoch (0 for times before it).
+fn millis_since_epoch(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn published_segments_are_listed_and_temp_files_apart() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let a = publish(dir.path(), b"first", 1)?;
+        let b = publish(dir.path(), b"second", 42)?;
+        assert_ne!(a.name, b.name);
+        assert_eq!(
+            (entries_in_name(&a.name), entries_in_name(&b.name)),
+            (1, 42)
+        );
+        fs::write(dir.path().join(".tmp-orphan"), b"half")?;
+        fs::write(dir.path().join("unrelated.txt"), b"x")?;
+        let listing = Listing::read(dir.path())?;
+        let names: Vec<_> = listing.segments.iter().map(|f| f.name.clone()).collect();
+        assert_eq!(names, [a.name.clone(), b.name.clone()]);
+        assert_eq!(segment_names(dir.path())?, [a.name, b.name]);
+        assert_eq!(listing.segment_bytes(), 11);
+        assert_eq!(listing.temp_files.len(), 1);
+        Ok(())
+    }
+}

@@ -1,0 +1,171 @@
+//! Recency stamps: when each entry was last used, for LRU eviction.
+//!
+//! File access times are unreliable (`noatime`, `relatime`, and one segment
+//! holds many entries), so the cache keeps explicit stamps in a small
+//! append-only file, `stamps`: fixed 80-byte records of owner, key,
+//! milliseconds since the Unix epoch and a checksum. Each process appends
+//! its stamps at most once per stamp interval, in one `O_APPEND` write and
+//! without the directory lock (a first hit in a new process stays cheap);
+//! compaction rewrites the file under the exclusive lock with one record per
+//! surviving entry. A stamp appended while compaction replaces the file is
+//! lost, which only makes an entry look older than it is; a torn or garbled
+//! record fails its checksum and is skipped.
+
+use std::collections::HashMap;
+use std::fs::OpenOptions;
+use std::io::{self, Write};
+use std::path::Path;
+
+use kiln_image::Digest;
+
+use super::segment;
+
+/// The stamps file's name inside the cache directory.
+pub(crate) const STAMPS_FILE: &str = "stamps";
+
+/// `(owner, key)`: one entry of the disk cache.
+pub(crate) type EntryId = (Digest, Digest);
+
+/// Bytes of one record: owner, key, stamp, checksum.
+pub(crate) const RECORD_BYTES: usize = 32 + 32 + 8 + 8;
+
+/// Encodes one record.
+fn encode(id: &EntryId, stamp_ms: u64, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(id.0.as_bytes());
+    out.extend_from_slice(id.1.as_bytes());
+    out.extend_from_slice(&stamp_ms.to_le_bytes());
+    let check = checksum(&out[start..]);
+    out.extend_from_slice(&check.to_le_bytes());
+}
+
+/// The first 8 bytes of the BLAKE3 hash of a record's payload.
+fn checksum(payload: &[u8]) -> u64 {
+    let hash = blake3::hash(payload);
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&hash.as_bytes()[..8]);
+    u64::from_le_bytes(first)
+}
+
+/// Decodes the record at the start of `bytes`, if it is a whole, intact one.
+fn decode(bytes: &[u8]) -> Option<(EntryId, u64)> {
+    let record = bytes.get(..RECORD_BYTES)?;
+    let (payload, check) = record.split_at(RECORD_BYTES - 8);
+    if checksum(payload).to_le_bytes() != check {
+        return None;
+    }
+    let mut owner = [0u8; 32];
+    let mut key = [0u8; 32];
+    let mut stamp = [0u8; 8];
+    owner.copy_from_slice(&payload[..32]);
+    key.copy_from_slice(&payload[32..64]);
+    stamp.copy_from_slice(&payload[64..72]);
+    Some(((Digest(owner), Digest(key)), u64::from_le_bytes(stamp)))
+}
+
+/// Reads the stamps of `dir`: the latest stamp of every entry recorded.
+/// A missing file is no stamps; damaged records are skipped.
+pub(crate) fn read(dir: &Path) -> io::Result<HashMap<EntryId, u64>> {
+    let bytes = match std::fs::read(dir.join(STAMPS_FILE)) {
+        Ok(bytes) => bytes,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(err) => return Err(err),
+    };
+    let mut stamps = HashMap::new();
+    let mut at = 0;
+    while at + RECORD_BYTES <= bytes.len() {
+        match decode(&bytes[at..]) {
+            Some((id, stamp)) => {
+                let latest = stamps.entry(id).or_insert(stamp);
+                *latest = (*latest).max(stamp);
+                at += RECORD_BYTES;
+            }
+            // A torn record: resynchronise on the next intact one.
+            None => at += 1,
+        }
+    }
+    Ok(stamps)
+}
+
+/// The size of the stamps file of `dir` (0 when missing).
+pub(crate) fn file_len(dir: &Path) -> u64 {
+    std::fs::metadata(dir.join(STAMPS_FILE)).map_or(0, |m| m.len())
+}
+
+/// Whether a stamps file of `bytes` for `entries` entries is worth
+/// rewriting: over 64 KiB and over four records per entry.
+pub(crate) fn bloated(bytes: u64, entries: usize) -> bool {
+    bytes > 64 << 10 && bytes > 4 * (entries * RECORD_BYTES) as u64
+}
+
+/// Appends `stamps` to the stamps file of `dir` in one write; returns the
+/// file's new size.
+pub(crate) fn append(dir: &Path, stamps: &[(EntryId, u64)]) -> io::Result<u64> {
+    let mut bytes = Vec::with_capacity(stamps.len() * RECORD_BYTES);
+    for (id, stamp) in stamps {
+        encode(id, *stamp, &mut bytes);
+    }
+    let mut file = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(dir.join(STAMPS_FILE))?;
+    file.write_all(&bytes)?;
+    Ok(file.metadata()?.len())
+}
+
+/// Replaces the stamps file of `dir` with exactly `stamps`.
+///
+/// The caller holds the directory lock exclusive.
+pub(crate) fn rewrite(dir: &Path, stamps: &HashMap<EntryId, u64>) -> io::Result<()> {
+    let mut sorted: Vec<_> = stamps.iter().collect();
+    sorted.sort();
+    let mut bytes = Vec::with_capacity(sorted.len() * RECORD_BYTES);
+    for (id, stamp) in sorted {
+        encode(id, *stamp, &mut bytes);
+    }
+    segment::replace_file_unsynced(dir, STAMPS_FILE, &bytes)
+}
+
+/// Rewrites the stamps file of `dir` with one record per entry (its latest
+/// stamp), dropping torn records.
+///
+/// The caller holds the directory lock exclusive.
+pub(crate) fn compact(dir: &Path) -> io::Result<()> {
+    rewrite(dir, &read(dir)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u8) -> EntryId {
+        (Digest([n; 32]), Digest([n.wrapping_add(100); 32]))
+    }
+
+    #[test]
+    fn latest_stamp_wins_and_torn_records_are_skipped() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        append(dir.path(), &[(id(1), 10), (id(2), 20)])?;
+        // A crashed writer left half a record, then others appended whole ones.
+        let mut torn = Vec::new();
+        encode(&id(3), 30, &mut torn);
+        OpenOptions::new()
+            .append(true)
+            .open(dir.path().join(STAMPS_FILE))?
+            .write_all(&torn[..41])?;
+        append(dir.path(), &[(id(1), 15), (id(2), 5)])?;
+        let stamps = read(dir.path())?;
+        assert_eq!(stamps.get(&id(1)), Some(&15));
+        assert_eq!(stamps.get(&id(2)), Some(&20));
+        assert_eq!(stamps.get(&id(3)), None);
+        assert_eq!(stamps.len(), 2);
+
+        compact(dir.path())?;
+        assert_eq!(file_len(dir.path()), 2 * RECORD_BYTES as u64);
+        assert_eq!(read(dir.path())?, stamps);
+
+        rewrite(dir.path(), &HashMap::from([(id(2), 7)]))?;
+        assert_eq!(read(dir.path())?, HashMap::from([(id(2), 7)]));
+        Ok(())
+    }
+}

@@ -1,0 +1,130 @@
+//! The `KILN_*` environment switches, read in one place.
+//!
+//! | variable | effect |
+//! | --- | --- |
+//! | `KILN_DISABLE=1` | merge no image at init: every kernel is compiled (or found in another tier) |
+//! | `KILN_ALWAYS_COMPILE=1` | skip every cached tier (memory, images, extra tiers) and compile; results are still recorded |
+//! | `KILN_IMAGE_PATH=dir1:dir2` | also memory-map and merge every `*.kimg` file in these directories |
+//! | `KILN_LOG=info` | report init (each image merged or skipped, and why) on stderr; a `tracing` filter such as `warn` or `kiln_core=debug` |
+//!
+//! A boolean switch is off when unset, empty, `0`, `false`, `no` or `off`
+//! (any case), and on for any other value. The switches are read once, when
+//! the global cache is first used ([`crate::global()`]); [`Switches::from_lookup`]
+//! reads them from any source, which keeps tests away from the process
+//! environment.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// `KILN_DISABLE`: merge no image.
+pub const DISABLE: &str = "KILN_DISABLE";
+/// `KILN_ALWAYS_COMPILE`: skip every cached tier and compile, still recording the results.
+pub const ALWAYS_COMPILE: &str = "KILN_ALWAYS_COMPILE";
+/// `KILN_IMAGE_PATH`: directories (separated like `PATH`) whose `*.kimg` files are merged.
+pub const IMAGE_PATH: &str = "KILN_IMAGE_PATH";
+/// `KILN_LOG`: a `tracing` filter for the report of init on stderr.
+pub const LOG: &str = "KILN_LOG";
+
+/// Every switch this module reads. They act at run time only (a build
+/// script's precompile block compiles into a fresh cache that none of them
+/// changes), so [`crate::build`] does not rerun a build script when they
+/// change: `KILN_DISABLE=1 cargo run` does not rebuild the images.
+pub const RUN_TIME: [&str; 4] = [DISABLE, ALWAYS_COMPILE, IMAGE_PATH, LOG];
+
+/// The switches in force, as read from the environment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Switches {
+    /// `KILN_DISABLE`: merge no image.
+    pub disable: bool,
+    /// `KILN_ALWAYS_COMPILE`: skip every cached tier and compile.
+    pub always_compile: bool,
+    /// `KILN_IMAGE_PATH`: directories searched for `*.kimg` files, in order.
+    pub image_path: Vec<PathBuf>,
+    /// `KILN_LOG`: the filter for the init report on stderr, when set and not empty.
+    pub log: Option<String>,
+}
+
+impl Switches {
+    /// Reads the switches from the process environment.
+    pub fn from_env() -> Switches {
+        Switches::from_lookup(|name| std::env::var_os(name))
+    }
+
+    /// Reads the switches through `lookup` (a variable name to its value, if set).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> Switches {
+        let flag = |name: &str| lookup(name).is_some_and(|value| is_on(&value));
+        let image_path = lookup(IMAGE_PATH)
+            .map(|value| {
+                std::env::split_paths(&value)
+                    .filter(|dir| !dir.as_os_str().is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let log = lookup(LOG)
+            .map(|value| value.to_string_lossy().trim().to_owned())
+            .filter(|filter| !filter.is_empty());
+        Switches {
+            disable: flag(DISABLE),
+            always_compile: flag(ALWAYS_COMPILE),
+            image_path,
+            log,
+        }
+    }
+}
+
+/// Whether a boolean switch's value turns it on.
+fn is_on(value: &std::ffi::OsStr) -> bool {
+    let value = value.to_string_lossy();
+    let value = value.trim();
+    !(value.is_empty()
+        || value == "0"
+        || ["false", "no", "off"]
+            .iter()
+            .any(|off| value.eq_ignore_ascii_case(off)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn switches(vars: &[(&str, &str)]) -> Switches {
+        let vars: BTreeMap<String, OsString> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
+        Switches::from_lookup(|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn nothing_set_means_every_switch_off() {
+        assert_eq!(switches(&[]), Switches::default());
+    }
+
+    #[test]
+    fn boolean_values_off_and_on() {
+        for off in ["", "0", "false", "FALSE", "no", "Off", " 0 "] {
+            assert!(
+                !switches(&[(DISABLE, off)]).disable,
+                "{off:?} should be off"
+            );
+        }
+        for on in ["1", "true", "yes", "on", "2"] {
+            let s = switches(&[(DISABLE, on), (ALWAYS_COMPILE, on)]);
+            assert!(s.disable && s.always_compile, "{on:?} should be on");
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn image_path_splits_like_path_and_drops_empty_parts() {
+        let s = switches(&[(IMAGE_PATH, "/a/b::/c")]);
+        assert_eq!(s.image_path, [PathBuf::from("/a/b"), PathBuf::from("/c")]);
+    }
+
+    #[test]
+    fn log_filter_is_trimmed_and_empty_means_unset() {
+        assert_eq!(switches(&[(LOG, " info ")]).log.as_deref(), Some("info"));
+        assert_eq!(switches(&[(LOG, "  ")]).log, None);
+    }
+}

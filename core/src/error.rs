@@ -1,0 +1,163 @@
+//! The crate's error type.
+//!
+//! One enum for all of kiln-core. Each module adds its variants in its own
+//! block below (keep the blocks grouped and commented by module), and each
+//! message says what mismatched and what to do about it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::key::Key;
+
+/// A compile failure, shared by every caller that waited for the same compile.
+pub type CompileFailure = Arc<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can go wrong in kiln-core.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    // ----- keys and owners (key.rs, owner.rs) -----
+    /// A key field's value could not be encoded with postcard.
+    #[error(
+        "key field `{label}` cannot be encoded: {source} (use types with a fixed serde shape: \
+         structs, enums, sequences of known length, BTreeMap instead of HashMap)"
+    )]
+    KeyEncoding {
+        /// The field's label.
+        label: String,
+        /// What postcard reported.
+        source: postcard::Error,
+    },
+    /// A key field's value serialised differently on two consecutive passes.
+    #[error(
+        "key field `{label}` encoded to {first} bytes and then to {second} bytes: its Serialize \
+         implementation is not deterministic (HashMap/HashSet iteration order?); use BTreeMap \
+         or a sorted Vec"
+    )]
+    KeyNondeterministic {
+        /// The field's label.
+        label: String,
+        /// Length of the first pass.
+        first: usize,
+        /// Length of the second pass.
+        second: usize,
+    },
+    /// A file that a key depends on could not be read, so its contents cannot be
+    /// fingerprinted.
+    #[error(
+        "key field `{label}` depends on {path}, which cannot be read ({source}); a key must \
+         fingerprint the contents of every file it depends on, not just the path"
+    )]
+    KeyInput {
+        /// The field's label.
+        label: String,
+        /// The file.
+        path: PathBuf,
+        /// Why it could not be read.
+        source: std::io::Error,
+    },
+    /// An owner field that must identify the compiler exactly was empty.
+    #[error(
+        "owner field `{field}` is empty: give the exact {field} (e.g. compiler \"nvrtc\", \
+         version \"13.0.48\", target \"sm_90a\") so that a compiler upgrade changes every key"
+    )]
+    OwnerField {
+        /// `compiler`, `version` or `target`.
+        field: &'static str,
+    },
+
+    // ----- the cache (cache/) -----
+    /// The compile function of `get_or_compile` failed. Every caller that
+    /// waited for that compile gets the same error; nothing was cached.
+    #[error("compiling {key} for owner {owner} failed: {source}")]
+    Compile {
+        /// The owner's label.
+        owner: String,
+        /// The key being compiled.
+        key: Key,
+        /// The compiler's error.
+        source: CompileFailure,
+    },
+    /// The compile function of `get_or_compile` panicked in another thread
+    /// while this caller waited for it.
+    #[error(
+        "compiling {key} for owner {owner} panicked in another thread; nothing was cached, call \
+         again to retry"
+    )]
+    CompilePanicked {
+        /// The owner's label.
+        owner: String,
+        /// The key being compiled.
+        key: Key,
+    },
+    /// Reading or writing an image failed.
+    #[error(transparent)]
+    Image(#[from] kiln_image::ImageError),
+
+    // ----- the CUDA backend (cuda/) -----
+    /// Locating NVRTC, compiling with it, or loading a module failed; the
+    /// [`cuda::Error`](crate::cuda::Error) says which and what to do.
+    #[cfg(feature = "cuda")]
+    #[error(transparent)]
+    Cuda(#[from] crate::cuda::Error),
+
+    // ----- the disk cache (disk/) -----
+    /// A file or directory of the disk cache could not be read or written.
+    #[error(
+        "disk cache: cannot {action} {path}: {source} (point KILN_CACHE_DIR at a writable \
+         directory, or set KILN_CACHE=0 to turn the disk cache off)"
+    )]
+    DiskIo {
+        /// What was being done, e.g. "create directory".
+        action: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// What the operating system reported.
+        source: std::io::Error,
+    },
+    /// A size setting is not a size.
+    #[error(
+        "{variable}={value:?} is not a size: give bytes, optionally with a K, M, G or T suffix \
+         (powers of 1024), e.g. 512M"
+    )]
+    DiskSize {
+        /// The environment variable.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// `KILN_CACHE_DIR` is unset and the platform has no cache directory.
+    #[error(
+        "no disk cache directory: KILN_CACHE_DIR is unset and the platform has no cache \
+         directory (is HOME set?); set KILN_CACHE_DIR, or KILN_CACHE=0"
+    )]
+    DiskNoDir,
+
+    // ----- init and build-script helpers (global.rs, registry.rs, build.rs) -----
+    /// A directory of `KILN_IMAGE_PATH` could not be listed.
+    #[error(
+        "cannot list image directory {dir} named in KILN_IMAGE_PATH: {source}; fix or remove \
+         the entry"
+    )]
+    ImageDirectory {
+        /// The directory.
+        dir: PathBuf,
+        /// Why it could not be listed.
+        source: std::io::Error,
+    },
+    /// `init_with` came after the global cache was initialized.
+    #[error(
+        "the global cache was initialized before init_with could set it up: call init_with \
+         first thing in main, before any use of the cache (and without the `ctor` feature)"
+    )]
+    AlreadyInitialized,
+    /// `Precompile::run` was called outside a build script without a directory.
+    #[error(
+        "OUT_DIR is not set: kiln::build::Precompile writes its image to OUT_DIR, which cargo \
+         sets for build scripts; elsewhere, give the directory with Precompile::out_dir"
+    )]
+    OutDirUnset,
+    /// The `cargo:` directives of a build script could not be printed.
+    #[error("cannot print the build script's cargo directives: {0}")]
+    BuildOutput(#[source] std::io::Error),
+}

@@ -1,0 +1,252 @@
+//! Keys: the identity of one method instance.
+//!
+//! A [`Key`] is a BLAKE3 digest over a *schema* (a name and a version chosen by
+//! the library that builds keys) and a sequence of labelled, length-prefixed
+//! fields. It must be the same in every process, build and machine for the same
+//! inputs, and differ whenever an input that changes code generation differs.
+//!
+//! # Encoding (stable: changing it changes every key)
+//!
+//! BLAKE3 in key-derivation mode with the context [`KEY_CONTEXT`], fed with:
+//!
+//! ```text
+//! schema  = len(name) name version:u32le
+//! field   = tag:u8 len(label) label len(value) value      (repeated, in call order)
+//! len(x)  = byte length of x as u64le
+//! ```
+//!
+//! `tag` is 1 for a serde value (its postcard encoding), 2 for raw bytes, 3
+//! for the contents of a file, 4 for a nested key. Serde values are encoded with
+//! postcard, whose wire format is specified and stable, and streamed into the
+//! hasher without allocating (one counting pass for the length prefix, one
+//! hashing pass). Nothing goes through `std::hash::Hash`, and no `HashMap`
+//! iteration order can leak in unless a field's own `Serialize` iterates one:
+//! use `BTreeMap` or sorted vectors in key types.
+
+use std::fmt;
+use std::path::Path;
+
+use postcard::ser_flavors::Flavor;
+use serde::Serialize;
+
+use crate::{Digest, Error};
+
+/// BLAKE3 key-derivation context of every [`Key`]. Part of the encoding.
+pub const KEY_CONTEXT: &str = "kiln 2026-11 method-instance key v1";
+
+const TAG_SERDE: u8 = 1;
+const TAG_BYTES: u8 = 2;
+const TAG_FILE: u8 = 3;
+const TAG_KEY: u8 = 4;
+
+/// The identity of one method instance: a 32-byte BLAKE3 digest built by a
+/// [`KeyBuilder`].
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key(Digest);
+
+impl Key {
+    /// Wraps a digest (e.g. one read back from an image).
+    pub const fn from_digest(digest: Digest) -> Key {
+        Key(digest)
+    }
+
+    /// The digest.
+    pub const fn digest(&self) -> &Digest {
+        &self.0
+    }
+
+    /// Lowercase hex, 64 characters.
+    pub fn to_hex(&self) -> String {
+        hex(&self.0.0)
+    }
+}
+
+impl From<Digest> for Key {
+    fn from(digest: Digest) -> Key {
+        Key(digest)
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Key({})", self.to_hex())
+    }
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    out
+}
+
+/// Builds a [`Key`] from labelled fields.
+///
+/// ```
+/// use kiln_core::KeyBuilder;
+///
+/// # fn main() -> Result<(), kiln_core::Error> {
+/// let source = "extern \"C\" __global__ void add(float* x) { x[0] += 1; }";
+/// let key = KeyBuilder::new("my-kernels", 1)
+///     .str("function", "add")
+///     .bytes("source", source.as_bytes())
+///     .field("block", &(128u32, 1u32, 1u32))?
+///     .field("dtype", &"f32")?
+///     .finish();
+/// assert_eq!(key.to_hex().len(), 64);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct KeyBuilder {
+    hasher: blake3::Hasher,
+}
+
+impl KeyBuilder {
+    /// Starts a key for `schema` at `version`. Bump the version whenever the
+    /// meaning of the fields changes, so that old cached entries stop matching.
+    pub fn new(schema: &str, version: u32) -> KeyBuilder {
+        let mut hasher = blake3::Hasher::new_derive_key(KEY_CONTEXT);
+        update_prefixed(&mut hasher, schema.as_bytes());
+        hasher.update(&version.to_le_bytes());
+        KeyBuilder { hasher }
+    }
+
+    /// Adds a serde value, encoded with postcard.
+    ///
+    /// # Errors
+    /// [`Error::KeyEncoding`] if postcard cannot encode the value (e.g. a
+    /// sequence of unknown length), [`Error::KeyNondeterministic`] if two
+    /// encodings of the same value differ in length.
+    pub fn field<T: Serialize + ?Sized>(mut self, label: &str, value: &T) -> Result<Self, Error> {
+        let encoding = |source| Error::KeyEncoding {
+            label: label.to_owned(),
+            source,
+        };
+        let len = postcard::serialize_with_flavor(value, CountFlavor(0)).map_err(encoding)?;
+        self.start_field(TAG_SERDE, label, len);
+        let flavor = HashFlavor {
+            hasher: &mut self.hasher,
+            written: 0,
+        };
+        let written = postcard::serialize_with_flavor(value, flavor).map_err(encoding)?;
+        if written != len {
+            return Err(Error::KeyNondeterministic {
+                label: label.to_owned(),
+                first: len,
+                second: written,
+            });
+        }
+        Ok(self)
+    }
+
+    /// Adds raw bytes (e.g. a source text).
+    pub fn bytes(mut self, label: &str, bytes: &[u8]) -> Self {
+        self.start_field(TAG_BYTES, label, bytes.len());
+        self.hasher.update(bytes);
+        self
+    }
+
+    /// Adds a string, encoded as its UTF-8 bytes (same as [`KeyBuilder::bytes`]).
+    pub fn str(self, label: &str, value: &str) -> Self {
+        self.bytes(label, value.as_bytes())
+    }
+
+    /// Adds the *contents* of a file the code depends on (a header, an
+    /// included source). The path itself is not part of the key, so the same
+    /// header at another place on another machine gives the same key.
+    ///
+    /// # Errors
+    /// [`Error::KeyInput`] if the file cannot be read: a key is never built
+    /// from an input whose contents cannot be observed.
+    pub fn file(self, label: &str, path: &Path) -> Result<Self, Error> {
+        let contents = std::fs::read(path).map_err(|source| Error::KeyInput {
+            label: label.to_owned(),
+            path: path.to_owned(),
+            source,
+        })?;
+        let mut this = self;
+        this.start_field(TAG_FILE, label, contents.len());
+        this.hasher.update(&contents);
+        Ok(this)
+    }
+
+    /// Adds another key (e.g. the key of a dependency that is linked in).
+    pub fn key(mut self, label: &str, key: &Key) -> Self {
+        self.start_field(TAG_KEY, label, 32);
+        self.hasher.update(key.digest().as_bytes());
+        self
+    }
+
+    /// The key.
+    pub fn finish(self) -> Key {
+        Key(Digest(*self.hasher.finalize().as_bytes()))
+    }
+
+    fn start_field(&mut self, tag: u8, label: &str, value_len: usize) {
+        self.hasher.update(&[tag]);
+        update_prefixed(&mut self.hasher, label.as_bytes());
+        self.hasher.update(&(value_len as u64).to_le_bytes());
+    }
+}
+
+/// Feeds `len(bytes) bytes` into `hasher`.
+pub(crate) fn update_prefixed(hasher: &mut blake3::Hasher, bytes: &[u8]) {
+    hasher.update(&(bytes.len() as u64).to_le_bytes());
+    hasher.update(bytes);
+}
+
+/// A postcard flavor that only counts the bytes of an encoding.
+struct CountFlavor(usize);
+
+impl Flavor for CountFlavor {
+    type Output = usize;
+
+    fn try_push(&mut self, _data: u8) -> postcard::Result<()> {
+        self.0 += 1;
+        Ok(())
+    }
+
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        self.0 += data.len();
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<usize> {
+        Ok(self.0)
+    }
+}
+
+/// A postcard flavor that streams the encoding into a BLAKE3 hasher.
+struct HashFlavor<'h> {
+    hasher: &'h mut blake3::Hasher,
+    written: usize,
+}
+
+impl Flavor for HashFlavor<'_> {
+    type Output = usize;
+
+    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
+        self.hasher.update(&[data]);
+        self.written += 1;
+        Ok(())
+    }
+
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        self.hasher.update(data);
+        self.written += data.len();
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<usize> {
+        Ok(self.written)
+    }
+}

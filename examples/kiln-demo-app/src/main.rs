@@ -1,0 +1,189 @@
+//! An end application using two kernel libraries that ship precompiled
+//! images (`kiln-kernels-demo`, `kiln-activations-demo`).
+//!
+//! It asks for every kernel of both and prints, per kernel, whether it came
+//! from an image or was compiled, and the time until the compiled kernel was
+//! in hand; then the totals. `--compare-cold` compiles the same kernels from
+//! scratch for comparison; `--gpu` (or `KILN_DEMO_GPU=1`) also launches each
+//! kernel on GPU 0 and checks it against a CPU reference. `--json` prints one
+//! JSON object per line.
+//!
+//! ```text
+//! cargo run -p kiln-demo-app --release -- --compare-cold
+//! ```
+
+mod gpu;
+mod kernels;
+mod output;
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use kiln::cuda::Arch;
+use kiln::{Digest, Source};
+
+use kernels::{Libraries, Wanted};
+use output::{Outcome, Output};
+
+/// Asks two kernel libraries for all their kernels and reports where each came from.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Print one JSON object per line.
+    #[arg(long)]
+    json: bool,
+    /// Also compile every kernel from scratch (a fresh cache) and compare.
+    #[arg(long)]
+    compare_cold: bool,
+    /// Also launch every kernel on GPU 0 and check the results (also KILN_DEMO_GPU=1).
+    #[arg(long)]
+    gpu: bool,
+    /// The arch to ask for (default: the one the images were built for).
+    #[arg(long)]
+    arch: Option<String>,
+    /// Ask only for the kernels whose name contains this text.
+    #[arg(long, value_name = "TEXT")]
+    only: Option<String>,
+    /// Declare definition NAME at the fingerprint of TEXT before the images
+    /// are merged, as a redefinition would: image entries built against
+    /// another fingerprint of NAME are skipped as stale and compile again.
+    #[arg(long, value_name = "NAME=TEXT")]
+    define: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(err) => {
+            eprintln!("kiln-demo-app: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the demo; `Ok(false)` when a kernel failed to compile or to check.
+fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
+    let out = Output { json: args.json };
+    let definitions = parse_definitions(&args.define)?;
+
+    let started = Instant::now();
+    let report = if definitions.is_empty() {
+        kiln::init()
+    } else {
+        kiln::init_with(|cache| {
+            for (name, fingerprint) in &definitions {
+                cache.define(name, *fingerprint);
+            }
+        })?
+    };
+    out.init(report, started.elapsed());
+    let cache = kiln::global();
+
+    let gpu_wanted = args.gpu || std::env::var_os("KILN_DEMO_GPU").is_some_and(|v| v == "1");
+    let gpu = if gpu_wanted {
+        Some(gpu::Gpu::open()?)
+    } else {
+        None
+    };
+    let arch: Arch = match (&args.arch, &gpu) {
+        (Some(arch), _) => arch.parse()?,
+        (None, Some(gpu)) => gpu.arch(),
+        (None, None) => kiln_kernels_demo::Kernels::precompiled_arch()?,
+    };
+    let (libraries, setup) = Libraries::new(arch)?;
+    out.setup(&arch.to_string(), &setup);
+
+    let mut wanted = Wanted::all();
+    if let Some(only) = &args.only {
+        wanted.retain(|kernel| kernel.name().contains(only.as_str()));
+    }
+    let mut ok = true;
+    let (mut from_image, mut compiled, mut total) = (0, 0, Duration::ZERO);
+    let mut hits = Vec::new();
+    for kernel in &wanted {
+        let compiles_before = cache.stats().compiles;
+        let started = Instant::now();
+        let result = kernel.get(&libraries, cache);
+        let elapsed = started.elapsed();
+        match result {
+            Ok(hit) => {
+                total += elapsed;
+                let outcome = if cache.stats().compiles > compiles_before {
+                    compiled += 1;
+                    Outcome::Compiled
+                } else {
+                    match hit.source() {
+                        Source::Image => {
+                            from_image += 1;
+                            Outcome::Image
+                        }
+                        Source::Memory => Outcome::Memory,
+                        Source::Tier => Outcome::Tier,
+                    }
+                };
+                out.kernel(kernel.library(), &kernel.name(), outcome, elapsed);
+                hits.push((kernel, hit));
+            }
+            Err(err) => {
+                ok = false;
+                out.failure(kernel.library(), &kernel.name(), &err);
+            }
+        }
+    }
+    out.summary(
+        wanted.len(),
+        from_image,
+        compiled,
+        cache.stats().compiles,
+        total,
+    );
+
+    if args.compare_cold {
+        let fresh = kiln::Cache::new();
+        let started = Instant::now();
+        for kernel in &wanted {
+            kernel.get(&libraries, &fresh)?;
+        }
+        out.cold(wanted.len(), started.elapsed(), total);
+    }
+
+    if let Some(gpu) = &gpu {
+        for (kernel, hit) in &hits {
+            let result = kernel
+                .request(&libraries)
+                .map_err(|err| err.to_string())
+                .and_then(|request| gpu.check(kernel, &request, hit));
+            ok &= result.is_ok();
+            out.gpu(&kernel.name(), &result);
+        }
+    }
+    Ok(ok)
+}
+
+/// `NAME=TEXT` pairs as (name, fingerprint of text).
+fn parse_definitions(defines: &[String]) -> Result<Vec<(String, Digest)>, String> {
+    defines
+        .iter()
+        .map(|define| {
+            let (name, text) = define
+                .split_once('=')
+                .ok_or_else(|| format!("--define {define:?}: expected NAME=TEXT"))?;
+            Ok((name.to_owned(), Digest::of(text.as_bytes())))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn definitions_are_name_equals_text() {
+        let parsed = parse_definitions(&["a::b=x=y".to_owned()]).unwrap();
+        assert_eq!(parsed, [("a::b".to_owned(), Digest::of(b"x=y"))]);
+        assert!(parse_definitions(&["no-equals".to_owned()]).is_err());
+    }
+}

@@ -1,0 +1,195 @@
+//! What the application prints: a table for people, or one JSON object per
+//! line (`--json`) for tests and scripts.
+
+use std::time::Duration;
+
+use kiln::{ImageOutcome, InitReport};
+use serde_json::json;
+
+use crate::kernels::SetupTimes;
+
+/// How one kernel was obtained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Served from a merged image: no compile.
+    Image,
+    /// Already in memory (asked for before in this process).
+    Memory,
+    /// From an extra tier (a disk cache).
+    Tier,
+    /// Compiled now with NVRTC.
+    Compiled,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Image => "image",
+            Outcome::Memory => "memory",
+            Outcome::Tier => "tier",
+            Outcome::Compiled => "compiled",
+        }
+    }
+}
+
+/// Prints in the chosen format.
+pub struct Output {
+    pub json: bool,
+}
+
+fn micros(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e6
+}
+
+impl Output {
+    pub fn init(&self, report: &InitReport, elapsed: Duration) {
+        if self.json {
+            for image in report.images() {
+                let line = match &image.outcome {
+                    ImageOutcome::Merged { entries, merge } => json!({
+                        "event": "image",
+                        "source": image.source.to_string(),
+                        "entries": entries,
+                        "inserted": merge.inserted,
+                        "duplicate": merge.duplicate,
+                        "stale": merge.stale,
+                        "foreign_owner": merge.foreign_owner,
+                        "skipped": null,
+                    }),
+                    ImageOutcome::Skipped(err) => json!({
+                        "event": "image",
+                        "source": image.source.to_string(),
+                        "skipped": err.to_string(),
+                    }),
+                };
+                println!("{line}");
+            }
+            println!(
+                "{}",
+                json!({"event": "init", "disabled": report.disabled, "micros": micros(elapsed)})
+            );
+        } else {
+            println!(
+                "init: {} images merged in {elapsed:.1?}",
+                report.merged().count()
+            );
+            print!("{report}");
+        }
+    }
+
+    pub fn setup(&self, arch: &str, setup: &SetupTimes) {
+        if self.json {
+            println!(
+                "{}",
+                json!({
+                    "event": "setup",
+                    "arch": arch,
+                    "nvrtc_micros": micros(setup.nvrtc),
+                    "cub_headers_micros": micros(setup.cub_headers),
+                })
+            );
+        } else {
+            println!(
+                "setup for {arch}: NVRTC loaded (for its version) in {:.1?}, CUB headers \
+                 fingerprinted in {:.1?}",
+                setup.nvrtc, setup.cub_headers
+            );
+            println!(
+                "{:<28} {:<22} {:<9} {:>12}",
+                "kernel", "library", "from", "time"
+            );
+        }
+    }
+
+    pub fn kernel(&self, library: &str, name: &str, outcome: Outcome, elapsed: Duration) {
+        if self.json {
+            println!(
+                "{}",
+                json!({
+                    "event": "kernel",
+                    "library": library,
+                    "name": name,
+                    "outcome": outcome.as_str(),
+                    "micros": micros(elapsed),
+                })
+            );
+        } else {
+            println!(
+                "{name:<28} {library:<22} {:<9} {:>12}",
+                outcome.as_str(),
+                format!("{elapsed:.1?}")
+            );
+        }
+    }
+
+    pub fn failure(&self, library: &str, name: &str, error: &kiln::Error) {
+        if self.json {
+            println!(
+                "{}",
+                json!({"event": "kernel", "library": library, "name": name, "outcome": "failed", "error": error.to_string()})
+            );
+        } else {
+            println!("{name:<28} {library:<22} FAILED: {error}");
+        }
+    }
+
+    pub fn summary(
+        &self,
+        kernels: usize,
+        from_image: usize,
+        compiled: usize,
+        compiles: u64,
+        total: Duration,
+    ) {
+        if self.json {
+            println!(
+                "{}",
+                json!({
+                    "event": "summary",
+                    "kernels": kernels,
+                    "from_image": from_image,
+                    "compiled": compiled,
+                    "nvrtc_compiles": compiles,
+                    "micros": micros(total),
+                })
+            );
+        } else {
+            println!(
+                "total: {kernels} kernels in {total:.1?}: {from_image} from images, {compiled} compiled (NVRTC compiles: {compiles})"
+            );
+        }
+    }
+
+    pub fn cold(&self, kernels: usize, cold: Duration, warm: Duration) {
+        let ratio = cold.as_secs_f64() / warm.as_secs_f64().max(1e-9);
+        if self.json {
+            println!(
+                "{}",
+                json!({"event": "cold", "kernels": kernels, "micros": micros(cold), "ratio": ratio})
+            );
+        } else {
+            println!(
+                "cold: the same {kernels} kernels compiled from scratch in {cold:.1?}: {ratio:.0}x the time above"
+            );
+        }
+    }
+
+    pub fn gpu(&self, name: &str, result: &Result<String, String>) {
+        if self.json {
+            let line = match result {
+                Ok(artifact) => {
+                    json!({"event": "gpu", "name": name, "ok": true, "artifact": artifact})
+                }
+                Err(error) => json!({"event": "gpu", "name": name, "ok": false, "error": error}),
+            };
+            println!("{line}");
+        } else {
+            match result {
+                Ok(artifact) => {
+                    println!("gpu: {name}: matches the CPU reference (ran the {artifact})")
+                }
+                Err(error) => println!("gpu: {name}: FAILED: {error}"),
+            }
+        }
+    }
+}

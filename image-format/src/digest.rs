@@ -1,0 +1,115 @@
+//! [`Digest`]: the 32-byte BLAKE3 hash used for owners, keys, fingerprints
+//! and checksums, shown as lowercase hex.
+
+use std::fmt;
+
+use crate::ImageError;
+
+/// 32-byte BLAKE3 hash, shown as lowercase hex.
+#[derive(
+    Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+pub struct Digest(pub [u8; 32]);
+
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+impl Digest {
+    /// BLAKE3 of `bytes`.
+    pub fn of(bytes: &[u8]) -> Digest {
+        Digest(*blake3::hash(bytes).as_bytes())
+    }
+
+    /// The 32 raw bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// Lowercase hex, 64 characters.
+    pub fn to_hex(&self) -> String {
+        let mut out = String::with_capacity(64);
+        for byte in self.0 {
+            out.push(char::from(HEX_DIGITS[usize::from(byte >> 4)]));
+            out.push(char::from(HEX_DIGITS[usize::from(byte & 0x0f)]));
+        }
+        out
+    }
+
+    /// Parses exactly 64 hex characters (either case).
+    pub fn from_hex(s: &str) -> Result<Digest, ImageError> {
+        let invalid = || ImageError::InvalidHex {
+            text: s.chars().take(80).collect(),
+        };
+        let text = s.as_bytes();
+        if text.len() != 64 {
+            return Err(invalid());
+        }
+        let mut out = [0u8; 32];
+        for (byte, pair) in out.iter_mut().zip(text.chunks_exact(2)) {
+            let high = hex_value(pair[0]).ok_or_else(invalid)?;
+            let low = hex_value(pair[1]).ok_or_else(invalid)?;
+            *byte = (high << 4) | low;
+        }
+        Ok(Digest(out))
+    }
+
+    /// Whether the lowercase hex form starts with `prefix` (compared
+    /// case-insensitively). An empty prefix matches every digest.
+    pub fn hex_starts_with(&self, prefix: &str) -> bool {
+        let hex = self.to_hex();
+        prefix.len() <= hex.len()
+            && hex.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
+    }
+}
+
+fn hex_value(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Digest({})", self.to_hex())
+    }
+}
+
+impl std::str::FromStr for Digest {
+    type Err = ImageError;
+
+    fn from_str(s: &str) -> Result<Digest, ImageError> {
+        Digest::from_hex(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trip() {
+        let d = Digest::of(b"kiln");
+        let hex = d.to_hex();
+        assert_eq!(hex.len(), 64);
+        assert_eq!(hex, blake3::hash(b"kiln").to_hex().as_str());
+        assert_eq!(Digest::from_hex(&hex).unwrap(), d);
+        assert_eq!(Digest::from_hex(&hex.to_uppercase()).unwrap(), d);
+        assert!(d.hex_starts_with(&hex[..7]));
+        assert!(!d.hex_starts_with("zz"));
+    }
+
+    #[test]
+    fn rejects_bad_hex() {
+        assert!(Digest::from_hex("abc").is_err());
+        assert!(Digest::from_hex(&"g".repeat(64)).is_err());
+        assert!(Digest::from_hex(&"é".repeat(32)).is_err());
+    }
+}

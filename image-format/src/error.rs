@@ -1,0 +1,319 @@
+//! [`ImageError`]: every way writing, opening or reading an image can fail.
+
+use std::path::PathBuf;
+
+/// Every way writing, opening or reading an image can fail.
+///
+/// Each variant names what mismatched and, where it helps, what to do.
+/// [`ImageError::check`] gives a short stable name of the failed check, for
+/// tools such as `kiln verify`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImageError {
+    /// Reading or writing a file failed.
+    #[error("{action} {path}: {source}")]
+    Io {
+        /// What was being done ("open", "map", "write", ...).
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The operating-system error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The file does not start with the image magic bytes.
+    #[error("not a kiln image: starts with {found:02x?}, expected {expected:02x?}")]
+    BadMagic {
+        /// The first bytes of the file.
+        found: Vec<u8>,
+        /// The magic bytes of every kiln image.
+        expected: [u8; 8],
+    },
+
+    /// The file is shorter than its header says.
+    #[error("image truncated: {len} bytes, but {what} needs {needed}")]
+    Truncated {
+        /// What did not fit.
+        what: &'static str,
+        /// Bytes present.
+        len: u64,
+        /// Bytes needed.
+        needed: u64,
+    },
+
+    /// The file is longer than its header says.
+    #[error(
+        "image has {extra} trailing bytes after the {expected}-byte image the header describes"
+    )]
+    TrailingBytes {
+        /// Length the header describes.
+        expected: u64,
+        /// Bytes beyond it.
+        extra: u64,
+    },
+
+    /// The image was written in another format version.
+    #[error("image format {found}, this kiln reads {expected}: rebuild the image with this kiln")]
+    FormatVersion {
+        /// Version in the header.
+        found: u32,
+        /// The only version this build reads.
+        expected: u32,
+    },
+
+    /// The header's own checksum does not match its bytes.
+    #[error("image header checksum mismatch: the header is corrupt")]
+    HeaderChecksum,
+
+    /// The header length field is not the one of this format version.
+    #[error("image header is {found} bytes, format {version} headers are {expected}")]
+    HeaderLength {
+        /// Length in the header.
+        found: u32,
+        /// Length this build expects.
+        expected: u32,
+        /// The format version.
+        version: u32,
+    },
+
+    /// The archive was written for the other byte order.
+    #[error("image index is {found}, this kiln reads {expected}")]
+    Endianness {
+        /// Byte order in the header.
+        found: String,
+        /// Byte order of this build.
+        expected: String,
+    },
+
+    /// The archive uses relative pointers of another width.
+    #[error(
+        "image index uses {found}-bit relative pointers, this kiln uses {expected}-bit: rkyv pointer_width features differ"
+    )]
+    PointerWidth {
+        /// Width in the header, in bits.
+        found: u8,
+        /// Width of this build, in bits.
+        expected: u8,
+    },
+
+    /// The archive's primitives are laid out aligned where this build expects
+    /// unaligned, or the other way round.
+    #[error(
+        "image index has {found} primitives, this kiln reads {expected} ones: rkyv aligned/unaligned features differ"
+    )]
+    PrimitiveAlignment {
+        /// Layout in the header.
+        found: String,
+        /// Layout of this build.
+        expected: String,
+    },
+
+    /// The image was written by another rkyv version.
+    #[error(
+        "image written by rkyv {found}, this kiln uses rkyv {expected}: rebuild the image with this kiln"
+    )]
+    RkyvVersion {
+        /// Version in the header.
+        found: String,
+        /// Version this build is pinned to.
+        expected: &'static str,
+    },
+
+    /// The region table in the header is inconsistent.
+    #[error("image layout is invalid: {0}")]
+    Layout(String),
+
+    /// The bytes do not start at an address aligned for zero-copy access.
+    #[error(
+        "image bytes start at address {address:#x}, which is not {required}-byte aligned: embed images with include_image! or load them with Image::from_bytes"
+    )]
+    Misaligned {
+        /// Start address of the bytes.
+        address: usize,
+        /// Alignment required.
+        required: usize,
+    },
+
+    /// The BLAKE3 of everything after the header does not match the header.
+    #[error(
+        "image body checksum mismatch: the file is corrupt (header says {expected}, body hashes to {found})"
+    )]
+    BodyChecksum {
+        /// Checksum in the header.
+        expected: crate::Digest,
+        /// Checksum of the bytes.
+        found: crate::Digest,
+    },
+
+    /// rkyv rejected the index.
+    #[error("image index failed validation: {0}")]
+    IndexValidation(String),
+
+    /// The checksum over the index tables, owners and metadata does not match.
+    #[error("image index checksum mismatch (tables, owners or metadata): the index is corrupt")]
+    IndexChecksum,
+
+    /// The index is well-formed rkyv but breaks a rule of the format.
+    #[error("image index is malformed: {0}")]
+    IndexMalformed(String),
+
+    /// An entry record does not match its checksum.
+    #[error("entry {index} does not match its record checksum: the entry is corrupt")]
+    EntryChecksum {
+        /// Entry index.
+        index: usize,
+    },
+
+    /// An entry record points outside the image or holds invalid values.
+    #[error("entry {index} is malformed: {what}")]
+    EntryMalformed {
+        /// Entry index.
+        index: usize,
+        /// What is wrong.
+        what: String,
+    },
+
+    /// A payload does not match its BLAKE3 checksum; its bytes are withheld.
+    #[error(
+        "artifact {artifact} of entry {entry} does not match its BLAKE3 checksum: the payload is corrupt"
+    )]
+    PayloadChecksum {
+        /// Entry index.
+        entry: usize,
+        /// Artifact index within the entry.
+        artifact: usize,
+    },
+
+    /// The dependency index does not match its checksum or is malformed.
+    #[error("image dependency index is corrupt: {0}")]
+    DepIndex(String),
+
+    /// An entry index past the end.
+    #[error("entry index {index} is out of range: the image has {len} entries")]
+    EntryOutOfRange {
+        /// Index asked for.
+        index: usize,
+        /// Number of entries.
+        len: usize,
+    },
+
+    /// An artifact index past the end of an entry's artifacts.
+    #[error("artifact index {index} is out of range: the entry has {len} artifacts")]
+    ArtifactOutOfRange {
+        /// Index asked for.
+        index: usize,
+        /// Number of artifacts of the entry.
+        len: usize,
+    },
+
+    /// Two entries with the same (owner, key) were pushed to a writer.
+    #[error(
+        "two entries for owner {owner} and key {key} ({first:?} and {second:?}): an image holds one entry per (owner, key)"
+    )]
+    DuplicateEntry {
+        /// Owner digest.
+        owner: crate::Digest,
+        /// Key digest.
+        key: crate::Digest,
+        /// Name of the first entry.
+        first: String,
+        /// Name of the second entry.
+        second: String,
+    },
+
+    /// Two entries of one owner carry different owner labels.
+    #[error("owner {owner} is labelled both {first:?} and {second:?}: use one label per owner")]
+    OwnerLabelConflict {
+        /// Owner digest.
+        owner: crate::Digest,
+        /// One label.
+        first: String,
+        /// The other label.
+        second: String,
+    },
+
+    /// An entry whose validity range is empty.
+    #[error("entry {name:?} has min_world {min_world} > max_world {max_world}")]
+    InvalidWorlds {
+        /// Entry name.
+        name: String,
+        /// First valid world.
+        min_world: u64,
+        /// Last valid world.
+        max_world: u64,
+    },
+
+    /// A string the format cannot store faithfully.
+    #[error("{what} {value:?} cannot be stored: {reason}")]
+    InvalidString {
+        /// Which string.
+        what: &'static str,
+        /// The string.
+        value: String,
+        /// Why.
+        reason: &'static str,
+    },
+
+    /// Something exceeds what the format can address.
+    #[error("{what} is {size}, more than the format's limit of {limit}")]
+    TooLarge {
+        /// What is too large.
+        what: &'static str,
+        /// Its size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+
+    /// Text that is not 64 hex digits.
+    #[error("{text:?} is not a digest: expected 64 hex digits")]
+    InvalidHex {
+        /// The text (at most 80 characters of it).
+        text: String,
+    },
+
+    /// rkyv failed to serialize the index.
+    #[error("serializing the image index failed: {0}")]
+    Serialize(String),
+}
+
+impl ImageError {
+    /// A short stable name of the check that failed, e.g. `header.magic`,
+    /// `body.checksum`, `entry.checksum`, `payload.checksum`.
+    pub fn check(&self) -> &'static str {
+        match self {
+            ImageError::Io { .. } => "io",
+            ImageError::BadMagic { .. } => "header.magic",
+            ImageError::Truncated { .. } => "length.truncated",
+            ImageError::TrailingBytes { .. } => "length.trailing",
+            ImageError::FormatVersion { .. } => "header.format_version",
+            ImageError::HeaderChecksum => "header.checksum",
+            ImageError::HeaderLength { .. } => "header.length",
+            ImageError::Endianness { .. } => "header.endianness",
+            ImageError::PointerWidth { .. } => "header.pointer_width",
+            ImageError::PrimitiveAlignment { .. } => "header.primitive_alignment",
+            ImageError::RkyvVersion { .. } => "header.rkyv_version",
+            ImageError::Layout(_) => "header.layout",
+            ImageError::Misaligned { .. } => "storage.alignment",
+            ImageError::BodyChecksum { .. } => "body.checksum",
+            ImageError::IndexValidation(_) => "index.validation",
+            ImageError::IndexChecksum => "index.checksum",
+            ImageError::IndexMalformed(_) => "index.structure",
+            ImageError::EntryChecksum { .. } => "entry.checksum",
+            ImageError::EntryMalformed { .. } => "entry.structure",
+            ImageError::PayloadChecksum { .. } => "payload.checksum",
+            ImageError::DepIndex(_) => "deps.index",
+            ImageError::EntryOutOfRange { .. } | ImageError::ArtifactOutOfRange { .. } => {
+                "argument.range"
+            }
+            ImageError::DuplicateEntry { .. }
+            | ImageError::OwnerLabelConflict { .. }
+            | ImageError::InvalidWorlds { .. }
+            | ImageError::InvalidString { .. }
+            | ImageError::TooLarge { .. }
+            | ImageError::Serialize(_) => "writer.input",
+            ImageError::InvalidHex { .. } => "argument.hex",
+        }
+    }
+}

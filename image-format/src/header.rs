@@ -1,0 +1,424 @@
+//! The fixed-size header at the start of every image, read before anything
+//! else: magic, format version, rkyv version and layout, region table,
+//! checksums and producer.
+//!
+//! All header fields are little-endian, whatever the archive's byte order.
+//!
+//! | offset | size | field |
+//! | --: | --: | --- |
+//! | 0 | 8 | magic `KILNIMG\0` |
+//! | 8 | 4 | format version |
+//! | 12 | 4 | header length (256) |
+//! | 16 | 1 | archive byte order: 1 little-endian, 2 big-endian |
+//! | 17 | 1 | archive relative-pointer width in bits |
+//! | 18 | 1 | archive primitives: 1 aligned, 0 unaligned |
+//! | 19 | 1 | log2 of the region alignment (6: 64 bytes) |
+//! | 20 | 16 | rkyv version, NUL-padded |
+//! | 36 | 64 | producer, NUL-padded UTF-8 |
+//! | 100 | 4 | reserved (zero) |
+//! | 104 | 8 | entry count |
+//! | 112 | 8 | index offset |
+//! | 120 | 8 | index length |
+//! | 128 | 8 | payload region offset |
+//! | 136 | 8 | payload region length |
+//! | 144 | 8 | body length (everything after the header) |
+//! | 152 | 32 | BLAKE3 of the body |
+//! | 184 | 32 | index checksum (index tables, owners, metadata) |
+//! | 216 | 8 | reserved (zero) |
+//! | 224 | 32 | BLAKE3 of header bytes 0..224 |
+
+use std::fmt;
+
+use crate::{Digest, ImageError};
+
+/// Magic bytes every image starts with.
+pub const MAGIC: [u8; 8] = *b"KILNIMG\0";
+/// The image format version this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// Length of the header in bytes.
+pub const HEADER_LEN: usize = 256;
+/// Alignment of the index and of every payload, relative to the image start.
+pub const REGION_ALIGN: usize = 64;
+/// The rkyv version this build is pinned to (`=0.8.18` in the workspace).
+pub const RKYV_VERSION: &str = "0.8.18";
+/// Longest producer string the header holds, in bytes.
+pub const MAX_PRODUCER_LEN: usize = 64;
+
+const REGION_ALIGN_LOG2: u8 = 6;
+const CHECKSUMMED_LEN: usize = 224;
+
+/// Byte order of the rkyv archive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endianness {
+    /// Least significant byte first.
+    Little,
+    /// Most significant byte first.
+    Big,
+}
+
+impl fmt::Display for Endianness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Endianness::Little => "little-endian",
+            Endianness::Big => "big-endian",
+        })
+    }
+}
+
+/// How the rkyv archive is laid out: what rkyv's format features were when
+/// it was written. An image is readable only with the same layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArchiveLayout {
+    /// Byte order of archived primitives.
+    pub endianness: Endianness,
+    /// Width of relative pointers, in bits.
+    pub pointer_width: u8,
+    /// Whether archived primitives are naturally aligned.
+    pub aligned_primitives: bool,
+}
+
+impl ArchiveLayout {
+    /// The layout rkyv produces in this build (feature unification can change
+    /// it, which is why it is recorded and checked).
+    pub fn native() -> ArchiveLayout {
+        use rkyv::primitive::{ArchivedU32, ArchivedUsize};
+        use rkyv::rend::{u32_le, unaligned::u32_ule};
+        use std::any::TypeId;
+        let archived_u32 = TypeId::of::<ArchivedU32>();
+        let little =
+            archived_u32 == TypeId::of::<u32_le>() || archived_u32 == TypeId::of::<u32_ule>();
+        ArchiveLayout {
+            endianness: if little {
+                Endianness::Little
+            } else {
+                Endianness::Big
+            },
+            pointer_width: bits(size_of::<ArchivedUsize>()),
+            aligned_primitives: align_of::<ArchivedU32>() > 1,
+        }
+    }
+}
+
+const fn bits(bytes: usize) -> u8 {
+    (bytes * 8) as u8
+}
+
+/// The parsed header of an image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// Image format version.
+    pub format_version: u32,
+    /// rkyv version that wrote the index.
+    pub rkyv_version: String,
+    /// Layout of the rkyv archive.
+    pub layout: ArchiveLayout,
+    /// Alignment of the index and of every payload, in bytes.
+    pub region_alignment: usize,
+    /// Program that wrote the image (`"name version"`).
+    pub producer: String,
+    /// Number of entries.
+    pub entry_count: u64,
+    /// Offset of the rkyv index from the image start.
+    pub index_offset: u64,
+    /// Length of the rkyv index.
+    pub index_len: u64,
+    /// Offset of the payload region from the image start.
+    pub payload_offset: u64,
+    /// Length of the payload region.
+    pub payload_len: u64,
+    /// Length of everything after the header.
+    pub body_len: u64,
+    /// BLAKE3 of everything after the header.
+    pub body_checksum: Digest,
+    /// Checksum over the index tables, owners and metadata.
+    pub index_checksum: Digest,
+    /// BLAKE3 of the header's first 224 bytes.
+    pub header_checksum: Digest,
+}
+
+/// Reads a fixed-size field; every caller passes offsets inside
+/// [`HEADER_LEN`], and `bytes` is at least that long.
+fn field<const N: usize>(bytes: &[u8; HEADER_LEN], at: usize) -> [u8; N] {
+    let mut out = [0u8; N];
+    if let Some(src) = bytes.get(at..at + N) {
+        out.copy_from_slice(src);
+    }
+    out
+}
+
+fn text_field(raw: &[u8]) -> Option<String> {
+    let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+    if raw[end..].iter().any(|&b| b != 0) {
+        return None;
+    }
+    std::str::from_utf8(&raw[..end]).ok().map(str::to_owned)
+}
+
+fn put(bytes: &mut [u8; HEADER_LEN], at: usize, value: &[u8]) {
+    bytes[at..at + value.len()].copy_from_slice(value);
+}
+
+impl Header {
+    /// Encodes the header, computing its checksum.
+    pub(crate) fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut out = [0u8; HEADER_LEN];
+        put(&mut out, 0, &MAGIC);
+        put(&mut out, 8, &self.format_version.to_le_bytes());
+        put(&mut out, 12, &(HEADER_LEN as u32).to_le_bytes());
+        out[16] = match self.layout.endianness {
+            Endianness::Little => 1,
+            Endianness::Big => 2,
+        };
+        out[17] = self.layout.pointer_width;
+        out[18] = u8::from(self.layout.aligned_primitives);
+        out[19] = REGION_ALIGN_LOG2;
+        put(&mut out, 20, self.rkyv_version.as_bytes());
+        put(&mut out, 36, self.producer.as_bytes());
+        put(&mut out, 104, &self.entry_count.to_le_bytes());
+        put(&mut out, 112, &self.index_offset.to_le_bytes());
+        put(&mut out, 120, &self.index_len.to_le_bytes());
+        put(&mut out, 128, &self.payload_offset.to_le_bytes());
+        put(&mut out, 136, &self.payload_len.to_le_bytes());
+        put(&mut out, 144, &self.body_len.to_le_bytes());
+        put(&mut out, 152, &self.body_checksum.0);
+        put(&mut out, 184, &self.index_checksum.0);
+        let checksum = header_checksum(&out);
+        put(&mut out, CHECKSUMMED_LEN, &checksum.0);
+        out
+    }
+
+    /// Parses and checks the header of `image` (the whole image, so that
+    /// the region table can be checked against its length).
+    ///
+    /// Checks run in an order that gives the most useful message: magic,
+    /// format version, header checksum, archive layout, rkyv version, then
+    /// lengths and regions.
+    pub fn parse(image: &[u8]) -> Result<Header, ImageError> {
+        let file_len = image.len() as u64;
+        let Some(bytes) = image.first_chunk::<HEADER_LEN>() else {
+            if image.len() >= MAGIC.len() && image[..MAGIC.len()] != MAGIC {
+                return Err(bad_magic(image));
+            }
+            return Err(ImageError::Truncated {
+                what: "the header",
+                len: file_len,
+                needed: HEADER_LEN as u64,
+            });
+        };
+        if field::<8>(bytes, 0) != MAGIC {
+            return Err(bad_magic(image));
+        }
+        let format_version = u32::from_le_bytes(field(bytes, 8));
+        if format_version != FORMAT_VERSION {
+            return Err(ImageError::FormatVersion {
+                found: format_version,
+                expected: FORMAT_VERSION,
+            });
+        }
+        let stored_checksum = Digest(field(bytes, CHECKSUMMED_LEN));
+        if header_checksum(bytes) != stored_checksum {
+            return Err(ImageError::HeaderChecksum);
+        }
+        let header_len = u32::from_le_bytes(field(bytes, 12));
+        if header_len as usize != HEADER_LEN {
+            return Err(ImageError::HeaderLength {
+                found: header_len,
+                expected: HEADER_LEN as u32,
+                version: FORMAT_VERSION,
+            });
+        }
+        let layout = check_layout(bytes)?;
+        let rkyv_version = text_field(&bytes[20..36]).ok_or_else(|| {
+            ImageError::Layout("the rkyv version field is not NUL-padded UTF-8".into())
+        })?;
+        if rkyv_version != RKYV_VERSION {
+            return Err(ImageError::RkyvVersion {
+                found: rkyv_version,
+                expected: RKYV_VERSION,
+            });
+        }
+        let producer = text_field(&bytes[36..100]).ok_or_else(|| {
+            ImageError::Layout("the producer field is not NUL-padded UTF-8".into())
+        })?;
+        let header = Header {
+            format_version,
+            rkyv_version,
+            layout,
+            region_alignment: REGION_ALIGN,
+            producer,
+            entry_count: u64::from_le_bytes(field(bytes, 104)),
+            index_offset: u64::from_le_bytes(field(bytes, 112)),
+            index_len: u64::from_le_bytes(field(bytes, 120)),
+            payload_offset: u64::from_le_bytes(field(bytes, 128)),
+            payload_len: u64::from_le_bytes(field(bytes, 136)),
+            body_len: u64::from_le_bytes(field(bytes, 144)),
+            body_checksum: Digest(field(bytes, 152)),
+            index_checksum: Digest(field(bytes, 184)),
+            header_checksum: stored_checksum,
+        };
+        header.check_regions(file_len)?;
+        Ok(header)
+    }
+
+    fn check_regions(&self, file_len: u64) -> Result<(), ImageError> {
+        let expected_len = self
+            .body_len
+            .checked_add(HEADER_LEN as u64)
+            .ok_or_else(|| {
+                ImageError::Layout(format!("body length {} overflows", self.body_len))
+            })?;
+        if file_len < expected_len {
+            return Err(ImageError::Truncated {
+                what: "the body the header describes",
+                len: file_len,
+                needed: expected_len,
+            });
+        }
+        if file_len > expected_len {
+            return Err(ImageError::TrailingBytes {
+                expected: expected_len,
+                extra: file_len - expected_len,
+            });
+        }
+        let align = REGION_ALIGN as u64;
+        let index_end = self.index_offset.checked_add(self.index_len);
+        let payload_end = self.payload_offset.checked_add(self.payload_len);
+        let problem = if self.index_offset < HEADER_LEN as u64 || self.index_offset % align != 0 {
+            Some(format!(
+                "index offset {} is not a multiple of {align} after the header",
+                self.index_offset
+            ))
+        } else if self.payload_offset % align != 0 {
+            Some(format!(
+                "payload offset {} is not a multiple of {align}",
+                self.payload_offset
+            ))
+        } else if index_end.is_none_or(|end| end > self.payload_offset) {
+            Some(format!(
+                "index {}+{} overlaps the payload region at {}",
+                self.index_offset, self.index_len, self.payload_offset
+            ))
+        } else if payload_end != Some(file_len) {
+            Some(format!(
+                "payload region {}+{} does not end at the image end {file_len}",
+                self.payload_offset, self.payload_len
+            ))
+        } else {
+            None
+        };
+        match problem {
+            Some(problem) => Err(ImageError::Layout(problem)),
+            None => Ok(()),
+        }
+    }
+}
+
+fn bad_magic(image: &[u8]) -> ImageError {
+    ImageError::BadMagic {
+        found: image.iter().take(MAGIC.len()).copied().collect(),
+        expected: MAGIC,
+    }
+}
+
+fn check_layout(bytes: &[u8; HEADER_LEN]) -> Result<ArchiveLayout, ImageError> {
+    let native = ArchiveLayout::native();
+    let endianness = match bytes[16] {
+        1 => Endianness::Little,
+        2 => Endianness::Big,
+        other => {
+            return Err(ImageError::Endianness {
+                found: format!("of unknown byte order {other}"),
+                expected: native.endianness.to_string(),
+            });
+        }
+    };
+    if endianness != native.endianness {
+        return Err(ImageError::Endianness {
+            found: endianness.to_string(),
+            expected: native.endianness.to_string(),
+        });
+    }
+    if bytes[17] != native.pointer_width {
+        return Err(ImageError::PointerWidth {
+            found: bytes[17],
+            expected: native.pointer_width,
+        });
+    }
+    let alignment_name = |aligned: bool| if aligned { "aligned" } else { "unaligned" };
+    let aligned_primitives = match bytes[18] {
+        0 => false,
+        1 => true,
+        other => {
+            return Err(ImageError::PrimitiveAlignment {
+                found: format!("unknown ({other})"),
+                expected: alignment_name(native.aligned_primitives).into(),
+            });
+        }
+    };
+    if aligned_primitives != native.aligned_primitives {
+        return Err(ImageError::PrimitiveAlignment {
+            found: alignment_name(aligned_primitives).into(),
+            expected: alignment_name(native.aligned_primitives).into(),
+        });
+    }
+    if bytes[19] != REGION_ALIGN_LOG2 {
+        return Err(ImageError::Layout(format!(
+            "region alignment 2^{}, format {FORMAT_VERSION} uses 2^{REGION_ALIGN_LOG2}",
+            bytes[19]
+        )));
+    }
+    Ok(native)
+}
+
+/// BLAKE3 of the checksummed part of a header.
+pub(crate) fn header_checksum(bytes: &[u8; HEADER_LEN]) -> Digest {
+    Digest::of(&bytes[..CHECKSUMMED_LEN])
+}
+
+/// Recomputes and stores the header checksum of `image` in place: for tests
+/// that patch header fields and want the field check, not the checksum
+/// check, to fire. Does nothing on a slice shorter than a header.
+pub fn reseal_header(image: &mut [u8]) {
+    if let Some(bytes) = image.first_chunk_mut::<HEADER_LEN>() {
+        let checksum = header_checksum(bytes);
+        bytes[CHECKSUMMED_LEN..].copy_from_slice(&checksum.0);
+    }
+}
+
+/// Byte offsets of header fields, for tools and tests that patch headers.
+pub mod offsets {
+    /// Format version (u32 LE).
+    pub const FORMAT_VERSION: usize = 8;
+    /// Header length (u32 LE).
+    pub const HEADER_LEN: usize = 12;
+    /// Archive byte order (u8).
+    pub const ENDIANNESS: usize = 16;
+    /// Relative-pointer width in bits (u8).
+    pub const POINTER_WIDTH: usize = 17;
+    /// Aligned primitives flag (u8).
+    pub const ALIGNED_PRIMITIVES: usize = 18;
+    /// log2 of the region alignment (u8).
+    pub const REGION_ALIGN_LOG2: usize = 19;
+    /// rkyv version (16 bytes, NUL-padded).
+    pub const RKYV_VERSION: usize = 20;
+    /// Producer (64 bytes, NUL-padded).
+    pub const PRODUCER: usize = 36;
+    /// Entry count (u64 LE).
+    pub const ENTRY_COUNT: usize = 104;
+    /// Index offset (u64 LE).
+    pub const INDEX_OFFSET: usize = 112;
+    /// Index length (u64 LE).
+    pub const INDEX_LEN: usize = 120;
+    /// Payload region offset (u64 LE).
+    pub const PAYLOAD_OFFSET: usize = 128;
+    /// Payload region length (u64 LE).
+    pub const PAYLOAD_LEN: usize = 136;
+    /// Body length (u64 LE).
+    pub const BODY_LEN: usize = 144;
+    /// Body checksum (32 bytes).
+    pub const BODY_CHECKSUM: usize = 152;
+    /// Index checksum (32 bytes).
+    pub const INDEX_CHECKSUM: usize = 184;
+    /// Header checksum (32 bytes).
+    pub const HEADER_CHECKSUM: usize = 224;
+}

@@ -1,0 +1,325 @@
+//! [`Image`]: an opened image, over embedded, mapped or owned bytes.
+
+use std::ops::Range;
+use std::path::Path;
+
+use crate::check_state::CheckState;
+use crate::entry::EntryRef;
+use crate::header::{ArchiveLayout, Header};
+use crate::layout::{ArchivedIndex, ArchivedStrRef};
+use crate::storage::{STORAGE_ALIGN, Storage};
+use crate::{Digest, ImageError, ImageMeta};
+
+/// How much of an image is checked when it is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verification {
+    /// Everything at open: header, body checksum, index structure, every
+    /// entry record and every payload checksum. Cost grows with the image
+    /// size.
+    Full,
+    /// Header and index structure at open, in time independent of payload
+    /// size; each entry record is checked on its first access and each
+    /// payload's checksum on its first [`bytes`](crate::ArtifactRef::bytes)
+    /// call, and the result is remembered.
+    Structural,
+}
+
+/// An opened image: entries sorted by (owner, key), looked up in place.
+///
+/// Opening never reads payloads (except with [`Verification::Full`]), and
+/// lookups never deserialize: [`EntryRef`] and
+/// [`ArtifactRef`](crate::ArtifactRef) read the archived records, and
+/// payload bytes are borrowed from the image. No input makes a reader
+/// method panic; corrupt data is reported as an [`ImageError`], never
+/// returned.
+pub struct Image {
+    pub(crate) storage: Storage,
+    pub(crate) header: Header,
+    pub(crate) index_range: Range<usize>,
+    pub(crate) payload_range: Range<usize>,
+    pub(crate) entry_state: CheckState,
+    pub(crate) artifact_state: CheckState,
+    pub(crate) dep_index_state: CheckState,
+    pub(crate) trusted: bool,
+}
+
+/// How the index is checked at open.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Full,
+    Structural,
+    Trusted,
+}
+
+impl From<Verification> for Mode {
+    fn from(level: Verification) -> Mode {
+        match level {
+            Verification::Full => Mode::Full,
+            Verification::Structural => Mode::Structural,
+        }
+    }
+}
+
+impl Image {
+    /// Opens an image embedded in the binary. The bytes must start at a
+    /// 64-byte-aligned address (`include_image!` embeds them so).
+    pub fn from_static(bytes: &'static [u8], level: Verification) -> Result<Image, ImageError> {
+        Image::from_storage(Storage::Static(bytes), level.into())
+    }
+
+    /// Opens an embedded image without validating its index or checksums.
+    ///
+    /// The header is still parsed and checked (magic, versions, layout,
+    /// lengths, alignment), and every entry and payload counts as verified.
+    ///
+    /// # Safety
+    ///
+    /// `bytes` passed [`Verification::Full`] earlier with this same build of
+    /// `kiln-image` (for example at compile time, in `include_image!`) and are
+    /// unchanged since. Reading an image that breaks this contract is
+    /// undefined behaviour: the index is accessed without rkyv validation.
+    pub unsafe fn from_static_trusted(bytes: &'static [u8]) -> Result<Image, ImageError> {
+        Image::from_storage(Storage::Static(bytes), Mode::Trusted)
+    }
+
+    /// Memory-maps the file at `path` read-only and opens it.
+    ///
+    /// Image files must be replaced (as [`ImageWriter::write_atomic`]
+    /// does), never edited in place while mapped: see the crate docs.
+    ///
+    /// [`ImageWriter::write_atomic`]: crate::ImageWriter::write_atomic
+    pub fn open(path: &Path, level: Verification) -> Result<Image, ImageError> {
+        Image::from_storage(Storage::map_file(path)?, level.into())
+    }
+
+    /// Copies `bytes` into an owned, aligned buffer and opens it.
+    pub fn from_bytes(bytes: &[u8], level: Verification) -> Result<Image, ImageError> {
+        Image::from_storage(Storage::copy_aligned(bytes), level.into())
+    }
+
+    fn from_storage(storage: Storage, mode: Mode) -> Result<Image, ImageError> {
+        let bytes = storage.bytes();
+        let header = Header::parse(bytes)?;
+        let address = bytes.as_ptr() as usize;
+        if address % STORAGE_ALIGN != 0 {
+            return Err(ImageError::Misaligned {
+                address,
+                required: STORAGE_ALIGN,
+            });
+        }
+        let to_range = |offset: u64, len: u64| -> Result<Range<usize>, ImageError> {
+            let start = usize::try_from(offset).ok();
+            let end = offset
+                .checked_add(len)
+                .and_then(|end| usize::try_from(end).ok());
+            match (start, end) {
+                (Some(start), Some(end)) if end <= bytes.len() => Ok(start..end),
+                _ => Err(ImageError::Layout(format!(
+                    "region {offset}+{len} does not fit in this address space"
+                ))),
+            }
+        };
+        let index_range = to_range(header.index_offset, header.index_len)?;
+        let payload_range = to_range(header.payload_offset, header.payload_len)?;
+        if mode == Mode::Full {
+            crate::verify::check_body(bytes, &header)?;
+        }
+        let index_bytes = &bytes[index_range.clone()];
+        let (entry_count, artifact_count) = if mode == Mode::Trusted {
+            crate::verify::trusted_counts(index_bytes, &header)?
+        } else {
+            crate::verify::check_index(index_bytes, &header)?
+        };
+        let trusted = mode == Mode::Trusted;
+        let image = Image {
+            entry_state: CheckState::new(entry_count, trusted),
+            artifact_state: CheckState::new(artifact_count, trusted),
+            dep_index_state: CheckState::new(1, trusted),
+            storage,
+            header,
+            index_range,
+            payload_range,
+            trusted,
+        };
+        if mode == Mode::Full {
+            image.verify_full()?;
+        }
+        Ok(image)
+    }
+
+    /// The archived index root.
+    pub(crate) fn index(&self) -> &ArchivedIndex {
+        // The range was checked against these same bytes at open.
+        let index_bytes = &self.storage.bytes()[self.index_range.clone()];
+        // SAFETY: at open, `index_bytes` passed rkyv validation as an
+        // `ArchivedIndex` (`verify::check_index`) or, for a trusted image,
+        // the caller of `from_static_trusted` guaranteed that it did
+        // earlier. The storage is immutable and owned by `self` (see the
+        // SAFETY note in `storage.rs` about mapped files), and the range is
+        // the validated one.
+        unsafe { rkyv::access_unchecked::<ArchivedIndex>(index_bytes) }
+    }
+
+    /// The payload region.
+    pub(crate) fn payloads(&self) -> &[u8] {
+        self.storage
+            .bytes()
+            .get(self.payload_range.clone())
+            .unwrap_or_default()
+    }
+
+    /// A string from the string blob, or `None` if the reference is out of
+    /// bounds or not UTF-8.
+    pub(crate) fn str_at(&self, text: &ArchivedStrRef) -> Option<&str> {
+        let bytes = self.index().strings.as_slice().get(text.range()?)?;
+        std::str::from_utf8(bytes).ok()
+    }
+
+    /// The parsed header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The image format version.
+    pub fn format_version(&self) -> u32 {
+        self.header.format_version
+    }
+
+    /// The rkyv version that wrote the index.
+    pub fn rkyv_version(&self) -> &str {
+        &self.header.rkyv_version
+    }
+
+    /// The archive layout (byte order, pointer width, primitive alignment).
+    pub fn layout(&self) -> ArchiveLayout {
+        self.header.layout
+    }
+
+    /// The program that wrote the image, from the header.
+    pub fn producer(&self) -> &str {
+        &self.header.producer
+    }
+
+    /// Length of everything after the header, in bytes.
+    pub fn body_len(&self) -> u64 {
+        self.header.body_len
+    }
+
+    /// BLAKE3 of everything after the header, as recorded in the header.
+    pub fn body_checksum(&self) -> Digest {
+        self.header.body_checksum
+    }
+
+    /// The whole image, header included.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.storage.bytes()
+    }
+
+    /// Where the bytes live: `"static"`, `"mapped"` or `"owned"`.
+    pub fn storage_kind(&self) -> &'static str {
+        self.storage.kind()
+    }
+
+    /// Whether the image was opened with
+    /// [`from_static_trusted`](Image::from_static_trusted).
+    pub fn is_trusted(&self) -> bool {
+        self.trusted
+    }
+
+    /// The image metadata (checked at open).
+    pub fn meta(&self) -> ImageMeta {
+        let index = self.index();
+        let text = |r: &ArchivedStrRef| self.str_at(r).unwrap_or_default().to_owned();
+        ImageMeta {
+            producer_name: text(&index.producer_name),
+            producer_version: text(&index.producer_version),
+            labels: index
+                .labels
+                .iter()
+                .map(|label| (text(&label.key), text(&label.value)))
+                .collect(),
+        }
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.index().entries.len()
+    }
+
+    /// Whether the image has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Entry by index (entries are sorted by (owner, key)). Its record is
+    /// checked against its checksum on first access.
+    pub fn entry(&self, index: usize) -> Result<EntryRef<'_>, ImageError> {
+        EntryRef::checked(self, index)
+    }
+
+    /// Every entry in order; corrupt ones yield their error.
+    pub fn entries(&self) -> impl ExactSizeIterator<Item = Result<EntryRef<'_>, ImageError>> + '_ {
+        (0..self.len()).map(|index| self.entry(index))
+    }
+
+    /// Looks up (owner, key) in place, without deserializing: a binary
+    /// search for the owner, then an interpolation search among its keys.
+    /// `Ok(None)` when the image has no such entry; an error when the entry
+    /// found is corrupt.
+    pub fn find(&self, owner: &Digest, key: &Digest) -> Result<Option<EntryRef<'_>>, ImageError> {
+        let Some(range) = self.find_owner(owner) else {
+            return Ok(None);
+        };
+        let index = self.index();
+        let entries = index.entries.as_slice().get(range.clone());
+        let prefixes = index.key_prefixes.as_slice().get(range.clone());
+        let (Some(entries), Some(prefixes)) = (entries, prefixes) else {
+            return Ok(None);
+        };
+        match crate::search::find_key(prefixes, entries, &key.0) {
+            Some(position) => self.entry(range.start + position).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The range of entries owned by `owner`, if it owns any.
+    pub fn find_owner(&self, owner: &Digest) -> Option<Range<usize>> {
+        let owners = self.index().owners.as_slice();
+        let position = owners
+            .binary_search_by(|record| record.digest.cmp(&owner.0))
+            .ok()?;
+        owners.get(position)?.entries.range()
+    }
+
+    /// Number of distinct owners.
+    pub fn owner_count(&self) -> usize {
+        self.index().owners.len()
+    }
+
+    /// Per owner, sorted by digest: its digest, its label and the
+    /// contiguous range of entry indices it owns (checked at open).
+    pub fn owners(&self) -> Vec<(Digest, String, Range<usize>)> {
+        self.index()
+            .owners
+            .iter()
+            .map(|owner| {
+                (
+                    Digest(owner.digest),
+                    self.str_at(&owner.label).unwrap_or_default().to_owned(),
+                    owner.entries.range().unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for Image {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Image")
+            .field("storage", &self.storage.kind())
+            .field("producer", &self.header.producer)
+            .field("entries", &self.len())
+            .field("body_len", &self.header.body_len)
+            .finish()
+    }
+}

@@ -1,0 +1,446 @@
+//! [`ImageWriter`]: entries and metadata in, deterministic image bytes out.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::Path;
+
+use crate::checksum::{ArtifactFields, DepIndexHasher, EntryFields, EntryHasher};
+use crate::header::{
+    ArchiveLayout, FORMAT_VERSION, HEADER_LEN, Header, MAX_PRODUCER_LEN, REGION_ALIGN, RKYV_VERSION,
+};
+use crate::layout::{
+    ArchivedIndex, ArtifactRecord, CUSTOM_KIND, DepGroupRecord, DepRecord, EntryRecord, Index,
+    LabelRecord, OwnerRecord, Span, StrRef,
+};
+use crate::{ArtifactKind, Digest, EntryData, ImageError, ImageMeta};
+
+/// Builds deterministic image bytes.
+///
+/// Entries are written sorted by (owner, key) whatever the push order; deps,
+/// artifacts and entry points keep the order given. The same entries and
+/// metadata always give byte-identical images (there are no timestamps).
+#[derive(Default)]
+pub struct ImageWriter {
+    meta: ImageMeta,
+    entries: Vec<EntryData>,
+}
+
+impl ImageWriter {
+    /// A writer with `meta` and no entries.
+    pub fn new(meta: ImageMeta) -> Self {
+        ImageWriter {
+            meta,
+            entries: Vec::new(),
+        }
+    }
+
+    /// Adds an entry. Problems (duplicates, invalid values) are reported by
+    /// [`to_bytes`](Self::to_bytes).
+    pub fn push(&mut self, entry: EntryData) {
+        self.entries.push(entry)
+    }
+
+    /// Number of entries pushed.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no entry was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The image bytes. Errors on a duplicate (owner, key), on one owner
+    /// with two labels, on `min_world > max_world`, on a custom artifact
+    /// kind that is empty or spells a built-in kind, on a producer string
+    /// that does not fit the header, and on tables beyond the format's
+    /// 32-bit limits.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, ImageError> {
+        let producer = self.meta.producer();
+        if producer.len() > MAX_PRODUCER_LEN {
+            return Err(ImageError::TooLarge {
+                what: "the producer name and version",
+                size: producer.len() as u64,
+                limit: MAX_PRODUCER_LEN as u64,
+            });
+        }
+        if producer.contains('\0') {
+            return Err(ImageError::InvalidString {
+                what: "producer",
+                value: producer,
+                reason: "the header stores it NUL-padded",
+            });
+        }
+        let mut order: Vec<&EntryData> = self.entries.iter().collect();
+        order.sort_by_key(|entry| (entry.owner, entry.key));
+        for pair in order.windows(2) {
+            if (pair[0].owner, pair[0].key) == (pair[1].owner, pair[1].key) {
+                return Err(ImageError::DuplicateEntry {
+                    owner: pair[0].owner,
+                    key: pair[0].key,
+                    first: pair[0].name.clone(),
+                    second: pair[1].name.clone(),
+                });
+            }
+        }
+        let tables = Tables::build(&order, &self.meta)?;
+        assemble(&tables, producer, order.len() as u64)
+    }
+
+    /// Writes the image to `path` atomically: a temporary file in the same
+    /// directory is written, flushed to disk and renamed over `path`, then
+    /// the directory is flushed. Readers see the old file or the new one,
+    /// never a partial one, and a mapped old image keeps its bytes.
+    pub fn write_atomic(&self, path: &Path) -> Result<(), ImageError> {
+        let bytes = self.to_bytes()?;
+        write_file_atomic(path, &bytes)
+    }
+}
+
+/// Writes `bytes` to `path` with a temporary file, fsync and rename.
+pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<(), ImageError> {
+    let io = |action| {
+        move |source| ImageError::Io {
+            action,
+            path: path.to_owned(),
+            source,
+        }
+    };
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let mut file =
+        tempfile::NamedTempFile::new_in(directory).map_err(io("create a temporary file beside"))?;
+    file.write_all(bytes).map_err(io("write"))?;
+    file.as_file().sync_all().map_err(io("sync"))?;
+    file.persist(path)
+        .map_err(|error| io("rename onto")(error.error))?;
+    #[cfg(unix)]
+    std::fs::File::open(directory)
+        .and_then(|dir| dir.sync_all())
+        .map_err(io("sync the directory of"))?;
+    Ok(())
+}
+
+/// Converts a length or position to the format's 32-bit field.
+fn fit_u32(value: usize, what: &'static str) -> Result<u32, ImageError> {
+    u32::try_from(value).map_err(|_| ImageError::TooLarge {
+        what,
+        size: value as u64,
+        limit: u64::from(u32::MAX),
+    })
+}
+
+fn align_up(value: u64) -> Option<u64> {
+    let align = REGION_ALIGN as u64;
+    value.checked_add(align - 1).map(|v| v / align * align)
+}
+
+/// The string blob, with identical strings stored once.
+#[derive(Default)]
+struct Strings<'a> {
+    blob: Vec<u8>,
+    seen: HashMap<&'a str, StrRef>,
+}
+
+impl<'a> Strings<'a> {
+    fn add(&mut self, text: &'a str) -> Result<StrRef, ImageError> {
+        if let Some(found) = self.seen.get(text) {
+            return Ok(*found);
+        }
+        let reference = StrRef {
+            offset: fit_u32(self.blob.len(), "the string table")?,
+            len: fit_u32(text.len(), "a string")?,
+        };
+        fit_u32(self.blob.len() + text.len(), "the string table")?;
+        self.blob.extend_from_slice(text.as_bytes());
+        self.seen.insert(text, reference);
+        Ok(reference)
+    }
+}
+
+/// Everything the image holds, laid out: the index and the payloads in
+/// order with their offsets in the payload region.
+struct Tables<'a> {
+    index: Index,
+    payloads: Vec<(u64, &'a [u8])>,
+    payload_len: u64,
+}
+
+impl<'a> Tables<'a> {
+    fn build(order: &[&'a EntryData], meta: &'a ImageMeta) -> Result<Tables<'a>, ImageError> {
+        let mut strings = Strings::default();
+        let mut index = Index::default();
+        let mut payloads = Vec::new();
+        let mut payload_end = 0u64;
+        let mut groups: BTreeMap<(&str, Digest), Vec<u32>> = BTreeMap::new();
+        fit_u32(order.len(), "the number of entries")?;
+        for (position, entry) in order.iter().enumerate() {
+            let entry_index = position as u32;
+            if entry.min_world > entry.max_world {
+                return Err(ImageError::InvalidWorlds {
+                    name: entry.name.clone(),
+                    min_world: entry.min_world,
+                    max_world: entry.max_world,
+                });
+            }
+            let owner = owner_of(&mut index, &mut strings, entry, entry_index)?;
+            let deps = Span {
+                start: fit_u32(index.deps.len(), "the dep table")?,
+                len: fit_u32(entry.deps.len(), "an entry's deps")?,
+            };
+            let artifacts = Span {
+                start: fit_u32(index.artifacts.len(), "the artifact table")?,
+                len: fit_u32(entry.artifacts.len(), "an entry's artifacts")?,
+            };
+            let name = strings.add(&entry.name)?;
+            let mut hasher = EntryHasher::new(&EntryFields {
+                owner: &entry.owner.0,
+                key: &entry.key.0,
+                name: entry.name.as_bytes(),
+                min_world: entry.min_world,
+                max_world: entry.max_world,
+                flags: 0,
+                dep_count: deps.len,
+                artifact_count: artifacts.len,
+            });
+            for dep in &entry.deps {
+                hasher.dep(dep.name.as_bytes(), &dep.fingerprint.0);
+                index.deps.push(DepRecord {
+                    fingerprint: dep.fingerprint.0,
+                    name: strings.add(&dep.name)?,
+                });
+                let members = groups
+                    .entry((dep.name.as_str(), dep.fingerprint))
+                    .or_default();
+                if members.last() != Some(&entry_index) {
+                    members.push(entry_index);
+                }
+            }
+            fit_u32(index.deps.len(), "the dep table")?;
+            for artifact in &entry.artifacts {
+                let (kind, custom) = kind_tag(&artifact.kind)?;
+                let offset = align_up(payload_end).ok_or(too_large_payloads())?;
+                let len = artifact.bytes.len() as u64;
+                payload_end = offset.checked_add(len).ok_or(too_large_payloads())?;
+                let hash = *blake3::hash(&artifact.bytes).as_bytes();
+                let entry_points = Span {
+                    start: fit_u32(index.entry_points.len(), "the entry-point table")?,
+                    len: fit_u32(artifact.entry_points.len(), "an artifact's entry points")?,
+                };
+                hasher.artifact(&ArtifactFields {
+                    kind,
+                    custom: custom.as_bytes(),
+                    entry_point_count: entry_points.len,
+                    offset,
+                    len,
+                    hash: &hash,
+                    flags: 0,
+                });
+                for entry_point in &artifact.entry_points {
+                    hasher.entry_point(entry_point.as_bytes());
+                    index.entry_points.push(strings.add(entry_point)?);
+                }
+                index.artifacts.push(ArtifactRecord {
+                    offset,
+                    len,
+                    hash,
+                    kind,
+                    custom: if custom.is_empty() {
+                        StrRef::default()
+                    } else {
+                        strings.add(custom)?
+                    },
+                    entry_points,
+                    flags: 0,
+                });
+                payloads.push((offset, artifact.bytes.as_slice()));
+            }
+            fit_u32(index.artifacts.len(), "the artifact table")?;
+            fit_u32(index.entry_points.len(), "the entry-point table")?;
+            index
+                .key_prefixes
+                .push(crate::search::key_prefix(&entry.key.0));
+            index.entries.push(EntryRecord {
+                min_world: entry.min_world,
+                max_world: entry.max_world,
+                key: entry.key.0,
+                checksum: hasher.finish(),
+                name,
+                deps,
+                artifacts,
+                owner,
+                flags: 0,
+            });
+        }
+        build_dep_index(&mut index, &mut strings, groups)?;
+        index.producer_name = strings.add(&meta.producer_name)?;
+        index.producer_version = strings.add(&meta.producer_version)?;
+        for (key, value) in &meta.labels {
+            index.labels.push(LabelRecord {
+                key: strings.add(key)?,
+                value: strings.add(value)?,
+            });
+        }
+        index.strings = strings.blob;
+        Ok(Tables {
+            index,
+            payloads,
+            payload_len: payload_end,
+        })
+    }
+}
+
+fn too_large_payloads() -> ImageError {
+    ImageError::TooLarge {
+        what: "the payload region",
+        size: u64::MAX,
+        limit: u64::MAX,
+    }
+}
+
+/// The owner index of `entry`, adding the owner when it is new (entries
+/// arrive sorted by owner, so an owner's entries are contiguous).
+fn owner_of<'a>(
+    index: &mut Index,
+    strings: &mut Strings<'a>,
+    entry: &'a EntryData,
+    entry_index: u32,
+) -> Result<u32, ImageError> {
+    if let Some(last) = index.owners.last_mut() {
+        if last.digest == entry.owner.0 {
+            let label = &strings.blob[last.label.offset as usize..][..last.label.len as usize];
+            if label != entry.owner_label.as_bytes() {
+                return Err(ImageError::OwnerLabelConflict {
+                    owner: entry.owner,
+                    first: String::from_utf8_lossy(label).into_owned(),
+                    second: entry.owner_label.clone(),
+                });
+            }
+            last.entries.len += 1;
+            return fit_u32(index.owners.len() - 1, "the owner table");
+        }
+    }
+    index.owners.push(OwnerRecord {
+        digest: entry.owner.0,
+        label: strings.add(&entry.owner_label)?,
+        entries: Span {
+            start: entry_index,
+            len: 1,
+        },
+    });
+    fit_u32(index.owners.len() - 1, "the owner table")
+}
+
+fn kind_tag(kind: &ArtifactKind) -> Result<(u32, &str), ImageError> {
+    match kind {
+        ArtifactKind::Custom(tag) => {
+            let reason = if tag.is_empty() {
+                Some("a custom kind needs a non-empty tag")
+            } else if ArtifactKind::is_built_in_name(tag) {
+                Some("it spells a built-in kind: use that variant")
+            } else {
+                None
+            };
+            match reason {
+                Some(reason) => Err(ImageError::InvalidString {
+                    what: "artifact kind",
+                    value: tag.clone(),
+                    reason,
+                }),
+                None => Ok((CUSTOM_KIND, tag.as_str())),
+            }
+        }
+        built_in => {
+            let tag = ArtifactKind::BUILT_IN
+                .iter()
+                .position(|(kind, _)| kind == built_in)
+                .unwrap_or_default();
+            Ok((tag as u32, ""))
+        }
+    }
+}
+
+fn build_dep_index<'a>(
+    index: &mut Index,
+    strings: &mut Strings<'a>,
+    groups: BTreeMap<(&'a str, Digest), Vec<u32>>,
+) -> Result<(), ImageError> {
+    for ((name, fingerprint), members) in groups {
+        let start = fit_u32(index.dep_members.len(), "the dependency index")?;
+        index.dep_members.extend_from_slice(&members);
+        index.dep_groups.push(DepGroupRecord {
+            fingerprint: fingerprint.0,
+            name: strings.add(name)?,
+            members: Span {
+                start,
+                len: fit_u32(members.len(), "a dependency group")?,
+            },
+        });
+    }
+    let mut hasher = DepIndexHasher::new(
+        fit_u32(index.dep_groups.len(), "the dependency index")?,
+        fit_u32(index.dep_members.len(), "the dependency index")?,
+    );
+    for group in &index.dep_groups {
+        let name = &strings.blob[group.name.offset as usize..][..group.name.len as usize];
+        hasher.group(
+            name,
+            &group.fingerprint,
+            group.members.start,
+            group.members.len,
+        );
+    }
+    hasher.members(index.dep_members.iter().copied());
+    index.dep_index_checksum = hasher.finish();
+    Ok(())
+}
+
+/// Serializes the index and lays out header, index and payloads.
+fn assemble(
+    tables: &Tables<'_>,
+    producer: String,
+    entry_count: u64,
+) -> Result<Vec<u8>, ImageError> {
+    let index_bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&tables.index)
+        .map_err(|error| ImageError::Serialize(error.to_string()))?;
+    let archived = rkyv::access::<ArchivedIndex, rkyv::rancor::Error>(&index_bytes)
+        .map_err(|error| ImageError::Serialize(error.to_string()))?;
+    let index_checksum = crate::verify::index_checksum(&index_bytes, archived)?;
+    let index_offset = HEADER_LEN as u64;
+    let index_len = index_bytes.len() as u64;
+    let payload_offset = align_up(index_offset + index_len).ok_or(too_large_payloads())?;
+    let total = payload_offset
+        .checked_add(tables.payload_len)
+        .ok_or(too_large_payloads())?;
+    let total_len = usize::try_from(total).map_err(|_| ImageError::TooLarge {
+        what: "the image",
+        size: total,
+        limit: usize::MAX as u64,
+    })?;
+    let mut out = vec![0u8; total_len];
+    out[HEADER_LEN..][..index_bytes.len()].copy_from_slice(&index_bytes);
+    let payload_region = &mut out[payload_offset as usize..];
+    for (offset, bytes) in &tables.payloads {
+        payload_region[*offset as usize..][..bytes.len()].copy_from_slice(bytes);
+    }
+    let header = Header {
+        format_version: FORMAT_VERSION,
+        rkyv_version: RKYV_VERSION.to_owned(),
+        layout: ArchiveLayout::native(),
+        region_alignment: REGION_ALIGN,
+        producer,
+        entry_count,
+        index_offset,
+        index_len,
+        payload_offset,
+        payload_len: tables.payload_len,
+        body_len: total - HEADER_LEN as u64,
+        body_checksum: Digest::of(&out[HEADER_LEN..]),
+        index_checksum,
+        header_checksum: Digest::default(),
+    };
+    out[..HEADER_LEN].copy_from_slice(&header.encode());
+    Ok(out)
+}

@@ -1,0 +1,261 @@
+//! Shared helpers for the kiln-image integration tests: sample entries, a
+//! deterministic RNG, and a comparison of what an image returns against what
+//! was written.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use kiln_image::{
+    Artifact, ArtifactKind, Dep, Digest, EntryData, EntryRef, Image, ImageError, ImageMeta,
+};
+use rkyv::util::AlignedVec;
+
+/// SplitMix64: a tiny deterministic generator, so failures reproduce.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..bound` (bound > 0).
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.next_u64() % bound
+    }
+
+    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
+        (0..len).map(|_| self.next_u64() as u8).collect()
+    }
+}
+
+pub fn meta() -> ImageMeta {
+    let mut meta = ImageMeta::new("kiln-image-tests", "0.1.0");
+    meta.labels.insert("crate".into(), "kernels".into());
+    meta.labels.insert("profile".into(), "release".into());
+    meta
+}
+
+/// Two owners, `count` entries with varied deps, artifact kinds, entry
+/// points and payload sizes (including empty payloads and several
+/// artifacts per entry).
+pub fn sample_entries(count: usize, seed: u64) -> Vec<EntryData> {
+    let mut rng = Rng::new(seed);
+    let owners = [
+        (Digest::of(b"nvrtc 13.0 sm_90a"), "nvrtc 13.0 sm_90a -O3"),
+        (Digest::of(b"nvrtc 13.0 sm_80"), "nvrtc 13.0 sm_80"),
+    ];
+    let kinds = [
+        ArtifactKind::Ptx,
+        ArtifactKind::Cubin,
+        ArtifactKind::Fatbin,
+        ArtifactKind::LtoIr,
+        ArtifactKind::Object,
+        ArtifactKind::Custom("spirv".into()),
+    ];
+    (0..count)
+        .map(|i| {
+            let (owner, owner_label) = owners[i % owners.len()];
+            let deps = (0..i % 3)
+                .map(|d| Dep {
+                    name: format!("def_{}", (i + d) % 5),
+                    fingerprint: Digest::of(format!("source v{}", (i + d) % 2).as_bytes()),
+                })
+                .collect();
+            let artifacts = (0..1 + i % 3)
+                .map(|a| {
+                    let len = match (i + a) % 4 {
+                        0 => 0,
+                        1 => 1 + rng.below(40) as usize,
+                        2 => 64,
+                        _ => 100 + rng.below(300) as usize,
+                    };
+                    Artifact {
+                        kind: kinds[(i + a) % kinds.len()].clone(),
+                        entry_points: (0..a).map(|e| format!("kernel_{i}_{e}")).collect(),
+                        bytes: rng.bytes(len),
+                    }
+                })
+                .collect();
+            EntryData {
+                owner,
+                owner_label: owner_label.into(),
+                key: Digest::of(format!("key {i} {seed}").as_bytes()),
+                name: format!("kernel_{i}<f{}>", 16 << (i % 3)),
+                min_world: (i % 7) as u64,
+                max_world: if i % 4 == 0 { 100 + i as u64 } else { u64::MAX },
+                deps,
+                artifacts,
+            }
+        })
+        .collect()
+}
+
+/// `entries` in image order: sorted by (owner, key).
+pub fn sorted(entries: &[EntryData]) -> Vec<EntryData> {
+    let mut sorted = entries.to_vec();
+    sorted.sort_by_key(|entry| (entry.owner, entry.key));
+    sorted
+}
+
+/// Expected dependency groups: (name, fingerprint) -> entry indices, from
+/// entries in image order.
+pub fn expected_dep_groups(sorted: &[EntryData]) -> BTreeMap<(String, Digest), Vec<usize>> {
+    let mut groups: BTreeMap<(String, Digest), Vec<usize>> = BTreeMap::new();
+    for (index, entry) in sorted.iter().enumerate() {
+        for dep in &entry.deps {
+            let members = groups
+                .entry((dep.name.clone(), dep.fingerprint))
+                .or_default();
+            if members.last() != Some(&index) {
+                members.push(index);
+            }
+        }
+    }
+    groups
+}
+
+/// Copies `bytes` into a leaked 64-byte-aligned buffer: a stand-in for an
+/// image embedded in the binary.
+pub fn leak_aligned(bytes: &[u8]) -> &'static [u8] {
+    let mut vec = AlignedVec::<64>::with_capacity(bytes.len());
+    vec.extend_from_slice(bytes);
+    Box::leak(Box::new(vec)).as_slice()
+}
+
+/// Result of reading one entry through the lazy checks.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Read {
+    /// Every field and payload equals what was written.
+    Equal,
+    /// A check rejected the entry or one of its payloads.
+    Rejected,
+}
+
+/// Reads every field and payload of `entry` and compares with `expected`.
+/// Returns `Err(description)` if anything differs, i.e. if corrupt data was
+/// returned instead of an error.
+pub fn compare_entry(entry: &EntryRef<'_>, expected: &EntryData) -> Result<Read, String> {
+    let fields = [
+        ("owner", entry.owner() == expected.owner),
+        ("owner label", entry.owner_label() == expected.owner_label),
+        ("key", entry.key() == expected.key),
+        ("name", entry.name() == expected.name),
+        ("min_world", entry.min_world() == expected.min_world),
+        ("max_world", entry.max_world() == expected.max_world),
+        ("deps", entry.deps() == expected.deps),
+        (
+            "artifact count",
+            entry.artifact_count() == expected.artifacts.len(),
+        ),
+    ];
+    if let Some((field, _)) = fields.iter().find(|(_, equal)| !equal) {
+        return Err(format!("entry {} returned a wrong {field}", entry.index()));
+    }
+    let mut rejected = false;
+    for (artifact, written) in entry.artifacts().zip(&expected.artifacts) {
+        if artifact.kind() != written.kind
+            || artifact.entry_points() != written.entry_points
+            || artifact.len() != written.bytes.len()
+        {
+            return Err(format!(
+                "entry {} returned a wrong artifact descriptor",
+                entry.index()
+            ));
+        }
+        match artifact.bytes() {
+            Ok(bytes) if bytes == written.bytes.as_slice() => {}
+            Ok(_) => {
+                return Err(format!(
+                    "entry {} returned corrupt payload bytes",
+                    entry.index()
+                ));
+            }
+            Err(ImageError::PayloadChecksum { .. }) => rejected = true,
+            Err(other) => return Err(format!("unexpected payload error {other}")),
+        }
+    }
+    Ok(if rejected {
+        Read::Rejected
+    } else {
+        Read::Equal
+    })
+}
+
+/// Reads the whole image through the lazy checks and compares everything
+/// with what was written. `Ok(true)` if some check rejected something,
+/// `Ok(false)` if everything read back equal, `Err` if anything read back
+/// different.
+pub fn read_all_and_compare(
+    image: &Image,
+    sorted: &[EntryData],
+    meta: &ImageMeta,
+) -> Result<bool, String> {
+    if image.len() != sorted.len() {
+        return Err(format!("{} entries, {} written", image.len(), sorted.len()));
+    }
+    if &image.meta() != meta {
+        return Err("metadata differs".into());
+    }
+    let mut expected_owners: Vec<(Digest, String, std::ops::Range<usize>)> = Vec::new();
+    for (index, entry) in sorted.iter().enumerate() {
+        match expected_owners.last_mut() {
+            Some(last) if last.0 == entry.owner => last.2.end = index + 1,
+            _ => expected_owners.push((entry.owner, entry.owner_label.clone(), index..index + 1)),
+        }
+    }
+    if image.owners() != expected_owners {
+        return Err("owners differ".into());
+    }
+    let mut rejected = false;
+    match image.dep_groups() {
+        Ok(groups) => {
+            let found: BTreeMap<(String, Digest), Vec<usize>> = groups
+                .map(|group| {
+                    (
+                        (group.name().to_owned(), group.fingerprint()),
+                        group.entries().collect(),
+                    )
+                })
+                .collect();
+            if found != expected_dep_groups(sorted) {
+                return Err("dependency groups differ".into());
+            }
+        }
+        Err(ImageError::DepIndex(_)) => rejected = true,
+        Err(other) => return Err(format!("unexpected dep index error {other}")),
+    }
+    for (index, expected) in sorted.iter().enumerate() {
+        match image.entry(index) {
+            Ok(entry) => rejected |= compare_entry(&entry, expected)? == Read::Rejected,
+            Err(ImageError::EntryChecksum { .. } | ImageError::EntryMalformed { .. }) => {
+                rejected = true
+            }
+            Err(other) => return Err(format!("unexpected entry error {other}")),
+        }
+        match image.find(&expected.owner, &expected.key) {
+            Ok(Some(entry)) => {
+                if entry.index() != index {
+                    return Err(format!(
+                        "find returned entry {} for entry {index}",
+                        entry.index()
+                    ));
+                }
+                rejected |= compare_entry(&entry, expected)? == Read::Rejected;
+            }
+            Ok(None) => rejected = true,
+            Err(ImageError::EntryChecksum { .. } | ImageError::EntryMalformed { .. }) => {
+                rejected = true
+            }
+            Err(other) => return Err(format!("unexpected find error {other}")),
+        }
+    }
+    Ok(rejected)
+}

@@ -1,0 +1,189 @@
+//! The expansion of `include_image!`: verify the image now, embed it aligned,
+//! register it.
+
+use std::path::PathBuf;
+
+use kiln_image::{Image, Verification};
+use proc_macro2::{Literal, TokenStream};
+use quote::{quote, quote_spanned};
+
+use crate::args::Args;
+use crate::locate::SearchDirs;
+
+/// An image file that passed full verification while the macro expanded.
+#[derive(Debug)]
+pub(crate) struct CheckedImage {
+    /// Its absolute path, as `include_bytes!` will read it.
+    pub(crate) path: String,
+    /// Its length in bytes.
+    pub(crate) len: usize,
+}
+
+/// Finds the image named `name`, reads it and runs `Verification::Full`
+/// on it (header, structure and every payload checksum).
+///
+/// The error is the message of the `compile_error!`: what failed and where.
+pub(crate) fn check_image(name: &str, search: &SearchDirs) -> Result<CheckedImage, String> {
+    let path: PathBuf = search.locate(name)?;
+    let bytes =
+        std::fs::read(&path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+    Image::from_bytes(&bytes, Verification::Full)
+        .map_err(|err| format!("{} failed verification: {err}", path.display()))?;
+    let path = path
+        .to_str()
+        .ok_or_else(|| {
+            format!(
+                "{} is not valid UTF-8, which include_bytes! needs",
+                path.display()
+            )
+        })?
+        .to_owned();
+    Ok(CheckedImage {
+        path,
+        len: bytes.len(),
+    })
+}
+
+/// The tokens `include_image!` expands to: a `compile_error!` naming the
+/// failed check, or the embedded, registered image.
+pub(crate) fn include_image(args: &Args, search: &SearchDirs, crate_name: &str) -> TokenStream {
+    let name = args.path.value();
+    match check_image(&name, search) {
+        Ok(image) => embed(args, &image, crate_name),
+        Err(message) => {
+            let message = format!("kiln image {name:?}: {message}");
+            quote_spanned!(args.path.span()=> ::core::compile_error!(#message);)
+        }
+    }
+}
+
+/// Embeds `image` in a 64-byte aligned static and registers it.
+///
+/// `include_bytes!` of the absolute path is what makes cargo rebuild the
+/// crate when the image changes (`proc_macro::tracked_path` is unstable); the
+/// array length is part of the static's type, so bytes that changed length
+/// since they were verified fail to compile.
+fn embed(args: &Args, image: &CheckedImage, crate_name: &str) -> TokenStream {
+    let runtime = &args.runtime;
+    let name = args.path.value();
+    let path = &image.path;
+    let len = Literal::usize_unsuffixed(image.len);
+    quote! {
+        const _: () = {
+            static KILN_IMAGE_BYTES: #runtime::__private::AlignedBytes<#len> =
+                #runtime::__private::AlignedBytes(*::core::include_bytes!(#path));
+            #runtime::__private::inventory::submit! {
+                // The bytes passed `Verification::Full` while this macro
+                // expanded, and a static is never written.
+                unsafe {
+                    #runtime::__private::EmbeddedImage::verified_at_compile_time(
+                        #crate_name,
+                        #name,
+                        KILN_IMAGE_BYTES.as_slice(),
+                    )
+                }
+            }
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn search_in(dir: &Path) -> SearchDirs {
+        SearchDirs {
+            out_dir: Some(dir.to_path_buf()),
+            manifest_dir: None,
+        }
+    }
+
+    fn expand(dir: &Path, input: &str) -> String {
+        let args: Args = syn::parse_str(input).unwrap();
+        include_image(&args, &search_in(dir), "demo-crate").to_string()
+    }
+
+    fn valid_image() -> Vec<u8> {
+        use kiln_image::{Artifact, ArtifactKind, Digest, EntryData, ImageMeta, ImageWriter};
+        let mut writer = ImageWriter::new(ImageMeta::default());
+        writer.push(EntryData {
+            owner: Digest::of(b"owner"),
+            owner_label: "test owner".to_owned(),
+            key: Digest::of(b"key"),
+            name: "kernel".to_owned(),
+            min_world: 1,
+            max_world: u64::MAX,
+            deps: Vec::new(),
+            artifacts: vec![Artifact {
+                kind: ArtifactKind::Ptx,
+                entry_points: vec!["kernel".to_owned()],
+                bytes: b"ptx bytes".to_vec(),
+            }],
+        });
+        writer.to_bytes().unwrap()
+    }
+
+    #[test]
+    fn a_missing_image_is_a_compile_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = expand(dir.path(), r#""absent.kimg""#);
+        assert!(out.starts_with(":: core :: compile_error !"), "{out}");
+        assert!(out.contains("absent.kimg"), "{out}");
+        assert!(out.contains("no image file"), "{out}");
+    }
+
+    #[test]
+    fn a_corrupt_image_is_a_compile_error_naming_the_failed_check() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("junk.kimg"),
+            b"this is not a kiln image at all",
+        )
+        .unwrap();
+        let err = check_image("junk.kimg", &search_in(dir.path())).unwrap_err();
+        assert!(err.contains("failed verification"), "{err}");
+        let out = expand(dir.path(), r#""junk.kimg""#);
+        assert!(out.contains("compile_error"), "{out}");
+    }
+
+    #[test]
+    fn a_flipped_payload_byte_fails_full_verification() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = valid_image();
+        let at = bytes
+            .windows(9)
+            .rposition(|w| w == b"ptx bytes")
+            .expect("the payload is stored verbatim");
+        bytes[at] ^= 0x20;
+        std::fs::write(dir.path().join("flipped.kimg"), &bytes).unwrap();
+        let err = check_image("flipped.kimg", &search_in(dir.path())).unwrap_err();
+        assert!(err.contains("failed verification"), "{err}");
+    }
+
+    #[test]
+    fn a_valid_image_is_embedded_by_absolute_path_and_registered() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = valid_image();
+        let file = dir.path().join("good.kimg");
+        std::fs::write(&file, &bytes).unwrap();
+        let out = expand(dir.path(), r#"crate = ::kiln_core, "good.kimg""#).replace(' ', "");
+        assert!(!out.contains("compile_error"), "{out}");
+        assert!(
+            out.contains(&format!("AlignedBytes<{}>", bytes.len())),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("include_bytes!({:?})", file.to_str().unwrap())),
+            "{out}"
+        );
+        assert!(
+            out.contains("::kiln_core::__private::inventory::submit!"),
+            "{out}"
+        );
+        assert!(
+            out.contains("verified_at_compile_time(\"demo-crate\",\"good.kimg\""),
+            "{out}"
+        );
+    }
+}

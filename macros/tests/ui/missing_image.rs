@@ -1,0 +1,3 @@
+kiln_macros::include_image!("no-such-image.kimg");
+
+fn main() {}

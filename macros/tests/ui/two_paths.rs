@@ -1,0 +1,3 @@
+kiln_macros::include_image!("a.kimg", "b.kimg");
+
+fn main() {}

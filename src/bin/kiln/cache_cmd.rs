@@ -1,0 +1,228 @@
+//! `kiln cache stats|ls|gc|clear|verify [--dir DIR] [--json]`: look after
+//! the disk cache of run-time compiled entries.
+//!
+//! The directory is `--dir`, else `KILN_CACHE_DIR`, else the platform cache
+//! directory + `kiln`; the cap is `KILN_CACHE_MAX_BYTES` (default 1 GiB).
+//! `KILN_CACHE=0` turns the cache off for programs, not for this command.
+//! `verify` exits with status 1 when a segment is bad.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use kiln_core::disk::{DiskCache, DiskConfig, config};
+
+use crate::common::{Table, print_json};
+use crate::{CliError, Outcome};
+
+/// The `kiln cache` subcommands.
+#[derive(clap::Subcommand)]
+pub(crate) enum CacheCommand {
+    /// Size, cap, segments and entries of the cache directory.
+    Stats(Target),
+    /// Every entry, most recently used first.
+    Ls(Target),
+    /// Merge all segments into one, remove corrupt files and orphaned
+    /// temporary files, evict least recently used entries over the cap.
+    Gc(Target),
+    /// Remove every entry.
+    Clear(Target),
+    /// Fully verify every segment (every checksum); exit 1 if one is bad.
+    Verify(Target),
+}
+
+/// Which cache directory, and how to print.
+#[derive(clap::Args)]
+pub(crate) struct Target {
+    /// The cache directory [default: $KILN_CACHE_DIR, else the platform
+    /// cache directory + kiln].
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Target {
+    /// Opens the cache directory (`KILN_CACHE=0` is ignored here).
+    fn open(&self) -> Result<DiskCache, CliError> {
+        let from_env = DiskConfig::from_lookup(|name| {
+            (name != config::CACHE)
+                .then(|| std::env::var_os(name))
+                .flatten()
+        });
+        let mut disk_config = match (&self.dir, from_env) {
+            (Some(dir), Ok(Some(env))) => DiskConfig {
+                dir: dir.clone(),
+                ..env
+            },
+            (Some(dir), _) => DiskConfig::new(dir),
+            (None, from_env) => from_env?.ok_or(kiln_core::Error::DiskNoDir)?,
+        };
+        disk_config.dir = std::path::absolute(&disk_config.dir).unwrap_or(disk_config.dir);
+        Ok(DiskCache::open(disk_config)?)
+    }
+}
+
+pub(crate) fn run(command: CacheCommand) -> Result<Outcome, CliError> {
+    let mut out = std::io::stdout().lock();
+    match command {
+        CacheCommand::Stats(target) => {
+            let stats = target.open()?.stats()?;
+            if target.json {
+                return json(&stats);
+            }
+            let percent = stats.bytes as f64 * 100.0 / stats.max_bytes.max(1) as f64;
+            writeln!(out, "directory   {}", stats.dir.display())?;
+            writeln!(
+                out,
+                "size        {} of {} ({percent:.1}%)",
+                size(stats.bytes),
+                size(stats.max_bytes)
+            )?;
+            writeln!(out, "entries     {}", stats.entries)?;
+            writeln!(
+                out,
+                "segments    {} ({} unreadable)",
+                stats.segments, stats.unreadable_segments
+            )?;
+            writeln!(out, "temp files  {}", stats.temp_files)?;
+            writeln!(
+                out,
+                "writable    {}",
+                if stats.writable { "yes" } else { "no" }
+            )?;
+        }
+        CacheCommand::Ls(target) => {
+            let entries = target.open()?.ls()?;
+            if target.json {
+                return json(&entries);
+            }
+            let now = now_ms();
+            let mut table = Table::new(&["KEY", "NAME", "OWNER", "ARTIFACTS", "LAST USED"]);
+            for entry in &entries {
+                let artifacts = entry
+                    .artifacts
+                    .iter()
+                    .map(|a| format!("{}:{}", a.kind, size(a.bytes as u64)))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                table.row(vec![
+                    entry.key[..12].to_owned(),
+                    entry.name.clone(),
+                    entry.owner_label.clone(),
+                    artifacts,
+                    age(now.saturating_sub(entry.last_used_ms)),
+                ]);
+            }
+            table.write(&mut out, "")?;
+        }
+        CacheCommand::Gc(target) => {
+            let report = target.open()?.gc()?;
+            if target.json {
+                return json(&report);
+            }
+            writeln!(
+                out,
+                "{} -> {} segments, {} -> {}; {} entries kept, {} evicted, {} duplicates dropped",
+                report.segments_before,
+                report.segments_after,
+                size(report.bytes_before),
+                size(report.bytes_after),
+                report.entries,
+                report.entries_evicted,
+                report.duplicates_dropped,
+            )?;
+            writeln!(
+                out,
+                "removed: {} corrupt entries, {} unreadable segments, {} orphaned temporary files",
+                report.corrupt_entries_dropped,
+                report.corrupt_segments_removed,
+                report.temp_files_removed,
+            )?;
+        }
+        CacheCommand::Clear(target) => {
+            let report = target.open()?.clear()?;
+            if target.json {
+                return json(&report);
+            }
+            writeln!(
+                out,
+                "removed {} files ({})",
+                report.files_removed,
+                size(report.bytes_removed)
+            )?;
+        }
+        CacheCommand::Verify(target) => {
+            let report = target.open()?.verify()?;
+            let outcome = if report.is_clean() {
+                Outcome::Clean
+            } else {
+                Outcome::Findings
+            };
+            if target.json {
+                json(&report)?;
+                return Ok(outcome);
+            }
+            for segment in &report.segments {
+                match &segment.problem {
+                    None => writeln!(
+                        out,
+                        "ok    {}: {} entries, {}",
+                        segment.name,
+                        segment.entries,
+                        size(segment.bytes)
+                    )?,
+                    Some(problem) => writeln!(out, "FAIL  {}: {problem}", segment.name)?,
+                }
+            }
+            if report.temp_files > 0 {
+                writeln!(
+                    out,
+                    "{} temporary files (a write in progress, or left by a crash: `kiln cache gc` removes them)",
+                    report.temp_files
+                )?;
+            }
+            return Ok(outcome);
+        }
+    }
+    Ok(Outcome::Clean)
+}
+
+/// Prints `value` as JSON.
+fn json(value: &impl serde::Serialize) -> Result<Outcome, CliError> {
+    print_json(&serde_json::to_value(value)?)?;
+    Ok(Outcome::Clean)
+}
+
+/// `bytes` in B, KiB, MiB or GiB.
+fn size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// A duration in milliseconds as `12s ago`, `5m ago`, `3h ago` or `2d ago`.
+fn age(ms: u64) -> String {
+    let secs = ms / 1000;
+    match secs {
+        0..60 => format!("{secs}s ago"),
+        60..3600 => format!("{}m ago", secs / 60),
+        3600..86400 => format!("{}h ago", secs / 3600),
+        _ => format!("{}d ago", secs / 86400),
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

@@ -1,0 +1,83 @@
+//! [`CliError`]: why a `kiln` subcommand could not do its job.
+
+use std::path::PathBuf;
+
+use kiln_image::ImageError;
+
+/// Why a `kiln` subcommand could not do its job.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CliError {
+    /// An image could not be opened, read or written.
+    #[error("{path}: {source}")]
+    Image {
+        /// The image file.
+        path: PathBuf,
+        /// What went wrong (boxed: image errors are large).
+        #[source]
+        source: Box<ImageError>,
+    },
+
+    /// The disk cache could not be opened or maintained.
+    #[error(transparent)]
+    Cache(#[from] kiln_core::Error),
+
+    /// Writing to standard output failed.
+    #[error("writing the output failed: {0}")]
+    Output(#[from] std::io::Error),
+
+    /// JSON encoding failed.
+    #[error("encoding JSON failed: {0}")]
+    Json(#[from] serde_json::Error),
+
+    /// `extract` found no entry.
+    #[error("no entry of {path} is named {pattern:?} or has a key starting with it")]
+    NoMatch {
+        /// The image.
+        path: PathBuf,
+        /// The name or key prefix asked for.
+        pattern: String,
+    },
+
+    /// `extract` found several entries.
+    #[error("{count} entries match {pattern:?}; use a longer key prefix or --owner:\n{candidates}")]
+    Ambiguous {
+        /// The name or key prefix asked for.
+        pattern: String,
+        /// How many entries match.
+        count: usize,
+        /// One line per matching entry (at most 20).
+        candidates: String,
+    },
+
+    /// `extract` needs `--kind` to choose among several artifacts.
+    #[error("entry {name:?} has {count} artifacts ({kinds}): choose one with --kind")]
+    KindRequired {
+        /// The entry.
+        name: String,
+        /// Number of artifacts.
+        count: usize,
+        /// Their kinds.
+        kinds: String,
+    },
+
+    /// `extract --kind` names a kind the entry does not have.
+    #[error("entry {name:?} has no {kind} artifact (it has: {kinds})")]
+    NoSuchKind {
+        /// The entry.
+        name: String,
+        /// The kind asked for.
+        kind: String,
+        /// The kinds it has.
+        kinds: String,
+    },
+}
+
+impl CliError {
+    /// Attaches the image path to an [`ImageError`].
+    pub(crate) fn image(path: &std::path::Path) -> impl FnOnce(ImageError) -> CliError + '_ {
+        move |source| CliError::Image {
+            path: path.to_owned(),
+            source: Box::new(source),
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! `kiln inspect IMAGE [--json]`: header, metadata, owners and a table of
+//! entries. Opens with structural verification, so an image with some
+//! corrupt entries is still shown (those entries as errors).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use kiln_image::{EntryRef, Image, ImageError, Verification};
+use serde_json::{Value, json};
+
+use crate::common::{Table, kinds, print_json, short, worlds};
+use crate::{CliError, Outcome};
+
+/// Arguments of `kiln inspect`.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// The image file.
+    image: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
+    let image =
+        Image::open(&args.image, Verification::Structural).map_err(CliError::image(&args.image))?;
+    if args.json {
+        print_json(&to_json(&args.image, &image))?;
+    } else {
+        print_text(&args.image, &image)?;
+    }
+    Ok(Outcome::Clean)
+}
+
+fn to_json(path: &std::path::Path, image: &Image) -> Value {
+    let header = image.header();
+    let meta = image.meta();
+    json!({
+        "path": path.display().to_string(),
+        "header": {
+            "format_version": header.format_version,
+            "rkyv_version": header.rkyv_version,
+            "endianness": header.layout.endianness.to_string(),
+            "pointer_width": header.layout.pointer_width,
+            "aligned_primitives": header.layout.aligned_primitives,
+            "region_alignment": header.region_alignment,
+            "producer": header.producer,
+            "entry_count": header.entry_count,
+            "index_offset": header.index_offset,
+            "index_len": header.index_len,
+            "payload_offset": header.payload_offset,
+            "payload_len": header.payload_len,
+            "body_len": header.body_len,
+            "body_checksum": header.body_checksum.to_hex(),
+            "index_checksum": header.index_checksum.to_hex(),
+        },
+        "meta": {
+            "producer_name": meta.producer_name,
+            "producer_version": meta.producer_version,
+            "labels": meta.labels,
+        },
+        "owners": image.owners().into_iter().map(|(digest, label, entries)| json!({
+            "digest": digest.to_hex(),
+            "label": label,
+            "entries": { "start": entries.start, "end": entries.end },
+        })).collect::<Vec<_>>(),
+        "entries": image.entries().enumerate().map(|(index, entry)| match entry {
+            Ok(entry) => entry_json(&entry),
+            Err(error) => error_json(index, &error),
+        }).collect::<Vec<_>>(),
+    })
+}
+
+fn entry_json(entry: &EntryRef<'_>) -> Value {
+    json!({
+        "index": entry.index(),
+        "name": entry.name(),
+        "key": entry.key().to_hex(),
+        "owner": entry.owner().to_hex(),
+        "owner_label": entry.owner_label(),
+        "min_world": entry.min_world(),
+        "max_world": entry.max_world(),
+        "deps": entry.dep_iter().map(|(name, fingerprint)| json!({
+            "name": name,
+            "fingerprint": fingerprint.to_hex(),
+        })).collect::<Vec<_>>(),
+        "artifacts": entry.artifacts().map(|artifact| json!({
+            "kind": artifact.kind_name(),
+            "entry_points": artifact.entry_points(),
+            "len": artifact.len(),
+            "checksum": artifact.checksum().to_hex(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn error_json(index: usize, error: &ImageError) -> Value {
+    json!({ "index": index, "check": error.check(), "error": error.to_string() })
+}
+
+fn print_text(path: &std::path::Path, image: &Image) -> Result<(), CliError> {
+    let header = image.header();
+    let meta = image.meta();
+    let layout = header.layout;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "image     {}", path.display())?;
+    writeln!(
+        out,
+        "format    {} (rkyv {}, {}, {}-bit pointers, {} primitives)",
+        header.format_version,
+        header.rkyv_version,
+        layout.endianness,
+        layout.pointer_width,
+        if layout.aligned_primitives {
+            "aligned"
+        } else {
+            "unaligned"
+        }
+    )?;
+    writeln!(out, "producer  {}", header.producer)?;
+    writeln!(
+        out,
+        "size      {} bytes: index {} bytes at {}, payloads {} bytes at {}",
+        image.as_bytes().len(),
+        header.index_len,
+        header.index_offset,
+        header.payload_len,
+        header.payload_offset
+    )?;
+    writeln!(out, "body      blake3 {}", header.body_checksum)?;
+    writeln!(
+        out,
+        "entries   {} in {} owners",
+        image.len(),
+        image.owner_count()
+    )?;
+    if !meta.labels.is_empty() {
+        let labels: Vec<String> = meta
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        writeln!(out, "labels    {}", labels.join(", "))?;
+    }
+    writeln!(out)?;
+    writeln!(out, "owners")?;
+    let mut owners = Table::new(&["digest", "entries", "label"]);
+    for (digest, label, entries) in image.owners() {
+        owners.row(vec![
+            short(&digest),
+            format!("{}..{}", entries.start, entries.end),
+            label,
+        ]);
+    }
+    owners.write(&mut out, "  ")?;
+    writeln!(out)?;
+    writeln!(out, "entries")?;
+    let mut entries = Table::new(&[
+        "#", "name", "key", "owner", "kinds", "bytes", "worlds", "deps",
+    ]);
+    for (index, entry) in image.entries().enumerate() {
+        match entry {
+            Ok(entry) => {
+                let sizes: Vec<String> = entry.artifacts().map(|a| a.len().to_string()).collect();
+                let deps: Vec<&str> = entry.dep_iter().map(|(name, _)| name).collect();
+                entries.row(vec![
+                    index.to_string(),
+                    entry.name().to_owned(),
+                    short(&entry.key()),
+                    entry.owner_label().to_owned(),
+                    kinds(&entry),
+                    sizes.join(","),
+                    worlds(&entry),
+                    deps.join(","),
+                ]);
+            }
+            Err(error) => entries.row(vec![index.to_string(), format!("<corrupt: {error}>")]),
+        }
+    }
+    entries.write(&mut out, "  ")?;
+    Ok(())
+}
