@@ -222,3 +222,33 @@ fn ls_lists_each_entry_once_and_clear_empties_the_directory() {
     assert!(cache.get(&ids(0).0, &ids(0).1).is_none());
     assert_eq!(cache.stats().expect("stats").entries, 0);
 }
+
+#[test]
+fn a_hit_outlives_the_compaction_that_deletes_its_segment() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let reader = DiskCache::open(config(dir.path())).expect("open");
+    let writer = DiskCache::open(config(dir.path())).expect("open");
+    assert!(writer.put(&entry(0, 3000)));
+    let hit = reader.get(&ids(0).0, &ids(0).1).expect("stored");
+    let first_segment = segment_files(dir.path());
+
+    // Enough stores to compact: kernel 0's segment is merged and deleted.
+    for i in 1..10 {
+        assert!(writer.put(&entry(i, 3000)));
+    }
+    let now = segment_files(dir.path());
+    assert!(
+        !now.contains(&first_segment[0]),
+        "compacted away: {first_segment:?} -> {now:?}"
+    );
+    // The hit still reads its (deleted, still mapped) segment...
+    assert_eq!(
+        hit.artifact(&ArtifactKind::Ptx).expect("readable"),
+        Some(&compile(0, 3000)[..])
+    );
+    // ...and a new lookup finds the entry in the merged segment.
+    assert_hit(&reader, 0, 3000);
+    for i in 1..10 {
+        assert_hit(&reader, i, 3000);
+    }
+}
