@@ -13,13 +13,20 @@ use std::sync::OnceLock;
 use serde_json::Value;
 
 /// The switches the tests set themselves: never inherited.
-const SWITCHES: [&str; 5] = [
+const SWITCHES: [&str; 8] = [
     "KILN_DISABLE",
     "KILN_ALWAYS_COMPILE",
     "KILN_IMAGE_PATH",
     "KILN_LOG",
     "KILN_DEMO_GPU",
+    "KILN_CACHE",
+    "KILN_CACHE_DIR",
+    "KILN_CACHE_MAX_BYTES",
 ];
+
+/// The disk tier off: for the tests about images, whose outcomes must not
+/// depend on what an earlier run left on disk.
+const NO_DISK: (&str, &str) = ("KILN_CACHE", "0");
 
 /// Kernels of `kiln-kernels-demo` (11) and `kiln-activations-demo` (8).
 const KERNELS: usize = 19;
@@ -111,6 +118,14 @@ impl Run {
     }
 }
 
+/// A disk-cache directory of this test process's own, never the user's:
+/// the default when a test does not set `KILN_CACHE_DIR`.
+fn scratch_cache_dir() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().expect("a temporary directory"))
+        .path()
+}
+
 /// Runs the application in a fresh process with `args --json` and `env`.
 fn run(args: &[&str], env: &[(&str, &str)]) -> Run {
     let mut command = Command::new(demo_app());
@@ -118,6 +133,7 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> Run {
     for switch in SWITCHES {
         command.env_remove(switch);
     }
+    command.env("KILN_CACHE_DIR", scratch_cache_dir());
     command.envs(env.iter().copied());
     let output = command.output().expect("the demo application starts");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -138,7 +154,7 @@ fn every_kernel_comes_from_the_embedded_images_without_compiling() {
     if !nvrtc_available() {
         return;
     }
-    let run = run(&[], &[]);
+    let run = run(&[], &[NO_DISK]);
 
     let demo = run.image("kiln-kernels-demo.kimg");
     assert_eq!(
@@ -175,7 +191,7 @@ fn entries_built_against_a_redefined_dependency_are_skipped_and_recompile() {
     }
     let run = run(
         &["--define", "kiln-kernels-demo::axpy=patched"],
-        &[("KILN_LOG", "warn")],
+        &[("KILN_LOG", "warn"), NO_DISK],
     );
 
     let demo = run.image("kiln-kernels-demo.kimg");
@@ -209,7 +225,7 @@ fn kiln_disable_merges_no_image() {
     if !nvrtc_available() {
         return;
     }
-    let run = run(&["--only", "axpy_f32"], &[("KILN_DISABLE", "1")]);
+    let run = run(&["--only", "axpy_f32"], &[("KILN_DISABLE", "1"), NO_DISK]);
     assert!(run.events("image").is_empty(), "{:#?}", run.lines);
     assert_eq!(run.one("init")["disabled"], true);
     assert_eq!(
@@ -223,7 +239,10 @@ fn kiln_always_compile_compiles_even_what_the_images_hold() {
     if !nvrtc_available() {
         return;
     }
-    let run = run(&["--only", "relu_f32"], &[("KILN_ALWAYS_COMPILE", "1")]);
+    let run = run(
+        &["--only", "relu_f32"],
+        &[("KILN_ALWAYS_COMPILE", "1"), NO_DISK],
+    );
     assert_eq!(
         run.image("kiln-activations-demo.kimg")["inserted"].as_u64(),
         Some(8)
@@ -245,7 +264,7 @@ fn a_bad_image_in_kiln_image_path_is_skipped_and_the_rest_still_loads() {
     let path = dir.path().to_str().expect("a UTF-8 temporary path");
     let run = run(
         &["--only", "relu"],
-        &[("KILN_IMAGE_PATH", path), ("KILN_LOG", "warn")],
+        &[("KILN_IMAGE_PATH", path), ("KILN_LOG", "warn"), NO_DISK],
     );
 
     let broken = run.image("broken.kimg");
@@ -266,4 +285,41 @@ fn a_bad_image_in_kiln_image_path_is_skipped_and_the_rest_still_loads() {
             ("kiln_relu_f64".to_owned(), "image".to_owned())
         ]
     );
+}
+
+#[test]
+fn a_second_run_without_images_gets_every_kernel_from_the_disk_tier() {
+    if !nvrtc_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let dir = dir.path().to_str().expect("a UTF-8 temporary path");
+    let env = [("KILN_DISABLE", "1"), ("KILN_CACHE_DIR", dir)];
+
+    // First run: no image, an empty directory: everything compiles and is
+    // stored on disk.
+    let first = run(&[], &env);
+    assert_eq!(
+        first.one("summary")["compiled"].as_u64(),
+        Some(KERNELS as u64)
+    );
+    assert_eq!(first.one("summary")["from_tier"].as_u64(), Some(0));
+    let stored = std::fs::read_dir(dir)
+        .expect("the disk tier created its directory")
+        .filter_map(Result::ok)
+        .filter(|f| f.file_name().to_string_lossy().ends_with(".kimg"))
+        .count();
+    assert!(stored > 0, "no segment written to {dir}");
+
+    // Second run, a fresh process: every kernel from disk, nothing compiled.
+    let second = run(&[], &env);
+    let outcomes = second.outcomes();
+    assert_eq!(outcomes.len(), KERNELS);
+    for (name, outcome) in &outcomes {
+        assert_eq!(outcome, "tier", "{name}");
+    }
+    let summary = second.one("summary");
+    assert_eq!(summary["from_tier"].as_u64(), Some(KERNELS as u64));
+    assert_eq!(summary["hits_tier"].as_u64(), Some(KERNELS as u64));
+    assert_eq!(summary["nvrtc_compiles"].as_u64(), Some(0), "{summary}");
 }

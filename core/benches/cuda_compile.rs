@@ -8,15 +8,37 @@
 //!   key derivation plus the lookup: what a warm process pays per call);
 //! - `lookup/*`: the bare lookup with a precomputed owner digest and key.
 //!
-//! - `cccl_fingerprint`: hashing every file of the CCCL header tree, paid once per
-//!   process by the first CUB kernel (`IncludeDir::new` remembers the digest).
+//! - `cccl_fingerprint`: hashing every file of the CCCL header tree (what a process
+//!   without a memo pays once, at its first CUB kernel); `cccl_memo`: the stat walk
+//!   that reuses a memo of it instead;
+//! - `identity_memo`: learning the NVRTC identity from its memo (stats, no load).
 //!
-//! Compare `hit` and `lookup` with `nvrtc` measured in the same run.
+//! - `fresh_process/*`: owner + key derivation of every kernel of the set in a new
+//!   process (this binary, re-run as a child), spawn included:
+//!   - `spawn_only`: a child that does nothing (the floor);
+//!   - `no_memo`: `KILN_CACHE=0`, so NVRTC is loaded and asked for its release
+//!     (empty compile) and the CCCL tree is hashed, as every process did before
+//!     identity memos;
+//!   - `warm_memo`: a warm `KILN_CACHE_DIR`: NVRTC is not loaded, CCCL not read;
+//!   - `recorded_no_nvrtc`: no NVRTC installed (`KILN_NVRTC` points nowhere), owners
+//!     from the recorded release, CCCL from the warm memo.
+//!
+//! Compare `hit` and `lookup` with `nvrtc`, and the `fresh_process` variants with
+//! each other, measured in the same run.
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group};
 use kiln_core::Cache;
 use kiln_core::cuda::kernels::{Dtype, KernelSpec, ReduceOp, cccl_include_dir};
-use kiln_core::cuda::{Arch, Compiler, IncludeDir};
+use kiln_core::cuda::{Arch, Compiler, IncludeDir, MemoDir, NvrtcIdentity, SearchConfig};
+
+/// Set in a child process: what it derives.
+const CHILD: &str = "KILN_BENCH_CUDA_CHILD";
+/// The recorded release a `recorded` child names.
+const RECORDED: &str = "KILN_BENCH_CUDA_RECORDED";
 
 fn bench(c: &mut Criterion) {
     let compiler = match Compiler::new() {
@@ -64,6 +86,11 @@ fn bench(c: &mut Criterion) {
         group.finish();
     }
     let cccl = cccl_include_dir().expect("CCCL headers");
+    let memo_dir = tempfile::tempdir().expect("temporary folder");
+    // Settled files only (the installed trees are old): the default settle time.
+    let memo = MemoDir::at(memo_dir.path());
+    IncludeDir::with_memo(cccl.path(), &memo).expect("fingerprint");
+    NvrtcIdentity::resolve(&SearchConfig::from_env(), &memo).expect("identity");
     let mut group = c.benchmark_group("cuda_compile");
     group.sample_size(10);
     group.bench_function("cccl_fingerprint", |b| {
@@ -73,8 +100,115 @@ fn bench(c: &mut Criterion) {
                 .digest()
         })
     });
+    group.bench_function("cccl_memo", |b| {
+        b.iter(|| {
+            IncludeDir::with_memo(cccl.path(), &memo)
+                .expect("fingerprint")
+                .digest()
+        })
+    });
+    group.bench_function("identity_memo", |b| {
+        b.iter(|| {
+            NvrtcIdentity::resolve(&SearchConfig::from_env(), &memo)
+                .expect("identity")
+                .origin()
+        })
+    });
+    group.finish();
+    fresh_process(c, &compiler);
+}
+
+/// Owner + key derivation of the whole kernel set in new processes.
+fn fresh_process(c: &mut Criterion, compiler: &Compiler) {
+    let exe = std::env::current_exe().expect("the bench binary");
+    let cache_dir = tempfile::tempdir().expect("temporary folder");
+    let nowhere = cache_dir.path().join("no-nvrtc/libnvrtc.so.13");
+    let release = compiler.version().release.clone();
+    let child = |mode: &str, nvrtc: Option<&Path>, no_memo: bool| {
+        let mut command = Command::new(&exe);
+        command
+            .env(CHILD, mode)
+            .env(RECORDED, &release)
+            .env("KILN_CACHE_DIR", cache_dir.path())
+            .env_remove("KILN_CACHE")
+            .env_remove("KILN_NVRTC");
+        if no_memo {
+            command.env("KILN_CACHE", "0");
+        }
+        if let Some(nvrtc) = nvrtc {
+            command.env("KILN_NVRTC", nvrtc);
+        }
+        command
+    };
+    let run = |mut command: Command| {
+        let status = command.status().expect("child process");
+        assert!(status.success(), "child failed: {status}");
+    };
+    // Warm the memo directory.
+    run(child("derive", None, false));
+    let mut group = c.benchmark_group("cuda_compile/fresh_process");
+    group.sample_size(10);
+    let variants = [
+        ("spawn_only", "nothing", None, false),
+        ("no_memo", "derive", None, true),
+        ("warm_memo", "derive", None, false),
+        (
+            "recorded_no_nvrtc",
+            "recorded",
+            Some(nowhere.as_path()),
+            false,
+        ),
+    ];
+    for (name, mode, nvrtc, no_memo) in variants {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let command = child(mode, nvrtc, no_memo);
+                    let started = Instant::now();
+                    run(command);
+                    total += started.elapsed();
+                }
+                total
+            })
+        });
+    }
     group.finish();
 }
 
+/// The child's work: derive the owner and key of every kernel of the set.
+fn child(mode: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let compiler = match mode {
+        "nothing" => return Ok(()),
+        "derive" => Compiler::new()?,
+        "recorded" => {
+            let release = std::env::var(RECORDED)?;
+            let compiler = Compiler::new_or_recorded(release.parse()?)?;
+            if compiler.identity().location().is_some() {
+                return Err("an NVRTC was found; the recorded identity was not used".into());
+            }
+            compiler
+        }
+        other => return Err(format!("unknown child mode {other:?}").into()),
+    };
+    let arch: Arch = "sm_90a".parse()?;
+    for spec in KernelSpec::all() {
+        let request = spec.request(arch)?;
+        std::hint::black_box((compiler.owner(&request)?.digest(), request.key()?));
+    }
+    Ok(())
+}
+
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() {
+    if let Ok(mode) = std::env::var(CHILD) {
+        if let Err(e) = child(&mode) {
+            eprintln!("cuda_compile child {mode}: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

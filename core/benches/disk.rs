@@ -3,28 +3,33 @@
 //! BLAKE3-checked on a hit), both built here from the same 1000 entries of
 //! 4 KiB.
 //!
-//! - `fresh_process`: the first hit of a new process. Kiln opens the cache
-//!   directory (lists segment names), maps the fullest segment (header and
-//!   index checks), looks the key up, checks and borrows the payload, and on
-//!   drop (in a real process: at exit) appends its recency stamp and unmaps;
-//!   the baseline opens, reads and checks one file.
-//! - `fresh_process_16_hits`: a new process that needs 16 entries.
+//! - `fresh_process_{1,16,256}_hits`: a new process that needs that many
+//!   entries (spread over all segments). Kiln opens the cache directory,
+//!   finds each entry (opening the segments that hold them: header and index
+//!   checks), checks and borrows its payload, and on drop (in a real process:
+//!   at exit) appends its recency stamps and unmaps; the baseline opens,
+//!   reads and checks one file per hit. Throughput is in hits.
 //! - `open_directory`: Kiln's part of the above that opens the directory.
 //! - `first_access_in_open_process`: a hit on an entry not used before by a
-//!   process that has the directory open (payload checksum computed).
+//!   process that has every segment open (payload checksum computed).
 //! - `warm_process`: a hit in a process that has the directory open and used
 //!   the entry before (Kiln: binary search in the mapped segment, checksum
 //!   remembered; the baseline reads and checks the file again, having no
 //!   memory of it).
+//! - `floor/blake3_of_one_payload`: the checksum of one payload, which both
+//!   caches compute on a first hit.
 //!
-//! Figures compare as ratios within one run:
-//! `cargo bench -p kiln-core --bench disk`.
+//! After criterion's groups, the bench prints a table (medians, Kiln and
+//! the baseline measured alternately) of the per-hit cost in a fresh
+//! process: `cargo bench -p kiln-core --bench disk`.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use std::time::Instant;
+
+use criterion::{Criterion, Throughput};
 use kiln_core::disk::{DiskCache, DiskConfig};
 use kiln_core::{Artifact, ArtifactKind};
 use kiln_image::{Digest, EntryData};
@@ -123,51 +128,71 @@ fn kiln_hit(cache: &DiskCache, n: u64) -> usize {
     black_box(bytes).len()
 }
 
-fn benches(c: &mut Criterion) {
-    let kiln_dir = tempfile::tempdir().expect("temp dir");
-    let files_dir = tempfile::tempdir().expect("temp dir");
-    build_kiln(kiln_dir.path());
-    let files = FilePerEntry::build(files_dir.path());
+/// Hit counts of a fresh process measured.
+const HIT_COUNTS: [u64; 3] = [1, 16, 256];
 
+/// The two caches, built in the same temporary directory tree.
+struct Fixture {
+    kiln_dir: tempfile::TempDir,
+    files: FilePerEntry,
+    _files_dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn build() -> Fixture {
+        let kiln_dir = tempfile::tempdir().expect("temp dir");
+        let files_dir = tempfile::tempdir().expect("temp dir");
+        build_kiln(kiln_dir.path());
+        let files = FilePerEntry::build(files_dir.path());
+        Fixture {
+            kiln_dir,
+            files,
+            _files_dir: files_dir,
+        }
+    }
+
+    /// A fresh process that needs `hits` entries: Kiln opens the directory,
+    /// finds and checks each entry, and drops the cache (in a real process:
+    /// exit), which appends the recency stamps and unmaps.
+    fn kiln_fresh(&self, keys: &mut impl FnMut() -> u64, hits: u64) -> usize {
+        let cache = DiskCache::open(kiln_config(self.kiln_dir.path())).expect("open");
+        (0..hits).map(|_| kiln_hit(&cache, keys())).sum()
+    }
+
+    /// The same with the file-per-entry cache: one read and check per hit.
+    fn files_fresh(&self, keys: &mut impl FnMut() -> u64, hits: u64) -> usize {
+        (0..hits)
+            .map(|_| black_box(self.files.get(&key(keys())).expect("a hit")).len())
+            .sum()
+    }
+}
+
+/// Keys spread over all entries (and so over all segments).
+fn key_cycle() -> impl FnMut() -> u64 {
     let mut next = 0u64;
-    let mut key_cycle = move || {
+    move || {
         next = (next + 7919) % ENTRIES;
         next
-    };
+    }
+}
 
-    let mut group = c.benchmark_group("fresh_process");
-    group.bench_function("kiln_disk_tier", |b| {
-        b.iter(|| {
-            let cache = DiskCache::open(kiln_config(kiln_dir.path())).expect("open");
-            kiln_hit(&cache, key_cycle())
-        })
-    });
-    group.bench_function("file_per_entry", |b| {
-        b.iter(|| black_box(files.get(&key(key_cycle())).expect("a hit")).len())
-    });
-    group.finish();
+fn benches(c: &mut Criterion, fixture: &Fixture) {
+    let mut keys = key_cycle();
+    for hits in HIT_COUNTS {
+        let mut group = c.benchmark_group(format!("fresh_process_{hits}_hits"));
+        group.throughput(Throughput::Elements(hits));
+        group.bench_function("kiln_disk_tier", |b| {
+            b.iter(|| fixture.kiln_fresh(&mut keys, hits))
+        });
+        group.bench_function("file_per_entry", |b| {
+            b.iter(|| fixture.files_fresh(&mut keys, hits))
+        });
+        group.finish();
+    }
 
     let mut group = c.benchmark_group("open_directory");
     group.bench_function("kiln_disk_tier", |b| {
-        b.iter(|| DiskCache::open(kiln_config(kiln_dir.path())).expect("open"))
-    });
-    group.finish();
-
-    let mut group = c.benchmark_group("fresh_process_16_hits");
-    group.bench_function("kiln_disk_tier", |b| {
-        b.iter(|| {
-            let cache = DiskCache::open(kiln_config(kiln_dir.path())).expect("open");
-            (0..16)
-                .map(|_| kiln_hit(&cache, key_cycle()))
-                .sum::<usize>()
-        })
-    });
-    group.bench_function("file_per_entry", |b| {
-        b.iter(|| {
-            (0..16)
-                .map(|_| black_box(files.get(&key(key_cycle())).expect("a hit")).len())
-                .sum::<usize>()
-        })
+        b.iter(|| DiskCache::open(kiln_config(fixture.kiln_dir.path())).expect("open"))
     });
     group.finish();
 
@@ -177,11 +202,14 @@ fn benches(c: &mut Criterion) {
             let mut total = Duration::ZERO;
             let mut done = 0;
             while done < iters {
-                let cache = DiskCache::open(kiln_config(kiln_dir.path())).expect("open");
-                kiln_hit(&cache, 0); // map the segment outside the timing
-                let batch = (iters - done).min(ENTRIES - 1);
-                let start = std::time::Instant::now();
-                for n in 1..=batch {
+                let cache = DiskCache::open(kiln_config(fixture.kiln_dir.path())).expect("open");
+                for n in (0..ENTRIES).step_by(97) {
+                    kiln_hit(&cache, n); // map every segment outside the timing
+                }
+                let fresh: Vec<u64> = (0..ENTRIES).filter(|n| n % 97 != 0).collect();
+                let batch = (iters - done).min(fresh.len() as u64);
+                let start = Instant::now();
+                for &n in &fresh[..batch as usize] {
                     kiln_hit(&cache, n);
                 }
                 total += start.elapsed();
@@ -193,21 +221,64 @@ fn benches(c: &mut Criterion) {
     group.finish();
 
     let mut group = c.benchmark_group("warm_process");
-    let cache = DiskCache::open(kiln_config(kiln_dir.path())).expect("open");
-    group.bench_function("kiln_disk_tier", |b| {
-        b.iter(|| kiln_hit(&cache, key_cycle()))
-    });
+    let cache = DiskCache::open(kiln_config(fixture.kiln_dir.path())).expect("open");
+    group.bench_function("kiln_disk_tier", |b| b.iter(|| kiln_hit(&cache, keys())));
     group.bench_function("file_per_entry", |b| {
-        b.iter(|| black_box(files.get(&key(key_cycle())).expect("a hit")).len())
+        b.iter(|| fixture.files_fresh(&mut keys, 1))
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("floor");
+    let bytes = payload(0);
+    group.bench_function("blake3_of_one_payload", |b| {
+        b.iter(|| blake3::hash(black_box(&bytes)))
     });
     group.finish();
 }
 
-criterion_group! {
-    name = disk;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2));
-    targets = benches
+/// The median of `runs` timings of `f`, in microseconds.
+fn median_micros(runs: usize, mut f: impl FnMut() -> usize) -> f64 {
+    let mut times: Vec<f64> = (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            black_box(f());
+            start.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[runs / 2]
 }
-criterion_main!(disk);
+
+/// A table for BENCHMARKS.md: per-hit cost in a fresh process, Kiln against
+/// the file-per-entry cache, measured alternately in this run (medians).
+fn summary(fixture: &Fixture) {
+    let mut keys = key_cycle();
+    println!();
+    println!(
+        "| hits in a fresh process | Kiln disk tier, µs per hit | file per entry, µs per hit | Kiln faster by |"
+    );
+    println!("| ---: | ---: | ---: | ---: |");
+    for hits in HIT_COUNTS {
+        let runs = (20_000 / hits as usize).clamp(50, 2000);
+        let (mut kiln, mut files) = (Vec::new(), Vec::new());
+        for _ in 0..5 {
+            kiln.push(median_micros(runs, || fixture.kiln_fresh(&mut keys, hits)));
+            files.push(median_micros(runs, || fixture.files_fresh(&mut keys, hits)));
+        }
+        kiln.sort_by(f64::total_cmp);
+        files.sort_by(f64::total_cmp);
+        let (kiln, files) = (kiln[2] / hits as f64, files[2] / hits as f64);
+        println!("| {hits} | {kiln:.2} | {files:.2} | {:.1}× |", files / kiln);
+    }
+}
+
+fn main() {
+    let fixture = Fixture::build();
+    let mut criterion = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .configure_from_args();
+    benches(&mut criterion, &fixture);
+    criterion.final_summary();
+    summary(&fixture);
+}

@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
+use crate::disk::{DiskConfig, DiskTier};
 use crate::env::Switches;
 use crate::registry::{self, EmbeddedImage, ImageSource};
 use crate::{Cache, CacheConfig, Error, MergeReport};
@@ -39,6 +40,19 @@ pub fn global() -> &'static Cache {
 /// An image that cannot be opened is skipped with a `tracing` warning that
 /// says why, and the others keep loading. Calling it again returns the same
 /// report; images are merged once.
+///
+/// The init also adds the **disk tier** ([`DiskTier`]), consulted by
+/// [`Cache::get_or_compile`] after memory and images and before compiling,
+/// and given every new compile, so that code compiled at run time persists
+/// across runs. `KILN_CACHE=0` leaves it out; `KILN_CACHE_DIR` and
+/// `KILN_CACHE_MAX_BYTES` place and cap it (see
+/// [`disk::config`](crate::disk::config)); `KILN_ALWAYS_COMPILE=1` skips it
+/// on lookups like every other tier (fresh compiles are still stored).
+/// The init does no disk I/O for it: the directory is opened on the first
+/// miss in memory and images. A directory that cannot be created gives one
+/// warning and the process compiles without it; a read-only or full one
+/// still serves what it holds, and the first failed write gives one warning
+/// and ends writing for the process.
 ///
 /// ```
 /// let report = kiln_core::init();
@@ -75,6 +89,8 @@ struct Global {
     cache: Cache,
     report: InitReport,
     switches: Switches,
+    /// The `KILN_LOG` subscriber, if set.
+    log: Option<tracing::Dispatch>,
     /// The newest registration merged (null: none yet).
     newest: AtomicPtr<EmbeddedImage>,
     /// Serializes merges of late registrations.
@@ -92,18 +108,19 @@ fn state() -> &'static Global {
 impl Global {
     fn start(setup: Option<impl FnOnce(&Cache)>) -> Global {
         let switches = Switches::from_env();
+        let log = stderr_log::dispatch(switches.log.as_deref());
         let cache = new_cache(&switches);
+        add_disk_tier(&cache, DiskConfig::from_env(), log.as_ref());
         if let Some(setup) = setup {
             setup(&cache);
         }
         let (newest, embedded) = registry::registered_since(std::ptr::null());
-        let report = stderr_log::with_filter(switches.log.as_deref(), || {
-            load_images(&cache, &switches, &embedded)
-        });
+        let report = stderr_log::with(log.as_ref(), || load_images(&cache, &switches, &embedded));
         Global {
             cache,
             report,
             switches,
+            log,
             newest: AtomicPtr::new(newest.cast_mut()),
             late: Mutex::new(()),
         }
@@ -120,7 +137,7 @@ impl Global {
         let seen = self.newest.load(Ordering::Acquire).cast_const();
         let (newest, late) = registry::registered_since(seen);
         if !self.switches.disable {
-            stderr_log::with_filter(self.switches.log.as_deref(), || {
+            stderr_log::with(self.log.as_ref(), || {
                 for image in late {
                     self.report.images.push(merge_embedded(&self.cache, image));
                 }
@@ -133,6 +150,19 @@ impl Global {
 /// The global cache's configuration under `switches`.
 fn new_cache(switches: &Switches) -> Cache {
     Cache::with_config(CacheConfig::default().always_compile(switches.always_compile))
+}
+
+/// Adds the disk tier of `config` (read from `KILN_CACHE*`) to `cache`,
+/// unless it is turned off. No I/O: the directory is opened on the tier's
+/// first use ([`DiskTier`]); its events go through `log` (`KILN_LOG`).
+fn add_disk_tier(
+    cache: &Cache,
+    config: Result<Option<DiskConfig>, Error>,
+    log: Option<&tracing::Dispatch>,
+) {
+    if let Some(disk) = stderr_log::with(log, || DiskTier::from_config(config)) {
+        cache.add_tier(Box::new(stderr_log::Logged::new(disk, log.cloned())));
+    }
 }
 
 /// Merges `embedded` and the files of `switches.image_path` into `cache`, as
@@ -313,37 +343,76 @@ pub enum ImageOutcome {
     Skipped(Error),
 }
 
-/// `KILN_LOG`: the init's `tracing` events on stderr.
+/// `KILN_LOG`: the init's and the disk tier's `tracing` events on stderr.
 mod stderr_log {
     use std::io::IsTerminal;
 
+    use kiln_image::EntryData;
+    use tracing::Dispatch;
     use tracing_subscriber::EnvFilter;
 
-    /// Runs `f` with its `tracing` events printed to stderr through `filter`
-    /// (a `tracing` filter such as `info` or `kiln_core=debug`), or as the
-    /// program's own subscriber decides when `filter` is `None`.
-    ///
-    /// The subscriber is the current thread's default only while `f` runs:
-    /// the program's own global subscriber stays as it set it.
-    pub(super) fn with_filter<T>(filter: Option<&str>, f: impl FnOnce() -> T) -> T {
-        let Some(filter) = filter else {
-            return f();
-        };
+    use crate::{Error, Key, Owner, Tier};
+
+    /// A subscriber printing to stderr through `filter` (a `tracing` filter
+    /// such as `info` or `kiln_core=debug`); `None` when `filter` is `None`
+    /// (the program's own subscriber decides). An invalid filter falls back
+    /// to `info`, with a warning.
+    pub(super) fn dispatch(filter: Option<&str>) -> Option<Dispatch> {
+        let filter = filter?;
         let (env_filter, invalid) = match EnvFilter::try_new(filter) {
             Ok(env_filter) => (env_filter, None),
             Err(err) => (EnvFilter::new("info"), Some(err)),
         };
-        let subscriber = tracing_subscriber::fmt()
-            .with_env_filter(env_filter)
-            .with_writer(std::io::stderr)
-            .with_ansi(std::io::stderr().is_terminal())
-            .finish();
-        tracing::subscriber::with_default(subscriber, || {
-            if let Some(err) = invalid {
+        let dispatch = Dispatch::new(
+            tracing_subscriber::fmt()
+                .with_env_filter(env_filter)
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal())
+                .finish(),
+        );
+        if let Some(err) = invalid {
+            tracing::dispatcher::with_default(&dispatch, || {
                 tracing::warn!("KILN_LOG={filter:?} is not a tracing filter ({err}); using `info`");
-            }
-            f()
-        })
+            });
+        }
+        Some(dispatch)
+    }
+
+    /// Runs `f` with `dispatch` as the current thread's subscriber (or as
+    /// the program's own subscriber decides when `None`). The program's own
+    /// global subscriber stays as it set it.
+    pub(super) fn with<T>(dispatch: Option<&Dispatch>, f: impl FnOnce() -> T) -> T {
+        match dispatch {
+            Some(dispatch) => tracing::dispatcher::with_default(dispatch, f),
+            None => f(),
+        }
+    }
+
+    /// A tier whose events (the disk tier's one warning, say) go through
+    /// the `KILN_LOG` subscriber, like the init's.
+    pub(super) struct Logged<T> {
+        tier: T,
+        dispatch: Option<Dispatch>,
+    }
+
+    impl<T> Logged<T> {
+        pub(super) fn new(tier: T, dispatch: Option<Dispatch>) -> Logged<T> {
+            Logged { tier, dispatch }
+        }
+    }
+
+    impl<T: Tier> Tier for Logged<T> {
+        fn name(&self) -> &str {
+            self.tier.name()
+        }
+
+        fn load(&self, owner: &Owner, key: &Key) -> Result<Option<EntryData>, Error> {
+            with(self.dispatch.as_ref(), || self.tier.load(owner, key))
+        }
+
+        fn store(&self, owner: &Owner, entry: &EntryData) -> Result<(), Error> {
+            with(self.dispatch.as_ref(), || self.tier.store(owner, entry))
+        }
     }
 }
 
@@ -571,6 +640,54 @@ mod tests {
             .collect();
         assert_eq!(merged, [(0, 2)]);
         assert_eq!(image_source(&cache, "x"), None);
+    }
+
+    /// The global cache's construction, with `KILN_CACHE*` read from `vars`.
+    fn cache_with_disk(vars: &[(&str, &Path)]) -> Cache {
+        let lookup = |name: &str| {
+            vars.iter()
+                .find(|(var, _)| *var == name)
+                .map(|(_, value)| value.as_os_str().to_owned())
+        };
+        let cache = new_cache(&Switches::default());
+        add_disk_tier(&cache, DiskConfig::from_lookup(lookup), None);
+        cache
+    }
+
+    /// `get_or_compile` of `name`: its source, and whether it compiled.
+    fn get_or_compile(cache: &Cache, name: &str) -> (Source, bool) {
+        let mut compiled = false;
+        let hit = cache
+            .get_or_compile(&owner(), &key(name), || {
+                compiled = true;
+                Ok::<_, Error>(Compiled::new(name).artifact(Artifact {
+                    kind: ArtifactKind::Object,
+                    entry_points: vec![name.to_owned()],
+                    bytes: name.as_bytes().to_vec(),
+                }))
+            })
+            .unwrap();
+        assert_eq!(hit.artifact(&ArtifactKind::Object), Some(name.as_bytes()));
+        (hit.source(), compiled)
+    }
+
+    #[test]
+    fn the_disk_tier_is_opened_on_first_use_and_serves_the_next_process() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("kiln");
+        let first = cache_with_disk(&[("KILN_CACHE_DIR", &dir)]);
+        assert!(!dir.exists(), "building the cache touched the disk");
+        assert_eq!(get_or_compile(&first, "x"), (Source::Memory, true));
+        assert!(dir.exists());
+
+        // A new process with the same directory: a hit from the disk tier.
+        let second = cache_with_disk(&[("KILN_CACHE_DIR", &dir)]);
+        assert_eq!(get_or_compile(&second, "x"), (Source::Tier, false));
+        assert_eq!(second.stats().hits_tier, 1);
+
+        // KILN_CACHE=0: no disk tier, so it compiles again.
+        let off = cache_with_disk(&[("KILN_CACHE_DIR", &dir), ("KILN_CACHE", Path::new("0"))]);
+        assert_eq!(get_or_compile(&off, "x"), (Source::Memory, true));
     }
 
     #[test]

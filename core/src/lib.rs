@@ -49,6 +49,7 @@
 //! - [`build`]: build-script helpers (precompile into `OUT_DIR`).
 //! - [`disk`]: the on-disk cache tier.
 //! - `cuda` (feature `cuda`): the NVRTC backend and module loader.
+//! - `remote` (feature `redis`): the remote tier on Redis (`KILN_REMOTE_CACHE`).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -63,6 +64,8 @@ mod global;
 pub mod key;
 pub mod owner;
 pub mod registry;
+#[cfg(feature = "redis")]
+pub mod remote;
 pub mod world;
 
 pub use cache::{

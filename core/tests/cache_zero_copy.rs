@@ -4,15 +4,17 @@
 
 mod cache_support;
 
-use cache_support::{build_image, compiled, key, open, owner, payload};
+use cache_support::{build_image, compiled, key, leak_aligned, open, owner, payload};
 use kiln_core::{ArtifactKind, Cache, Source};
+use kiln_image::{Image, Verification};
 
 #[test]
 fn rule7_image_hits_borrow_bytes_from_the_image() {
     let o = owner();
     let bytes = build_image(&o, (0..8).map(|n| compiled(n, "img")), (0..8).map(key));
-    let image = open(&bytes);
-    let image_range = image.as_bytes().as_ptr_range();
+    let embedded = leak_aligned(&bytes);
+    let image_range = embedded.as_ptr_range();
+    let image = Image::from_static(embedded, Verification::Full).unwrap();
     let cache = Cache::new();
     cache.merge_image(image);
     let hit = cache.lookup(&o.digest(), &key(3)).unwrap();
@@ -21,7 +23,7 @@ fn rule7_image_hits_borrow_bytes_from_the_image() {
     assert_eq!(ptx, payload(3, "img"));
     assert!(
         image_range.contains(&ptx.as_ptr()),
-        "the bytes must point into the image, not into a copy"
+        "the bytes must point into the embedded image, not into a copy"
     );
     // Every view of the artifacts is borrowed from the image too.
     for view in hit.artifacts() {

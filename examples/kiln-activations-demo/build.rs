@@ -21,7 +21,7 @@ fn main() -> Result<(), kiln::Error> {
         let arch: Arch = arch_name.parse()?;
         let compiler = Compiler::new()?;
         // A new NVRTC changes the owner: precompile again then.
-        let nvrtc = &compiler.nvrtc().location().path;
+        let nvrtc = &compiler.nvrtc()?.location().path;
         if nvrtc.is_absolute() {
             session.uses_source(nvrtc);
         }

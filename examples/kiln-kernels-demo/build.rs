@@ -22,7 +22,7 @@ fn main() -> Result<(), kiln::Error> {
         let compiler = Compiler::new()?;
         // A new NVRTC or new CUB headers change the owner or the keys:
         // precompile again then.
-        let nvrtc = &compiler.nvrtc().location().path;
+        let nvrtc = &compiler.nvrtc()?.location().path;
         if nvrtc.is_absolute() {
             session.uses_source(nvrtc);
         }

@@ -13,11 +13,13 @@
 //! configurations whose payloads total more than that (it needs twice the
 //! payload bytes in memory).
 //!
-//! Per configuration:
+//! Benchmarks, each run for every configuration in turn (named
+//! `<benchmark>/<entries>x<payload>KiB`):
 //! - `open_structural`: `Image::open` (memory map) with structural checks.
 //! - `open_full`: `Image::open` with full verification (every checksum).
 //! - `lookup_hit`: `Image::find` of a present (owner, key), cycling over
-//!   4,096 keys, on an open image.
+//!   4,096 keys spread over the image, on an open image whose looked-up
+//!   entries and payloads have had their first (checked) access.
 //! - `lookup_hit_bytes`: the same plus the first artifact's bytes.
 //! - `baseline_postcard`: `postcard::from_bytes` of all entries, from memory
 //!   (payloads as `serde_bytes`); freeing the result is not measured, except
@@ -196,67 +198,106 @@ fn lookup_keys(config: Config) -> Vec<(Digest, Digest)> {
         .collect()
 }
 
-fn bench_config(c: &mut Criterion, config: Config) {
+/// A configuration with its files generated.
+struct Prepared {
+    config: Config,
+    image: PathBuf,
+    baseline: Option<PathBuf>,
+}
+
+fn prepare(config: Config) -> Prepared {
     let no_baseline_above = std::env::var("KILN_BENCH_NO_BASELINE_ABOVE")
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(u64::MAX);
     let with_baseline = config.total_payload() <= no_baseline_above;
-    let (image_path, baseline_path) = ensure_files(config, with_baseline);
-    let mut group = c.benchmark_group(format!("image/{}", config.label()));
-    if config.total_payload() > 256 << 20 {
-        group.sample_size(10);
+    let (image, baseline) = ensure_files(config, with_baseline);
+    Prepared {
+        config,
+        image,
+        baseline: with_baseline.then_some(baseline),
     }
+}
 
-    group.bench_function("open_structural", |b| {
-        b.iter(|| Image::open(black_box(&image_path), Verification::Structural).expect("open"))
-    });
-    group.bench_function("open_full", |b| {
-        b.iter(|| Image::open(black_box(&image_path), Verification::Full).expect("open"))
-    });
+/// Fewer samples where one iteration reads hundreds of megabytes.
+fn sample_size(config: Config, large: bool) -> usize {
+    if large && config.total_payload() > 256 << 20 {
+        10
+    } else {
+        100
+    }
+}
 
-    let image = Image::open(&image_path, Verification::Structural).expect("open");
-    let keys = lookup_keys(config);
-    let mut next = 0usize;
-    group.bench_function("lookup_hit", |b| {
-        b.iter(|| {
-            let (owner, key) = &keys[next % keys.len()];
-            next = next.wrapping_add(1);
-            black_box(
-                image
+/// One group per operation, the configurations back to back, so that the
+/// configurations are compared under the same machine load.
+fn bench_open(c: &mut Criterion, prepared: &[Prepared], name: &str, level: Verification) {
+    let mut group = c.benchmark_group(name);
+    for p in prepared {
+        group.sample_size(sample_size(p.config, level == Verification::Full));
+        group.bench_function(p.config.label(), |b| {
+            b.iter(|| Image::open(black_box(&p.image), level).expect("open"))
+        });
+    }
+    group.finish();
+}
+
+fn bench_lookups(c: &mut Criterion, prepared: &[Prepared], with_bytes: bool) {
+    let mut group = c.benchmark_group(if with_bytes {
+        "lookup_hit_bytes"
+    } else {
+        "lookup_hit"
+    });
+    for p in prepared {
+        let image = Image::open(&p.image, Verification::Structural).expect("open");
+        let keys = lookup_keys(p.config);
+        // Steady state: every looked-up entry and payload has had its first
+        // (checked) access, as in a process that has run for a while. A
+        // first access costs one BLAKE3 of the record and of the payload.
+        for (owner, key) in &keys {
+            let entry = image.find(owner, key).expect("valid").expect("hit");
+            entry
+                .artifact(0)
+                .expect("artifact")
+                .bytes()
+                .expect("payload");
+        }
+        let mut next = 0usize;
+        group.bench_function(p.config.label(), |b| {
+            b.iter(|| {
+                let (owner, key) = &keys[next % keys.len()];
+                next = next.wrapping_add(1);
+                let entry = image
                     .find(black_box(owner), black_box(key))
                     .expect("valid")
-                    .expect("hit")
-                    .index(),
-            )
-        })
-    });
-    group.bench_function("lookup_hit_bytes", |b| {
-        b.iter(|| {
-            let (owner, key) = &keys[next % keys.len()];
-            next = next.wrapping_add(1);
-            let entry = image
-                .find(black_box(owner), black_box(key))
-                .expect("valid")
-                .expect("hit");
-            black_box(
-                entry
-                    .artifact(0)
-                    .expect("artifact")
-                    .bytes()
-                    .expect("payload")
-                    .len(),
-            )
-        })
-    });
-    drop(image);
+                    .expect("hit");
+                if with_bytes {
+                    black_box(
+                        entry
+                            .artifact(0)
+                            .expect("artifact")
+                            .bytes()
+                            .expect("payload")
+                            .len(),
+                    )
+                } else {
+                    black_box(entry.index())
+                }
+            })
+        });
+    }
+    group.finish();
+}
 
-    if with_baseline {
-        let bytes = std::fs::read(&baseline_path).expect("read baseline");
+fn bench_baseline(c: &mut Criterion, prepared: &[Prepared]) {
+    let mut group = c.benchmark_group("baseline_postcard");
+    for p in prepared {
+        let Some(path) = &p.baseline else { continue };
+        let bytes = std::fs::read(path).expect("read baseline");
         let deserialize =
             || -> Vec<BaselineEntry> { postcard::from_bytes(black_box(&bytes)).expect("baseline") };
-        group.bench_function("baseline_postcard", |b| {
-            if config.total_payload() <= 1 << 30 {
+        group.sample_size(sample_size(p.config, true));
+        group.bench_function(p.config.label(), |b| {
+            if p.config.total_payload() <= 1 << 30 {
                 // Freeing the entries is left out of the measurement...
                 b.iter_with_large_drop(deserialize)
             } else {
@@ -270,9 +311,12 @@ fn bench_config(c: &mut Criterion, config: Config) {
 }
 
 fn benches(c: &mut Criterion) {
-    for config in configs() {
-        bench_config(c, config);
-    }
+    let prepared: Vec<Prepared> = configs().into_iter().map(prepare).collect();
+    bench_open(c, &prepared, "open_structural", Verification::Structural);
+    bench_lookups(c, &prepared, false);
+    bench_lookups(c, &prepared, true);
+    bench_baseline(c, &prepared);
+    bench_open(c, &prepared, "open_full", Verification::Full);
 }
 
 criterion_group!(image_benches, benches);

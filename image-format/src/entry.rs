@@ -277,35 +277,38 @@ impl<'a> ArtifactRef<'a> {
     /// and an error returned, on this and every later call.
     pub fn bytes(&self) -> Result<&'a [u8], ImageError> {
         if self.image.artifact_state.is_verified(self.global) {
-            if let Some(bytes) = self.raw() {
-                return Ok(bytes);
-            }
+            return self.raw();
         }
         self.check_payload()
     }
 
     /// The payload, checked now whatever was remembered.
     pub(crate) fn check_payload(&self) -> Result<&'a [u8], ImageError> {
-        let corrupt = ImageError::PayloadChecksum {
-            entry: self.entry,
-            artifact: self.position,
-        };
-        let bytes = self.raw().ok_or(corrupt)?;
+        let bytes = self.raw()?;
         if *blake3::hash(bytes).as_bytes() != self.record.hash {
-            return Err(ImageError::PayloadChecksum {
-                entry: self.entry,
-                artifact: self.position,
-            });
+            return Err(self.corrupt());
         }
         self.image.artifact_state.mark_verified(self.global);
         Ok(bytes)
     }
 
-    fn raw(&self) -> Option<&'a [u8]> {
+    fn corrupt(&self) -> ImageError {
+        ImageError::PayloadChecksum {
+            entry: self.entry,
+            artifact: self.position,
+        }
+    }
+
+    /// The payload bytes, unchecked; the bounds were checked with the entry.
+    fn raw(&self) -> Result<&'a [u8], ImageError> {
         let image = self.image;
-        let start = usize::try_from(self.record.offset.to_native()).ok()?;
-        let end = start.checked_add(self.len())?;
-        image.payloads().get(start..end)
+        let start = usize::try_from(self.record.offset.to_native()).ok();
+        let end = start.and_then(|start| start.checked_add(self.len()));
+        let payloads = image.payloads()?;
+        start
+            .zip(end)
+            .and_then(|(start, end)| payloads.get(start..end))
+            .ok_or_else(|| self.corrupt())
     }
 }
 
@@ -378,7 +381,7 @@ fn check_record(
     for dep in deps {
         hasher.dep(text(&dep.name, "dep name")?, &dep.fingerprint);
     }
-    let payload_len = image.payloads().len() as u64;
+    let payload_len = image.header.payload_len;
     for artifact in artifacts {
         let kind = artifact.kind.to_native();
         let custom = text(&artifact.custom, "artifact kind")?;

@@ -82,8 +82,9 @@ pub fn reseal(image: &mut [u8]) {
             Some(start..start.checked_add(usize::try_from(len).ok()?)?)
         });
     if let Some(index_bytes) = index_range.and_then(|range| image.get(range)) {
-        let storage = crate::storage::Storage::copy_aligned(index_bytes);
-        let aligned = storage.bytes();
+        let mut copy = rkyv::util::AlignedVec::<16>::with_capacity(index_bytes.len());
+        copy.extend_from_slice(index_bytes);
+        let aligned = copy.as_slice();
         if let Ok(index) =
             rkyv::access::<crate::layout::ArchivedIndex, rkyv::rancor::Error>(aligned)
         {

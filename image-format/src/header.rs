@@ -187,14 +187,16 @@ impl Header {
         out
     }
 
-    /// Parses and checks the header of `image` (the whole image, so that
-    /// the region table can be checked against its length).
+    /// Parses and checks the header at the start of `bytes`, for an image
+    /// of `image_len` bytes in all (the region table is checked against
+    /// it; `bytes` may hold only a prefix of the image).
     ///
     /// Checks run in an order that gives the most useful message: magic,
     /// format version, header checksum, archive layout, rkyv version, then
     /// lengths and regions.
-    pub fn parse(image: &[u8]) -> Result<Header, ImageError> {
-        let file_len = image.len() as u64;
+    pub fn parse(bytes: &[u8], image_len: u64) -> Result<Header, ImageError> {
+        let image = bytes;
+        let file_len = image_len;
         let Some(bytes) = image.first_chunk::<HEADER_LEN>() else {
             if image.len() >= MAGIC.len() && image[..MAGIC.len()] != MAGIC {
                 return Err(bad_magic(image));

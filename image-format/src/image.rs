@@ -98,33 +98,32 @@ impl Image {
     }
 
     fn from_storage(storage: Storage, mode: Mode) -> Result<Image, ImageError> {
-        let bytes = storage.bytes();
-        let header = Header::parse(bytes)?;
-        let address = bytes.as_ptr() as usize;
+        let head = storage.head();
+        let image_len = storage.len();
+        let header = Header::parse(head, image_len)?;
+        let address = head.as_ptr() as usize;
         if address % STORAGE_ALIGN != 0 {
             return Err(ImageError::Misaligned {
                 address,
                 required: STORAGE_ALIGN,
             });
         }
-        let to_range = |offset: u64, len: u64| -> Result<Range<usize>, ImageError> {
+        let to_range = |offset: u64, len: u64, limit: u64| -> Result<Range<usize>, ImageError> {
             let start = usize::try_from(offset).ok();
-            let end = offset
-                .checked_add(len)
-                .and_then(|end| usize::try_from(end).ok());
-            match (start, end) {
-                (Some(start), Some(end)) if end <= bytes.len() => Ok(start..end),
+            let end = offset.checked_add(len).filter(|&end| end <= limit);
+            match (start, end.and_then(|end| usize::try_from(end).ok())) {
+                (Some(start), Some(end)) => Ok(start..end),
                 _ => Err(ImageError::Layout(format!(
-                    "region {offset}+{len} does not fit in this address space"
+                    "region {offset}+{len} lies outside the {limit} bytes available"
                 ))),
             }
         };
-        let index_range = to_range(header.index_offset, header.index_len)?;
-        let payload_range = to_range(header.payload_offset, header.payload_len)?;
+        let index_range = to_range(header.index_offset, header.index_len, head.len() as u64)?;
+        let payload_range = to_range(header.payload_offset, header.payload_len, image_len)?;
         if mode == Mode::Full {
-            crate::verify::check_body(bytes, &header)?;
+            crate::verify::check_body(head, storage.payloads(&payload_range)?, &header)?;
         }
-        let index_bytes = &bytes[index_range.clone()];
+        let index_bytes = &head[index_range.clone()];
         let (entry_count, artifact_count) = if mode == Mode::Trusted {
             crate::verify::trusted_counts(index_bytes, &header)?
         } else {
@@ -147,25 +146,26 @@ impl Image {
         Ok(image)
     }
 
+    /// The bytes of the index.
+    pub(crate) fn index_bytes(&self) -> &[u8] {
+        // The range was checked against these same bytes at open.
+        &self.storage.head()[self.index_range.clone()]
+    }
+
     /// The archived index root.
     pub(crate) fn index(&self) -> &ArchivedIndex {
-        // The range was checked against these same bytes at open.
-        let index_bytes = &self.storage.bytes()[self.index_range.clone()];
-        // SAFETY: at open, `index_bytes` passed rkyv validation as an
+        // SAFETY: at open, the index bytes passed rkyv validation as an
         // `ArchivedIndex` (`verify::check_index`) or, for a trusted image,
-        // the caller of `from_static_trusted` guaranteed that it did
+        // the caller of `from_static_trusted` guaranteed that they did
         // earlier. The storage is immutable and owned by `self` (see the
         // SAFETY note in `storage.rs` about mapped files), and the range is
         // the validated one.
-        unsafe { rkyv::access_unchecked::<ArchivedIndex>(index_bytes) }
+        unsafe { rkyv::access_unchecked::<ArchivedIndex>(self.index_bytes()) }
     }
 
-    /// The payload region.
-    pub(crate) fn payloads(&self) -> &[u8] {
-        self.storage
-            .bytes()
-            .get(self.payload_range.clone())
-            .unwrap_or_default()
+    /// The payload region (mapped on first use for a mapped file).
+    pub(crate) fn payloads(&self) -> Result<&[u8], ImageError> {
+        self.storage.payloads(&self.payload_range)
     }
 
     /// A string from the string blob, or `None` if the reference is out of
@@ -210,9 +210,9 @@ impl Image {
         self.header.body_checksum
     }
 
-    /// The whole image, header included.
-    pub fn as_bytes(&self) -> &[u8] {
-        self.storage.bytes()
+    /// Size of the whole image in bytes, header included.
+    pub fn byte_len(&self) -> u64 {
+        self.storage.len()
     }
 
     /// Where the bytes live: `"static"`, `"mapped"` or `"owned"`.

@@ -78,7 +78,9 @@
 //!
 //! # Safety of mapped files
 //!
-//! [`Image::open`] memory-maps the file. Kiln writes images by rename
+//! [`Image::open`] memory-maps the header and index at open, and the
+//! payload region on the first payload access (so that opening costs the
+//! same whatever the payload sizes). Kiln writes images by rename
 //! ([`ImageWriter::write_atomic`]), never in place, so a mapped image keeps
 //! its bytes. A file rewritten in place by another process while mapped can
 //! change bytes after they were checked, like any memory-mapped file: image

@@ -7,10 +7,17 @@ use crate::header::{HEADER_LEN, Header};
 use crate::layout::{ArchivedIndex, ArchivedStrRef};
 use crate::{Digest, Image, ImageError};
 
-/// Checks the BLAKE3 of everything after the header.
-pub(crate) fn check_body(image: &[u8], header: &Header) -> Result<(), ImageError> {
-    let body = image.get(HEADER_LEN..).unwrap_or_default();
-    let found = Digest::of(body);
+/// Checks the BLAKE3 of everything after the header: the rest of `head` up
+/// to the payload region, then the payload region.
+pub(crate) fn check_body(head: &[u8], payloads: &[u8], header: &Header) -> Result<(), ImageError> {
+    let before_payloads = usize::try_from(header.payload_offset)
+        .ok()
+        .and_then(|end| head.get(HEADER_LEN..end))
+        .ok_or_else(|| ImageError::Layout("the payload region starts outside the image".into()))?;
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(before_payloads);
+    hasher.update(payloads);
+    let found = Digest(*hasher.finalize().as_bytes());
     if found != header.body_checksum {
         return Err(ImageError::BodyChecksum {
             expected: header.body_checksum,
@@ -178,14 +185,9 @@ impl Image {
     /// trusted image), the dependency index, every entry record and every
     /// payload checksum. Marks everything verified on success.
     pub fn verify_full(&self) -> Result<(), ImageError> {
-        check_body(self.storage.bytes(), &self.header)?;
+        check_body(self.storage.head(), self.payloads()?, &self.header)?;
         if self.trusted {
-            let index_bytes = self
-                .storage
-                .bytes()
-                .get(self.index_range.clone())
-                .unwrap_or_default();
-            check_index(index_bytes, &self.header)?;
+            check_index(self.index_bytes(), &self.header)?;
         }
         self.check_dep_index()?;
         for index in 0..self.len() {

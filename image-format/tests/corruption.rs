@@ -87,3 +87,34 @@ fn every_bit_of_the_header_is_protected() {
         );
     }
 }
+
+#[test]
+fn truncations_and_flips_through_a_memory_map() {
+    // The mapped reader maps the header and index first and the payloads
+    // later: the same guarantees must hold through both maps.
+    let (bytes, expected) = image_bytes();
+    let meta = meta();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("image.kimg");
+    for step in 0..64 {
+        std::fs::write(&path, &bytes[..bytes.len() * step / 64]).unwrap();
+        let error = Image::open(&path, Verification::Structural).expect_err("truncated image");
+        assert!(matches!(error, ImageError::Truncated { .. }), "{error}");
+    }
+    let mut rng = Rng::new(0x6d6d_6170);
+    for flip in 0..200 {
+        let bit = rng.below(bytes.len() as u64 * 8) as usize;
+        let mut flipped = bytes.clone();
+        flipped[bit / 8] ^= 1 << (bit % 8);
+        std::fs::write(&path, &flipped).unwrap();
+        assert!(
+            Image::open(&path, Verification::Full).is_err(),
+            "flip {flip}: bit {bit}"
+        );
+        if let Ok(image) = Image::open(&path, Verification::Structural) {
+            if let Err(wrong) = read_all_and_compare(&image, &expected, &meta) {
+                panic!("flip {flip}: bit {bit}: corrupt data returned: {wrong}");
+            }
+        }
+    }
+}

@@ -23,3 +23,22 @@ pub trait Tier: Send + Sync {
     /// Records a freshly compiled entry (worlds normalised, deps sorted).
     fn store(&self, owner: &Owner, entry: &EntryData) -> Result<(), Error>;
 }
+
+/// A shared tier is a tier: the same disk cache can be added to a [`Cache`]
+/// and also be filled by another tier (the remote tier writes its hits
+/// through to it).
+///
+/// [`Cache`]: crate::Cache
+impl<T: Tier + ?Sized> Tier for std::sync::Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    fn load(&self, owner: &Owner, key: &Key) -> Result<Option<EntryData>, Error> {
+        (**self).load(owner, key)
+    }
+
+    fn store(&self, owner: &Owner, entry: &EntryData) -> Result<(), Error> {
+        (**self).store(owner, entry)
+    }
+}

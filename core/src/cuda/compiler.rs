@@ -4,7 +4,9 @@
 
 use crate::{Artifact, ArtifactKind, Cache, Compiled, Hit, Key, Owner};
 
-use super::nvrtc::{CompileInput, Nvrtc, NvrtcVersion};
+use super::identity::{NvrtcIdentity, intern};
+use super::memo::MemoDir;
+use super::nvrtc::{CompileInput, Nvrtc, NvrtcVersion, banner_release};
 use super::{Error, KernelRequest, SearchConfig};
 
 /// The output of one NVRTC compile.
@@ -43,6 +45,11 @@ impl CompiledKernel {
 
 /// Compiles [`KernelRequest`]s with the process's NVRTC.
 ///
+/// Creating one is cheap: it learns which NVRTC the owners name
+/// ([`NvrtcIdentity`]), from a memo when an earlier process already read it, and loads
+/// the library only for the first compile. So a process whose kernels are all found
+/// in images never loads NVRTC.
+///
 /// ```no_run
 /// use kiln_core::Cache;
 /// use kiln_core::cuda::{Arch, Compiler, KernelRequest};
@@ -63,43 +70,80 @@ impl CompiledKernel {
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Compiler {
-    nvrtc: &'static Nvrtc,
+    identity: &'static NvrtcIdentity,
 }
 
 impl Compiler {
-    /// A compiler on the process's NVRTC, located from the environment on first use.
+    /// A compiler on the process's NVRTC ([`NvrtcIdentity::get`]: located from the
+    /// environment, its version from the memo when possible), loaded on the first
+    /// compile.
     pub fn new() -> Result<Self, Error> {
         Ok(Self {
-            nvrtc: Nvrtc::get()?,
+            identity: NvrtcIdentity::get()?,
         })
     }
 
-    /// A compiler on the NVRTC `config` locates (when this process has not loaded
-    /// one already: cudarc binds a single NVRTC per process).
+    /// A compiler on the NVRTC `config` locates. cudarc binds a single NVRTC per
+    /// process: compiling fails with [`Error::NvrtcIdentityChanged`] when the process
+    /// has already loaded another one.
     pub fn with_config(config: &SearchConfig) -> Result<Self, Error> {
-        Ok(Self {
-            nvrtc: Nvrtc::load(config)?,
-        })
+        let identity = NvrtcIdentity::resolve(config, MemoDir::process())?;
+        Ok(Self::with_identity(identity))
     }
 
-    /// The NVRTC in use.
-    pub fn nvrtc(&self) -> &'static Nvrtc {
-        self.nvrtc
+    /// A compiler whose owners name `identity` (see [`NvrtcIdentity::resolve`] and
+    /// [`NvrtcIdentity::recorded`]).
+    pub fn with_identity(identity: NvrtcIdentity) -> Self {
+        Self {
+            identity: intern(identity),
+        }
     }
 
-    /// NVRTC's exact version.
+    /// A compiler for a process without NVRTC: owners name the recorded release
+    /// `version` (the one the images were built with), lookups hit the images' entries
+    /// of exactly that compiler, and a compile fails with [`Error::NoNvrtc`].
+    pub fn recorded(version: NvrtcVersion) -> Self {
+        Self::with_identity(NvrtcIdentity::recorded(version))
+    }
+
+    /// The process's NVRTC ([`Compiler::new`]) when one is installed, else
+    /// [`Compiler::recorded`]. With NVRTC installed the owners name it, not the
+    /// recorded release: entries built by another release are then compiled again
+    /// rather than passed off as its own.
+    pub fn new_or_recorded(version: NvrtcVersion) -> Result<Self, Error> {
+        match Self::new() {
+            Err(Error::NvrtcNotFound { .. }) => Ok(Self::recorded(version)),
+            other => other,
+        }
+    }
+
+    /// The NVRTC the owners name.
+    pub fn identity(&self) -> &'static NvrtcIdentity {
+        self.identity
+    }
+
+    /// The NVRTC library, loaded now if it is not yet (and checked to be the one the
+    /// owners name).
+    pub fn nvrtc(&self) -> Result<&'static Nvrtc, Error> {
+        self.identity.load()
+    }
+
+    /// NVRTC's exact version, as the owners name it.
     pub fn version(&self) -> &NvrtcVersion {
-        self.nvrtc.version()
+        self.identity.version()
     }
 
     /// The owner of `request`'s entries: NVRTC's version, the arch and the canonical
     /// options.
     pub fn owner(&self, request: &KernelRequest) -> Result<Owner, crate::Error> {
-        request.owner(self.nvrtc.version())
+        request.owner(self.identity.version())
     }
 
-    /// Compiles `request` to CUBIN and PTX, without the cache.
+    /// Compiles `request` to CUBIN and PTX, without the cache. Loads NVRTC on the
+    /// first call, and checks that the compiler's banner names the release the owners
+    /// name.
     pub fn compile(&self, request: &KernelRequest) -> Result<CompiledKernel, Error> {
+        let nvrtc = self.nvrtc()?;
         let headers: Vec<(String, String)> = request
             .headers()
             .iter()
@@ -107,7 +151,7 @@ impl Compiler {
             .collect();
         let options = request.nvrtc_options();
         let program_name = format!("{}.cu", request.name());
-        let output = self.nvrtc.compile(&CompileInput {
+        let output = nvrtc.compile(&CompileInput {
             program_name: &program_name,
             source: request.source(),
             headers: &headers,
@@ -116,6 +160,12 @@ impl Compiler {
             arch_label: request.arch().to_string(),
             want_cubin: true,
         })?;
+        let version = self.identity.version();
+        if let Some(found) = banner_release(&output.ptx, version.major, version.minor)
+            && found != version.release
+        {
+            return Err(self.identity.changed(nvrtc, &found));
+        }
         Ok(CompiledKernel {
             cubin: output.cubin,
             ptx: output.ptx,

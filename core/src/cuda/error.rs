@@ -77,6 +77,39 @@ pub enum Error {
         /// What cudarc's by-name lookup resolves to.
         bound: String,
     },
+    /// A compile was needed, but this process has no NVRTC: its owners name a
+    /// compiler recorded when the images were built.
+    #[error(
+        "this process has no NVRTC: its owners name the recorded compiler nvrtc {version}, \
+         and a kernel missing from the images under it cannot be compiled; install NVRTC \
+         (or set KILN_NVRTC) to compile it, or add it to the library's precompiled set"
+    )]
+    NoNvrtc {
+        /// The recorded release the owners name.
+        version: String,
+    },
+    /// The NVRTC a compile would use is not the one the owners were derived for.
+    #[error(
+        "owners name nvrtc {owner} ({owner_library}) but the compiler in use is nvrtc \
+         {found} ({found_library}); nothing was cached under the wrong owner and the \
+         identity memo was dropped: start the process again"
+    )]
+    NvrtcIdentityChanged {
+        /// The release the owners name.
+        owner: String,
+        /// The library the owners' identity was learnt from.
+        owner_library: String,
+        /// The release the compiler in use reports.
+        found: String,
+        /// The library in use.
+        found_library: String,
+    },
+    /// A string that is not an NVRTC release (`13.0.88`).
+    #[error("{given:?} is not an NVRTC release; give major.minor.patch, e.g. \"13.0.88\"")]
+    InvalidNvrtcVersion {
+        /// What was given.
+        given: String,
+    },
     /// A GPU architecture name or capability that Kiln cannot compile for.
     #[error("invalid GPU architecture {given:?}: {why}")]
     InvalidArch {

@@ -306,7 +306,9 @@ impl KernelSpec {
 }
 
 /// The CCCL include folder (holding `cub/`), located from the environment and
-/// fingerprinted once per process.
+/// fingerprinted once per process: from its identity memo when no file changed since
+/// an earlier process hashed it (a stat walk), else by hashing every file (see
+/// [`IncludeDir`]).
 pub fn cccl_include_dir() -> Result<IncludeDir, Error> {
     static CCCL: OnceLock<IncludeDir> = OnceLock::new();
     if let Some(dir) = CCCL.get() {

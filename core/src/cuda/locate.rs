@@ -150,6 +150,83 @@ pub fn locate_nvrtc(config: &SearchConfig) -> Result<Located, Error> {
     found.ok_or_else(|| not_found(log))
 }
 
+/// The library [`locate_nvrtc`] would most likely accept, found without loading
+/// anything: the first candidate *file* in its search order, or `None` when the
+/// answer cannot be had from the file system alone.
+///
+/// `locate_nvrtc` also loads each candidate; this stops at the first file that
+/// exists. The two differ only when that file exists but does not load, and a memo of
+/// a file is only ever written after it loaded (see
+/// [`NvrtcIdentity`](super::NvrtcIdentity)). `None` comes back when the OS loader
+/// might resolve NVRTC by name before the wheels are searched (the `ld.so` cache or a
+/// trusted folder names it), when `python3` would have to be asked, and when nothing
+/// is found: the caller then runs the full search.
+pub(crate) fn locate_nvrtc_file(config: &SearchConfig) -> Option<Located> {
+    let file = |rule: &str, path: PathBuf| {
+        path.is_file().then(|| Located {
+            path,
+            rule: rule.to_owned(),
+        })
+    };
+    let in_dir = |rule: &str, dir: &Path| {
+        if !dir.is_dir() {
+            return None;
+        }
+        NVRTC_FILE_NAMES
+            .iter()
+            .find_map(|name| file(rule, dir.join(name)))
+    };
+    if let Some(explicit) = &config.nvrtc_file {
+        return file("KILN_NVRTC", explicit.clone());
+    }
+    for (rule, root) in &config.toolkit_roots {
+        for sub in ["lib64", "lib", "targets/x86_64-linux/lib"] {
+            if let Some(found) = in_dir(rule, &root.join(sub)) {
+                return Some(found);
+            }
+        }
+    }
+    for dir in &config.loader_dirs {
+        if let Some(found) = in_dir("LD_LIBRARY_PATH", dir) {
+            return Some(found);
+        }
+    }
+    if config.ask_loader && loader_may_know_nvrtc() {
+        return None;
+    }
+    config.site_packages.iter().find_map(|site| {
+        NVRTC_WHEEL_DIRS
+            .iter()
+            .find_map(|sub| in_dir("python wheel", &site.join(sub)))
+    })
+}
+
+/// Folders the glibc loader searches after `LD_LIBRARY_PATH` and its cache.
+const TRUSTED_LIBRARY_DIRS: &[&str] = &[
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+];
+
+/// Whether the OS loader might resolve NVRTC by name: its cache (`/etc/ld.so.cache`)
+/// mentions `libnvrtc`, or a trusted folder holds one of the names. A `RUNPATH` of
+/// the executable is not looked at (see [`locate_nvrtc_file`]'s callers for what
+/// guards that case).
+fn loader_may_know_nvrtc() -> bool {
+    let cached = std::fs::read("/etc/ld.so.cache")
+        .map(|bytes| bytes.windows(8).any(|w| w == b"libnvrtc"))
+        .unwrap_or(false);
+    cached
+        || TRUSTED_LIBRARY_DIRS.iter().any(|dir| {
+            NVRTC_LOADER_NAMES
+                .iter()
+                .any(|name| Path::new(dir).join(name).exists())
+        })
+}
+
 /// Finds the CCCL include folder: the one holding `cub/cub.cuh`.
 pub fn locate_cccl(config: &SearchConfig) -> Result<PathBuf, Error> {
     let mut log = Vec::new();

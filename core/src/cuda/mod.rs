@@ -4,8 +4,11 @@
 //!
 //! - [`locate`]: finding NVRTC and the CCCL headers (`KILN_NVRTC`, the toolkit, the
 //!   loader path, the Python wheels), with a typed error listing every place tried.
-//! - [`Nvrtc`]: loading NVRTC so that cudarc binds exactly the located library,
-//!   its exact version, and the compile itself.
+//! - [`NvrtcIdentity`]: which NVRTC the owners name, learnt without loading NVRTC
+//!   when an identity memo ([`MemoDir`]) of the very library file exists; or recorded
+//!   at build time, for processes without NVRTC.
+//! - [`Nvrtc`]: loading NVRTC (on the first compile) so that cudarc binds exactly the
+//!   located library, its exact version, and the compile itself.
 //! - [`Arch`] and [`CanonicalOptions`]: the parts of the [`Owner`](crate::Owner)
 //!   besides the version.
 //! - [`KernelRequest`]: source, headers (by content or fingerprinted include
@@ -60,9 +63,11 @@
 mod arch;
 mod compiler;
 mod error;
+mod identity;
 pub mod kernels;
 pub mod loader;
 pub mod locate;
+mod memo;
 mod nvrtc;
 mod options;
 mod request;
@@ -74,7 +79,9 @@ pub use cudarc;
 pub use arch::{Arch, ArchSuffix};
 pub use compiler::{CompiledKernel, Compiler};
 pub use error::{Error, SearchLog, Searched};
+pub use identity::{IdentityOrigin, NvrtcIdentity};
 pub use locate::{Located, SearchConfig, locate_cccl, locate_nvrtc};
+pub use memo::{DEFAULT_SETTLE, MemoDir};
 pub use nvrtc::{Nvrtc, NvrtcVersion};
 pub use options::CanonicalOptions;
 pub use request::{COMPILER_ID, Header, IncludeDir, KEY_SCHEMA, KernelRequest};

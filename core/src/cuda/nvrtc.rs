@@ -24,6 +24,10 @@
 //!
 //! The one NVRTC of a process is kept in a `OnceLock`: cudarc binds one library per
 //! process, so the first successful [`Nvrtc::load`] wins.
+//!
+//! Owners do not need the library loaded: [`NvrtcIdentity`](super::NvrtcIdentity)
+//! names it from a memo when it can, and [`Compiler`](super::Compiler) loads it on
+//! its first compile.
 
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::path::{Path, PathBuf};
@@ -33,7 +37,9 @@ use std::sync::{Mutex, OnceLock};
 use cudarc::nvrtc::sys::{self, nvrtcProgram, nvrtcResult};
 
 use super::Error;
+use super::identity::LibraryFiles;
 use super::locate::{Located, SearchConfig, locate_nvrtc};
+use super::memo::MemoDir;
 
 /// The exact NVRTC version: `nvrtcVersion`'s major.minor plus the build number from
 /// the compiler's own banner (`V13.0.88`), so that a patch release changes the owner.
@@ -46,6 +52,43 @@ pub struct NvrtcVersion {
     /// The full release as the compiler prints it (`13.0.88`); `major.minor` when the
     /// banner cannot be read.
     pub release: String,
+}
+
+impl std::str::FromStr for NvrtcVersion {
+    type Err = Error;
+
+    /// Parses a release as [`NvrtcVersion::release`] spells it (`13.0.88`), e.g. one
+    /// recorded when images were built.
+    ///
+    /// ```
+    /// use kiln_core::cuda::NvrtcVersion;
+    /// let v: NvrtcVersion = "13.0.88".parse()?;
+    /// assert_eq!((v.major, v.minor, v.release.as_str()), (13, 0, "13.0.88"));
+    /// assert!("13".parse::<NvrtcVersion>().is_err());
+    /// # Ok::<(), kiln_core::cuda::Error>(())
+    /// ```
+    fn from_str(release: &str) -> Result<Self, Error> {
+        let invalid = || Error::InvalidNvrtcVersion {
+            given: release.to_owned(),
+        };
+        let mut parts = release.split('.');
+        let mut number = || -> Result<u32, Error> {
+            let part = parts.next().ok_or_else(invalid)?;
+            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(invalid());
+            }
+            part.parse().map_err(|_| invalid())
+        };
+        let (major, minor, _patch) = (number()?, number()?, number()?);
+        if parts.next().is_some() {
+            return Err(invalid());
+        }
+        Ok(NvrtcVersion {
+            major,
+            minor,
+            release: release.to_owned(),
+        })
+    }
 }
 
 impl std::fmt::Display for NvrtcVersion {
@@ -79,7 +122,19 @@ impl Nvrtc {
 
     /// Locates NVRTC with `config`, loads it and binds cudarc to it. When an NVRTC is
     /// already loaded in this process, that one is returned (cudarc cannot switch).
+    ///
+    /// The exact release comes from the process's identity memo ([`MemoDir::process`])
+    /// when it holds one for exactly this library file, else from the banner of an
+    /// empty compile (then memoized).
     pub fn load(config: &SearchConfig) -> Result<&'static Nvrtc, Error> {
+        Self::load_with(config, MemoDir::process())
+    }
+
+    /// [`Nvrtc::load`] with the identity memos of `memo`.
+    pub(crate) fn load_with(
+        config: &SearchConfig,
+        memo: &MemoDir,
+    ) -> Result<&'static Nvrtc, Error> {
         // A poisoned lock only means another loader panicked; the OnceLock is intact.
         let _guard = LOADING.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(nvrtc) = LOADED.get() {
@@ -93,13 +148,16 @@ impl Nvrtc {
                 outcome: format!("probed, then failed to load: {e}"),
             }]),
         };
+        // Stamped before it is loaded: a file replaced from here on is not memoized
+        // under the stamps of the one that was loaded.
+        let files = LibraryFiles::stamp(&located.path);
         // SAFETY: the same library was probed by `locate_nvrtc` (it loaded and exports
         // nvrtcVersion); loading it runs NVRTC's own initialisers only.
         let library =
             unsafe { libloading::Library::new(located.path.as_os_str()) }.map_err(load_error)?;
         let builtins = load_builtins(&located.path);
         bind_cudarc(&located, &library)?;
-        let version = read_version()?;
+        let version = read_version(files.as_ref(), memo)?;
         Ok(LOADED.get_or_init(|| Nvrtc {
             located,
             version,
@@ -207,7 +265,7 @@ fn check(call: &'static str, result: nvrtcResult) -> Result<(), Error> {
     }
 }
 
-fn read_version() -> Result<NvrtcVersion, Error> {
+fn read_version(files: Option<&LibraryFiles>, memo: &MemoDir) -> Result<NvrtcVersion, Error> {
     let (mut major, mut minor): (c_int, c_int) = (0, 0);
     // SAFETY: cudarc is bound to the located NVRTC (see `bind_cudarc`); both pointers
     // are valid for writes of one c_int.
@@ -218,6 +276,9 @@ fn read_version() -> Result<NvrtcVersion, Error> {
         u32::try_from(major).unwrap_or_default(),
         u32::try_from(minor).unwrap_or_default(),
     );
+    if let Some(version) = files.and_then(|f| f.remembered(memo, Some((major, minor)))) {
+        return Ok(version);
+    }
     // The banner in the PTX header names the exact release: "V13.0.88".
     let probe = CompileInput {
         program_name: "kiln_version_probe.cu",
@@ -231,23 +292,32 @@ fn read_version() -> Result<NvrtcVersion, Error> {
     };
     // A failing probe means NVRTC cannot compile at all (e.g. its builtins library
     // is missing): report that now rather than at the first real compile.
-    let banner = compile(&probe)?.ptx;
-    let banner = String::from_utf8_lossy(&banner);
-    let prefix = format!("V{major}.{minor}.");
-    let release = banner
-        .find(&prefix)
-        .map(|at| {
-            let digits = &banner[at + 1..];
-            let end = digits
-                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-                .unwrap_or(digits.len());
-            digits[..end].to_owned()
-        })
-        .unwrap_or_else(|| format!("{major}.{minor}"));
-    Ok(NvrtcVersion {
+    let ptx = compile(&probe)?.ptx;
+    let release = banner_release(&ptx, major, minor).unwrap_or_else(|| format!("{major}.{minor}"));
+    let version = NvrtcVersion {
         major,
         minor,
         release,
+    };
+    if let Some(files) = files {
+        files.remember(memo, &version);
+    }
+    Ok(version)
+}
+
+/// The exact release in the banner at the top of NVRTC's PTX
+/// (`// Cuda compilation tools, release 13.0, V13.0.88`): `13.0.88`.
+pub(crate) fn banner_release(ptx: &[u8], major: u32, minor: u32) -> Option<String> {
+    // The banner is in the first few lines; do not scan a big PTX.
+    let head = &ptx[..ptx.len().min(1024)];
+    let banner = String::from_utf8_lossy(head);
+    let prefix = format!("V{major}.{minor}.");
+    banner.find(&prefix).map(|at| {
+        let digits = &banner[at + 1..];
+        let end = digits
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(digits.len());
+        digits[..end].to_owned()
     })
 }
 

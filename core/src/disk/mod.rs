@@ -102,6 +102,7 @@ mod view;
 pub use cache::DiskCache;
 pub use config::DiskConfig;
 pub use hit::{DiskArtifact, DiskHit};
+pub use tier::DiskTier;
 pub use report::{
     ArtifactInfo, ClearReport, DiskStats, EntryInfo, GcReport, SegmentCheck, SessionCounters,
     VerifyReport,

@@ -36,7 +36,7 @@ impl Segment {
         let image = Image::open(&dir.join(name), Verification::Structural)?;
         Ok(Segment {
             name: name.to_owned(),
-            bytes: image.as_bytes().len() as u64,
+            bytes: image.byte_len(),
             image,
         })
     }

@@ -1,8 +1,11 @@
-//! The disk cache as an extra tier of the [`Cache`](crate::Cache).
+//! The disk cache as an extra tier of the [`Cache`](crate::Cache):
+//! [`DiskCache`] itself, and [`DiskTier`], which opens it on first use.
+
+use std::sync::OnceLock;
 
 use kiln_image::EntryData;
 
-use super::DiskCache;
+use super::{DiskCache, DiskConfig};
 use crate::{Error, Key, Owner, Tier};
 
 /// `get_or_compile` asks the disk cache after memory and images, and stores
@@ -22,5 +25,114 @@ impl Tier for DiskCache {
     fn store(&self, _owner: &Owner, entry: &EntryData) -> Result<(), Error> {
         self.put(entry);
         Ok(())
+    }
+}
+
+/// A disk-cache tier that touches the directory only when first consulted.
+///
+/// Creating one does no I/O, so adding it to a cache at program init costs
+/// nothing; the directory is opened (created when missing, its segments
+/// listed) on the first [`Tier::load`] or [`Tier::store`], that is on the
+/// first `get_or_compile` miss in memory and images. This is the tier the
+/// global cache uses ([`crate::global()`]).
+///
+/// When the directory cannot be used, the cache degrades to compiling, with
+/// **one** warning:
+/// - it cannot be created or listed: the warning comes on first use, and the
+///   tier is a miss from then on (nothing is stored);
+/// - it is read-only, or a write fails (disk full, quota): entries already
+///   there are still served; the warning comes on the first failed write,
+///   and the process stops writing to it.
+///
+/// ```
+/// use kiln_core::disk::{DiskConfig, DiskTier};
+///
+/// let dir = std::env::temp_dir().join("kiln-doc-disk-tier");
+/// let tier = DiskTier::new(DiskConfig::new(&dir));
+/// assert!(tier.opened().is_none()); // no I/O yet
+/// let cache = kiln_core::Cache::new();
+/// cache.add_tier(Box::new(tier));
+/// ```
+pub struct DiskTier {
+    config: DiskConfig,
+    cache: OnceLock<Option<DiskCache>>,
+}
+
+impl DiskTier {
+    /// A tier for the cache directory of `config`, not opened yet.
+    pub fn new(config: DiskConfig) -> DiskTier {
+        DiskTier {
+            config,
+            cache: OnceLock::new(),
+        }
+    }
+
+    /// The tier configured by `KILN_CACHE`, `KILN_CACHE_DIR` and
+    /// `KILN_CACHE_MAX_BYTES` (see [`super::config`]), reading only the
+    /// environment: `None` when `KILN_CACHE=0`, or (after one warning) when
+    /// the variables are unusable (a bad size, no cache directory on this
+    /// platform).
+    pub fn from_env() -> Option<DiskTier> {
+        DiskTier::from_config(DiskConfig::from_env())
+    }
+
+    /// The tier of a configuration read by [`DiskConfig::from_env`] or
+    /// [`DiskConfig::from_lookup`]: `None` when turned off, or (after one
+    /// warning) when the configuration is an error.
+    pub fn from_config(config: Result<Option<DiskConfig>, Error>) -> Option<DiskTier> {
+        match config {
+            Ok(config) => config.map(DiskTier::new),
+            Err(error) => {
+                tracing::warn!(%error, "kiln disk cache unavailable: compiled code will not persist across runs");
+                None
+            }
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &DiskConfig {
+        &self.config
+    }
+
+    /// The disk cache, opening the directory on the first call; `None` when
+    /// it cannot be opened (one warning, on that first call).
+    pub fn cache(&self) -> Option<&DiskCache> {
+        self.cache
+            .get_or_init(|| DiskCache::open_or_warn(self.config.clone()))
+            .as_ref()
+    }
+
+    /// The disk cache if a lookup or a store opened it already.
+    pub fn opened(&self) -> Option<&DiskCache> {
+        self.cache.get().and_then(Option::as_ref)
+    }
+}
+
+impl Tier for DiskTier {
+    fn name(&self) -> &str {
+        "disk"
+    }
+
+    fn load(&self, owner: &Owner, key: &Key) -> Result<Option<EntryData>, Error> {
+        match self.cache() {
+            Some(cache) => cache.load(owner, key),
+            None => Ok(None),
+        }
+    }
+
+    fn store(&self, owner: &Owner, entry: &EntryData) -> Result<(), Error> {
+        match self.cache() {
+            Some(cache) => cache.store(owner, entry),
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::fmt::Debug for DiskTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskTier")
+            .field("dir", &self.config.dir)
+            .field("opened", &self.opened().is_some())
+            .finish()
     }
 }

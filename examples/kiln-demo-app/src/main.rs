@@ -2,7 +2,7 @@
 //! images (`kiln-kernels-demo`, `kiln-activations-demo`).
 //!
 //! It asks for every kernel of both and prints, per kernel, whether it came
-//! from an image or was compiled, and the time until the compiled kernel was
+//! from an image, from the disk cache (`KILN_CACHE_DIR`) or was compiled, and the time until the compiled kernel was
 //! in hand; then the totals. `--compare-cold` compiles the same kernels from
 //! scratch for comparison; `--gpu` (or `KILN_DEMO_GPU=1`) also launches each
 //! kernel on GPU 0 and checks it against a CPU reference. `--json` prints one
@@ -101,7 +101,8 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         wanted.retain(|kernel| kernel.name().contains(only.as_str()));
     }
     let mut ok = true;
-    let (mut from_image, mut compiled, mut total) = (0, 0, Duration::ZERO);
+    let (mut from_image, mut from_tier, mut compiled) = (0, 0, 0);
+    let mut total = Duration::ZERO;
     let mut hits = Vec::new();
     for kernel in &wanted {
         let compiles_before = cache.stats().compiles;
@@ -121,7 +122,10 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
                             Outcome::Image
                         }
                         Source::Memory => Outcome::Memory,
-                        Source::Tier => Outcome::Tier,
+                        Source::Tier => {
+                            from_tier += 1;
+                            Outcome::Tier
+                        }
                     }
                 };
                 out.kernel(kernel.library(), &kernel.name(), outcome, elapsed);
@@ -133,11 +137,16 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
             }
         }
     }
+    let stats = cache.stats();
     out.summary(
-        wanted.len(),
-        from_image,
-        compiled,
-        cache.stats().compiles,
+        output::Summary {
+            kernels: wanted.len(),
+            from_image,
+            from_tier,
+            compiled,
+            nvrtc_compiles: stats.compiles,
+            hits_tier: stats.hits_tier,
+        },
         total,
     );
 

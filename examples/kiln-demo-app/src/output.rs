@@ -32,6 +32,22 @@ impl Outcome {
     }
 }
 
+/// The counts of the summary line.
+pub struct Summary {
+    /// Kernels asked for.
+    pub kernels: usize,
+    /// Served from merged images.
+    pub from_image: usize,
+    /// Served from an extra tier (the disk cache).
+    pub from_tier: usize,
+    /// Compiled now.
+    pub compiled: usize,
+    /// NVRTC compiles the global cache ran (`Stats::compiles`).
+    pub nvrtc_compiles: u64,
+    /// Hits the global cache's extra tiers answered (`Stats::hits_tier`).
+    pub hits_tier: u64,
+}
+
 /// Prints in the chosen format.
 pub struct Output {
     pub json: bool,
@@ -133,14 +149,15 @@ impl Output {
         }
     }
 
-    pub fn summary(
-        &self,
-        kernels: usize,
-        from_image: usize,
-        compiled: usize,
-        compiles: u64,
-        total: Duration,
-    ) {
+    pub fn summary(&self, counts: Summary, total: Duration) {
+        let Summary {
+            kernels,
+            from_image,
+            from_tier,
+            compiled,
+            nvrtc_compiles,
+            hits_tier,
+        } = counts;
         if self.json {
             println!(
                 "{}",
@@ -148,14 +165,17 @@ impl Output {
                     "event": "summary",
                     "kernels": kernels,
                     "from_image": from_image,
+                    "from_tier": from_tier,
                     "compiled": compiled,
-                    "nvrtc_compiles": compiles,
+                    "nvrtc_compiles": nvrtc_compiles,
+                    "hits_tier": hits_tier,
                     "micros": micros(total),
                 })
             );
         } else {
             println!(
-                "total: {kernels} kernels in {total:.1?}: {from_image} from images, {compiled} compiled (NVRTC compiles: {compiles})"
+                "total: {kernels} kernels in {total:.1?}: {from_image} from images, {from_tier} from \
+                 the disk cache, {compiled} compiled (NVRTC compiles: {nvrtc_compiles})"
             );
         }
     }

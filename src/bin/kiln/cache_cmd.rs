@@ -2,7 +2,8 @@
 //! the disk cache of run-time compiled entries.
 //!
 //! The directory is `--dir`, else `KILN_CACHE_DIR`, else the platform cache
-//! directory + `kiln`; the cap is `KILN_CACHE_MAX_BYTES` (default 1 GiB).
+//! directory + `kiln`; the cap is `--max-bytes`, else `KILN_CACHE_MAX_BYTES`
+//! (default 1 GiB).
 //! `KILN_CACHE=0` turns the cache off for programs, not for this command.
 //! `verify` exits with status 1 when a segment is bad.
 
@@ -37,9 +38,19 @@ pub(crate) struct Target {
     /// cache directory + kiln].
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// The cap that `gc` evicts down to, e.g. 500M or 2G [default:
+    /// $KILN_CACHE_MAX_BYTES, else 1G].
+    #[arg(long, value_parser = parse_cap)]
+    max_bytes: Option<u64>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+}
+
+/// Parses `--max-bytes`.
+fn parse_cap(text: &str) -> Result<u64, String> {
+    config::parse_size(text)
+        .ok_or_else(|| format!("{text:?} is not a size: give bytes, or a number with K, M, G or T"))
 }
 
 impl Target {
@@ -59,6 +70,9 @@ impl Target {
             (None, from_env) => from_env?.ok_or(kiln_core::Error::DiskNoDir)?,
         };
         disk_config.dir = std::path::absolute(&disk_config.dir).unwrap_or(disk_config.dir);
+        if let Some(max_bytes) = self.max_bytes {
+            disk_config.max_bytes = max_bytes;
+        }
         Ok(DiskCache::open(disk_config)?)
     }
 }

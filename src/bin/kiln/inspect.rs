@@ -120,7 +120,7 @@ fn print_text(path: &std::path::Path, image: &Image) -> Result<(), CliError> {
     writeln!(
         out,
         "size      {} bytes: index {} bytes at {}, payloads {} bytes at {}",
-        image.as_bytes().len(),
+        image.byte_len(),
         header.index_len,
         header.index_offset,
         header.payload_len,

@@ -31,7 +31,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
         let shown = path.display().to_string();
         match Image::open(path, Verification::Full) {
             Ok(image) => {
-                let bytes = image.as_bytes().len();
+                let bytes = image.byte_len();
                 if args.json {
                     reports.push(json!({
                         "path": shown, "ok": true, "entries": image.len(), "bytes": bytes,

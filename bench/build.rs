@@ -1,0 +1,25 @@
+//! Writes the small synthetic image that `src/kernel_set.rs` embeds with
+//! `include_image!`, so that `--quick` runs every Kiln mode without NVRTC.
+
+#[path = "src/synthetic.rs"]
+mod synthetic;
+
+use std::path::PathBuf;
+
+use kiln::image::{ImageMeta, ImageWriter};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=src/synthetic.rs");
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    let owner = synthetic::owner()?;
+    let mut writer = ImageWriter::new(ImageMeta::new("kiln-bench", env!("CARGO_PKG_VERSION")));
+    for index in 0..synthetic::EMBEDDED_ENTRIES as u64 {
+        writer.push(synthetic::entry(
+            &owner,
+            index,
+            synthetic::EMBEDDED_PAYLOAD,
+        )?);
+    }
+    writer.write_atomic(&out_dir.join(synthetic::EMBEDDED_IMAGE))?;
+    Ok(())
+}

@@ -1,0 +1,109 @@
+//! The bench's one error type.
+
+use std::path::PathBuf;
+
+/// Everything that can stop a benchmark run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Kiln (cache, image, CUDA backend) failed.
+    #[error(transparent)]
+    Kiln(#[from] kiln::Error),
+    /// The image format failed.
+    #[error(transparent)]
+    Image(#[from] kiln::image::ImageError),
+    /// The CUDA backend failed.
+    #[error(transparent)]
+    Cuda(#[from] kiln::cuda::Error),
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A baseline file failed its BLAKE3 check.
+    #[error("{path}: checksum mismatch (the file is corrupt; rerun the bench to rewrite it)")]
+    Checksum {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A baseline file did not decode.
+    #[error("{path}: does not decode: {source}")]
+    Decode {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: postcard::Error,
+    },
+    /// A serde encoding failed.
+    #[error("encoding {what}: {reason}")]
+    Encode {
+        /// What was encoded.
+        what: &'static str,
+        /// Why it failed.
+        reason: String,
+    },
+    /// A warm mode did not find a kernel it was warmed with.
+    #[error(
+        "mode {mode}: kernel {kernel} missing from the warm fixture (rerun the driver to rebuild the fixtures)"
+    )]
+    Missing {
+        /// The mode.
+        mode: String,
+        /// The kernel.
+        kernel: String,
+    },
+    /// A warm mode compiled instead of hitting.
+    #[error("mode {mode}: {compiles} kernel(s) compiled where all were expected from the cache")]
+    Compiled {
+        /// The mode.
+        mode: String,
+        /// How many compiles it ran.
+        compiles: u64,
+    },
+    /// The embedded image a mode needs is not in the binary.
+    #[error("no embedded image from crate {crate_name}: the binary was built without it")]
+    NoEmbedded {
+        /// The crate that should have embedded it.
+        crate_name: &'static str,
+    },
+    /// The file image was not merged in file-image mode.
+    #[error("the image in KILN_IMAGE_PATH was not merged: {0}")]
+    FileImage(String),
+    /// A GPU step failed.
+    #[error("GPU: {what}: {reason}")]
+    Gpu {
+        /// The step (loading the module, launching...).
+        what: String,
+        /// The driver's error.
+        reason: String,
+    },
+    /// A child process failed or printed no measurement.
+    #[error("child `{args}` failed: {reason}")]
+    Child {
+        /// The child's arguments.
+        args: String,
+        /// What went wrong (exit status and stderr, or the bad line).
+        reason: String,
+    },
+    /// Drawing the chart failed.
+    #[error("drawing {path}: {reason}")]
+    Chart {
+        /// The SVG file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// `/proc/self/statm` could not be read (resident memory needs Linux).
+    #[error("reading resident memory from /proc/self/statm: {0}")]
+    Rss(String),
+}
+
+impl BenchError {
+    /// An I/O error on `path`.
+    pub fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> BenchError {
+        let path = path.into();
+        move |source| BenchError::Io { path, source }
+    }
+}

@@ -1,0 +1,239 @@
+//! `kiln-bench`: time to first kernel, measured end to end in fresh processes.
+//!
+//! The driver writes the same compiled kernels in every cache form, then
+//! re-executes this binary once per (mode, run); each child measures from its
+//! `main` to every kernel's CUBIN in hand and prints one JSON line. The driver
+//! takes medians, prints a table, and writes `ttfk.json` and `ttfk.svg`.
+//!
+//! Modes: `cold` (NVRTC every kernel), `kiln-embedded` (`include_image!`),
+//! `kiln-file` (`KILN_IMAGE_PATH`, mmap), `kiln-disk` (the disk tier, warmed),
+//! `dir-cache` (one file per kernel, read + BLAKE3) and `postcard-image` (a
+//! serde image deserialized whole). Then init + first lookup as the image grows,
+//! resident memory around a 256 MiB image, and with `--gpu` the first launch.
+//!
+//! ```text
+//! cargo run --release -p kiln-bench                 # the full run, writes docs/
+//! cargo run --release -p kiln-bench -- --quick      # a smoke run, no NVRTC
+//! cargo run --release -p kiln-bench -- --gpu        # also the first launch on GPU 0
+//! ```
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+mod baseline;
+mod chart;
+mod child;
+mod driver;
+mod error;
+mod fixtures;
+mod gpu;
+mod kernel_set;
+mod mode;
+mod report;
+mod rss;
+mod scaling;
+mod synthetic;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::error::BenchError;
+use crate::fixtures::Fixtures;
+use crate::gpu::GpuPath;
+use crate::kernel_set::Workload;
+use crate::mode::Mode;
+use crate::scaling::{Format, PageCache};
+
+/// Time to first kernel: Kiln images against cold NVRTC, a directory cache and
+/// a serde image, each in fresh processes.
+#[derive(Parser, Debug)]
+#[command(version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(flatten)]
+    run: RunArgs,
+    #[command(subcommand)]
+    child: Option<ChildCommand>,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// A smoke run: the synthetic set (no NVRTC), 3 runs, small scaling
+    /// images, a 16 MiB resident-memory image, output in a temporary folder.
+    #[arg(long)]
+    quick: bool,
+    /// The kernel set (default: real; synthetic with --quick).
+    #[arg(long, value_enum)]
+    workload: Option<Workload>,
+    /// The modes to run (default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    modes: Vec<Mode>,
+    /// Fresh processes per warm mode (median taken).
+    #[arg(long, default_value_t = 11)]
+    runs: usize,
+    /// Fresh processes for the cold mode (each compiles every kernel).
+    #[arg(long, default_value_t = 5)]
+    cold_runs: usize,
+    /// Entry counts of the scaling images (0: skip the scaling).
+    #[arg(long, value_delimiter = ',', default_values_t = [1_000, 10_000, 100_000])]
+    scale: Vec<usize>,
+    /// Fresh processes per scaling point.
+    #[arg(long, default_value_t = 5)]
+    scale_runs: usize,
+    /// Size of the resident-memory image in MiB (0: skip).
+    #[arg(long, default_value_t = 256)]
+    rss_mib: usize,
+    /// Also measure the first launch on GPU 0 (NVRTC vs cached CUBIN vs PTX JIT).
+    #[arg(long)]
+    gpu: bool,
+    /// Where ttfk.json and ttfk.svg go (default: docs; a temporary folder
+    /// with --quick).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Where the fixtures go (default: a temporary folder, removed after).
+    #[arg(long)]
+    fixtures: Option<PathBuf>,
+}
+
+/// What the driver runs in child processes.
+#[derive(Subcommand, Debug)]
+enum ChildCommand {
+    /// One time-to-first-kernel measurement.
+    #[command(hide = true)]
+    Child {
+        #[arg(long, value_enum)]
+        mode: Mode,
+        #[arg(long, value_enum)]
+        workload: Workload,
+        #[arg(long)]
+        fixtures: PathBuf,
+    },
+    /// Init + first lookup of one scaling image.
+    #[command(hide = true)]
+    Scale(ImageArgs),
+    /// Resident memory around one image.
+    #[command(hide = true)]
+    Rss {
+        #[command(flatten)]
+        image: ImageArgs,
+        #[arg(long, value_enum)]
+        page_cache: PageCache,
+    },
+    /// One first launch on GPU 0.
+    #[command(hide = true)]
+    Gpu {
+        #[arg(long, value_enum)]
+        path: GpuPath,
+    },
+}
+
+#[derive(Args, Debug)]
+struct ImageArgs {
+    #[arg(long, value_enum)]
+    format: Format,
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long)]
+    entries: usize,
+}
+
+fn main() -> ExitCode {
+    let started = Instant::now();
+    let cli = Cli::parse();
+    let result = match cli.child {
+        Some(child) => run_child(started, child),
+        None => run_driver(cli.run),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("kiln-bench: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints `value` as one JSON line (what the driver reads).
+fn print_line(value: &impl serde::Serialize) -> Result<(), BenchError> {
+    let line = serde_json::to_string(value).map_err(|err| BenchError::Encode {
+        what: "a measurement",
+        reason: err.to_string(),
+    })?;
+    println!("{line}");
+    Ok(())
+}
+
+fn run_child(started: Instant, child: ChildCommand) -> Result<(), BenchError> {
+    match child {
+        ChildCommand::Child {
+            mode,
+            workload,
+            fixtures,
+        } => print_line(&child::measure(
+            started,
+            mode,
+            workload,
+            &Fixtures::at(fixtures),
+        )?),
+        ChildCommand::Scale(args) => print_line(&scaling::measure_scale(
+            args.format,
+            &args.dir,
+            args.entries,
+        )?),
+        ChildCommand::Rss { image, page_cache } => print_line(&scaling::measure_rss(
+            image.format,
+            &image.dir,
+            image.entries,
+            page_cache,
+        )?),
+        ChildCommand::Gpu { path } => print_line(&gpu::measure(started, path)?),
+    }
+}
+
+fn run_driver(args: RunArgs) -> Result<(), BenchError> {
+    let quick = args.quick;
+    let plan = driver::Plan {
+        workload: args.workload.unwrap_or(if quick {
+            Workload::Synthetic
+        } else {
+            Workload::Real
+        }),
+        modes: if args.modes.is_empty() {
+            Mode::ALL.to_vec()
+        } else {
+            args.modes
+        },
+        runs: if quick { 3 } else { args.runs.max(1) },
+        cold_runs: if quick { 3 } else { args.cold_runs.max(1) },
+        scale_sizes: if quick {
+            vec![100, 1_000]
+        } else {
+            args.scale.into_iter().filter(|&n| n > 0).collect()
+        },
+        scale_runs: if quick { 1 } else { args.scale_runs.max(1) },
+        rss_bytes: if quick { 16 } else { args.rss_mib } * 1024 * 1024,
+        rss_runs: if quick { 1 } else { 3 },
+        gpu: args.gpu,
+        fixtures: args.fixtures,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    let out = match args.out {
+        Some(out) => out,
+        None if quick => std::env::temp_dir().join("kiln-bench-quick"),
+        None => PathBuf::from("docs"),
+    };
+    let report = driver::run(&plan)?;
+    std::fs::create_dir_all(&out).map_err(BenchError::io(&out))?;
+    let json = out.join("ttfk.json");
+    let svg = out.join("ttfk.svg");
+    report.write_json(&json)?;
+    chart::draw(&report, &svg)?;
+    println!("{}", report.tables());
+    println!(
+        "machine: {} CPUs, {}, {}",
+        report.machine.nproc, report.machine.cpu, report.machine.gpu
+    );
+    println!("wrote {} and {}", json.display(), svg.display());
+    Ok(())
+}

@@ -1,0 +1,350 @@
+//! Identity memos: small records in the disk cache directory that let a fresh
+//! process skip work whose answer changes only when files change.
+//!
+//! Two answers are expensive to learn and cheap to recognise:
+//! - NVRTC's exact release (`13.0.88`): learnt by loading the 100 MB library and
+//!   compiling an empty program to read the banner of its PTX;
+//! - an include tree's digest (CCCL: 1,700 files, 17 MB): learnt by hashing every
+//!   file.
+//!
+//! A memo stores such an answer together with the digest of the *stamps* of the files
+//! it was learnt from ([`FileStamp`]: device, inode, size, modification and status
+//! change times to the nanosecond, mode). A later process stats the same files (no
+//! read, no load) and uses the memo only when every stamp is identical.
+//!
+//! # Why a matching stamp is sound, and its limit
+//!
+//! Any write to a file, a rename over it, a `chmod`, or setting its times back with
+//! `touch -d` updates its status-change time (`ctime`), which user space cannot set;
+//! a replaced file has another inode. So a file whose stamp matches has not been
+//! changed since it was stamped — except within one tick of the file system's clock:
+//! a write landing in the same coarse tick (a few milliseconds) as the previous change
+//! can leave `ctime` unchanged. That is the "racy" case git's index knows. Kiln closes
+//! it the same way: a memo is written only when every stamped file last changed more
+//! than [`MemoDir::settle`] (2 s by default) before the stamps were taken, so a later
+//! change necessarily gets a later `ctime`. The files are always stamped *before* they
+//! are read, so a change while reading makes the memo miss later instead of lying.
+//!
+//! What remains outside the argument: a clock set backwards by more than the settle
+//! time between two changes, and file systems without `ctime` (none Linux mounts for
+//! CUDA). The compile path checks once more (see [`super::identity`]).
+//!
+//! Memos live in `<KILN_CACHE_DIR>/cuda-memo/` (see [`crate::disk::DiskConfig`]); with
+//! the disk cache turned off (`KILN_CACHE=0`) nothing is memoized and every process
+//! does the full work. A memo that cannot be read, parsed or written is ignored:
+//! memos only ever save time.
+
+use std::fs::Metadata;
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::Digest;
+
+/// The first line of every memo file; a new layout gets a new version.
+const HEADER: &str = "kiln-cuda-memo 1";
+/// The folder below the disk cache directory.
+const SUBDIR: &str = "cuda-memo";
+/// Default [`MemoDir::settle`].
+pub const DEFAULT_SETTLE: Duration = Duration::from_secs(2);
+
+/// Where identity memos are kept, if anywhere.
+///
+/// ```
+/// use kiln_core::cuda::MemoDir;
+/// let memo = MemoDir::at("/tmp/kiln-memo-example");
+/// assert_eq!(memo.dir(), Some(std::path::Path::new("/tmp/kiln-memo-example")));
+/// assert!(MemoDir::disabled().dir().is_none());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoDir {
+    dir: Option<PathBuf>,
+    settle: Duration,
+}
+
+impl MemoDir {
+    /// Memos in `dir` (created on first write).
+    pub fn at(dir: impl Into<PathBuf>) -> MemoDir {
+        MemoDir {
+            dir: Some(dir.into()),
+            settle: DEFAULT_SETTLE,
+        }
+    }
+
+    /// No memos: every answer is learnt afresh.
+    pub fn disabled() -> MemoDir {
+        MemoDir {
+            dir: None,
+            settle: DEFAULT_SETTLE,
+        }
+    }
+
+    /// `cuda-memo/` in the disk cache directory named by `KILN_CACHE_DIR` (or the
+    /// platform default); disabled when `KILN_CACHE` turns the disk cache off or no
+    /// directory can be named.
+    pub fn from_env() -> MemoDir {
+        match crate::disk::DiskConfig::from_env() {
+            Ok(Some(config)) => MemoDir::at(config.dir.join(SUBDIR)),
+            _ => MemoDir::disabled(),
+        }
+    }
+
+    /// The process's memo directory: [`MemoDir::from_env`], read once.
+    pub fn process() -> &'static MemoDir {
+        static PROCESS: OnceLock<MemoDir> = OnceLock::new();
+        PROCESS.get_or_init(MemoDir::from_env)
+    }
+
+    /// Sets how long before stamping a file must have last changed for a memo of it
+    /// to be written (see the module documentation). Zero is sound only for files
+    /// that cannot change within one tick of the file system's clock after being
+    /// stamped (tests that wait between changes).
+    pub fn with_settle(mut self, settle: Duration) -> MemoDir {
+        self.settle = settle;
+        self
+    }
+
+    /// The directory, when memos are kept.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    /// How long a file must be unchanged before it is memoized.
+    pub fn settle(&self) -> Duration {
+        self.settle
+    }
+
+    /// The memo file of (`kind`, `subject`).
+    pub fn record_path(&self, kind: &str, subject: &Path) -> Option<PathBuf> {
+        let name = Digest::of(subject.as_os_str().as_encoded_bytes()).to_hex();
+        self.dir
+            .as_ref()
+            .map(|dir| dir.join(format!("{kind}-{}", &name[..32])))
+    }
+
+    /// The values memoized for `subject` under `stamps`, if the memo exists and was
+    /// written for exactly these stamps.
+    pub(crate) fn read(&self, kind: &str, subject: &Path, stamps: &Digest) -> Option<Vec<String>> {
+        let text = std::fs::read_to_string(self.record_path(kind, subject)?).ok()?;
+        let mut lines = text.lines();
+        let subject_line = subject.to_string_lossy();
+        let header_ok = lines.next() == Some(HEADER)
+            && lines.next() == Some(kind)
+            && lines.next() == Some(&*subject_line)
+            && lines.next() == Some(&*stamps.to_hex());
+        if !header_ok {
+            return None;
+        }
+        Some(lines.map(str::to_owned).collect())
+    }
+
+    /// Memoizes `values` for `subject` under `stamps`, when every stamped file has
+    /// settled by `taken` (the time just before stamping). Best effort.
+    pub(crate) fn write(
+        &self,
+        kind: &str,
+        subject: &Path,
+        stamps: &StampSet,
+        taken: SystemTime,
+        values: &[String],
+    ) {
+        let (Some(dir), Some(path)) = (&self.dir, self.record_path(kind, subject)) else {
+            return;
+        };
+        if !stamps.settled_before(taken, self.settle) {
+            tracing::debug!(
+                subject = %subject.display(),
+                "not memoized: a file changed less than {:?} ago",
+                self.settle
+            );
+            return;
+        }
+        let subject_line = subject.to_string_lossy();
+        if subject_line.contains('\n') || values.iter().any(|v| v.contains('\n')) {
+            return;
+        }
+        let mut text = format!(
+            "{HEADER}\n{kind}\n{subject_line}\n{}\n",
+            stamps.digest().to_hex()
+        );
+        for value in values {
+            text.push_str(value);
+            text.push('\n');
+        }
+        let written = std::fs::create_dir_all(dir).and_then(|()| {
+            let mut file = tempfile::NamedTempFile::new_in(dir)?;
+            file.write_all(text.as_bytes())?;
+            file.persist(&path).map_err(|e| e.error)?;
+            Ok(())
+        });
+        if let Err(e) = written {
+            tracing::debug!(path = %path.display(), "memo not written: {e}");
+        }
+    }
+
+    /// Deletes the memo of (`kind`, `subject`): it was found to be wrong. Best effort.
+    pub(crate) fn remove(&self, kind: &str, subject: &Path) {
+        if let Some(path) = self.record_path(kind, subject) {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// What identifies one version of a file without reading it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FileStamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mode: u32,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FileStamp {
+    /// The stamp of `meta` (from `std::fs::metadata`, links followed).
+    pub(crate) fn of(meta: &Metadata) -> FileStamp {
+        FileStamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mode: meta.mode(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    fn update(&self, hasher: &mut blake3::Hasher) {
+        let FileStamp {
+            dev,
+            ino,
+            size,
+            mode,
+            mtime,
+            ctime,
+        } = *self;
+        for word in [dev, ino, size, u64::from(mode)] {
+            hasher.update(&word.to_le_bytes());
+        }
+        for (secs, nanos) in [mtime, ctime] {
+            hasher.update(&secs.to_le_bytes());
+            hasher.update(&nanos.to_le_bytes());
+        }
+    }
+
+    /// The later of the modification and status-change times, in nanoseconds since
+    /// the Unix epoch.
+    fn last_change_ns(&self) -> i128 {
+        let ns = |(secs, nanos): (i64, i64)| i128::from(secs) * 1_000_000_000 + i128::from(nanos);
+        ns(self.mtime).max(ns(self.ctime))
+    }
+}
+
+/// The stamps of a set of files, each under a name (a relative path).
+#[derive(Debug)]
+pub(crate) struct StampSet {
+    hasher: blake3::Hasher,
+    latest_change_ns: i128,
+}
+
+impl StampSet {
+    /// An empty set; `context` separates the uses of stamp sets.
+    pub(crate) fn new(context: &str) -> StampSet {
+        StampSet {
+            hasher: blake3::Hasher::new_derive_key(context),
+            latest_change_ns: i128::MIN,
+        }
+    }
+
+    /// Adds a file under `name`.
+    pub(crate) fn add(&mut self, name: &[u8], stamp: &FileStamp) {
+        self.hasher.update(&(name.len() as u64).to_le_bytes());
+        self.hasher.update(name);
+        stamp.update(&mut self.hasher);
+        self.latest_change_ns = self.latest_change_ns.max(stamp.last_change_ns());
+    }
+
+    /// The digest of every (name, stamp) added, in order.
+    pub(crate) fn digest(&self) -> Digest {
+        Digest(*self.hasher.finalize().as_bytes())
+    }
+
+    /// Whether every file last changed at least `settle` before `taken`.
+    fn settled_before(&self, taken: SystemTime, settle: Duration) -> bool {
+        let Ok(since_epoch) = taken.duration_since(UNIX_EPOCH) else {
+            return false;
+        };
+        let limit = since_epoch.saturating_sub(settle).as_nanos();
+        let limit = i128::try_from(limit).unwrap_or(i128::MAX);
+        self.latest_change_ns < limit
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stamps_of(path: &Path) -> StampSet {
+        let mut set = StampSet::new("kiln test stamps");
+        let meta = std::fs::metadata(path).unwrap();
+        set.add(b"f", &FileStamp::of(&meta));
+        set
+    }
+
+    #[test]
+    fn a_memo_answers_only_for_its_stamps() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, "1").unwrap();
+        let memo = MemoDir::at(dir.path().join("memo")).with_settle(Duration::ZERO);
+        let stamps = stamps_of(&file);
+        let values = vec!["a".to_owned(), "b c".to_owned()];
+        memo.write("t", &file, &stamps, SystemTime::now(), &values);
+        assert_eq!(memo.read("t", &file, &stamps.digest()), Some(values));
+        assert_eq!(memo.read("u", &file, &stamps.digest()), None, "other kind");
+        let other = Digest::of(b"other stamps");
+        assert_eq!(memo.read("t", &file, &other), None, "other stamps");
+        memo.remove("t", &file);
+        assert_eq!(memo.read("t", &file, &stamps.digest()), None, "removed");
+    }
+
+    #[test]
+    fn a_file_changed_moments_ago_is_not_memoized() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, "1").unwrap();
+        let memo = MemoDir::at(dir.path().join("memo"));
+        let stamps = stamps_of(&file);
+        memo.write("t", &file, &stamps, SystemTime::now(), &["v".to_owned()]);
+        assert_eq!(memo.read("t", &file, &stamps.digest()), None);
+        // Stamped as if three seconds later, the same file has settled.
+        let later = SystemTime::now() + Duration::from_secs(3);
+        memo.write("t", &file, &stamps, later, &["v".to_owned()]);
+        assert!(memo.read("t", &file, &stamps.digest()).is_some());
+    }
+
+    #[test]
+    fn a_changed_file_has_another_stamp() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, "1").unwrap();
+        let before = stamps_of(&file).digest();
+        // Same size, same inode: only the times tell. Wait out a clock tick.
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(&file, "2").unwrap();
+        assert_ne!(before, stamps_of(&file).digest());
+    }
+
+    #[test]
+    fn a_disabled_memo_keeps_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, "1").unwrap();
+        let memo = MemoDir::disabled().with_settle(Duration::ZERO);
+        let stamps = stamps_of(&file);
+        memo.write("t", &file, &stamps, SystemTime::now(), &["v".to_owned()]);
+        assert_eq!(memo.read("t", &file, &stamps.digest()), None);
+    }
+}

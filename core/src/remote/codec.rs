@@ -1,0 +1,142 @@
+//! Values in Redis: one entry as a one-entry kiln image, and back.
+//!
+//! The server is untrusted: a value is used only after full verification
+//! (header, structure and every payload checksum), and only if it holds
+//! exactly the entry asked for. Anything else is an error, never bytes.
+
+use kiln_image::{Digest, EntryData, Image, ImageMeta, ImageWriter, Verification};
+
+use crate::Error;
+
+/// `entry` as the bytes of a one-entry image (deterministic: the same entry
+/// gives the same bytes on every machine).
+pub(super) fn encode(entry: &EntryData) -> Result<Vec<u8>, Error> {
+    let mut writer = ImageWriter::new(ImageMeta::new("kiln-remote", env!("CARGO_PKG_VERSION")));
+    writer.push(entry.clone());
+    Ok(writer.to_bytes()?)
+}
+
+/// The entry `(owner, key)` held by the value `bytes` of Redis key
+/// `redis_key`.
+///
+/// # Errors
+/// [`Error::RemoteEntryCorrupt`] if `bytes` is not a valid image (any header
+/// field, structure or checksum), [`Error::RemoteEntryMismatch`] if it is
+/// valid but does not hold exactly the entry `(owner, key)`.
+pub(super) fn decode(
+    redis_key: &str,
+    bytes: &[u8],
+    owner: &Digest,
+    key: &Digest,
+) -> Result<EntryData, Error> {
+    let corrupt = |source| Error::RemoteEntryCorrupt {
+        redis_key: redis_key.to_owned(),
+        source: Box::new(source),
+    };
+    let mismatch = |found: String| Error::RemoteEntryMismatch {
+        redis_key: redis_key.to_owned(),
+        found,
+    };
+    let image = Image::from_bytes(bytes, Verification::Full).map_err(corrupt)?;
+    if image.len() != 1 {
+        return Err(mismatch(format!("{} entries", image.len())));
+    }
+    let entry = image.entry(0).map_err(corrupt)?;
+    if entry.owner() != *owner || entry.key() != *key {
+        return Err(mismatch(format!(
+            "the entry of owner {} key {}",
+            entry.owner(),
+            entry.key()
+        )));
+    }
+    entry.to_data().map_err(corrupt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_image::{Artifact, ArtifactKind};
+
+    fn entry(name: &str) -> EntryData {
+        EntryData {
+            owner: Digest::of(b"owner"),
+            owner_label: "test 1 cpu".into(),
+            key: Digest::of(name.as_bytes()),
+            name: name.into(),
+            min_world: 1,
+            max_world: u64::MAX,
+            deps: vec![],
+            artifacts: vec![Artifact {
+                kind: ArtifactKind::Object,
+                entry_points: vec!["f".into()],
+                bytes: format!("code of {name}").into_bytes(),
+            }],
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let e = entry("f<i32>");
+        let bytes = encode(&e).expect("encodes");
+        assert_eq!(encode(&e).expect("encodes"), bytes, "deterministic");
+        let back = decode("k", &bytes, &e.owner, &e.key).expect("decodes");
+        assert_eq!(back.artifacts, e.artifacts);
+        assert_eq!(back.name, e.name);
+    }
+
+    #[test]
+    fn every_single_bit_flip_is_rejected() {
+        let e = entry("f<u8>");
+        let bytes = encode(&e).expect("encodes");
+        for i in 0..bytes.len() {
+            let mut flipped = bytes.clone();
+            flipped[i] ^= 0x10;
+            let result = decode("k", &flipped, &e.owner, &e.key);
+            // A flip in padding may leave the entry intact: then it must be
+            // exactly the original entry.
+            if let Ok(back) = result {
+                assert_eq!(back, e, "flip at byte {i} changed the entry");
+            }
+        }
+    }
+
+    #[test]
+    fn truncation_is_rejected() {
+        let e = entry("f<u16>");
+        let bytes = encode(&e).expect("encodes");
+        for len in [0, 1, 16, bytes.len() / 2, bytes.len() - 1] {
+            assert!(
+                matches!(
+                    decode("k", &bytes[..len], &e.owner, &e.key),
+                    Err(Error::RemoteEntryCorrupt { .. })
+                ),
+                "{len} bytes"
+            );
+        }
+    }
+
+    #[test]
+    fn another_entry_is_rejected() {
+        let (asked, other) = (entry("f<f32>"), entry("f<f64>"));
+        let bytes = encode(&other).expect("encodes");
+        let result = decode("k", &bytes, &asked.owner, &asked.key);
+        assert!(
+            matches!(result, Err(Error::RemoteEntryMismatch { .. })),
+            "{result:?}"
+        );
+    }
+
+    #[test]
+    fn two_entries_are_rejected_even_if_one_matches() {
+        let (asked, other) = (entry("g<f32>"), entry("g<f64>"));
+        let mut writer = ImageWriter::new(ImageMeta::new("x", "1"));
+        writer.push(asked.clone());
+        writer.push(other);
+        let bytes = writer.to_bytes().expect("encodes");
+        let result = decode("k", &bytes, &asked.owner, &asked.key);
+        assert!(
+            matches!(result, Err(Error::RemoteEntryMismatch { ref found, .. }) if found == "2 entries"),
+            "{result:?}"
+        );
+    }
+}

@@ -1,0 +1,220 @@
+//! The remote tier's settings: the server's URL, the timeout per operation,
+//! the back-off after a failure.
+//!
+//! | variable | effect |
+//! | --- | --- |
+//! | `KILN_REMOTE_CACHE=redis://host:port/db` | turn the remote tier on (`rediss://` for TLS; `redis://user:password@host:port/db` for AUTH) |
+//! | `KILN_REMOTE_TIMEOUT_MS=500` | the most one operation (connect, `GET`, `SET`) may take, in milliseconds |
+//!
+//! An unset or empty `KILN_REMOTE_CACHE` leaves the remote tier off.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::time::Duration;
+
+use crate::Error;
+
+/// `KILN_REMOTE_CACHE`: the Redis server's URL; unset or empty: no remote tier.
+pub const REMOTE_CACHE: &str = "KILN_REMOTE_CACHE";
+/// `KILN_REMOTE_TIMEOUT_MS`: the timeout of one operation, in milliseconds.
+pub const REMOTE_TIMEOUT_MS: &str = "KILN_REMOTE_TIMEOUT_MS";
+
+/// Where the remote tier is and how long it may take.
+///
+/// ```
+/// use std::time::Duration;
+/// use kiln_core::remote::RemoteConfig;
+///
+/// let config = RemoteConfig::new("redis://:secret@cache.internal:6379/2")
+///     .timeout(Duration::from_millis(200))
+///     .backoff(Duration::from_secs(60));
+/// // Logs and errors never show the password.
+/// assert_eq!(config.server(), "redis://:***@cache.internal:6379/2");
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct RemoteConfig {
+    url: String,
+    /// The most one operation may take: connecting (TCP, TLS, AUTH,
+    /// `SELECT`), and each command's write and read. Default 1 s.
+    pub timeout: Duration,
+    /// After a failure, how long the tier answers "miss" without trying the
+    /// server. Default 30 s.
+    pub backoff: Duration,
+    /// The first part of every Redis key (`<namespace>:v1:<owner>:<key>`),
+    /// to share one server among unrelated users. Default `kiln`.
+    pub namespace: String,
+    /// Entries whose image is larger than this are not stored remotely.
+    /// Default 64 MiB.
+    pub max_entry_bytes: usize,
+}
+
+impl RemoteConfig {
+    /// The default settings for the server at `url` (not checked until the
+    /// tier is opened).
+    pub fn new(url: impl Into<String>) -> RemoteConfig {
+        RemoteConfig {
+            url: url.into(),
+            timeout: Duration::from_secs(1),
+            backoff: Duration::from_secs(30),
+            namespace: "kiln".to_owned(),
+            max_entry_bytes: 64 << 20,
+        }
+    }
+
+    /// Reads `KILN_REMOTE_CACHE` and `KILN_REMOTE_TIMEOUT_MS` from the
+    /// process environment; `None` when the remote tier is off.
+    ///
+    /// # Errors
+    /// [`Error::RemoteTimeout`] when the timeout is not a number of
+    /// milliseconds.
+    pub fn from_env() -> Result<Option<RemoteConfig>, Error> {
+        RemoteConfig::from_lookup(|name| std::env::var_os(name))
+    }
+
+    /// Reads the settings through `lookup` (a variable name to its value).
+    ///
+    /// # Errors
+    /// [`Error::RemoteTimeout`] when the timeout is not a number of
+    /// milliseconds.
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<OsString>,
+    ) -> Result<Option<RemoteConfig>, Error> {
+        let Some(url) = lookup(REMOTE_CACHE)
+            .map(|value| value.to_string_lossy().trim().to_owned())
+            .filter(|url| !url.is_empty())
+        else {
+            return Ok(None);
+        };
+        let mut config = RemoteConfig::new(url);
+        if let Some(value) = lookup(REMOTE_TIMEOUT_MS) {
+            let value = value.to_string_lossy().trim().to_owned();
+            let millis = value
+                .parse::<u64>()
+                .ok()
+                .filter(|&millis| millis > 0)
+                .ok_or(Error::RemoteTimeout { value })?;
+            config.timeout = Duration::from_millis(millis);
+        }
+        Ok(Some(config))
+    }
+
+    /// Sets [`RemoteConfig::timeout`].
+    pub fn timeout(mut self, timeout: Duration) -> RemoteConfig {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sets [`RemoteConfig::backoff`].
+    pub fn backoff(mut self, backoff: Duration) -> RemoteConfig {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Sets [`RemoteConfig::namespace`].
+    pub fn namespace(mut self, namespace: impl Into<String>) -> RemoteConfig {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// The URL as given, password included: for the client only.
+    pub(super) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The URL with any password replaced by `***`, for logs and errors.
+    pub fn server(&self) -> String {
+        redact(&self.url)
+    }
+}
+
+impl fmt::Debug for RemoteConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RemoteConfig")
+            .field("server", &self.server())
+            .field("timeout", &self.timeout)
+            .field("backoff", &self.backoff)
+            .field("namespace", &self.namespace)
+            .field("max_entry_bytes", &self.max_entry_bytes)
+            .finish()
+    }
+}
+
+/// `url` with its password replaced by `***` (the user name stays: it says
+/// which ACL user is in use). A URL that does not parse is shown only by its
+/// scheme, since where its password is cannot be known.
+fn redact(url: &str) -> String {
+    match redis::parse_redis_url(url) {
+        Some(mut parsed) => {
+            if parsed.password().is_some() {
+                // Cannot fail: a URL with a password has a host.
+                let _ = parsed.set_password(Some("***"));
+            }
+            parsed.to_string()
+        }
+        None => match url.split_once("://") {
+            Some((scheme, _)) => format!("{scheme}://(unparsable URL)"),
+            None => "(unparsable URL)".to_owned(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn from(vars: &[(&str, &str)]) -> Result<Option<RemoteConfig>, Error> {
+        let vars: BTreeMap<String, OsString> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
+        RemoteConfig::from_lookup(|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn unset_or_empty_url_means_off() {
+        assert_eq!(from(&[]).ok(), Some(None));
+        assert_eq!(from(&[(REMOTE_CACHE, "  ")]).ok(), Some(None));
+    }
+
+    #[test]
+    fn url_and_timeout_are_read() {
+        let config = from(&[
+            (REMOTE_CACHE, " redis://127.0.0.1:6379/3 "),
+            (REMOTE_TIMEOUT_MS, "250"),
+        ])
+        .expect("valid")
+        .expect("on");
+        assert_eq!(config.url(), "redis://127.0.0.1:6379/3");
+        assert_eq!(config.timeout, Duration::from_millis(250));
+        assert_eq!(config.backoff, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_timeout_that_is_not_positive_milliseconds_is_an_error() {
+        for bad in ["", "0", "-5", "1.5", "1s"] {
+            let result = from(&[(REMOTE_CACHE, "redis://h:1"), (REMOTE_TIMEOUT_MS, bad)]);
+            assert!(
+                matches!(result, Err(Error::RemoteTimeout { ref value }) if value == bad.trim()),
+                "{bad:?}: {result:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn passwords_never_show() {
+        let cases = [
+            ("redis://:pw@h:1/0", "redis://:***@h:1/0"),
+            ("rediss://alice:pw@h:1/2", "rediss://alice:***@h:1/2"),
+            ("redis://h:1", "redis://h:1"),
+            ("redis://alice@h:1", "redis://alice@h:1"),
+            ("http://:pw@h", "http://(unparsable URL)"),
+            ("pw", "(unparsable URL)"),
+        ];
+        for (url, shown) in cases {
+            let config = RemoteConfig::new(url);
+            assert_eq!(config.server(), shown);
+            assert!(!format!("{config:?}").contains("pw"), "{config:?}");
+        }
+    }
+}

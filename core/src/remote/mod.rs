@@ -1,0 +1,84 @@
+//! The remote tier: compiled entries shared by a fleet of machines (a CI
+//! farm, inference nodes) through a Redis server (feature `redis`).
+//!
+//! Set `KILN_REMOTE_CACHE=redis://host:port/db` (see [`config`]) and add a
+//! [`RemoteTier`] to the cache after the disk tier. Then a kernel compiled
+//! on one machine is a remote hit on every other:
+//!
+//! ```text
+//! get_or_compile: memory → images → disk → remote (GET) → compile
+//!                                    ↑        │hit          │
+//!                                    └────────┘             └→ SET on disk and remote
+//!                                 written through
+//! ```
+//!
+//! # Values
+//!
+//! Each entry is stored under `<namespace>:v1:<owner hex>:<key hex>` as a
+//! one-entry kiln image (the format of `kiln-image`, deterministic bytes).
+//! The server is **untrusted**: a value is used only after full
+//! verification (header, structure, every payload checksum) and only if it
+//! holds exactly the `(owner, key)` asked for. Anything else is rejected
+//! (an error the cache logs), the entry is compiled, and the compile's
+//! `SET` overwrites the bad value. The cache also checks the entry's deps
+//! against this process's definitions, as for every tier.
+//!
+//! # Failures
+//!
+//! Connecting (TCP, TLS, AUTH, `SELECT`) and each command's write and read
+//! are bounded by [`RemoteConfig::timeout`]. A failure logs **one**
+//! warning per outage (`tracing`), and for [`RemoteConfig::backoff`] the
+//! tier answers "miss" at once without asking the server, so a dead server
+//! does not cost a timeout per kernel. The caller compiles; nothing fails.
+//!
+//! # Security
+//!
+//! - `redis://user:password@host:port/db` (or `redis://:password@..` for a
+//!   plain `requirepass`) authenticates with `AUTH`; the password never
+//!   appears in logs or errors.
+//! - `rediss://` connects with TLS (rustls; its ring provider is installed
+//!   as the process default unless the program installed one). The
+//!   server's certificate must be valid for the URL's host and chain to
+//!   the system's roots, or to those of `SSL_CERT_FILE` / `SSL_CERT_DIR`
+//!   (which replace them: the way to trust a private CA). A URL fragment
+//!   `#insecure` (no certificate checks) is refused. Client certificates
+//!   (mutual TLS) are not supported.
+//! - A value is used only if it is a valid image of exactly the requested
+//!   `(owner, key)`: whoever can write to the server can make the tier
+//!   miss, but cannot make it serve corrupt bytes or another key's entry.
+//!   They can still store a valid image of a *wrong* artifact under the
+//!   right key (nothing tells a wrong compile from a right one short of
+//!   compiling again): give write access only to machines trusted to
+//!   compile.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use kiln_core::Cache;
+//! use kiln_core::disk::DiskCache;
+//! use kiln_core::remote::RemoteTier;
+//!
+//! let cache = Cache::new();
+//! let disk = DiskCache::from_env().map(Arc::new);
+//! if let Some(disk) = &disk {
+//!     cache.add_tier(Box::new(Arc::clone(disk)));
+//! }
+//! if let Some(mut remote) = RemoteTier::from_env() {
+//!     if let Some(disk) = disk {
+//!         remote = remote.write_through(disk);
+//!     }
+//!     cache.add_tier(Box::new(remote));
+//! }
+//! ```
+
+pub mod config;
+
+mod client;
+mod codec;
+mod health;
+mod naming;
+mod tier;
+
+pub use config::RemoteConfig;
+pub use tier::{RemoteStats, RemoteTier};

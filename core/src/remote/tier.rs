@@ -1,0 +1,202 @@
+//! The remote tier: [`RemoteTier`], and how it answers the [`Cache`].
+//!
+//! [`Cache`]: crate::Cache
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use kiln_image::EntryData;
+
+use super::client::{Remote, Unanswered};
+use super::config::RemoteConfig;
+use super::{codec, naming};
+use crate::{Error, Key, Owner, Tier};
+
+/// A cache tier on a Redis server shared by many machines.
+///
+/// Add it to a [`Cache`](crate::Cache) after the local disk tier: a miss
+/// everywhere else asks the server (`GET`), a compile is stored on it
+/// (`SET`), and a remote hit is written through to the local tier given
+/// with [`RemoteTier::write_through`], so the next process on this machine
+/// finds it on disk.
+///
+/// Every value is fully verified, and must hold exactly the entry asked
+/// for, before it is used; a value that fails is an error (the cache logs it
+/// and compiles; the compile's `SET` then replaces the bad value). When the
+/// server is unreachable, slow or failing, an operation costs at most
+/// [`RemoteConfig::timeout`], the tier logs one warning and then answers
+/// "miss" without asking for [`RemoteConfig::backoff`]; it never fails the
+/// caller.
+///
+/// Cloning gives another handle to the same tier (same connections and
+/// counters), e.g. to read [`RemoteTier::stats`] after adding it.
+#[derive(Clone, Debug)]
+pub struct RemoteTier {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    remote: Remote,
+    namespace: String,
+    max_entry_bytes: usize,
+    local: OnceLock<Arc<dyn Tier>>,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteTier")
+            .field("remote", &self.remote)
+            .field("namespace", &self.namespace)
+            .field("write_through", &self.local.get().map(|local| local.name()))
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a [`RemoteTier`] did since it was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RemoteStats {
+    /// Loads answered with a verified entry.
+    pub hits: u64,
+    /// Loads the server answered with "no such key".
+    pub misses: u64,
+    /// Values fetched and rejected (corrupt, or not the entry asked for).
+    pub rejected: u64,
+    /// Entries stored on the server.
+    pub stored: u64,
+    /// Operations that failed (unreachable, timeout, error reply).
+    pub failures: u64,
+    /// Operations skipped while backing off after a failure.
+    pub skipped: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    rejected: AtomicU64,
+    stored: AtomicU64,
+    failures: AtomicU64,
+    skipped: AtomicU64,
+}
+
+impl RemoteTier {
+    /// The tier for the server of `config`. Opens no connection: the first
+    /// load or store connects.
+    ///
+    /// # Errors
+    /// [`Error::RemoteUrl`] when the URL is not a Redis URL.
+    pub fn open(config: RemoteConfig) -> Result<RemoteTier, Error> {
+        Ok(RemoteTier {
+            shared: Arc::new(Shared {
+                remote: Remote::new(&config)?,
+                namespace: config.namespace,
+                max_entry_bytes: config.max_entry_bytes,
+                local: OnceLock::new(),
+                counters: Counters::default(),
+            }),
+        })
+    }
+
+    /// The tier configured by `KILN_REMOTE_CACHE` (see
+    /// [`config`](super::config)): `None` when it is unset, or (after one
+    /// warning) when its settings are unusable; the caller then compiles.
+    pub fn from_env() -> Option<RemoteTier> {
+        match RemoteConfig::from_env().and_then(|config| config.map(RemoteTier::open).transpose()) {
+            Ok(tier) => tier,
+            Err(error) => {
+                tracing::warn!(%error, "remote cache turned off");
+                None
+            }
+        }
+    }
+
+    /// Writes every remote hit through to `local` (e.g. the disk cache,
+    /// shared with the [`Cache`](crate::Cache) as an `Arc`), for this handle
+    /// and its clones. Only the first call has an effect.
+    pub fn write_through(self, local: Arc<dyn Tier>) -> RemoteTier {
+        if self.shared.local.set(local).is_err() {
+            tracing::debug!("remote tier already writes through to a local tier; kept it");
+        }
+        self
+    }
+
+    /// The server's URL, password removed.
+    pub fn server(&self) -> &str {
+        self.shared.remote.server()
+    }
+
+    /// The counters since the tier was opened.
+    pub fn stats(&self) -> RemoteStats {
+        let c = &self.shared.counters;
+        let get = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        RemoteStats {
+            hits: get(&c.hits),
+            misses: get(&c.misses),
+            rejected: get(&c.rejected),
+            stored: get(&c.stored),
+            failures: get(&c.failures),
+            skipped: get(&c.skipped),
+        }
+    }
+
+    fn count(&self, counter: impl FnOnce(&Counters) -> &AtomicU64) {
+        counter(&self.shared.counters).fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn count_unanswered(&self, why: Unanswered) {
+        match why {
+            Unanswered::BackingOff => self.count(|c| &c.skipped),
+            Unanswered::Failed => self.count(|c| &c.failures),
+        }
+    }
+}
+
+impl Tier for RemoteTier {
+    fn name(&self) -> &str {
+        "remote"
+    }
+
+    fn load(&self, owner: &Owner, key: &Key) -> Result<Option<EntryData>, Error> {
+        let shared = &self.shared;
+        let owner_digest = owner.digest();
+        let name = naming::entry_key(&shared.namespace, &owner_digest, key.digest());
+        let bytes = match shared.remote.get(&name) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => {
+                self.count(|c| &c.misses);
+                return Ok(None);
+            }
+            Err(why) => {
+                self.count_unanswered(why);
+                return Ok(None);
+            }
+        };
+        let entry =
+            codec::decode(&name, &bytes, &owner_digest, key.digest()).inspect_err(|_| {
+                self.count(|c| &c.rejected);
+            })?;
+        self.count(|c| &c.hits);
+        if let Some(local) = shared.local.get()
+            && let Err(error) = local.store(owner, &entry)
+        {
+            tracing::debug!(tier = local.name(), %error, "remote hit not written through");
+        }
+        Ok(Some(entry))
+    }
+
+    fn store(&self, _owner: &Owner, entry: &EntryData) -> Result<(), Error> {
+        let shared = &self.shared;
+        let bytes = codec::encode(entry)?;
+        if bytes.len() > shared.max_entry_bytes {
+            tracing::debug!(name = %entry.name, len = bytes.len(), "entry too large for the remote cache: not stored");
+            return Ok(());
+        }
+        let name = naming::entry_key(&shared.namespace, &entry.owner, &entry.key);
+        match shared.remote.set(&name, &bytes) {
+            Ok(()) => self.count(|c| &c.stored),
+            Err(why) => self.count_unanswered(why),
+        }
+        Ok(())
+    }
+}
