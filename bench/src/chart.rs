@@ -83,7 +83,10 @@ fn modes(report: &Report, area: &Area<'_>) -> DrawResult {
     let gap = row / 8;
     let bar = |i: usize, value: f64, color: RGBColor, top: bool| {
         let mut rect = Rectangle::new(
-            [(lo, SegmentValue::Exact(i)), (value, SegmentValue::Exact(i + 1))],
+            [
+                (lo, SegmentValue::Exact(i)),
+                (value, SegmentValue::Exact(i + 1)),
+            ],
             color.filled(),
         );
         if top {

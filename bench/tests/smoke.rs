@@ -45,8 +45,12 @@ fn quick_run_measures_every_mode_and_writes_json_and_svg() {
     let scaling = report["scaling"].as_array().unwrap();
     assert_eq!(scaling.len(), 4, "two formats at 100 and 1000 entries");
     let rss = report["rss"].as_array().unwrap();
-    assert_eq!(rss.len(), 2);
-    assert!(rss[0]["image_bytes"].as_u64().unwrap() >= 16 << 20);
+    assert_eq!(rss.len(), 4, "two formats, page cache hot and evicted");
+    for row in rss {
+        assert!(row["image_bytes"].as_u64().unwrap() >= 16 << 20, "{row}");
+        assert_eq!(row["touched"], 3, "1% of 256 entries, rounded up: {row}");
+        assert_eq!(row["touched_bytes"], 3 * 64 * 1024, "{row}");
+    }
     assert_eq!(report["machine"]["gpu"], "no GPU");
 
     let svg = std::fs::read_to_string(out.path().join("ttfk.svg")).unwrap();

@@ -8,7 +8,7 @@
 //!
 //! - `nvrtc_cold`: a full NVRTC compile to CUBIN + PTX (what a miss costs);
 //! - `remote_hit`: `Compiler::compile_cached` on a fresh cache whose only
-//!   tier is the remote one: owner and key, `GET`, full verification of the
+//!   tier is the remote one: owner and key, `GETRANGE`, full verification of the
 //!   image, the entry recorded in memory (connection pooled, as in a running
 //!   process);
 //! - `remote_hit_write_through`: the same with a disk tier (empty) before

@@ -201,6 +201,20 @@ pub enum Error {
         found: String,
     },
 
+    /// A value in the remote cache is larger than the tier accepts. It was
+    /// not used.
+    #[cfg(feature = "redis")]
+    #[error(
+        "remote cache value {redis_key} is larger than {limit} bytes and was rejected (raise \
+         RemoteConfig::max_entry_bytes if entries are really this large)"
+    )]
+    RemoteEntryTooLarge {
+        /// The Redis key of the value.
+        redis_key: String,
+        /// The limit, [`RemoteConfig::max_entry_bytes`](crate::remote::RemoteConfig::max_entry_bytes).
+        limit: usize,
+    },
+
     // ----- init and build-script helpers (global.rs, registry.rs, build.rs) -----
     /// A directory of `KILN_IMAGE_PATH` could not be listed.
     #[error(

@@ -114,6 +114,8 @@ fn copy_library(installed: &Path, dir: &Path) -> PathBuf {
     }
     let copy = dir.join(installed.file_name().unwrap());
     std::fs::copy(installed, &copy).unwrap();
+    // The memos are written with no settle time, but after the copy's clock tick.
+    std::thread::sleep(Duration::from_millis(20));
     copy
 }
 
@@ -214,6 +216,7 @@ fn a_memoized_nvrtc_identity_is_used_only_for_the_very_library_it_was_read_from(
     let reinstalled = lib_dir.join("reinstalling");
     std::fs::copy(&installed, &reinstalled).unwrap();
     std::fs::rename(&reinstalled, &library).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
     let fresh = run_child(TEST, "resolve", &env);
     assert_eq!(reported(&fresh, "origin"), "Loaded");
     assert_eq!(reported(&fresh, "release"), release);
@@ -342,7 +345,7 @@ fn an_include_memo_is_used_only_while_every_file_is_unchanged() {
     std::fs::create_dir_all(tree.join("sub")).unwrap();
     std::fs::write(tree.join("a.cuh"), "#define A 1\n").unwrap();
     std::fs::write(tree.join("sub/b.cuh"), "#define B 1\n").unwrap();
-    // The files change again within this test: wait out a clock tick between changes.
+    // No settle time, but a clock tick (20 ms) between each change and each read.
     let memo = MemoDir::at(dir.path().join("memo")).with_settle(Duration::ZERO);
     let record = memo
         .record_path("include", &tree.canonicalize().unwrap())
@@ -354,6 +357,7 @@ fn an_include_memo_is_used_only_while_every_file_is_unchanged() {
             .unwrap()
     };
 
+    std::thread::sleep(Duration::from_millis(20));
     let first = IncludeDir::with_memo(&tree, &memo).unwrap();
     assert_eq!(first.digest(), IncludeDir::rescan(&tree).unwrap().digest());
     assert!(record.is_file());
@@ -383,6 +387,7 @@ fn an_include_memo_is_used_only_while_every_file_is_unchanged() {
         std::thread::sleep(Duration::from_millis(20));
         let before = IncludeDir::rescan(&tree).unwrap();
         change();
+        std::thread::sleep(Duration::from_millis(20));
         let now = IncludeDir::with_memo(&tree, &memo).unwrap();
         assert_ne!(now.digest(), forged, "a stale memo was used");
         assert_eq!(now.digest(), IncludeDir::rescan(&tree).unwrap().digest());

@@ -7,6 +7,9 @@ mod remote_support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use std::time::Duration;
+
+use kiln_core::remote::{RemoteConfig, RemoteTier};
 use kiln_core::{Cache, Source};
 use kiln_image::{Image, ImageMeta, ImageWriter, Verification};
 use remote_support::{RedisServer, WarnCounter, get, key, owner, remote};
@@ -81,12 +84,11 @@ fn corrupt_values_are_rejected_and_replaced() {
     let mut tail_flip = good.clone();
     tail_flip[last] ^= 0x40;
 
-    let cases: [(&str, Vec<u8>); 6] = [
+    let cases: [(&str, Vec<u8>); 5] = [
         ("payload bit flip", payload_flip),
         ("header bit flip", header_flip),
         ("last byte flipped", tail_flip),
         ("truncated", good[..good.len() - 100].to_vec()),
-        ("empty", Vec::new()),
         (
             "not an image",
             b"\x89PNG\r\n\x1a\n definitely not kiln".to_vec(),
@@ -150,4 +152,36 @@ fn a_value_of_another_redis_type_is_a_refusal_without_backoff() {
     let again = Cache::new();
     again.add_tier(Box::new(remote(&server.url())));
     assert_eq!(get(&again, 5, &compiles), Source::Tier);
+}
+
+#[test]
+fn an_oversized_value_is_rejected_and_an_empty_one_is_a_miss() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let mut con = server.connection().expect("connects");
+    let mut plant = |i: u64, value: Vec<u8>| {
+        redis::cmd("SET")
+            .arg(name(i))
+            .arg(value)
+            .query::<()>(&mut con)
+            .expect("SET");
+    };
+    plant(8, vec![0x6b; 1 << 20]);
+    plant(9, Vec::new());
+
+    let tier = RemoteTier::open(
+        RemoteConfig::new(server.url())
+            .timeout(Duration::from_secs(2))
+            .max_entry_bytes(64 << 10),
+    )
+    .expect("a valid URL");
+    let cache = Cache::new();
+    cache.add_tier(Box::new(tier.clone()));
+    let compiles = AtomicUsize::new(0);
+    get(&cache, 8, &compiles);
+    get(&cache, 9, &compiles);
+    assert_eq!(compiles.load(Ordering::SeqCst), 2);
+    let stats = tier.stats();
+    assert_eq!((stats.rejected, stats.misses, stats.stored), (1, 1, 2));
 }

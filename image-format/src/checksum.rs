@@ -135,6 +135,12 @@ impl IndexHasher {
         self.0.update(&len.to_le_bytes());
     }
 
+    pub(crate) fn buckets(&mut self, start: u32, len: u32, bits: u32) {
+        self.0.update(&start.to_le_bytes());
+        self.0.update(&len.to_le_bytes());
+        self.0.update(&bits.to_le_bytes());
+    }
+
     pub(crate) fn text(&mut self, text: &[u8]) {
         feed_bytes(&mut self.0, text);
     }

@@ -263,23 +263,30 @@ impl Image {
     }
 
     /// Looks up (owner, key) in place, without deserializing: a binary
-    /// search for the owner, then an interpolation search among its keys.
+    /// search for the owner, then its radix table over the keys' top bits
+    /// (keys are uniform digests: one or two candidates per bucket).
     /// `Ok(None)` when the image has no such entry; an error when the entry
     /// found is corrupt.
     pub fn find(&self, owner: &Digest, key: &Digest) -> Result<Option<EntryRef<'_>>, ImageError> {
-        let Some(range) = self.find_owner(owner) else {
-            return Ok(None);
-        };
         let index = self.index();
-        let entries = index.entries.as_slice().get(range.clone());
-        let prefixes = index.key_prefixes.as_slice().get(range.clone());
-        let (Some(entries), Some(prefixes)) = (entries, prefixes) else {
+        let owners = index.owners.as_slice();
+        let Ok(position) = owners.binary_search_by(|record| record.digest.cmp(&owner.0)) else {
             return Ok(None);
         };
-        match crate::search::find_key(prefixes, entries, &key.0) {
-            Some(position) => self.entry(range.start + position).map(Some),
-            None => Ok(None),
-        }
+        let Some(found) = owners.get(position).and_then(|record| {
+            let range = record.entries.range()?;
+            let entries = index.entries.as_slice().get(range.clone())?;
+            let buckets = record
+                .buckets
+                .range()
+                .and_then(|buckets| index.key_buckets.as_slice().get(buckets))
+                .unwrap_or_default();
+            let bits = record.bucket_bits.to_native();
+            crate::search::find_key(entries, buckets, bits, &key.0).map(|i| range.start + i)
+        }) else {
+            return Ok(None);
+        };
+        self.entry(found).map(Some)
     }
 
     /// The range of entries owned by `owner`, if it owns any.

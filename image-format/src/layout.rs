@@ -10,8 +10,9 @@
 //!
 //! Tables:
 //! - `owners`: sorted by digest; each owns a contiguous range of `entries`.
-//! - `entries`: sorted by (owner, key); `key_prefixes`: the first 8 bytes of
-//!   each key, for the search.
+//! - `entries`: sorted by (owner, key).
+//! - `key_buckets`: per owner, a radix table over the top bits of the keys,
+//!   for the key search (see `search.rs`).
 //! - `deps`, `artifacts`, `entry_points`: referenced by entry records.
 //! - `dep_groups` + `dep_members`: the inverse dependency index, one group per
 //!   distinct (dep name, fingerprint), sorted, listing the entries carrying it.
@@ -40,6 +41,9 @@ pub(crate) struct OwnerRecord {
     pub digest: [u8; 32],
     pub label: StrRef,
     pub entries: Span,
+    /// This owner's radix table in `key_buckets` (`2^bucket_bits + 1` values).
+    pub buckets: Span,
+    pub bucket_bits: u32,
 }
 
 /// One entry. `checksum` covers every field and everything the entry
@@ -103,11 +107,12 @@ pub(crate) struct LabelRecord {
 pub(crate) struct Index {
     pub owners: Vec<OwnerRecord>,
     pub entries: Vec<EntryRecord>,
-    /// First 8 bytes of each entry's key, big-endian, in entry order: a dense
-    /// table for the key search (8 keys per cache line instead of one
-    /// record per 112 bytes). Not covered by a checksum: a wrong prefix can
-    /// only make a lookup miss, since the record's full key is compared.
-    pub key_prefixes: Vec<u64>,
+    /// Per owner (see `OwnerRecord::buckets`): for each value of the top
+    /// `bucket_bits` bits of a key, the first entry of the owner (relative
+    /// to its range) whose key has top bits not below it, plus the owner's
+    /// entry count. Not covered by a checksum: a wrong bucket can only make
+    /// a lookup miss, since the record's full key is compared.
+    pub key_buckets: Vec<u32>,
     pub deps: Vec<DepRecord>,
     pub artifacts: Vec<ArtifactRecord>,
     pub entry_points: Vec<StrRef>,
@@ -126,7 +131,7 @@ pub(crate) struct Index {
 const _: () = {
     assert!(size_of::<ArchivedStrRef>() == 8);
     assert!(size_of::<ArchivedSpan>() == 8);
-    assert!(size_of::<ArchivedOwnerRecord>() == 32 + 8 + 8);
+    assert!(size_of::<ArchivedOwnerRecord>() == 32 + 8 + 8 + 8 + 4);
     assert!(size_of::<ArchivedEntryRecord>() == 8 + 8 + 32 + 32 + 8 + 8 + 8 + 4 + 4);
     assert!(size_of::<ArchivedDepRecord>() == 32 + 8);
     assert!(size_of::<ArchivedArtifactRecord>() == 8 + 8 + 32 + 4 + 8 + 8 + 4);

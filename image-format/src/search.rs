@@ -1,41 +1,66 @@
-//! Finding a key among entry records sorted by key.
+//! Finding a key among one owner's entry records, sorted by key.
 //!
-//! Keys are BLAKE3 digests, so they are uniformly distributed: interpolation
-//! on their first 8 bytes lands next to the target in a few probes, where a
-//! binary search over 100,000 records takes 17, each a likely cache miss.
-//! The probes read the dense `key_prefixes` table (8 bytes per entry), then
-//! the full key is compared in the record. Interpolation steps are bounded
-//! and followed by a binary search, so crafted key distributions cost at
-//! most O(log n) more; an unsorted (corrupt) table can make the search miss
-//! but never return an entry with another key.
+//! Keys are BLAKE3 digests, so they are uniformly distributed. Each owner
+//! has a radix table over the top `bits` bits of its keys, with
+//! `2^bits <= n` for `n` entries: bucket `j` lists where the keys with top
+//! bits `j` start, so a lookup reads one table slot and then binary-searches
+//! the one or two records of its bucket. That is about three cache lines per
+//! lookup, where a binary search over 25,000 records touches fifteen.
+//! Crafted key distributions (everything in one bucket) fall back to a
+//! binary search, O(log n); a corrupt table can make a lookup miss but
+//! never return an entry with another key, since the full key is compared.
 
-use rkyv::primitive::ArchivedU64;
+use rkyv::primitive::ArchivedU32;
 
 use crate::layout::ArchivedEntryRecord;
 
-/// Interpolation steps before falling back to binary search.
-const MAX_INTERPOLATION_STEPS: usize = 8;
-/// Below this many candidates, binary search directly.
-const SMALL_RANGE: usize = 8;
-
-/// The first 8 bytes of a key, big-endian: ordered like the keys.
-pub(crate) fn key_prefix(key: &[u8; 32]) -> u64 {
-    let mut first = [0u8; 8];
-    first.copy_from_slice(&key[..8]);
-    u64::from_be_bytes(first)
+/// The bucket bits for an owner with `entries` entries: the largest `bits`
+/// with `2^bits <= entries` (0 for 0 or 1 entry), at most 31.
+pub(crate) fn bucket_bits(entries: usize) -> u32 {
+    entries.max(1).ilog2().min(31)
 }
 
-/// Position of the record whose key is `key`, if any. `prefixes[i]` is the
-/// prefix of `records[i].key`.
+/// The bucket of `key` among `2^bits` buckets.
+fn bucket_of(key: &[u8; 32], bits: u32) -> usize {
+    let mut first = [0u8; 4];
+    first.copy_from_slice(&key[..4]);
+    let top = u32::from_be_bytes(first);
+    // bits <= 31, so the shift is in range; bits == 0 gives bucket 0.
+    top.checked_shr(32 - bits).unwrap_or(0) as usize
+}
+
+/// The radix table of sorted `keys`: for each bucket `j` in `0..2^bits`,
+/// the position of the first key whose bucket is not below `j`, then
+/// `keys.len()`.
+pub(crate) fn bucket_table(keys: &[&[u8; 32]], bits: u32) -> Vec<u32> {
+    let buckets = 1usize << bits;
+    let mut table = Vec::with_capacity(buckets + 1);
+    let mut position = 0usize;
+    for bucket in 0..buckets {
+        while position < keys.len() && bucket_of(keys[position], bits) < bucket {
+            position += 1;
+        }
+        table.push(position as u32);
+    }
+    table.push(keys.len() as u32);
+    table
+}
+
+/// Position of the record whose key is `key`, if any, using the owner's
+/// radix `table` when it is well-formed.
 pub(crate) fn find_key(
-    prefixes: &[ArchivedU64],
     records: &[ArchivedEntryRecord],
+    table: &[ArchivedU32],
+    bits: u32,
     key: &[u8; 32],
 ) -> Option<usize> {
-    let target = key_prefix(key);
-    let start = lower_bound(prefixes, target);
-    let run = prefixes.get(start..)?;
-    let end = start + run.partition_point(|prefix| prefix.to_native() == target);
+    let bucket = bucket_of(key, bits.min(31));
+    let bounds = table
+        .get(bucket)
+        .zip(table.get(bucket + 1))
+        .map(|(start, end)| (start.to_native() as usize, end.to_native() as usize))
+        .filter(|&(start, end)| start <= end && end <= records.len() && table.len() == (1 << bits.min(31)) + 1);
+    let (start, end) = bounds.unwrap_or((0, records.len()));
     let candidates = records.get(start..end)?;
     candidates
         .binary_search_by(|record| record.key.cmp(key))
@@ -43,91 +68,32 @@ pub(crate) fn find_key(
         .map(|position| start + position)
 }
 
-/// The first position whose prefix is not below `target` (for a sorted
-/// table).
-fn lower_bound(prefixes: &[ArchivedU64], target: u64) -> usize {
-    let at = |i: usize| {
-        prefixes
-            .get(i)
-            .map_or(u64::MAX, |prefix| prefix.to_native())
-    };
-    // The answer lies in lo..=hi.
-    let (mut lo, mut hi) = (0usize, prefixes.len());
-    for _ in 0..MAX_INTERPOLATION_STEPS {
-        if hi - lo <= SMALL_RANGE {
-            break;
-        }
-        let (low, high) = (at(lo), at(hi - 1));
-        if target <= low {
-            return lo;
-        }
-        if target > high {
-            return hi;
-        }
-        // low < target <= high, so high > low.
-        let offset = u128::from(target - low) * (hi - 1 - lo) as u128 / u128::from(high - low);
-        let position = lo
-            + usize::try_from(offset)
-                .unwrap_or(usize::MAX)
-                .min(hi - 1 - lo);
-        if at(position) < target {
-            lo = position + 1;
-        } else {
-            hi = position;
-        }
-    }
-    lo + prefixes.get(lo..hi).map_or(0, |range| {
-        range.partition_point(|prefix| prefix.to_native() < target)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn archived(values: &[u64]) -> rkyv::util::AlignedVec {
-        rkyv::to_bytes::<rkyv::rancor::Error>(&values.to_vec()).unwrap()
-    }
-
-    fn lower_bound_of(values: &[u64], target: u64) -> usize {
-        let bytes = archived(values);
-        let table =
-            rkyv::access::<rkyv::vec::ArchivedVec<ArchivedU64>, rkyv::rancor::Error>(&bytes)
-                .unwrap();
-        lower_bound(table.as_slice(), target)
+    fn key(first: u32, rest: u8) -> [u8; 32] {
+        let mut key = [rest; 32];
+        key[..4].copy_from_slice(&first.to_be_bytes());
+        key
     }
 
     #[test]
-    fn lower_bound_matches_partition_point() {
-        let uniform: Vec<u64> = (0..1000u64)
-            .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 1)
-            .collect();
-        let mut sorted = uniform.clone();
-        sorted.sort_unstable();
-        let skewed: Vec<u64> = (0..1000u64)
-            .map(|i| if i < 990 { i } else { u64::MAX - 1000 + i })
-            .collect();
-        let repeated: Vec<u64> = (0..1000u64).map(|i| i / 100).collect();
-        for table in [sorted, skewed, repeated, vec![], vec![5]] {
-            let probes = table
-                .iter()
-                .copied()
-                .chain([0, 1, 7, u64::MAX, u64::MAX / 2]);
-            for target in probes.collect::<Vec<_>>() {
-                assert_eq!(
-                    lower_bound_of(&table, target),
-                    table.partition_point(|&v| v < target),
-                    "target {target}"
-                );
-            }
-        }
+    fn bucket_bits_keep_one_to_two_entries_per_bucket() {
+        assert_eq!(bucket_bits(0), 0);
+        assert_eq!(bucket_bits(1), 0);
+        assert_eq!(bucket_bits(2), 1);
+        assert_eq!(bucket_bits(3), 1);
+        assert_eq!(bucket_bits(25_000), 14);
+        assert_eq!(bucket_bits(usize::MAX), 31);
     }
 
     #[test]
-    fn lower_bound_on_unsorted_input_stays_in_bounds() {
-        let table: Vec<u64> = (0..500u64).map(|i| (i * 7919) % 500).collect();
-        for target in 0..600 {
-            assert!(lower_bound_of(&table, target) <= table.len());
-        }
+    fn bucket_table_points_at_each_buckets_first_key() {
+        let keys = [key(0, 0), key(0x4000_0000, 0), key(0x4000_0001, 0), key(0xffff_ffff, 0)];
+        let refs: Vec<&[u8; 32]> = keys.iter().collect();
+        assert_eq!(bucket_table(&refs, 2), vec![0, 1, 3, 3, 4]);
+        assert_eq!(bucket_table(&refs, 0), vec![0, 4]);
+        assert_eq!(bucket_table(&[], 0), vec![0, 0]);
     }
 }

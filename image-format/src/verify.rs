@@ -69,13 +69,6 @@ pub(crate) fn trusted_counts(
 }
 
 fn check_counts(index: &ArchivedIndex, header: &Header) -> Result<(), ImageError> {
-    if index.key_prefixes.len() != index.entries.len() {
-        return Err(ImageError::IndexMalformed(format!(
-            "{} key prefixes for {} entries",
-            index.key_prefixes.len(),
-            index.entries.len()
-        )));
-    }
     if index.entries.len() as u64 != header.entry_count {
         return Err(ImageError::IndexMalformed(format!(
             "the index holds {} entries, the header says {}",
@@ -120,6 +113,11 @@ pub(crate) fn index_checksum(
             string_bytes(index, &owner.label, "an owner label")?,
             owner.entries.start.to_native(),
             owner.entries.len.to_native(),
+        );
+        hasher.buckets(
+            owner.buckets.start.to_native(),
+            owner.buckets.len.to_native(),
+            owner.bucket_bits.to_native(),
         );
     }
     hasher.text(string_bytes(

@@ -259,9 +259,6 @@ impl<'a> Tables<'a> {
             }
             fit_u32(index.artifacts.len(), "the artifact table")?;
             fit_u32(index.entry_points.len(), "the entry-point table")?;
-            index
-                .key_prefixes
-                .push(crate::search::key_prefix(&entry.key.0));
             index.entries.push(EntryRecord {
                 min_world: entry.min_world,
                 max_world: entry.max_world,
@@ -274,6 +271,7 @@ impl<'a> Tables<'a> {
                 flags: 0,
             });
         }
+        build_key_buckets(&mut index, order)?;
         build_dep_index(&mut index, &mut strings, groups)?;
         index.producer_name = strings.add(&meta.producer_name)?;
         index.producer_version = strings.add(&meta.producer_version)?;
@@ -329,6 +327,8 @@ fn owner_of<'a>(
             start: entry_index,
             len: 1,
         },
+        buckets: Span::default(),
+        bucket_bits: 0,
     });
     fit_u32(index.owners.len() - 1, "the owner table")
 }
@@ -360,6 +360,27 @@ fn kind_tag(kind: &ArtifactKind) -> Result<(u32, &str), ImageError> {
             Ok((tag as u32, ""))
         }
     }
+}
+
+/// Fills each owner's radix table (see `search.rs`).
+fn build_key_buckets(index: &mut Index, order: &[&EntryData]) -> Result<(), ImageError> {
+    for owner in &mut index.owners {
+        let first = owner.entries.start as usize;
+        let keys: Vec<&[u8; 32]> = order[first..][..owner.entries.len as usize]
+            .iter()
+            .map(|entry| &entry.key.0)
+            .collect();
+        let bits = crate::search::bucket_bits(keys.len());
+        let start = fit_u32(index.key_buckets.len(), "the key bucket table")?;
+        index.key_buckets.extend(crate::search::bucket_table(&keys, bits));
+        owner.buckets = Span {
+            start,
+            len: fit_u32(index.key_buckets.len() - start as usize, "the key bucket table")?,
+        };
+        owner.bucket_bits = bits;
+    }
+    fit_u32(index.key_buckets.len(), "the key bucket table")?;
+    Ok(())
 }
 
 fn build_dep_index<'a>(

@@ -108,7 +108,6 @@ pub fn audit(fixture: &Fixture, owners: &[Owner], case: &Case, access: Access) -
     match run {
         Ok(inner) => {
             tally.absorb(inner);
-            tally.cases = 1;
             for failure in &mut tally.failures {
                 *failure = format!("{label}: {failure}");
             }

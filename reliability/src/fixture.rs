@@ -63,6 +63,12 @@ pub fn numbered_entry(owner: &Owner, i: u64, len: usize) -> EntryData {
     }
 }
 
+/// The payload length of entry `i` in the multi-process load suite (64 to
+/// 2,063 bytes, varying with `i`).
+pub fn load_payload_len(i: u64) -> usize {
+    64 + (i as usize).wrapping_mul(37) % 2000
+}
+
 /// The key of [`numbered_entry`] `i`.
 pub fn numbered_key(i: u64) -> Key {
     Key::from_digest(Digest::of(format!("numbered entry {i}").as_bytes()))

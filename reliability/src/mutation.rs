@@ -81,7 +81,11 @@ pub const HEADER_FIELDS: [(&str, usize, usize); 18] = [
 ];
 
 /// Every case of every family for `base` (a valid image), drawn from `seed`.
+/// Nothing for a slice shorter than a header.
 pub fn cases(base: &[u8], seed: u64, counts: Counts) -> Vec<Case> {
+    if base.len() < HEADER_LEN {
+        return Vec::new();
+    }
     let mut rng = Rng::new(seed);
     let mut out = Vec::new();
     truncations(base, &mut rng, counts, &mut out);
@@ -198,17 +202,20 @@ fn swaps(base: &[u8], rng: &mut Rng, counts: Counts, out: &mut Vec<Case>) {
         push_resealed(out, family, format!("{label}, resealed"), bytes.clone());
         push(out, family, label, bytes);
     };
-    // The index and the payload region exchanged (as much as fits).
+    // The index and the payload region exchanged (as much as fits), when
+    // the index comes first as the writer lays it out.
     let n = index.len().min(payloads.len());
-    let mut bytes = base.to_vec();
-    let (head, tail) = bytes.split_at_mut(payloads.start);
-    head[index.start..index.start + n].swap_with_slice(&mut tail[..n]);
-    both(
-        bytes,
-        out,
-        "swapped index/payload regions",
-        format!("first {n} bytes of index and payloads exchanged"),
-    );
+    if index.end <= payloads.start {
+        let mut bytes = base.to_vec();
+        let (head, tail) = bytes.split_at_mut(payloads.start);
+        head[index.start..index.start + n].swap_with_slice(&mut tail[..n]);
+        both(
+            bytes,
+            out,
+            "swapped index/payload regions",
+            format!("first {n} bytes of index and payloads exchanged"),
+        );
+    }
     // The payload region moved in front of the index: offsets exchanged.
     let mut bytes = base.to_vec();
     for (a, b) in [

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use kiln_core::ArtifactKind;
 use kiln_core::disk::{DiskCache, DiskConfig};
 use kiln_reliability::Table;
-use kiln_reliability::fixture::{numbered_entry, numbered_key, owners};
+use kiln_reliability::fixture::{load_payload_len, numbered_entry, numbered_key, owners};
 
 const PROCESSES: usize = 4;
 const THREADS: usize = 4;
@@ -73,7 +73,7 @@ fn processes_times_threads_on_one_cache_lose_nothing_and_serve_no_error() {
     let cache = DiskCache::open(DiskConfig::new(dir.path())).expect("open");
     let mut lost = 0;
     for &i in &compiled {
-        let expected = numbered_entry(owner, i, 64 + (i as usize * 37) % 2000);
+        let expected = numbered_entry(owner, i, load_payload_len(i));
         match cache.get(&owner.digest(), numbered_key(i).digest()) {
             Some(hit) => assert_eq!(
                 hit.artifact(&ArtifactKind::Ptx).expect("readable"),

@@ -51,11 +51,10 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
-use std::time::SystemTime;
 
 use super::Error;
 use super::locate::{Located, SearchConfig, locate_nvrtc_file};
-use super::memo::{FileStamp, MemoDir, StampSet};
+use super::memo::{FileStamp, FsInstant, MemoDir, StampSet};
 use super::nvrtc::{Nvrtc, NvrtcVersion};
 
 /// The memo kind of NVRTC releases.
@@ -235,14 +234,13 @@ fn same_file(a: &Path, b: &Path) -> bool {
 pub(crate) struct LibraryFiles {
     subject: PathBuf,
     stamps: StampSet,
-    taken: SystemTime,
+    read_from: Option<FsInstant>,
 }
 
 impl LibraryFiles {
     /// Stamps the library at `path` (a file; `None` for a bare name or a file that
     /// cannot be stat-ed) and every `libnvrtc-builtins*` file beside it.
     pub(crate) fn stamp(path: &Path) -> Option<LibraryFiles> {
-        let taken = SystemTime::now();
         let subject = canonical_file(path)?;
         let mut stamps = StampSet::new("kiln cuda nvrtc library stamps v1");
         let meta = std::fs::metadata(&subject).ok()?;
@@ -265,8 +263,14 @@ impl LibraryFiles {
         Some(LibraryFiles {
             subject,
             stamps,
-            taken,
+            read_from: None,
         })
+    }
+
+    /// Notes that the files are about to be read (loaded): only files that had
+    /// settled by now are memoized (see [`MemoDir`]).
+    pub(crate) fn reading(&mut self, memo: &MemoDir) {
+        self.read_from = memo.clock();
     }
 
     /// The memoized version of these files; with `major_minor`, only one that agrees
@@ -299,6 +303,12 @@ impl LibraryFiles {
             version.minor.to_string(),
             version.release.clone(),
         ];
-        memo.write(NVRTC_MEMO, &self.subject, &self.stamps, self.taken, &values);
+        memo.write(
+            NVRTC_MEMO,
+            &self.subject,
+            &self.stamps,
+            self.read_from,
+            &values,
+        );
     }
 }

@@ -21,13 +21,18 @@
 //! a write landing in the same coarse tick (a few milliseconds) as the previous change
 //! can leave `ctime` unchanged. That is the "racy" case git's index knows. Kiln closes
 //! it the same way: a memo is written only when every stamped file last changed more
-//! than [`MemoDir::settle`] (2 s by default) before the stamps were taken, so a later
-//! change necessarily gets a later `ctime`. The files are always stamped *before* they
-//! are read, so a change while reading makes the memo miss later instead of lying.
+//! than [`MemoDir::settle`] (2 s by default) before the files were read, so a change
+//! after the read necessarily gets a later `ctime`. "Before" is measured on the file
+//! system's own clock (the time stamp of a fresh file in the memo directory, or the
+//! system clock if that is earlier), not only the system's. The files are always
+//! stamped *before* they are read, so a change while reading makes the memo miss later
+//! instead of lying.
 //!
 //! What remains outside the argument: a clock set backwards by more than the settle
-//! time between two changes, and file systems without `ctime` (none Linux mounts for
-//! CUDA). The compile path checks once more (see [`super::identity`]).
+//! time between two changes, the stamped files on a file system whose clock runs
+//! behind the memo directory's by more than the settle time (a remote mount with a
+//! skewed server clock), and file systems without `ctime`. The compile path checks
+//! NVRTC's identity once more (see [`super::identity`]).
 //!
 //! Memos live in `<KILN_CACHE_DIR>/cuda-memo/` (see [`crate::disk::DiskConfig`]); with
 //! the disk cache turned off (`KILN_CACHE=0`) nothing is memoized and every process
@@ -97,10 +102,11 @@ impl MemoDir {
         PROCESS.get_or_init(MemoDir::from_env)
     }
 
-    /// Sets how long before stamping a file must have last changed for a memo of it
-    /// to be written (see the module documentation). Zero is sound only for files
-    /// that cannot change within one tick of the file system's clock after being
-    /// stamped (tests that wait between changes).
+    /// Sets how long before being read a file must have last changed for a memo of
+    /// it to be written (see the module documentation). With zero, a file still must
+    /// have changed strictly before the clock tick of the read; that is sound only for
+    /// files that are not changed again within a tick of being read (tests that wait
+    /// between changes).
     pub fn with_settle(mut self, settle: Duration) -> MemoDir {
         self.settle = settle;
         self
@@ -140,20 +146,38 @@ impl MemoDir {
         Some(lines.map(str::to_owned).collect())
     }
 
-    /// Memoizes `values` for `subject` under `stamps`, when every stamped file has
-    /// settled by `taken` (the time just before stamping). Best effort.
+    /// The time now on the memo directory's file system (the time stamp of a fresh
+    /// temporary file there) or the system's, whichever is earlier; `None` when memos
+    /// are off or the directory cannot be written. Read it after stamping files and
+    /// before reading them, and give it to [`MemoDir::write`].
+    pub(crate) fn clock(&self) -> Option<FsInstant> {
+        let dir = self.dir.as_ref()?;
+        std::fs::create_dir_all(dir).ok()?;
+        let file = tempfile::NamedTempFile::new_in(dir).ok()?;
+        let meta = file.as_file().metadata().ok()?;
+        let on_disk = FileStamp::of(&meta).last_change_ns();
+        let system = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .ok()
+            .and_then(|d| i128::try_from(d.as_nanos()).ok())?;
+        Some(FsInstant(on_disk.min(system)))
+    }
+
+    /// Memoizes `values` for `subject` under `stamps`, when every stamped file had
+    /// settled by `read_from` (see [`MemoDir::clock`]). Best effort.
     pub(crate) fn write(
         &self,
         kind: &str,
         subject: &Path,
         stamps: &StampSet,
-        taken: SystemTime,
+        read_from: Option<FsInstant>,
         values: &[String],
     ) {
         let (Some(dir), Some(path)) = (&self.dir, self.record_path(kind, subject)) else {
             return;
         };
-        if !stamps.settled_before(taken, self.settle) {
+        let settled = read_from.is_some_and(|t| stamps.settled_before(t, self.settle));
+        if !settled {
             tracing::debug!(
                 subject = %subject.display(),
                 "not memoized: a file changed less than {:?} ago",
@@ -189,6 +213,18 @@ impl MemoDir {
         if let Some(path) = self.record_path(kind, subject) {
             let _ = std::fs::remove_file(path);
         }
+    }
+}
+
+/// A time on a file system's clock, in nanoseconds since the Unix epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct FsInstant(i128);
+
+impl FsInstant {
+    /// `self` moved by `delta` (for tests that stamp as if later).
+    #[cfg(test)]
+    fn plus(self, delta: Duration) -> FsInstant {
+        FsInstant(self.0 + i128::try_from(delta.as_nanos()).unwrap_or(i128::MAX))
     }
 }
 
@@ -271,14 +307,10 @@ impl StampSet {
         Digest(*self.hasher.finalize().as_bytes())
     }
 
-    /// Whether every file last changed at least `settle` before `taken`.
-    fn settled_before(&self, taken: SystemTime, settle: Duration) -> bool {
-        let Ok(since_epoch) = taken.duration_since(UNIX_EPOCH) else {
-            return false;
-        };
-        let limit = since_epoch.saturating_sub(settle).as_nanos();
-        let limit = i128::try_from(limit).unwrap_or(i128::MAX);
-        self.latest_change_ns < limit
+    /// Whether every file last changed at least `settle` before `read_from`.
+    fn settled_before(&self, read_from: FsInstant, settle: Duration) -> bool {
+        let settle = i128::try_from(settle.as_nanos()).unwrap_or(i128::MAX);
+        self.latest_change_ns < read_from.0.saturating_sub(settle)
     }
 }
 
@@ -299,9 +331,11 @@ mod tests {
         let file = dir.path().join("f");
         std::fs::write(&file, "1").unwrap();
         let memo = MemoDir::at(dir.path().join("memo")).with_settle(Duration::ZERO);
+        // Even with no settle time, a file is memoized only after its clock tick.
+        std::thread::sleep(Duration::from_millis(20));
         let stamps = stamps_of(&file);
         let values = vec!["a".to_owned(), "b c".to_owned()];
-        memo.write("t", &file, &stamps, SystemTime::now(), &values);
+        memo.write("t", &file, &stamps, memo.clock(), &values);
         assert_eq!(memo.read("t", &file, &stamps.digest()), Some(values));
         assert_eq!(memo.read("u", &file, &stamps.digest()), None, "other kind");
         let other = Digest::of(b"other stamps");
@@ -317,10 +351,14 @@ mod tests {
         std::fs::write(&file, "1").unwrap();
         let memo = MemoDir::at(dir.path().join("memo"));
         let stamps = stamps_of(&file);
-        memo.write("t", &file, &stamps, SystemTime::now(), &["v".to_owned()]);
+        let now = memo.clock();
+        assert!(now.is_some());
+        memo.write("t", &file, &stamps, now, &["v".to_owned()]);
         assert_eq!(memo.read("t", &file, &stamps.digest()), None);
-        // Stamped as if three seconds later, the same file has settled.
-        let later = SystemTime::now() + Duration::from_secs(3);
+        memo.write("t", &file, &stamps, None, &["v".to_owned()]);
+        assert_eq!(memo.read("t", &file, &stamps.digest()), None, "no clock");
+        // Read as if three seconds later, the same file has settled.
+        let later = now.map(|t| t.plus(Duration::from_secs(3)));
         memo.write("t", &file, &stamps, later, &["v".to_owned()]);
         assert!(memo.read("t", &file, &stamps.digest()).is_some());
     }
@@ -344,7 +382,7 @@ mod tests {
         std::fs::write(&file, "1").unwrap();
         let memo = MemoDir::disabled().with_settle(Duration::ZERO);
         let stamps = stamps_of(&file);
-        memo.write("t", &file, &stamps, SystemTime::now(), &["v".to_owned()]);
+        memo.write("t", &file, &stamps, memo.clock(), &["v".to_owned()]);
         assert_eq!(memo.read("t", &file, &stamps.digest()), None);
     }
 }

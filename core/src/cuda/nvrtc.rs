@@ -150,7 +150,10 @@ impl Nvrtc {
         };
         // Stamped before it is loaded: a file replaced from here on is not memoized
         // under the stamps of the one that was loaded.
-        let files = LibraryFiles::stamp(&located.path);
+        let mut files = LibraryFiles::stamp(&located.path);
+        if let Some(files) = &mut files {
+            files.reading(memo);
+        }
         // SAFETY: the same library was probed by `locate_nvrtc` (it loaded and exports
         // nvrtcVersion); loading it runs NVRTC's own initialisers only.
         let library =

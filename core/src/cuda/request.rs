@@ -11,7 +11,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
-use std::time::SystemTime;
 
 use crate::{Digest, Key, KeyBuilder, Owner};
 
@@ -257,8 +256,6 @@ fn memoized_digest(root: &Path, memo: &MemoDir) -> Result<Digest, Error> {
     if memo.dir().is_none() {
         return hash_files(&walk_tree(root)?);
     }
-    // Taken before stamping: a file that changes from here on is not memoized.
-    let taken = SystemTime::now();
     let files = walk_tree(root)?;
     let mut stamps = StampSet::new("kiln cuda include directory stamps v1");
     for file in &files {
@@ -271,9 +268,11 @@ fn memoized_digest(root: &Path, memo: &MemoDir) -> Result<Digest, Error> {
         return Ok(digest);
     }
     // Hashed after stamping: a file written meanwhile leaves a memo that never
-    // matches again, never a memo that lies.
+    // matches again, never a memo that lies; and only files that had settled
+    // before the reading started are memoized.
+    let read_from = memo.clock();
     let digest = hash_files(&files)?;
-    memo.write(INCLUDE_MEMO, root, &stamps, taken, &[digest.to_hex()]);
+    memo.write(INCLUDE_MEMO, root, &stamps, read_from, &[digest.to_hex()]);
     Ok(digest)
 }
 

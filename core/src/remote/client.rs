@@ -78,12 +78,21 @@ impl Remote {
         &self.server
     }
 
-    /// `GET name`: `None` when the server has no such key.
-    pub(super) fn get(&self, name: &str) -> Result<Option<Vec<u8>>, Unanswered> {
-        self.run(
-            || format!("GET {name}"),
-            |con| redis::cmd("GET").arg(name).query::<Option<Vec<u8>>>(con),
-        )
+    /// The value of `name`, or `None` when there is none (or it is empty),
+    /// reading at most `limit + 1` bytes of it (`GETRANGE name 0 limit`):
+    /// a longer answer means the value is larger than `limit`.
+    pub(super) fn get(&self, name: &str, limit: usize) -> Result<Option<Vec<u8>>, Unanswered> {
+        let value = self.run(
+            || format!("GETRANGE {name}"),
+            |con| {
+                redis::cmd("GETRANGE")
+                    .arg(name)
+                    .arg(0)
+                    .arg(limit)
+                    .query::<Vec<u8>>(con)
+            },
+        )?;
+        Ok(Some(value).filter(|value| !value.is_empty()))
     }
 
     /// `SET name value`.

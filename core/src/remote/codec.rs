@@ -20,15 +20,23 @@ pub(super) fn encode(entry: &EntryData) -> Result<Vec<u8>, Error> {
 /// `redis_key`.
 ///
 /// # Errors
-/// [`Error::RemoteEntryCorrupt`] if `bytes` is not a valid image (any header
+/// [`Error::RemoteEntryTooLarge`] if `bytes` is longer than `limit`,
+/// [`Error::RemoteEntryCorrupt`] if it is not a valid image (any header
 /// field, structure or checksum), [`Error::RemoteEntryMismatch`] if it is
 /// valid but does not hold exactly the entry `(owner, key)`.
 pub(super) fn decode(
     redis_key: &str,
     bytes: &[u8],
+    limit: usize,
     owner: &Digest,
     key: &Digest,
 ) -> Result<EntryData, Error> {
+    if bytes.len() > limit {
+        return Err(Error::RemoteEntryTooLarge {
+            redis_key: redis_key.to_owned(),
+            limit,
+        });
+    }
     let corrupt = |source| Error::RemoteEntryCorrupt {
         redis_key: redis_key.to_owned(),
         source: Box::new(source),
@@ -57,6 +65,8 @@ mod tests {
     use super::*;
     use kiln_image::{Artifact, ArtifactKind};
 
+    const LIMIT: usize = 1 << 20;
+
     fn entry(name: &str) -> EntryData {
         EntryData {
             owner: Digest::of(b"owner"),
@@ -79,7 +89,7 @@ mod tests {
         let e = entry("f<i32>");
         let bytes = encode(&e).expect("encodes");
         assert_eq!(encode(&e).expect("encodes"), bytes, "deterministic");
-        let back = decode("k", &bytes, &e.owner, &e.key).expect("decodes");
+        let back = decode("k", &bytes, LIMIT, &e.owner, &e.key).expect("decodes");
         assert_eq!(back.artifacts, e.artifacts);
         assert_eq!(back.name, e.name);
     }
@@ -91,7 +101,7 @@ mod tests {
         for i in 0..bytes.len() {
             let mut flipped = bytes.clone();
             flipped[i] ^= 0x10;
-            let result = decode("k", &flipped, &e.owner, &e.key);
+            let result = decode("k", &flipped, LIMIT, &e.owner, &e.key);
             // A flip in padding may leave the entry intact: then it must be
             // exactly the original entry.
             if let Ok(back) = result {
@@ -107,7 +117,7 @@ mod tests {
         for len in [0, 1, 16, bytes.len() / 2, bytes.len() - 1] {
             assert!(
                 matches!(
-                    decode("k", &bytes[..len], &e.owner, &e.key),
+                    decode("k", &bytes[..len], LIMIT, &e.owner, &e.key),
                     Err(Error::RemoteEntryCorrupt { .. })
                 ),
                 "{len} bytes"
@@ -116,10 +126,22 @@ mod tests {
     }
 
     #[test]
+    fn a_value_over_the_limit_is_rejected_before_it_is_parsed() {
+        let e = entry("f<i8>");
+        let bytes = encode(&e).expect("encodes");
+        assert!(decode("k", &bytes, bytes.len(), &e.owner, &e.key).is_ok());
+        let result = decode("k", &bytes, bytes.len() - 1, &e.owner, &e.key);
+        assert!(
+            matches!(result, Err(Error::RemoteEntryTooLarge { limit, .. }) if limit == bytes.len() - 1),
+            "{result:?}"
+        );
+    }
+
+    #[test]
     fn another_entry_is_rejected() {
         let (asked, other) = (entry("f<f32>"), entry("f<f64>"));
         let bytes = encode(&other).expect("encodes");
-        let result = decode("k", &bytes, &asked.owner, &asked.key);
+        let result = decode("k", &bytes, LIMIT, &asked.owner, &asked.key);
         assert!(
             matches!(result, Err(Error::RemoteEntryMismatch { .. })),
             "{result:?}"
@@ -133,7 +155,7 @@ mod tests {
         writer.push(asked.clone());
         writer.push(other);
         let bytes = writer.to_bytes().expect("encodes");
-        let result = decode("k", &bytes, &asked.owner, &asked.key);
+        let result = decode("k", &bytes, LIMIT, &asked.owner, &asked.key);
         assert!(
             matches!(result, Err(Error::RemoteEntryMismatch { ref found, .. }) if found == "2 entries"),
             "{result:?}"

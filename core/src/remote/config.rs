@@ -43,8 +43,9 @@ pub struct RemoteConfig {
     /// The first part of every Redis key (`<namespace>:v1:<owner>:<key>`),
     /// to share one server among unrelated users. Default `kiln`.
     pub namespace: String,
-    /// Entries whose image is larger than this are not stored remotely.
-    /// Default 64 MiB.
+    /// The largest value stored or fetched: larger entries are not stored,
+    /// and no more than this (plus one byte) is read of a value, so a
+    /// hostile server cannot make the tier allocate more. Default 64 MiB.
     pub max_entry_bytes: usize,
 }
 
@@ -107,6 +108,12 @@ impl RemoteConfig {
     /// Sets [`RemoteConfig::backoff`].
     pub fn backoff(mut self, backoff: Duration) -> RemoteConfig {
         self.backoff = backoff;
+        self
+    }
+
+    /// Sets [`RemoteConfig::max_entry_bytes`].
+    pub fn max_entry_bytes(mut self, max_entry_bytes: usize) -> RemoteConfig {
+        self.max_entry_bytes = max_entry_bytes;
         self
     }
 

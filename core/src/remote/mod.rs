@@ -6,7 +6,7 @@
 //! on one machine is a remote hit on every other:
 //!
 //! ```text
-//! get_or_compile: memory → images → disk → remote (GET) → compile
+//! get_or_compile: memory → images → disk → remote (GETRANGE) → compile
 //!                                    ↑        │hit          │
 //!                                    └────────┘             └→ SET on disk and remote
 //!                                 written through
@@ -29,7 +29,11 @@
 //! are bounded by [`RemoteConfig::timeout`]. A failure logs **one**
 //! warning per outage (`tracing`), and for [`RemoteConfig::backoff`] the
 //! tier answers "miss" at once without asking the server, so a dead server
-//! does not cost a timeout per kernel. The caller compiles; nothing fails.
+//! does not cost a timeout per kernel. An error reply to one command
+//! (`WRONGTYPE` for one key, `OOM` for one write) costs one round trip and
+//! is not an outage: one warning, no back-off. The caller compiles;
+//! nothing fails. Values larger than [`RemoteConfig::max_entry_bytes`] are
+//! neither stored nor read whole.
 //!
 //! # Security
 //!

@@ -15,7 +15,8 @@ use crate::{Error, Key, Owner, Tier};
 /// A cache tier on a Redis server shared by many machines.
 ///
 /// Add it to a [`Cache`](crate::Cache) after the local disk tier: a miss
-/// everywhere else asks the server (`GET`), a compile is stored on it
+/// everywhere else asks the server (`GETRANGE`, at most
+/// [`RemoteConfig::max_entry_bytes`] read), a compile is stored on it
 /// (`SET`), and a remote hit is written through to the local tier given
 /// with [`RemoteTier::write_through`], so the next process on this machine
 /// finds it on disk.
@@ -30,7 +31,7 @@ use crate::{Error, Key, Owner, Tier};
 ///
 /// Cloning gives another handle to the same tier (same connections and
 /// counters), e.g. to read [`RemoteTier::stats`] after adding it.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RemoteTier {
     shared: Arc<Shared>,
 }
@@ -43,13 +44,19 @@ struct Shared {
     counters: Counters,
 }
 
-impl std::fmt::Debug for Shared {
+impl std::fmt::Debug for RemoteTier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shared = &self.shared;
         f.debug_struct("RemoteTier")
-            .field("remote", &self.remote)
-            .field("namespace", &self.namespace)
-            .field("write_through", &self.local.get().map(|local| local.name()))
-            .finish_non_exhaustive()
+            .field("remote", &shared.remote)
+            .field("namespace", &shared.namespace)
+            .field("max_entry_bytes", &shared.max_entry_bytes)
+            .field(
+                "write_through",
+                &shared.local.get().map(|local| local.name()),
+            )
+            .field("stats", &self.stats())
+            .finish()
     }
 }
 
@@ -58,7 +65,7 @@ impl std::fmt::Debug for Shared {
 pub struct RemoteStats {
     /// Loads answered with a verified entry.
     pub hits: u64,
-    /// Loads the server answered with "no such key".
+    /// Loads the server answered with "no such key" (or an empty value).
     pub misses: u64,
     /// Values fetched and rejected (corrupt, or not the entry asked for).
     pub rejected: u64,
@@ -161,7 +168,7 @@ impl Tier for RemoteTier {
         let shared = &self.shared;
         let owner_digest = owner.digest();
         let name = naming::entry_key(&shared.namespace, &owner_digest, key.digest());
-        let bytes = match shared.remote.get(&name) {
+        let bytes = match shared.remote.get(&name, shared.max_entry_bytes) {
             Ok(Some(bytes)) => bytes,
             Ok(None) => {
                 self.count(|c| &c.misses);
@@ -172,10 +179,16 @@ impl Tier for RemoteTier {
                 return Ok(None);
             }
         };
-        let entry =
-            codec::decode(&name, &bytes, &owner_digest, key.digest()).inspect_err(|_| {
-                self.count(|c| &c.rejected);
-            })?;
+        let entry = codec::decode(
+            &name,
+            &bytes,
+            shared.max_entry_bytes,
+            &owner_digest,
+            key.digest(),
+        )
+        .inspect_err(|_| {
+            self.count(|c| &c.rejected);
+        })?;
         self.count(|c| &c.hits);
         if let Some(local) = shared.local.get()
             && let Err(error) = local.store(owner, &entry)

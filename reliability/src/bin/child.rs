@@ -27,7 +27,7 @@ use kiln_core::disk::{DiskCache, DiskConfig};
 use kiln_core::{ArtifactKind, Cache, Source};
 use kiln_image::{Image, ImageMeta, ImageWriter, Verification};
 use kiln_reliability::audit::recompile;
-use kiln_reliability::fixture::{numbered_entry, numbered_key, owners};
+use kiln_reliability::fixture::{load_payload_len, numbered_entry, numbered_key, owners};
 use kiln_reliability::kernels::{self, Change};
 use kiln_reliability::{Error, Fixture, Rng};
 
@@ -91,7 +91,7 @@ fn say(line: std::fmt::Arguments<'_>) -> Result<(), Error> {
 }
 
 /// The image file of entry `i`.
-pub fn image_path(dir: &Path, i: u64) -> PathBuf {
+fn image_path(dir: &Path, i: u64) -> PathBuf {
     dir.join(format!("img-{i:08}.kimg"))
 }
 
@@ -132,7 +132,6 @@ fn load(dir: &Path, threads: usize, ops: u64, keys: u64, seed: u64) -> Result<()
         AtomicU64::new(0),
         std::sync::Mutex::new(Vec::new()),
     );
-    let len = |i: u64| 64 + (i as usize * 37) % 2000;
     std::thread::scope(|scope| {
         for t in 0..threads {
             let (cache, owner, done, errors, compiled) =
@@ -141,7 +140,7 @@ fn load(dir: &Path, threads: usize, ops: u64, keys: u64, seed: u64) -> Result<()
                 let mut rng = Rng::new(seed.wrapping_mul(1_000_003).wrapping_add(t as u64));
                 for _ in 0..ops {
                     let i = rng.below(keys as usize) as u64;
-                    let expected = numbered_entry(owner, i, len(i));
+                    let expected = numbered_entry(owner, i, load_payload_len(i));
                     let answer = cache.get_or_compile(owner, &numbered_key(i), || {
                         compiled
                             .lock()
