@@ -45,6 +45,13 @@ pub struct Plan {
 
 /// Runs the plan.
 pub fn run(plan: &Plan) -> Result<Report, BenchError> {
+    if plan.gpu && !kiln::cuda::loader::driver_available() {
+        return Err(BenchError::Gpu {
+            what: "--gpu".to_owned(),
+            reason: "the CUDA driver library does not load here: run --gpu on a machine with a GPU"
+                .to_owned(),
+        });
+    }
     let temp;
     let root = match &plan.fixtures {
         Some(dir) => dir.clone(),

@@ -70,9 +70,14 @@ impl Fixtures {
 
         let disk = DiskCache::open(DiskConfig::new(fixtures.disk_dir()))?;
         for entry in &entries {
-            // `put` is best-effort; a missing entry shows up as a compile in the
-            // disk mode, which the child refuses.
+            // `put` is best-effort (false also when already there): check.
             disk.put(entry);
+            if disk.get(&entry.owner, &entry.key).is_none() {
+                return Err(BenchError::Missing {
+                    mode: "kiln-disk (warming its directory)".to_owned(),
+                    kernel: entry.name.clone(),
+                });
+            }
         }
         drop(disk);
 

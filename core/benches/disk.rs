@@ -107,15 +107,20 @@ fn kiln_config(dir: &Path) -> DiskConfig {
     config
 }
 
-fn build_kiln(dir: &Path) {
+/// Stores every entry, one `put` each (compaction merges as it goes); with
+/// `gc`, then merges everything into one segment (`kiln cache gc`).
+fn build_kiln(dir: &Path, gc: bool) {
     let cache = DiskCache::open(kiln_config(dir)).expect("open");
     for n in 0..ENTRIES {
         assert!(cache.put(&entry(n)));
     }
+    if gc {
+        cache.gc().expect("gc");
+    }
     let stats = cache.stats().expect("stats");
     eprintln!(
-        "kiln disk cache: {} entries in {} segments, {} bytes; file-per-entry: {} files",
-        stats.entries, stats.segments, stats.bytes, ENTRIES
+        "kiln disk cache: {} entries in {} segments, {} bytes",
+        stats.entries, stats.segments, stats.bytes
     );
 }
 
@@ -131,9 +136,12 @@ fn kiln_hit(cache: &DiskCache, n: u64) -> usize {
 /// Hit counts of a fresh process measured.
 const HIT_COUNTS: [u64; 3] = [1, 16, 256];
 
-/// The two caches, built in the same temporary directory tree.
+/// The caches, built in the same run.
 struct Fixture {
+    /// Kiln, as 1000 stores leave it (several segments).
     kiln_dir: tempfile::TempDir,
+    /// Kiln after `gc` (one segment).
+    compacted_dir: tempfile::TempDir,
     files: FilePerEntry,
     _files_dir: tempfile::TempDir,
 }
@@ -141,11 +149,14 @@ struct Fixture {
 impl Fixture {
     fn build() -> Fixture {
         let kiln_dir = tempfile::tempdir().expect("temp dir");
+        let compacted_dir = tempfile::tempdir().expect("temp dir");
         let files_dir = tempfile::tempdir().expect("temp dir");
-        build_kiln(kiln_dir.path());
+        build_kiln(kiln_dir.path(), false);
+        build_kiln(compacted_dir.path(), true);
         let files = FilePerEntry::build(files_dir.path());
         Fixture {
             kiln_dir,
+            compacted_dir,
             files,
             _files_dir: files_dir,
         }
@@ -154,8 +165,8 @@ impl Fixture {
     /// A fresh process that needs `hits` entries: Kiln opens the directory,
     /// finds and checks each entry, and drops the cache (in a real process:
     /// exit), which appends the recency stamps and unmaps.
-    fn kiln_fresh(&self, keys: &mut impl FnMut() -> u64, hits: u64) -> usize {
-        let cache = DiskCache::open(kiln_config(self.kiln_dir.path())).expect("open");
+    fn kiln_fresh(&self, dir: &Path, keys: &mut impl FnMut() -> u64, hits: u64) -> usize {
+        let cache = DiskCache::open(kiln_config(dir)).expect("open");
         (0..hits).map(|_| kiln_hit(&cache, keys())).sum()
     }
 
@@ -182,7 +193,10 @@ fn benches(c: &mut Criterion, fixture: &Fixture) {
         let mut group = c.benchmark_group(format!("fresh_process_{hits}_hits"));
         group.throughput(Throughput::Elements(hits));
         group.bench_function("kiln_disk_tier", |b| {
-            b.iter(|| fixture.kiln_fresh(&mut keys, hits))
+            b.iter(|| fixture.kiln_fresh(fixture.kiln_dir.path(), &mut keys, hits))
+        });
+        group.bench_function("kiln_disk_tier_after_gc", |b| {
+            b.iter(|| fixture.kiln_fresh(fixture.compacted_dir.path(), &mut keys, hits))
         });
         group.bench_function("file_per_entry", |b| {
             b.iter(|| fixture.files_fresh(&mut keys, hits))
@@ -249,27 +263,82 @@ fn median_micros(runs: usize, mut f: impl FnMut() -> usize) -> f64 {
     times[runs / 2]
 }
 
-/// A table for BENCHMARKS.md: per-hit cost in a fresh process, Kiln against
-/// the file-per-entry cache, measured alternately in this run (medians).
+/// A table for BENCHMARKS.md: per-hit cost in a fresh process, Kiln (as
+/// 1000 stores leave the directory, and after `gc`) against the
+/// file-per-entry cache, measured alternately in this run (the median of
+/// five medians).
 fn summary(fixture: &Fixture) {
     let mut keys = key_cycle();
     println!();
     println!(
-        "| hits in a fresh process | Kiln disk tier, µs per hit | file per entry, µs per hit | Kiln faster by |"
+        "| hits in a fresh process | file per entry, µs/hit | Kiln, µs/hit | Kiln after gc, µs/hit | Kiln faster by | after gc |"
     );
-    println!("| ---: | ---: | ---: | ---: |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: |");
     for hits in HIT_COUNTS {
         let runs = (20_000 / hits as usize).clamp(50, 2000);
-        let (mut kiln, mut files) = (Vec::new(), Vec::new());
+        let mut times: [Vec<f64>; 3] = Default::default();
         for _ in 0..5 {
-            kiln.push(median_micros(runs, || fixture.kiln_fresh(&mut keys, hits)));
-            files.push(median_micros(runs, || fixture.files_fresh(&mut keys, hits)));
+            times[0].push(median_micros(runs, || fixture.files_fresh(&mut keys, hits)));
+            times[1].push(median_micros(runs, || {
+                fixture.kiln_fresh(fixture.kiln_dir.path(), &mut keys, hits)
+            }));
+            times[2].push(median_micros(runs, || {
+                fixture.kiln_fresh(fixture.compacted_dir.path(), &mut keys, hits)
+            }));
         }
-        kiln.sort_by(f64::total_cmp);
-        files.sort_by(f64::total_cmp);
-        let (kiln, files) = (kiln[2] / hits as f64, files[2] / hits as f64);
-        println!("| {hits} | {kiln:.2} | {files:.2} | {:.1}× |", files / kiln);
+        let [files, kiln, compacted] = times.map(|mut t| {
+            t.sort_by(f64::total_cmp);
+            t[2] / hits as f64
+        });
+        println!(
+            "| {hits} | {files:.2} | {kiln:.2} | {compacted:.2} | {:.2}× | {:.2}× |",
+            files / kiln,
+            files / compacted
+        );
     }
+}
+
+/// Where a fresh process's time goes (medians): opening the directory
+/// (listing it), the first hit (opening a segment: header and index checks,
+/// payload map, payload checksum), a second hit, and the drop (recency
+/// stamps appended, segments unmapped).
+fn phases(fixture: &Fixture) {
+    let mut keys = key_cycle();
+    let mut times: [Vec<f64>; 4] = Default::default();
+    for _ in 0..3000 {
+        let start = Instant::now();
+        let cache = DiskCache::open(kiln_config(fixture.kiln_dir.path())).expect("open");
+        let opened = Instant::now();
+        kiln_hit(&cache, keys());
+        let first = Instant::now();
+        kiln_hit(&cache, keys());
+        let second = Instant::now();
+        drop(cache);
+        let dropped = Instant::now();
+        let micros = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e6;
+        times[0].push(micros(start, opened));
+        times[1].push(micros(opened, first));
+        times[2].push(micros(first, second));
+        times[3].push(micros(second, dropped));
+    }
+    let names = [
+        "open the directory",
+        "first hit",
+        "second hit",
+        "drop (stamps, unmap)",
+    ];
+    println!();
+    println!("| fresh Kiln process, phase | µs (median) |");
+    println!("| --- | ---: |");
+    for (name, mut phase) in names.into_iter().zip(times) {
+        phase.sort_by(f64::total_cmp);
+        println!("| {name} | {:.2} |", phase[phase.len() / 2]);
+    }
+    let bytes = payload(0);
+    let checksum = median_micros(10_000, || {
+        blake3::hash(black_box(&bytes)).as_bytes()[0].into()
+    });
+    println!("| (floor) BLAKE3 of one 4 KiB payload, both caches | {checksum:.2} |");
 }
 
 fn main() {
@@ -281,4 +350,5 @@ fn main() {
     benches(&mut criterion, &fixture);
     criterion.final_summary();
     summary(&fixture);
+    phases(&fixture);
 }

@@ -8,21 +8,17 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::thread;
-use std::time::Duration;
 
 use cache_support::{build_image, compiled, fp, key, open, owner, ptx};
 use kiln_core::{Cache, Compiled, Digest, Error};
 
 const THREADS: usize = 6;
 
-/// Blocks the leader's compile until every caller has missed (each caller
-/// looks up before it joins the flight), then a little longer so the misses
-/// reach the flight; keeps the followers on the same flight.
-fn wait_for_all_misses(cache: &Cache, callers: u64) {
-    while cache.stats().misses < callers {
+/// Blocks the leader's compile until every other caller waits for it.
+fn wait_for_followers(cache: &Cache) {
+    while cache.stats().compile_waits < THREADS as u64 - 1 {
         thread::yield_now();
     }
-    thread::sleep(Duration::from_millis(30));
 }
 
 #[test]
@@ -39,7 +35,7 @@ fn rule10_concurrent_callers_compile_once() {
                     let hit = cache
                         .get_or_compile(&o, &key(1), || {
                             compiles.fetch_add(1, Ordering::SeqCst);
-                            wait_for_all_misses(&cache, THREADS as u64);
+                            wait_for_followers(&cache);
                             Ok::<_, std::io::Error>(compiled(1, "once"))
                         })
                         .unwrap();
@@ -51,7 +47,8 @@ fn rule10_concurrent_callers_compile_once() {
     });
     assert_eq!(compiles.load(Ordering::SeqCst), 1);
     assert!(results.iter().all(|r| *r == results[0]));
-    assert_eq!(cache.stats().compiles, 1);
+    let stats = cache.stats();
+    assert_eq!((stats.compiles, stats.compile_waits), (1, THREADS as u64 - 1));
 }
 
 #[test]
@@ -67,7 +64,7 @@ fn rule10_a_failure_reaches_every_waiter_and_is_not_cached() {
                     barrier.wait();
                     let result = cache.get_or_compile(&o, &key(1), || {
                         compiles.fetch_add(1, Ordering::SeqCst);
-                        wait_for_all_misses(&cache, THREADS as u64);
+                        wait_for_followers(&cache);
                         Err::<Compiled, _>("syntax error at line 3")
                     });
                     match result {
@@ -104,7 +101,7 @@ fn rule10_a_panicking_compile_releases_its_waiters() {
                     barrier.wait();
                     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         cache.get_or_compile(&o, &key(1), || -> Result<Compiled, std::io::Error> {
-                            wait_for_all_misses(&cache, THREADS as u64);
+                            wait_for_followers(&cache);
                             panic!("compiler crashed");
                         })
                     }));

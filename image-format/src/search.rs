@@ -59,7 +59,9 @@ pub(crate) fn find_key(
         .get(bucket)
         .zip(table.get(bucket + 1))
         .map(|(start, end)| (start.to_native() as usize, end.to_native() as usize))
-        .filter(|&(start, end)| start <= end && end <= records.len() && table.len() == (1 << bits.min(31)) + 1);
+        .filter(|&(start, end)| {
+            start <= end && end <= records.len() && table.len() == (1 << bits.min(31)) + 1
+        });
     let (start, end) = bounds.unwrap_or((0, records.len()));
     let candidates = records.get(start..end)?;
     candidates
@@ -90,7 +92,12 @@ mod tests {
 
     #[test]
     fn bucket_table_points_at_each_buckets_first_key() {
-        let keys = [key(0, 0), key(0x4000_0000, 0), key(0x4000_0001, 0), key(0xffff_ffff, 0)];
+        let keys = [
+            key(0, 0),
+            key(0x4000_0000, 0),
+            key(0x4000_0001, 0),
+            key(0xffff_ffff, 0),
+        ];
         let refs: Vec<&[u8; 32]> = keys.iter().collect();
         assert_eq!(bucket_table(&refs, 2), vec![0, 1, 3, 3, 4]);
         assert_eq!(bucket_table(&refs, 0), vec![0, 4]);

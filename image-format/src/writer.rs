@@ -372,10 +372,15 @@ fn build_key_buckets(index: &mut Index, order: &[&EntryData]) -> Result<(), Imag
             .collect();
         let bits = crate::search::bucket_bits(keys.len());
         let start = fit_u32(index.key_buckets.len(), "the key bucket table")?;
-        index.key_buckets.extend(crate::search::bucket_table(&keys, bits));
+        index
+            .key_buckets
+            .extend(crate::search::bucket_table(&keys, bits));
         owner.buckets = Span {
             start,
-            len: fit_u32(index.key_buckets.len() - start as usize, "the key bucket table")?,
+            len: fit_u32(
+                index.key_buckets.len() - start as usize,
+                "the key bucket table",
+            )?,
         };
         owner.bucket_bits = bits;
     }

@@ -54,22 +54,27 @@ impl Cache {
             }
             match self.flights.join(SlotKey::new(&digest, key)) {
                 Join::Leader(leader) => break leader,
-                Join::Follower(flight) => match flight.wait() {
-                    Outcome::Succeeded => {
-                        // The leader's result is in the cache (unless a
-                        // redefinition closed it meanwhile: then go again).
-                        if let Some(hit) = self.find(self.world().0, &digest, key) {
-                            return Ok(hit);
+                Join::Follower(flight) => {
+                    bump(&self.counters.compile_waits);
+                    match flight.wait() {
+                        Outcome::Succeeded => {
+                            // The leader's result is in the cache (unless a
+                            // redefinition closed it meanwhile: then go again).
+                            if let Some(hit) = self.find(self.world().0, &digest, key) {
+                                return Ok(hit);
+                            }
+                        }
+                        Outcome::Failed(source) => {
+                            return Err(compile_error(owner, key, source));
+                        }
+                        Outcome::Panicked => {
+                            return Err(Error::CompilePanicked {
+                                owner: owner.label().to_owned(),
+                                key: *key,
+                            });
                         }
                     }
-                    Outcome::Failed(source) => return Err(compile_error(owner, key, source)),
-                    Outcome::Panicked => {
-                        return Err(Error::CompilePanicked {
-                            owner: owner.label().to_owned(),
-                            key: *key,
-                        });
-                    }
-                },
+                }
             }
         };
         // A flight that ended just before this one started may have cached it.

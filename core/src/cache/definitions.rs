@@ -7,6 +7,7 @@
 //! image layers through the image's dep index and the layer's state words.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 
 use super::Cache;
 use super::image_deps;
@@ -79,8 +80,9 @@ impl Cache {
                         }
                     }
                 }
-                // Checked at merge, so this does not happen; if it did, the
-                // layer's dependents could not be found: stop serving it all.
+                // The dependency index is checked on first use (at merge if
+                // definitions were known then, else here). If it is corrupt,
+                // the layer's dependents cannot be found: stop serving it all.
                 Err(error) => {
                     tracing::warn!(%error, "image dependency index unusable; image no longer served");
                     for index in 0..layer.image.len() {
@@ -96,7 +98,7 @@ impl Cache {
         }
         add(&self.counters.invalidated, closed);
         let next = now + 1;
-        self.world.store(next, std::sync::atomic::Ordering::Release);
+        self.world.store(next, Ordering::Release);
         drop(writer);
         tracing::debug!(name, world = next, closed, "definition changed");
         World(next)

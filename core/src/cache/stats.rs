@@ -50,6 +50,7 @@ pub(crate) struct Counters {
     pub(crate) hits_tier: AtomicU64,
     pub(crate) compiles: AtomicU64,
     pub(crate) compile_failures: AtomicU64,
+    pub(crate) compile_waits: AtomicU64,
     pub(crate) compile_nanos: AtomicU64,
     pub(crate) corrupt: AtomicU64,
     pub(crate) inserts: AtomicU64,
@@ -111,6 +112,9 @@ pub struct Stats {
     pub compiles: u64,
     /// Compiles that returned an error or panicked.
     pub compile_failures: u64,
+    /// `get_or_compile` calls that waited for the compile of the same key
+    /// already running in another thread instead of compiling (single flight).
+    pub compile_waits: u64,
     /// Total time spent in compiles.
     pub compile_time: Duration,
     /// Image entries whose payload failed its checksum on access (treated as
@@ -155,6 +159,7 @@ pub(crate) fn collect(
         hits_tier: get(&counters.hits_tier),
         compiles: get(&counters.compiles),
         compile_failures: get(&counters.compile_failures),
+        compile_waits: get(&counters.compile_waits),
         compile_time: Duration::from_nanos(get(&counters.compile_nanos)),
         corrupt: get(&counters.corrupt),
         inserts: get(&counters.inserts),

@@ -31,7 +31,8 @@
 //! What remains outside the argument: a clock set backwards by more than the settle
 //! time between two changes, the stamped files on a file system whose clock runs
 //! behind the memo directory's by more than the settle time (a remote mount with a
-//! skewed server clock), and file systems without `ctime`. The compile path checks
+//! skewed server clock), writes through a shared memory mapping (the times are updated
+//! when the pages are written back), and file systems without `ctime`. The compile path checks
 //! NVRTC's identity once more (see [`super::identity`]).
 //!
 //! Memos live in `<KILN_CACHE_DIR>/cuda-memo/` (see [`crate::disk::DiskConfig`]); with

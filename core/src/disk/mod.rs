@@ -102,8 +102,8 @@ mod view;
 pub use cache::DiskCache;
 pub use config::DiskConfig;
 pub use hit::{DiskArtifact, DiskHit};
-pub use tier::DiskTier;
 pub use report::{
     ArtifactInfo, ClearReport, DiskStats, EntryInfo, GcReport, SegmentCheck, SessionCounters,
     VerifyReport,
 };
+pub use tier::DiskTier;
