@@ -67,7 +67,8 @@ fn modes(report: &Report, area: &Area<'_>) -> DrawResult {
         .configure_mesh()
         .disable_y_mesh()
         .light_line_style(TRANSPARENT)
-        .x_desc("milliseconds (log scale)")
+        .x_desc("time (log scale)")
+        .x_label_formatter(&|x| format_ms(*x))
         .y_labels(n)
         .y_label_formatter(&|v| match v {
             SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {

@@ -94,6 +94,7 @@ pub fn run(plan: &Plan) -> Result<Report, BenchError> {
         rss,
         gpu,
         targets,
+        runs: measurements,
     })
 }
 

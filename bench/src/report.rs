@@ -54,6 +54,8 @@ pub struct ModeSummary {
     pub nvrtc_ms: f64,
     /// Of the setup: median CCCL header fingerprint, ms.
     pub headers_ms: f64,
+    /// Of the setup: median of the rest (deriving the owners and keys), ms.
+    pub keys_ms: f64,
     /// Median lookup phase (all kernels), ms.
     pub lookup_ms: f64,
     /// Median lookup phase per kernel (first hit in a fresh process), µs.
@@ -96,6 +98,11 @@ pub fn summarize(measurements: &[Measurement]) -> Vec<ModeSummary> {
                 setup_ms: ms(med(|m| m.setup_ns)),
                 nvrtc_ms: ms(med(|m| m.nvrtc_ns)),
                 headers_ms: ms(med(|m| m.headers_ns)),
+                keys_ms: ms(med(|m| {
+                    m.setup_ns
+                        .saturating_sub(m.nvrtc_ns)
+                        .saturating_sub(m.headers_ns)
+                })),
                 lookup_ms: ms(lookup),
                 per_hit_us: lookup / 1e3 / first.kernels.max(1) as f64,
                 repeat_hit_us: med(|m| m.repeat_ns) / 1e3 / first.kernels.max(1) as f64,
@@ -237,6 +244,8 @@ pub struct Report {
     pub gpu: Option<GpuSummary>,
     /// The targets, checked.
     pub targets: Vec<TargetCheck>,
+    /// Every child's measurement, in the order they ran.
+    pub runs: Vec<Measurement>,
 }
 
 impl Report {
@@ -263,6 +272,15 @@ impl Report {
                 format!("{}: time to all kernels in hand, cold / warm", mode.name()),
                 TARGET_VS_COLD,
                 get(mode).and_then(|s| s.vs_cold),
+                true,
+            ));
+            checks.push(check(
+                format!(
+                    "{}: the same without the setup every mode pays (init + lookups only)",
+                    mode.name()
+                ),
+                TARGET_VS_COLD,
+                get(mode).and_then(|s| s.vs_cold_without_setup),
                 true,
             ));
             checks.push(check(
@@ -346,7 +364,7 @@ impl Report {
                 s.mode.name(),
                 s.nvrtc_ms,
                 s.headers_ms,
-                (s.setup_ms - s.nvrtc_ms - s.headers_ms).max(0.0)
+                s.keys_ms
             );
         }
         if !self.scaling.is_empty() {

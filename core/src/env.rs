@@ -6,6 +6,7 @@
 //! | `KILN_ALWAYS_COMPILE=1` | skip every cached tier (memory, images, extra tiers) and compile; results are still recorded |
 //! | `KILN_IMAGE_PATH=dir1:dir2` | also memory-map and merge every `*.kimg` file in these directories |
 //! | `KILN_LOG=info` | report init (each image merged or skipped, and why) on stderr; a `tracing` filter such as `warn` or `kiln_core=debug` |
+//! | `KILN_CACHE=0`, `KILN_CACHE_DIR`, `KILN_CACHE_MAX_BYTES` | the disk tier of the global cache: off, where, how large (see [`crate::disk::config`]) |
 //!
 //! A boolean switch is off when unset, empty, `0`, `false`, `no` or `off`
 //! (any case), and on for any other value. The switches are read once, when

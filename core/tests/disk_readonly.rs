@@ -16,7 +16,7 @@ use std::process::Command;
 use disk_support::{
     WarnCounter, child_process, compile, compiled, config, default_len, entry, ids, key, owner,
 };
-use kiln_core::disk::DiskCache;
+use kiln_core::disk::{DiskCache, DiskTier};
 use kiln_core::{ArtifactKind, Cache, Source};
 
 #[test]
@@ -37,6 +37,28 @@ fn a_cache_dir_that_cannot_be_created_is_one_warning_and_no_tier() {
     assert_eq!(warnings.count(), 1);
     let err = DiskCache::open(config(&under_a_file)).expect_err("ENOTDIR");
     assert!(err.to_string().contains("KILN_CACHE_DIR"), "{err}");
+}
+
+#[test]
+fn a_lazy_disk_tier_that_cannot_create_its_directory_warns_once_and_compiles() {
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    let tier = DiskTier::new(config(&file.path().join("kiln")));
+    let warnings = WarnCounter::default();
+    tracing::subscriber::with_default(warnings.clone(), || {
+        let cache = Cache::new();
+        cache.add_tier(Box::new(tier));
+        assert_eq!(warnings.count(), 0, "adding the tier touched the disk");
+        for i in 0..3 {
+            let hit = cache
+                .get_or_compile(&owner(), &key(i), || {
+                    Ok::<_, std::io::Error>(compiled(i, default_len(i)))
+                })
+                .expect("never an error");
+            assert_eq!(hit.source(), Source::Memory, "compiled");
+        }
+        assert_eq!(cache.stats().compiles, 3);
+    });
+    assert_eq!(warnings.count(), 1, "one warning, on first use");
 }
 
 #[test]

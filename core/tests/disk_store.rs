@@ -252,3 +252,69 @@ fn a_hit_outlives_the_compaction_that_deletes_its_segment() {
         assert_hit(&reader, i, 3000);
     }
 }
+
+#[test]
+fn a_replaced_base_segment_is_found_again_by_a_process_that_mapped_the_old_one() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let writer = DiskCache::open(config(dir.path())).expect("open");
+    for i in 0..4 {
+        assert!(writer.put(&entry(i, default_len(i))));
+    }
+    writer.gc().expect("gc");
+    assert_eq!(segment_files(dir.path()), ["seg-base.kimg"]);
+
+    // A new process: its first hit opens the base segment (no listing).
+    let reader = DiskCache::open(config(dir.path())).expect("open");
+    assert_hit(&reader, 0, default_len(0));
+
+    // Another process stores more and compacts: the base is replaced by a
+    // file holding everything, and the segments merged into it are gone.
+    for i in 4..8 {
+        assert!(writer.put(&entry(i, default_len(i))));
+    }
+    writer.gc().expect("gc");
+    assert_eq!(segment_files(dir.path()), ["seg-base.kimg"]);
+
+    // The reader still holds the old base: a miss there lists the directory
+    // again and opens the new base.
+    for i in 0..8 {
+        assert_hit(&reader, i, default_len(i));
+    }
+    // A hit borrowed from the old base stays valid after it was replaced.
+    let (owner, key) = ids(1);
+    let old = reader.get(&owner, &key).expect("a hit");
+    writer.gc().expect("gc");
+    assert_eq!(
+        old.artifact(&ArtifactKind::Ptx).expect("readable"),
+        Some(&compile(1, default_len(1))[..])
+    );
+}
+
+#[test]
+fn a_damaged_base_segment_is_a_miss_and_gc_rebuilds_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let writer = DiskCache::open(config(dir.path())).expect("open");
+    for i in 0..3 {
+        assert!(writer.put(&entry(i, default_len(i))));
+    }
+    writer.gc().expect("gc");
+    let base = dir.path().join("seg-base.kimg");
+    let mut bytes = fs::read(&base).expect("read");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff; // a payload byte
+    fs::write(&base, &bytes).expect("write");
+
+    let reader = DiskCache::open(config(dir.path())).expect("open");
+    let damaged = (0..3)
+        .filter(|&i| reader.get(&ids(i).0, &ids(i).1).is_none())
+        .count();
+    assert!(damaged >= 1, "the flipped payload is a miss");
+    let report = reader.gc().expect("gc");
+    assert!(report.corrupt_entries_dropped >= 1, "{report:?}");
+    assert_eq!(segment_files(dir.path()), ["seg-base.kimg"]);
+    let fresh = DiskCache::open(config(dir.path())).expect("open");
+    let intact = (0..3)
+        .filter(|&i| fresh.get(&ids(i).0, &ids(i).1).is_some())
+        .count();
+    assert_eq!(intact + damaged, 3, "the intact entries survive");
+}

@@ -15,9 +15,29 @@ const INDEX_KEY: &[u8; 32] = b"kiln-image format 1 index tables";
 
 use crate::Digest;
 
-fn feed_bytes(hasher: &mut blake3::Hasher, bytes: &[u8]) {
-    hasher.update(&(bytes.len() as u64).to_le_bytes());
-    hasher.update(bytes);
+/// The bytes a checksum covers, collected and hashed in one call at the
+/// end: hashing a few hundred bytes at once costs a fraction of the same
+/// bytes fed to a hasher in two dozen small updates (same digest either way).
+struct Input(Vec<u8>);
+
+impl Input {
+    fn with_capacity(capacity: usize) -> Input {
+        Input(Vec::with_capacity(capacity))
+    }
+
+    fn update(&mut self, bytes: &[u8]) -> &mut Input {
+        self.0.extend_from_slice(bytes);
+        self
+    }
+
+    fn keyed_hash(&self, key: &[u8; 32]) -> [u8; 32] {
+        *blake3::keyed_hash(key, &self.0).as_bytes()
+    }
+}
+
+fn feed_bytes(input: &mut Input, bytes: &[u8]) {
+    input.update(&(bytes.len() as u64).to_le_bytes());
+    input.update(bytes);
 }
 
 /// Checksum of one entry record and everything it references.
@@ -26,7 +46,7 @@ fn feed_bytes(hasher: &mut blake3::Hasher, bytes: &[u8]) {
 /// per artifact [`EntryHasher::artifact`] followed by
 /// [`EntryHasher::entry_point`] per entry point, then
 /// [`EntryHasher::finish`].
-pub(crate) struct EntryHasher(blake3::Hasher);
+pub(crate) struct EntryHasher(Input);
 
 /// The fixed fields of an entry fed to [`EntryHasher::new`].
 pub(crate) struct EntryFields<'a> {
@@ -53,7 +73,7 @@ pub(crate) struct ArtifactFields<'a> {
 
 impl EntryHasher {
     pub(crate) fn new(fields: &EntryFields<'_>) -> Self {
-        let mut hasher = blake3::Hasher::new_keyed(ENTRY_KEY);
+        let mut hasher = Input::with_capacity(256);
         hasher.update(fields.owner);
         hasher.update(fields.key);
         feed_bytes(&mut hasher, fields.name);
@@ -85,16 +105,16 @@ impl EntryHasher {
     }
 
     pub(crate) fn finish(self) -> [u8; 32] {
-        *self.0.finalize().as_bytes()
+        self.0.keyed_hash(ENTRY_KEY)
     }
 }
 
 /// Checksum of the inverse dependency index.
-pub(crate) struct DepIndexHasher(blake3::Hasher);
+pub(crate) struct DepIndexHasher(Input);
 
 impl DepIndexHasher {
     pub(crate) fn new(group_count: u32, member_count: u32) -> Self {
-        let mut hasher = blake3::Hasher::new_keyed(DEP_INDEX_KEY);
+        let mut hasher = Input::with_capacity(256);
         hasher.update(&group_count.to_le_bytes());
         hasher.update(&member_count.to_le_bytes());
         DepIndexHasher(hasher)
@@ -107,23 +127,24 @@ impl DepIndexHasher {
         self.0.update(&len.to_le_bytes());
     }
 
-    pub(crate) fn members(&mut self, members: impl Iterator<Item = u32>) {
+    pub(crate) fn members(&mut self, members: impl ExactSizeIterator<Item = u32>) {
+        self.0.0.reserve(members.len() * 4);
         for member in members {
             self.0.update(&member.to_le_bytes());
         }
     }
 
     pub(crate) fn finish(self) -> [u8; 32] {
-        *self.0.finalize().as_bytes()
+        self.0.keyed_hash(DEP_INDEX_KEY)
     }
 }
 
 /// Checksum of the index root, owner table and metadata, checked at open.
-pub(crate) struct IndexHasher(blake3::Hasher);
+pub(crate) struct IndexHasher(Input);
 
 impl IndexHasher {
     pub(crate) fn new(root_bytes: &[u8]) -> Self {
-        let mut hasher = blake3::Hasher::new_keyed(INDEX_KEY);
+        let mut hasher = Input::with_capacity(512);
         feed_bytes(&mut hasher, root_bytes);
         IndexHasher(hasher)
     }
@@ -146,6 +167,6 @@ impl IndexHasher {
     }
 
     pub(crate) fn finish(self) -> Digest {
-        Digest(*self.0.finalize().as_bytes())
+        Digest(self.0.keyed_hash(INDEX_KEY))
     }
 }

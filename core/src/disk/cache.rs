@@ -45,12 +45,13 @@ pub struct DiskCache {
 const MTIME_GRANULARITY_MS: u64 = 2000;
 
 impl DiskCache {
-    /// Opens the cache directory of `config`, creating it when missing, and
-    /// lists its segments (each is mapped when a lookup first needs it).
+    /// Opens the cache directory of `config`, creating it when missing. The
+    /// directory is not listed: the first lookup opens the base segment
+    /// (its name is known), and the first miss lists the directory.
     ///
     /// A directory that exists but cannot be written is opened read-only
     /// (with one warning when a write is first attempted). Fails only when
-    /// the directory neither exists nor can be created, or cannot be listed.
+    /// the directory neither exists nor can be created.
     pub fn open(config: DiskConfig) -> Result<DiskCache, Error> {
         let cache = DiskCache {
             recency: Recency::new(&config.dir, segment::now_ms()),
@@ -62,16 +63,21 @@ impl DiskCache {
             stored: AtomicU64::new(0),
             store_failures: AtomicU64::new(0),
         };
-        // No stat of the directory here: the first miss lists it again.
-        let listed = match cache.relist_at(None) {
+        match std::fs::metadata(cache.dir()) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                let not_dir = std::io::Error::new(
+                    std::io::ErrorKind::NotADirectory,
+                    "exists and is not a directory",
+                );
+                return Err(cache.io_error("open", not_dir));
+            }
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
                 std::fs::create_dir_all(cache.dir())
                     .map_err(|source| cache.io_error("create directory", source))?;
-                cache.relist_at(None)
             }
-            listed => listed,
-        };
-        listed.map_err(|source| cache.io_error("list", source))?;
+            Err(source) => return Err(cache.io_error("open", source)),
+        }
         Ok(cache)
     }
 
@@ -176,12 +182,7 @@ impl DiskCache {
             return;
         };
         // The cheap check of the lookup path: no listing.
-        let entries: u64 = self
-            .view()
-            .slots
-            .iter()
-            .map(|slot| segment::entries_in_name(&slot.name))
-            .sum();
+        let entries: u64 = self.view().slots.iter().map(|s| s.entry_count()).sum();
         if self.needs_cleanup.load(Ordering::Relaxed) {
             self.compact_if_needed();
         } else if stamps::bloated(stamps_bytes, entries as usize) {
@@ -386,7 +387,8 @@ impl DiskCache {
             let view = self.view();
             for slot in &view.slots {
                 let Some(s) = slot.segment(self.dir()) else {
-                    if !view.damaged.contains(&slot.name) {
+                    // An assumed base that does not exist is no damage.
+                    if slot.seen && !view.damaged.contains(&slot.name) {
                         damaged.push(slot.name.clone());
                     }
                     continue;
@@ -477,11 +479,18 @@ impl DiskCache {
         let Ok(listing) = Listing::read(self.dir()) else {
             return;
         };
-        let entries: u64 = listing
-            .segments
+        let base_entries = self
+            .view()
+            .slots
             .iter()
-            .map(|f| segment::entries_in_name(&f.name))
-            .sum();
+            .find(|slot| slot.is_base())
+            .map_or(0, |slot| slot.entry_count());
+        let entries: u64 = base_entries
+            + listing
+                .segments
+                .iter()
+                .map(|f| segment::entries_in_name(&f.name))
+                .sum::<u64>();
         let stamps_bytes = stamps::file_len(self.dir());
         let needed = listing.segments.len() > self.config.compact_after
             || listing.segment_bytes() + stamps_bytes > self.config.max_bytes

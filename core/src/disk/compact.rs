@@ -2,7 +2,9 @@
 //!
 //! Compaction merges segments into one new segment (first entry wins,
 //! payloads re-checked on the way), publishes it, and only then deletes the
-//! merged segments: a reader or a crash at any moment finds every entry in
+//! merged segments. The new segment is the base segment (replacing the old
+//! base atomically by a rename) when the base is among those merged or
+//! there is none yet: a reader or a crash at any moment finds every entry in
 //! at least one published segment. Over the cap, every segment is merged and
 //! the least recently used entries are left out until the total is 90 % of
 //! the cap (the headroom keeps the next few stores from evicting again).
@@ -224,14 +226,27 @@ pub(crate) fn compact(
     for (data, _) in candidates {
         writer.push(data);
     }
+    // The output becomes the base segment when it merges the base, or when
+    // there is no base yet; otherwise it is a segment like any other.
+    let to_base = !keeping.iter().any(|s| s.name == segment::BASE_SEGMENT);
     let mut new_bytes = 0;
+    let mut replaced_base = false;
     if !writer.is_empty() {
         let bytes = writer.to_bytes()?;
-        segment::publish(dir, &bytes, writer.len()).map_err(io("publish a segment in", dir))?;
+        if to_base {
+            segment::publish_base(dir, &bytes).map_err(io("publish a segment in", dir))?;
+            replaced_base = true;
+        } else {
+            segment::publish(dir, &bytes, writer.len()).map_err(io("publish a segment in", dir))?;
+        }
         new_bytes = bytes.len() as u64;
     }
-    // Every entry kept is now in a published segment: the merged ones can go.
+    // Every entry kept is now in a published segment: the merged ones can go
+    // (the base, if merged, was replaced by the rename above).
     for s in &merging {
+        if replaced_base && s.name == segment::BASE_SEGMENT {
+            continue;
+        }
         segment::remove(dir, &s.name).map_err(io("remove", &dir.join(&s.name)))?;
     }
     segment::sync_dir(dir).map_err(io("sync", dir))?;

@@ -27,13 +27,20 @@
 //!
 //! [`DiskCache::open`] lists the names of the segments, nothing more.
 //! [`DiskCache::get`] searches them fullest first (the entry count is in the
-//! name), mapping each on first use with structural verification, and
+//! name), opening each on first use with structural verification, and
 //! checks the entry's payload checksums before answering, so a hit's bytes
-//! are borrowed from the mapping (zero-copy) and the first hit of a new
-//! process usually maps one file. On a miss the directory is listed again
+//! are borrowed from the segment (zero-copy) and the first hit of a new
+//! process usually opens one file. Compacted segments are memory-mapped (a
+//! hit touches only its pages); the small segments of single stores are
+//! read with one `read` instead (no maps to set up and tear down, no page
+//! faults, no file left open). On a miss the directory is listed again
 //! if its modification time changed, which finds segments published by
 //! other processes. Readers hold no lock: a segment deleted by compaction
 //! stays mapped by whoever mapped it.
+//!
+//! [`DiskTier`] wraps a [`DiskCache`] that is opened on first use: the
+//! global cache ([`crate::global()`]) adds one at init without touching the
+//! disk.
 //!
 //! # Size
 //!

@@ -19,6 +19,10 @@ const SEGMENT_PREFIX: &str = "seg-";
 const SEGMENT_SUFFIX: &str = ".kimg";
 /// Temporary files (segments or stamps being written) start with this.
 pub(crate) const TEMP_PREFIX: &str = ".tmp-";
+/// The base segment: compaction's output once it merges the base (or when
+/// there is none yet), replaced atomically each time. Its name is known, so
+/// a new process looks there first without listing the directory.
+pub(crate) const BASE_SEGMENT: &str = "seg-base.kimg";
 
 /// Segments of at most this many entries (by their name) are read rather
 /// than mapped, if the file is at most [`READ_AT_MOST`] bytes.
@@ -34,6 +38,9 @@ pub(crate) struct Segment {
     pub(crate) bytes: u64,
     /// The image (structurally verified; payloads checked on use).
     pub(crate) image: Image,
+    /// The base segment's file identity (its inode number) when opened:
+    /// compaction replaces the base under the same name.
+    pub(crate) file_id: Option<u64>,
 }
 
 impl Segment {
@@ -45,9 +52,18 @@ impl Segment {
     /// faults, two unmaps when the process ends) and holds no file open.
     /// Larger segments (compaction's) are mapped, so that a hit reads only
     /// the pages it needs.
+    ///
+    /// The base segment is always mapped: the mapping holds its file, so
+    /// its inode number, noted here before opening, cannot be reused while
+    /// this process may compare it with a listing's.
     pub(crate) fn open(dir: &Path, name: &str) -> Result<Segment, ImageError> {
         let path = dir.join(name);
-        let image = if entries_in_name(name) <= READ_ENTRIES_AT_MOST {
+        let is_base = name == BASE_SEGMENT;
+        // Noted before opening: if the base is replaced in between, the
+        // listing's inode differs and the base is opened again (never the
+        // other way round).
+        let file_id = if is_base { file_id(&path) } else { None };
+        let image = if !is_base && entries_in_name(name) <= READ_ENTRIES_AT_MOST {
             match read_small(&path)? {
                 Some(bytes) => Image::from_bytes(&bytes, Verification::Structural)?,
                 None => Image::open(&path, Verification::Structural)?,
@@ -59,6 +75,7 @@ impl Segment {
             name: name.to_owned(),
             bytes: image.byte_len(),
             image,
+            file_id,
         })
     }
 }
@@ -96,9 +113,10 @@ fn read_small(path: &Path) -> Result<Option<Vec<u8>>, ImageError> {
     Ok(Some(bytes))
 }
 
-/// The names of the published segments of `dir`, without reading any
-/// file's metadata (the cheap listing of the lookup path).
-pub(crate) fn segment_names(dir: &Path) -> io::Result<Vec<String>> {
+/// The names (and file identities, where the platform has them) of the
+/// published segments of `dir`, without reading any file's metadata (the
+/// cheap listing of the lookup path).
+pub(crate) fn segment_names(dir: &Path) -> io::Result<Vec<(String, Option<u64>)>> {
     let mut names = Vec::new();
     for dirent in fs::read_dir(dir)? {
         let dirent = dirent?;
@@ -106,11 +124,35 @@ pub(crate) fn segment_names(dir: &Path) -> io::Result<Vec<String>> {
             continue;
         };
         if is_segment_name(&name) && dirent.file_type().is_ok_and(|t| t.is_file()) {
-            names.push(name);
+            names.push((name, dirent_id(&dirent)));
         }
     }
     names.sort();
     Ok(names)
+}
+
+/// The inode number of a listed file (from the listing itself).
+#[cfg(unix)]
+fn dirent_id(dirent: &fs::DirEntry) -> Option<u64> {
+    Some(std::os::unix::fs::DirEntryExt::ino(dirent))
+}
+
+#[cfg(not(unix))]
+fn dirent_id(_: &fs::DirEntry) -> Option<u64> {
+    None
+}
+
+/// The inode number of the file at `path`, if it exists.
+#[cfg(unix)]
+fn file_id(path: &Path) -> Option<u64> {
+    fs::metadata(path)
+        .ok()
+        .map(|meta| std::os::unix::fs::MetadataExt::ino(&meta))
+}
+
+#[cfg(not(unix))]
+fn file_id(_: &Path) -> Option<u64> {
+    None
 }
 
 /// A file of the cache directory, as listed.
@@ -223,6 +265,24 @@ pub(crate) fn publish(dir: &Path, bytes: &[u8], entries: usize) -> io::Result<Fi
     }
 }
 
+/// Publishes `bytes` as the base segment of `dir`, replacing the previous
+/// base atomically (readers that mapped it keep it), and syncs the file and
+/// the directory.
+///
+/// The caller holds the directory lock exclusive (only compaction writes
+/// the base).
+pub(crate) fn publish_base(dir: &Path, bytes: &[u8]) -> io::Result<FileInfo> {
+    let temp = write_temp(dir, bytes)?;
+    temp.persist(dir.join(BASE_SEGMENT))
+        .map_err(|err| err.error)?;
+    sync_dir(dir)?;
+    Ok(FileInfo {
+        name: BASE_SEGMENT.to_owned(),
+        bytes: bytes.len() as u64,
+        modified_ms: now_ms(),
+    })
+}
+
 /// Replaces `dir/name` atomically with `bytes`, without waiting for the
 /// disk: for files whose loss in a power cut costs nothing but accuracy
 /// (recency stamps). Readers see the old file or the new one, never a mix.
@@ -278,6 +338,44 @@ fn millis_since_epoch(time: SystemTime) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kiln_image::{Artifact, ArtifactKind, Digest, EntryData, ImageMeta, ImageWriter};
+
+    fn image_of(entries: u8, payload: usize) -> Vec<u8> {
+        let mut writer = ImageWriter::new(ImageMeta::default());
+        for n in 0..entries {
+            writer.push(EntryData {
+                owner: Digest::of(b"owner"),
+                owner_label: "owner".into(),
+                key: Digest::of(&[n]),
+                name: format!("entry {n}"),
+                min_world: 1,
+                max_world: u64::MAX,
+                deps: vec![],
+                artifacts: vec![Artifact {
+                    kind: ArtifactKind::Object,
+                    entry_points: vec![],
+                    bytes: vec![n; payload],
+                }],
+            });
+        }
+        writer.to_bytes().unwrap()
+    }
+
+    #[test]
+    fn small_segments_are_read_and_large_ones_mapped() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let open = |bytes: &[u8], entries: usize| {
+            let file = publish(dir.path(), bytes, entries)?;
+            let segment = Segment::open(dir.path(), &file.name).map_err(io::Error::other)?;
+            assert_eq!(segment.bytes, bytes.len() as u64);
+            assert_eq!(segment.image.len(), entries);
+            Ok::<_, io::Error>(segment.image.storage_kind())
+        };
+        assert_eq!(open(&image_of(1, 4 << 10), 1)?, "owned");
+        assert_eq!(open(&image_of(1, 1 << 20), 1)?, "mapped", "over 64 KiB");
+        assert_eq!(open(&image_of(8, 16), 8)?, "mapped", "a compacted segment");
+        Ok(())
+    }
 
     #[test]
     fn published_segments_are_listed_and_temp_files_apart() -> io::Result<()> {
@@ -294,7 +392,11 @@ mod tests {
         let listing = Listing::read(dir.path())?;
         let names: Vec<_> = listing.segments.iter().map(|f| f.name.clone()).collect();
         assert_eq!(names, [a.name.clone(), b.name.clone()]);
-        assert_eq!(segment_names(dir.path())?, [a.name, b.name]);
+        let listed: Vec<String> = segment_names(dir.path())?
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        assert_eq!(listed, [a.name, b.name]);
         assert_eq!(listing.segment_bytes(), 11);
         assert_eq!(listing.temp_files.len(), 1);
         Ok(())

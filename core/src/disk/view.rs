@@ -1,10 +1,13 @@
 //! What one process knows of the directory: the segments listed, each
-//! mapped on first use.
+//! opened on first use.
 //!
-//! Opening a cache lists segment names only; a lookup maps segments one by
-//! one, fullest first (the entry count is in the name), and stops at the
-//! first hit. So the first hit of a new process usually maps one segment,
-//! whatever the number of segments.
+//! A new process does not list the directory: its view starts with the
+//! base segment alone (its name is well known, see
+//! [`BASE_SEGMENT`](super::segment::BASE_SEGMENT)), which after compaction
+//! holds nearly every entry, so a first hit usually costs opening one file
+//! and no listing. The first miss lists the directory; lookups then open
+//! segments one by one, base first, then fullest first (the entry count is
+//! in the name), and stop at the first hit.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -21,6 +24,9 @@ pub(crate) struct Slot {
     entries: u64,
     /// The mapping: `None` when the file did not open.
     mapped: OnceLock<Option<Arc<Segment>>>,
+    /// Whether the segment was seen in a listing (`false`: the base,
+    /// assumed before any listing, which may not exist).
+    pub(crate) seen: bool,
 }
 
 impl Slot {
@@ -30,6 +36,37 @@ impl Slot {
             entries: segment::entries_in_name(&name),
             name,
             mapped: OnceLock::new(),
+            seen: true,
+        }
+    }
+
+    /// The base segment, before any listing: it may not exist.
+    pub(crate) fn assumed_base() -> Slot {
+        Slot {
+            seen: false,
+            ..Slot::listed(segment::BASE_SEGMENT.to_owned())
+        }
+    }
+
+    /// Whether the slot's segment is open and is the file `file_id`.
+    fn is_file(&self, file_id: Option<u64>) -> bool {
+        match (self.mapped.get(), file_id) {
+            (Some(Some(segment)), Some(listed)) => segment.file_id == Some(listed),
+            _ => false,
+        }
+    }
+
+    /// Whether this is the base segment.
+    pub(crate) fn is_base(&self) -> bool {
+        self.name == segment::BASE_SEGMENT
+    }
+
+    /// The entries of the segment: from the name, or for the base (whose
+    /// name has none) from the segment if it is open.
+    pub(crate) fn entry_count(&self) -> u64 {
+        match self.mapped.get() {
+            Some(Some(segment)) if self.is_base() => segment.image.len() as u64,
+            _ => self.entries,
         }
     }
 
@@ -55,8 +92,8 @@ impl Slot {
     }
 }
 
-/// The segments of the directory as last listed.
-#[derive(Default)]
+/// The segments of the directory as last listed (before any listing: the
+/// base segment alone).
 pub(crate) struct View {
     /// Listed segments, fullest first.
     pub(crate) slots: Vec<Arc<Slot>>,
@@ -68,14 +105,34 @@ pub(crate) struct View {
     pub(crate) listed_at: Option<SystemTime>,
 }
 
+impl Default for View {
+    /// The view of a process that has not listed the directory yet.
+    fn default() -> View {
+        View {
+            slots: vec![Arc::new(Slot::assumed_base())],
+            damaged: HashSet::new(),
+            dir_modified: None,
+            listed_at: None,
+        }
+    }
+}
+
 impl View {
     /// Replaces the slots with `names`, keeping the slots (and mappings) of
     /// names listed before. Returns whether the set of names changed.
-    pub(crate) fn relisted(&mut self, names: Vec<String>) -> bool {
+    ///
+    /// Compaction replaces the base segment under the same name, so the
+    /// base's slot is kept only if the listing names the very file it
+    /// opened (same inode number); otherwise it is opened again on use.
+    pub(crate) fn relisted(&mut self, names: Vec<(String, Option<u64>)>) -> bool {
         let mut changed = names.len() != self.slots.len();
         let mut slots = Vec::with_capacity(names.len());
-        for name in names {
-            match self.slots.iter().find(|slot| slot.name == name) {
+        for (name, file_id) in names {
+            let kept = self
+                .slots
+                .iter()
+                .find(|slot| slot.name == name && (!slot.is_base() || slot.is_file(file_id)));
+            match kept {
                 Some(slot) => slots.push(Arc::clone(slot)),
                 None => {
                     changed = true;
@@ -102,8 +159,12 @@ impl View {
             .collect()
     }
 
+    /// Base first, then fullest first.
     fn sort(&mut self) {
-        self.slots
-            .sort_by(|a, b| b.entries.cmp(&a.entries).then_with(|| a.name.cmp(&b.name)));
+        self.slots.sort_by(|a, b| {
+            (b.is_base(), b.entries)
+                .cmp(&(a.is_base(), a.entries))
+                .then_with(|| a.name.cmp(&b.name))
+        });
     }
 }
