@@ -13,7 +13,7 @@ pub enum Mode {
     KilnEmbedded,
     /// Kiln, the image memory-mapped from a `KILN_IMAGE_PATH` directory.
     KilnFile,
-    /// Kiln's disk tier, a cache directory warmed by an earlier run.
+    /// Kiln's disk tier, on a cache directory the driver warmed with the same entries.
     KilnDisk,
     /// One file per kernel named by its hex key, read and BLAKE3-checked per hit.
     DirCache,

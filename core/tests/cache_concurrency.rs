@@ -48,7 +48,10 @@ fn rule10_concurrent_callers_compile_once() {
     assert_eq!(compiles.load(Ordering::SeqCst), 1);
     assert!(results.iter().all(|r| *r == results[0]));
     let stats = cache.stats();
-    assert_eq!((stats.compiles, stats.compile_waits), (1, THREADS as u64 - 1));
+    assert_eq!(
+        (stats.compiles, stats.compile_waits),
+        (1, THREADS as u64 - 1)
+    );
 }
 
 #[test]

@@ -14,6 +14,10 @@
 //!   [`DiskConfig::compact_after`] segments, the small ones are merged into
 //!   one under the exclusive lock; the merged segments are deleted only after
 //!   the merged one is published.
+//! - `seg-base.kimg`: the **base segment**, compaction's output when it
+//!   merges the base (or there is none yet), published by an atomic rename
+//!   over the previous base. It holds most entries, and its name is known:
+//!   a new process looks there first, without listing the directory.
 //! - `stamps`: recency stamps (owner, key, last use) for LRU eviction
 //!   (file access times are unreliable). A hit notes the use in memory; each
 //!   process appends its notes at most once per
@@ -25,18 +29,21 @@
 //!
 //! # Reading
 //!
-//! [`DiskCache::open`] lists the names of the segments, nothing more.
-//! [`DiskCache::get`] searches them fullest first (the entry count is in the
-//! name), opening each on first use with structural verification, and
-//! checks the entry's payload checksums before answering, so a hit's bytes
-//! are borrowed from the segment (zero-copy) and the first hit of a new
-//! process usually opens one file. Compacted segments are memory-mapped (a
-//! hit touches only its pages); the small segments of single stores are
+//! [`DiskCache::open`] checks that the directory exists (creating it when
+//! missing), nothing more. [`DiskCache::get`] looks in the base segment
+//! first; the first miss lists the segments' names, which are then searched
+//! base first, then fullest first (the entry count is in the name), opening
+//! each on first use with structural verification. The entry's payload
+//! checksums are checked before answering, so a hit's bytes are borrowed
+//! from the segment (zero-copy) and the first hit of a new process usually
+//! opens one file and lists nothing. Compacted segments are memory-mapped
+//! (a hit touches only its pages); the small segments of single stores are
 //! read with one `read` instead (no maps to set up and tear down, no page
-//! faults, no file left open). On a miss the directory is listed again
-//! if its modification time changed, which finds segments published by
-//! other processes. Readers hold no lock: a segment deleted by compaction
-//! stays mapped by whoever mapped it.
+//! faults, no file left open). On a miss the directory is listed again if
+//! its modification time changed, which finds segments published by other
+//! processes, and a replaced base (another inode under the same name).
+//! Readers hold no lock: a segment deleted or replaced by compaction stays
+//! mapped by whoever mapped it.
 //!
 //! [`DiskTier`] wraps a [`DiskCache`] that is opened on first use: the
 //! global cache ([`crate::global()`]) adds one at init without touching the
