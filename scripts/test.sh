@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh checkout: installs what it needs, then
-# runs every test of every crate (CPU-side NVRTC tests and the Redis tier's
-# tests against real loopback servers included).
-# GPU tests are opt-in: KILN_GPU_TESTS=1 scripts/test.sh -- --ignored
+# The whole test suite, from a fresh checkout: installs what it needs, runs a
+# bounded fuzzing pass, then every test of every crate (CPU-side NVRTC tests
+# and the Redis tier's tests against real loopback servers included).
+#
+#   KILN_FUZZ_SECONDS=N   seconds per fuzz target (default 20; 0 skips fuzzing)
+#   KILN_GPU_TESTS=1 scripts/test.sh -- --ignored    also the GPU tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-cuda-wheels.sh      # NVRTC + CUB headers from PyPI wheels
 scripts/start-redis.sh --install    # redis-server (+ openssl for the TLS test)
+
+fuzz_seconds=${KILN_FUZZ_SECONDS:-20}
+if [ "$fuzz_seconds" != 0 ]; then
+  # cargo-fuzz runs on the stable toolchain through RUSTC_BOOTSTRAP=1.
+  command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
+  fuzz/run.sh "$fuzz_seconds"          # image open / iterate / payload access
+  reliability/fuzz.sh "$fuzz_seconds"  # merging arbitrary images, key derivation
+fi
+
 cargo test --workspace --all-features --locked "$@"

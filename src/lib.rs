@@ -79,5 +79,9 @@ pub use kiln_macros::include_image;
 #[cfg(feature = "cuda")]
 pub use kiln_core::cuda;
 
+/// The Redis remote tier, for fleets and CI farms.
+#[cfg(feature = "redis")]
+pub use kiln_core::remote;
+
 #[doc(hidden)]
 pub use kiln_core::__private;

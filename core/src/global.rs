@@ -8,12 +8,12 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use crate::disk::{DiskConfig, DiskTier};
 use crate::env::Switches;
 use crate::registry::{self, EmbeddedImage, ImageSource};
-use crate::{Cache, CacheConfig, Error, MergeReport};
+use crate::{Cache, CacheConfig, Error, MergeReport, Tier};
 
 /// The process-wide cache, with every registered image merged.
 ///
@@ -110,7 +110,11 @@ impl Global {
         let switches = Switches::from_env();
         let log = stderr_log::dispatch(switches.log.as_deref());
         let cache = new_cache(&switches);
-        add_disk_tier(&cache, DiskConfig::from_env(), log.as_ref());
+        let disk = add_disk_tier(&cache, DiskConfig::from_env(), log.as_ref());
+        #[cfg(feature = "redis")]
+        add_remote_tier(&cache, disk, log.as_ref());
+        #[cfg(not(feature = "redis"))]
+        drop(disk);
         if let Some(setup) = setup {
             setup(&cache);
         }
@@ -153,16 +157,33 @@ fn new_cache(switches: &Switches) -> Cache {
 }
 
 /// Adds the disk tier of `config` (read from `KILN_CACHE*`) to `cache`,
-/// unless it is turned off. No I/O: the directory is opened on the tier's
-/// first use ([`DiskTier`]); its events go through `log` (`KILN_LOG`).
+/// unless it is turned off, and returns it (the remote tier writes its hits
+/// through to it). No I/O: the directory is opened on the tier's first use
+/// ([`DiskTier`]); its events go through `log` (`KILN_LOG`).
 fn add_disk_tier(
     cache: &Cache,
     config: Result<Option<DiskConfig>, Error>,
     log: Option<&tracing::Dispatch>,
-) {
-    if let Some(disk) = stderr_log::with(log, || DiskTier::from_config(config)) {
-        cache.add_tier(Box::new(stderr_log::Logged::new(disk, log.cloned())));
-    }
+) -> Option<Arc<dyn Tier>> {
+    let disk = stderr_log::with(log, || DiskTier::from_config(config))?;
+    let disk: Arc<dyn Tier> = Arc::new(stderr_log::Logged::new(disk, log.cloned()));
+    cache.add_tier(Box::new(Arc::clone(&disk)));
+    Some(disk)
+}
+
+/// Adds the remote tier of `KILN_REMOTE_CACHE` to `cache`, after the disk
+/// tier, writing its hits through to `disk`. No I/O: the tier connects on
+/// its first use.
+#[cfg(feature = "redis")]
+fn add_remote_tier(cache: &Cache, disk: Option<Arc<dyn Tier>>, log: Option<&tracing::Dispatch>) {
+    let Some(remote) = stderr_log::with(log, crate::remote::RemoteTier::from_env) else {
+        return;
+    };
+    let remote = match disk {
+        Some(disk) => remote.write_through(disk),
+        None => remote,
+    };
+    cache.add_tier(Box::new(stderr_log::Logged::new(remote, log.cloned())));
 }
 
 /// Merges `embedded` and the files of `switches.image_path` into `cache`, as

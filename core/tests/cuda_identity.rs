@@ -20,6 +20,18 @@ use kiln_core::cuda::{
 use kiln_core::{Cache, Digest, Source};
 use kiln_image::{Image, ImageMeta, Verification};
 
+/// Serializes this file's tests. Several of them load and unload NVRTC
+/// libraries (probes, copies under other paths) in this process, and NVRTC
+/// looks up its builtins library by name while it compiles: running them one
+/// at a time keeps one test's unload from racing another's compile.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Set in a child process: which scenario to play.
 const CHILD: &str = "KILN_TEST_IDENTITY_CHILD";
 
@@ -124,6 +136,7 @@ fn copy_library(installed: &Path, dir: &Path) -> PathBuf {
 /// compile (nothing cached, memo dropped); a reinstalled library is read again.
 #[test]
 fn a_memoized_nvrtc_identity_is_used_only_for_the_very_library_it_was_read_from() {
+    let _serial = one_at_a_time();
     const TEST: &str =
         "a_memoized_nvrtc_identity_is_used_only_for_the_very_library_it_was_read_from";
     if let Ok(scenario) = std::env::var(CHILD) {
@@ -227,6 +240,7 @@ fn a_memoized_nvrtc_identity_is_used_only_for_the_very_library_it_was_read_from(
 /// keys of the first process (which read everything).
 #[test]
 fn a_warm_process_derives_every_owner_and_key_without_loading_nvrtc() {
+    let _serial = one_at_a_time();
     const TEST: &str = "a_warm_process_derives_every_owner_and_key_without_loading_nvrtc";
     if std::env::var_os(CHILD).is_some() {
         let compiler = Compiler::new().unwrap();
@@ -270,6 +284,7 @@ fn a_warm_process_derives_every_owner_and_key_without_loading_nvrtc() {
 /// release finds nothing. With NVRTC installed, the installed one is named instead.
 #[test]
 fn a_process_without_nvrtc_serves_image_entries_of_the_recorded_release() {
+    let _serial = one_at_a_time();
     const TEST: &str = "a_process_without_nvrtc_serves_image_entries_of_the_recorded_release";
     let saxpy = KernelSpec::Axpy { dtype: Dtype::F32 };
     if std::env::var_os(CHILD).is_some() {
@@ -340,6 +355,7 @@ fn a_process_without_nvrtc_serves_image_entries_of_the_recorded_release() {
 /// added or renamed header makes the tree hash again (so the key changes).
 #[test]
 fn an_include_memo_is_used_only_while_every_file_is_unchanged() {
+    let _serial = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let tree = dir.path().join("include");
     std::fs::create_dir_all(tree.join("sub")).unwrap();
@@ -412,6 +428,7 @@ fn an_include_memo_is_used_only_while_every_file_is_unchanged() {
 /// same stamps); the memo is then simply absent and the tree hashed each time.
 #[test]
 fn an_include_tree_that_just_changed_is_not_memoized() {
+    let _serial = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let tree = dir.path().join("include");
     std::fs::create_dir(&tree).unwrap();
