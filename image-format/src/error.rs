@@ -120,6 +120,23 @@ pub enum ImageError {
         expected: &'static str,
     },
 
+    /// Reserved header bytes are not zero: the image was written by a
+    /// format that gives them a meaning this build does not know.
+    #[error(
+        "image header bytes {offset}..{} are reserved in format {version}: found {found:02x?}, expected {expected:02x?}",
+        offset + found.len()
+    )]
+    ReservedBytes {
+        /// Offset of the reserved range in the header.
+        offset: usize,
+        /// The bytes found there.
+        found: Vec<u8>,
+        /// What this format version requires (zeros).
+        expected: Vec<u8>,
+        /// The format version.
+        version: u32,
+    },
+
     /// The region table in the header is inconsistent.
     #[error("image layout is invalid: {0}")]
     Layout(String),
@@ -294,6 +311,7 @@ impl ImageError {
             ImageError::PointerWidth { .. } => "header.pointer_width",
             ImageError::PrimitiveAlignment { .. } => "header.primitive_alignment",
             ImageError::RkyvVersion { .. } => "header.rkyv_version",
+            ImageError::ReservedBytes { .. } => "header.reserved",
             ImageError::Layout(_) => "header.layout",
             ImageError::Misaligned { .. } => "storage.alignment",
             ImageError::BodyChecksum { .. } => "body.checksum",

@@ -15,7 +15,7 @@
 //! | 19 | 1 | log2 of the region alignment (6: 64 bytes) |
 //! | 20 | 16 | rkyv version, NUL-padded |
 //! | 36 | 64 | producer, NUL-padded UTF-8 |
-//! | 100 | 4 | reserved (zero) |
+//! | 100 | 4 | reserved: zero, a reader rejects other values |
 //! | 104 | 8 | entry count |
 //! | 112 | 8 | index offset |
 //! | 120 | 8 | index length |
@@ -24,7 +24,7 @@
 //! | 144 | 8 | body length (everything after the header) |
 //! | 152 | 32 | BLAKE3 of the body |
 //! | 184 | 32 | index checksum (index tables, owners, metadata) |
-//! | 216 | 8 | reserved (zero) |
+//! | 216 | 8 | reserved: zero, a reader rejects other values |
 //! | 224 | 32 | BLAKE3 of header bytes 0..224 |
 
 use std::fmt;
@@ -192,8 +192,8 @@ impl Header {
     /// it; `bytes` may hold only a prefix of the image).
     ///
     /// Checks run in an order that gives the most useful message: magic,
-    /// format version, header checksum, archive layout, rkyv version, then
-    /// lengths and regions.
+    /// format version, header checksum, archive layout, rkyv version,
+    /// reserved bytes (zero), then lengths and regions.
     pub fn parse(bytes: &[u8], image_len: u64) -> Result<Header, ImageError> {
         let image = bytes;
         let file_len = image_len;
@@ -239,6 +239,7 @@ impl Header {
                 expected: RKYV_VERSION,
             });
         }
+        check_reserved(bytes)?;
         let producer = text_field(&bytes[36..100]).ok_or_else(|| {
             ImageError::Layout("the producer field is not NUL-padded UTF-8".into())
         })?;
@@ -313,6 +314,26 @@ impl Header {
             None => Ok(()),
         }
     }
+}
+
+/// The reserved header ranges, `(offset, length)`: zero in this format
+/// version. A reader rejects other values, so that a later format that gives
+/// them a meaning is never misread by this one.
+const RESERVED: [(usize, usize); 2] = [(offsets::RESERVED, 4), (offsets::RESERVED_TAIL, 8)];
+
+fn check_reserved(bytes: &[u8; HEADER_LEN]) -> Result<(), ImageError> {
+    for (offset, len) in RESERVED {
+        let found = &bytes[offset..offset + len];
+        if found.iter().any(|&b| b != 0) {
+            return Err(ImageError::ReservedBytes {
+                offset,
+                found: found.to_vec(),
+                expected: vec![0; len],
+                version: FORMAT_VERSION,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn bad_magic(image: &[u8]) -> ImageError {
@@ -405,6 +426,8 @@ pub mod offsets {
     pub const RKYV_VERSION: usize = 20;
     /// Producer (64 bytes, NUL-padded).
     pub const PRODUCER: usize = 36;
+    /// Reserved, zero in format 1 (4 bytes); nonzero bytes are rejected.
+    pub const RESERVED: usize = 100;
     /// Entry count (u64 LE).
     pub const ENTRY_COUNT: usize = 104;
     /// Index offset (u64 LE).
@@ -421,6 +444,8 @@ pub mod offsets {
     pub const BODY_CHECKSUM: usize = 152;
     /// Index checksum (32 bytes).
     pub const INDEX_CHECKSUM: usize = 184;
+    /// Reserved, zero in format 1 (8 bytes); nonzero bytes are rejected.
+    pub const RESERVED_TAIL: usize = 216;
     /// Header checksum (32 bytes).
     pub const HEADER_CHECKSUM: usize = 224;
 }

@@ -274,3 +274,58 @@ fn a_valid_header_opens() {
     );
     Image::from_bytes(&bytes, Verification::Full).unwrap();
 }
+
+#[test]
+fn reserved_bytes_must_be_zero() {
+    let error = open_patched(offsets::RESERVED + 2, &[0x5a]);
+    match &error {
+        ImageError::ReservedBytes {
+            offset,
+            found,
+            expected,
+            version,
+        } => {
+            assert_eq!(*offset, offsets::RESERVED);
+            assert_eq!(found, &[0, 0, 0x5a, 0]);
+            assert_eq!(expected, &[0; 4]);
+            assert_eq!(*version, 1);
+        }
+        other => panic!("expected ReservedBytes, got {other}"),
+    }
+    assert_eq!(error.check(), "header.reserved");
+    assert!(
+        error
+            .to_string()
+            .contains("header bytes 100..104 are reserved in format 1"),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("expected [00, 00, 00, 00]"),
+        "{error}"
+    );
+
+    let tail = open_patched(offsets::RESERVED_TAIL + 7, &[1]);
+    assert!(
+        matches!(
+            &tail,
+            ImageError::ReservedBytes { offset, found, .. }
+                if *offset == offsets::RESERVED_TAIL && found == &[0, 0, 0, 0, 0, 0, 0, 1]
+        ),
+        "{tail}"
+    );
+    assert!(tail.to_string().contains("216..224"), "{tail}");
+
+    // Every bit of both reserved ranges, each with a resealed checksum.
+    for (start, len) in [(offsets::RESERVED, 4), (offsets::RESERVED_TAIL, 8)] {
+        for bit in 0..len * 8 {
+            let mut bytes = image_bytes();
+            bytes[start + bit / 8] ^= 1 << (bit % 8);
+            reseal_header(&mut bytes);
+            let error = open(&bytes);
+            assert!(
+                matches!(error, ImageError::ReservedBytes { .. }),
+                "bit {bit} at {start}: {error}"
+            );
+        }
+    }
+}
