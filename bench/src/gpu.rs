@@ -106,15 +106,15 @@ pub fn measure(started: std::time::Instant, path: GpuPath) -> Result<GpuMeasurem
             } else {
                 ArtifactKind::Ptx
             };
-            let artifact = hit
-                .artifacts()
-                .into_iter()
-                .find(|a| a.kind == kind)
+            // The payload of `kind` only (checked on access; `None` if absent
+            // or corrupt).
+            let mut bytes = hit
+                .artifact(&kind)
                 .ok_or_else(|| BenchError::Missing {
                     mode: format!("gpu {}", path.name()),
                     kernel: format!("{} ({kind:?})", spec.name()),
-                })?;
-            let mut bytes = artifact.bytes.to_vec();
+                })?
+                .to_vec();
             if kind == ArtifactKind::Ptx {
                 // cuModuleLoadData reads PTX up to its NUL.
                 bytes.push(0);

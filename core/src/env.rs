@@ -26,11 +26,24 @@ pub const IMAGE_PATH: &str = "KILN_IMAGE_PATH";
 /// `KILN_LOG`: a `tracing` filter for the report of init on stderr.
 pub const LOG: &str = "KILN_LOG";
 
-/// Every switch this module reads. They act at run time only (a build
-/// script's precompile block compiles into a fresh cache that none of them
-/// changes), so [`crate::build`] does not rerun a build script when they
-/// change: `KILN_DISABLE=1 cargo run` does not rebuild the images.
-pub const RUN_TIME: [&str; 4] = [DISABLE, ALWAYS_COMPILE, IMAGE_PATH, LOG];
+/// Every variable that acts at run time only: the switches this module
+/// reads, and those of the disk tier (`KILN_CACHE*`) and the remote tier
+/// (`KILN_REMOTE_*`). A build script's precompile block compiles into a fresh
+/// cache that none of them changes (the disk cache directory only holds
+/// memos that speed up deriving the same owners), so [`crate::build`] does
+/// not rerun a build script when they change: `KILN_DISABLE=1 cargo run` or a
+/// new `KILN_CACHE_DIR` does not rebuild the images.
+pub const RUN_TIME: [&str; 9] = [
+    DISABLE,
+    ALWAYS_COMPILE,
+    IMAGE_PATH,
+    LOG,
+    crate::disk::config::CACHE,
+    crate::disk::config::CACHE_DIR,
+    crate::disk::config::CACHE_MAX_BYTES,
+    "KILN_REMOTE_CACHE",
+    "KILN_REMOTE_TIMEOUT_MS",
+];
 
 /// The switches in force, as read from the environment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -32,7 +32,8 @@ pub fn global() -> &'static Cache {
 ///
 /// 1. every image embedded with `include_image!` (sorted by crate, then
 ///    name), opened in place without checking again what was verified at
-///    compile time;
+///    compile time when its header is the one the macro verified (otherwise
+///    with structural verification, and a warning);
 /// 2. every `*.kimg` file in the directories of `KILN_IMAGE_PATH` (in the
 ///    order given, files sorted by name), memory-mapped with structural
 ///    verification (payload checksums are checked on first use).
@@ -603,10 +604,15 @@ mod tests {
                 "junk.kimg",
                 leak_aligned(b"junk"),
             ))),
-            // SAFETY: `verified` passed `Verification::Full` just above and
-            // is never written again.
+            // SAFETY: `verified` passed `Verification::Full` just above, the
+            // header is its own, and it is never written again.
             Box::leak(Box::new(unsafe {
-                EmbeddedImage::verified_at_compile_time("two", "y.kimg", verified)
+                EmbeddedImage::verified_at_compile_time(
+                    "two",
+                    "y.kimg",
+                    verified,
+                    verified.first_chunk().unwrap(),
+                )
             })),
         ];
         let dir = tempfile::tempdir().unwrap();

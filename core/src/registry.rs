@@ -15,6 +15,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use kiln_image::header::HEADER_LEN;
 use kiln_image::{Image, ImageError, Verification};
 
 /// File name extension of image files searched in `KILN_IMAGE_PATH`.
@@ -29,7 +30,9 @@ pub struct EmbeddedImage {
     crate_name: &'static str,
     name: &'static str,
     bytes: &'static [u8],
-    verified: bool,
+    /// The header of the image that passed [`Verification::Full`] at
+    /// compile time, or `None` for an image never checked.
+    verified_header: Option<&'static [u8; HEADER_LEN]>,
 }
 
 inventory::collect!(EmbeddedImage);
@@ -43,29 +46,45 @@ impl EmbeddedImage {
             crate_name,
             name,
             bytes,
-            verified: false,
+            verified_header: None,
         }
     }
 
-    /// An image whose bytes passed [`Verification::Full`] at compile time:
-    /// init opens it without checking them again.
+    /// An image that passed [`Verification::Full`] at compile time, whose
+    /// fixed header (its first [`HEADER_LEN`] bytes) was `header`.
+    ///
+    /// Init opens the image without checking it again only if `bytes` start
+    /// with `header`, byte for byte; otherwise the embedded bytes are not
+    /// the ones that were verified, and init logs a warning and opens them
+    /// like [`EmbeddedImage::new`]'s, checking their structure.
+    ///
+    /// The header carries the BLAKE3 checksum of everything after it (and a
+    /// checksum of its own), so bytes that start with `header` hold the
+    /// verified image unless their body was changed without updating the
+    /// header: the one case the comparison cannot catch.
     ///
     /// # Safety
     ///
-    /// `bytes` must be exactly the bytes that passed `Verification::Full`
-    /// (as `include_image!` checks them while expanding). Init relies on it
-    /// through [`Image::from_static_trusted`].
+    /// `header` must be the first [`HEADER_LEN`] bytes of an image that
+    /// passed `Verification::Full` with this build of `kiln-image`, and if
+    /// `bytes` start with `header`, the rest of `bytes` must be that image's
+    /// body, unchanged. Init relies on it through
+    /// [`Image::from_static_trusted`]. `include_image!` reads `header` from
+    /// the bytes it verifies while expanding, and the same file is embedded
+    /// with `include_bytes!` moments later: see [`EmbeddedImage::open`] for
+    /// what that leaves unchecked.
     #[doc(hidden)]
     pub const unsafe fn verified_at_compile_time(
         crate_name: &'static str,
         name: &'static str,
         bytes: &'static [u8],
+        header: &'static [u8; HEADER_LEN],
     ) -> Self {
         EmbeddedImage {
             crate_name,
             name,
             bytes,
-            verified: true,
+            verified_header: Some(header),
         }
     }
 
@@ -84,21 +103,66 @@ impl EmbeddedImage {
         self.bytes
     }
 
-    /// Whether the bytes were fully verified at compile time.
+    /// Whether the image was fully verified at compile time. The embedded
+    /// bytes are trusted only if their header is still the verified one
+    /// (see [`EmbeddedImage::open`]).
     pub fn is_verified(&self) -> bool {
-        self.verified
+        self.verified_header.is_some()
+    }
+
+    /// Whether the image was verified at compile time and the embedded
+    /// bytes start with the header that was verified: if so, `open` trusts
+    /// them.
+    fn matches_verified_header(&self) -> bool {
+        self.verified_header
+            .is_some_and(|header| self.bytes.get(..HEADER_LEN) == Some(&header[..]))
     }
 
     /// Opens the image over the embedded bytes, without copying them.
+    ///
+    /// An image verified at compile time is opened without checking it
+    /// again if its header is still the one that was verified. If it is
+    /// not, the file changed between the macro's check and `include_bytes!`:
+    /// a warning is logged and the bytes are opened with
+    /// [`Verification::Structural`], like an image never checked (its
+    /// header and index are validated now and each payload's checksum on
+    /// first use).
     pub fn open(&self) -> Result<Image, ImageError> {
-        if self.verified {
-            // SAFETY: `verified` is only true when the image was built by
-            // `verified_at_compile_time`, whose contract is that `bytes` are
-            // the very bytes that passed `Verification::Full` while
-            // `include_image!` expanded (the static holding them is
-            // immutable, so they are unchanged).
+        if self.matches_verified_header() {
+            // SAFETY: the embedded bytes start with the header of an image
+            // that passed `Verification::Full` at compile time (the
+            // contract of `verified_at_compile_time`, under which
+            // `include_image!` read that header from the bytes it verified),
+            // and the static holding them is never written.
+            //
+            // What the comparison guarantees: the header holds the BLAKE3
+            // checksum of the whole body (everything after the header) and a
+            // checksum of its own, so any rewrite of the file into another
+            // valid image (a new body, hence a new body checksum) and any
+            // garbage in the header change these bytes and are caught here.
+            //
+            // What it leaves: a body rewritten while the header stays byte
+            // for byte the same, at the same length (the array type checks
+            // the length), in the moment between the macro reading the file
+            // and `include_bytes!` reading it again. An image written by a
+            // build script into `OUT_DIR` cannot be in that case: cargo
+            // runs the build script to completion (and waits for it to exit)
+            // before it starts rustc on the crate, so the file is final
+            // before either read. Only another process editing the file in
+            // place during those milliseconds could, and kiln's writers
+            // never do: `write_file_atomic` renames a complete file into
+            // place, so each read sees a whole image, old or new, and a new
+            // one has a new header.
             unsafe { Image::from_static_trusted(self.bytes) }
         } else {
+            if self.verified_header.is_some() {
+                tracing::warn!(
+                    crate_name = self.crate_name,
+                    name = self.name,
+                    "embedded image differs from the one verified at compile time \
+                     (its header changed); opening it with structural checks instead"
+                );
+            }
             Image::from_static(self.bytes, Verification::Structural)
         }
     }
@@ -258,6 +322,153 @@ mod tests {
         assert_eq!(unreadable.len(), 1);
         assert_eq!(unreadable[0].0, missing);
         assert_eq!(unreadable[0].1.kind(), std::io::ErrorKind::NotFound);
+    }
+
+    /// `bytes` copied to a leaked 64-byte aligned buffer, as the image
+    /// reader needs for embedded images.
+    fn leak_aligned(bytes: &[u8]) -> &'static [u8] {
+        #[derive(Clone, Copy)]
+        #[repr(C, align(64))]
+        struct Block([u8; 64]);
+        let blocks: &'static mut [Block] =
+            Vec::leak(vec![Block([0; 64]); bytes.len().div_ceil(64)]);
+        let len = blocks.len() * 64;
+        // SAFETY: `Block` is 64 plain bytes without padding, so the leaked
+        // blocks are `len` initialized bytes; nothing else refers to them.
+        let all: &'static mut [u8] =
+            unsafe { std::slice::from_raw_parts_mut(blocks.as_mut_ptr().cast(), len) };
+        all[..bytes.len()].copy_from_slice(bytes);
+        &all[..bytes.len()]
+    }
+
+    const PAYLOAD: &[u8] = b"payload bytes";
+
+    fn valid_image() -> Vec<u8> {
+        use kiln_image::{Artifact, ArtifactKind, Digest, EntryData, ImageMeta, ImageWriter};
+        let mut writer = ImageWriter::new(ImageMeta::default());
+        writer.push(EntryData {
+            owner: Digest::of(b"owner"),
+            owner_label: "test owner".to_owned(),
+            key: Digest::of(b"key"),
+            name: "kernel".to_owned(),
+            min_world: 1,
+            max_world: u64::MAX,
+            deps: Vec::new(),
+            artifacts: vec![Artifact {
+                kind: ArtifactKind::Object,
+                entry_points: vec!["kernel".to_owned()],
+                bytes: PAYLOAD.to_vec(),
+            }],
+        });
+        writer.to_bytes().unwrap()
+    }
+
+    /// The image's only payload, read (and, unless trusted, checked).
+    fn payload(image: &Image) -> Result<Vec<u8>, ImageError> {
+        let entry = image.entry(0)?;
+        Ok(entry.artifact(0)?.bytes()?.to_vec())
+    }
+
+    /// The warnings logged while `f` runs, and its result.
+    fn logged<T>(f: impl FnOnce() -> T) -> (String, T) {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buffer {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let out = tracing::subscriber::with_default(subscriber, f);
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        (text, out)
+    }
+
+    #[test]
+    fn an_image_with_the_verified_header_is_opened_trusted() {
+        let bytes = leak_aligned(&valid_image());
+        Image::from_static(bytes, Verification::Full).unwrap();
+        // SAFETY: `bytes` passed `Verification::Full` just above, the header
+        // is its own, and they are never written again.
+        let embedded = unsafe {
+            EmbeddedImage::verified_at_compile_time(
+                "crate",
+                "good.kimg",
+                bytes,
+                bytes.first_chunk().unwrap(),
+            )
+        };
+        assert!(embedded.is_verified());
+        let (log, image) = logged(|| embedded.open().unwrap());
+        assert!(image.is_trusted());
+        assert_eq!(payload(&image).unwrap(), PAYLOAD);
+        assert!(log.is_empty(), "{log}");
+    }
+
+    #[test]
+    fn an_image_whose_header_differs_from_the_verified_one_is_checked_not_trusted() {
+        let verified = valid_image();
+        let mut header: [u8; HEADER_LEN] = *verified.first_chunk().unwrap();
+        // The header the macro saw differs from the embedded one, say by the
+        // body checksum: the file was rewritten after it was verified.
+        header[HEADER_LEN - 1] ^= 0xff;
+        let header: &'static [u8; HEADER_LEN] = Box::leak(Box::new(header));
+        // And the embedded body is corrupt (a payload byte flipped), which
+        // trusting the bytes would let through.
+        let mut rewritten = verified.clone();
+        let at = rewritten
+            .windows(PAYLOAD.len())
+            .rposition(|w| w == PAYLOAD)
+            .expect("the payload is stored verbatim");
+        rewritten[at] ^= 0x20;
+        let bytes = leak_aligned(&rewritten);
+        assert_ne!(&bytes[..HEADER_LEN], &header[..]);
+
+        // SAFETY: the embedded bytes do not start with `header`, so the
+        // contract asks nothing of them, and `open` does not trust them.
+        let embedded =
+            unsafe { EmbeddedImage::verified_at_compile_time("crate", "bad.kimg", bytes, header) };
+        assert!(embedded.is_verified());
+        let (log, image) = logged(|| embedded.open().unwrap());
+        assert!(!image.is_trusted(), "opened through the checked path");
+        assert!(
+            payload(&image).is_err(),
+            "the corrupt payload is rejected, not trusted"
+        );
+        assert!(
+            log.contains("differs from the one verified at compile time"),
+            "{log}"
+        );
+        assert!(log.contains("bad.kimg"), "{log}");
+    }
+
+    #[test]
+    fn a_verified_image_shorter_than_its_header_is_checked_and_rejected() {
+        let header: &'static [u8; HEADER_LEN] = &[0; HEADER_LEN];
+        // SAFETY: the bytes do not start with `header`, so `open` does not
+        // trust them.
+        let embedded = unsafe {
+            EmbeddedImage::verified_at_compile_time(
+                "crate",
+                "short.kimg",
+                leak_aligned(b"x"),
+                header,
+            )
+        };
+        let (log, opened) = logged(|| embedded.open());
+        assert!(opened.is_err());
+        assert!(log.contains("short.kimg"), "{log}");
     }
 
     inventory::submit! { EmbeddedImage::new("zeta-crate", "a.kimg", b"not an image") }

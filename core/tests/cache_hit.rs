@@ -59,6 +59,7 @@ fn memory_and_image_hits_agree() {
     deps.sort();
     assert_eq!(deps, image.deps().into_owned());
     assert_eq!(memory.to_entry_data(), image.to_entry_data());
+    assert!(image.to_entry_data().is_some());
 }
 
 #[test]

@@ -8,8 +8,10 @@
 
 /// Key of [`EntryHasher`].
 const ENTRY_KEY: &[u8; 32] = b"kiln-image format 1 entry record";
-/// Key of [`DepIndexHasher`].
-const DEP_INDEX_KEY: &[u8; 32] = b"kiln-image format 1 dep index ..";
+/// Key of [`DepGroupsHasher`].
+const DEP_GROUPS_KEY: &[u8; 32] = b"kiln-image format 1 dep groups..";
+/// Key of [`dep_members_checksum`].
+const DEP_MEMBERS_KEY: &[u8; 32] = b"kiln-image format 1 dep members.";
 /// Key of [`IndexHasher`].
 const INDEX_KEY: &[u8; 32] = b"kiln-image format 1 index tables";
 
@@ -109,34 +111,49 @@ impl EntryHasher {
     }
 }
 
-/// Checksum of the inverse dependency index.
-pub(crate) struct DepIndexHasher(Input);
+/// Checksum of the dependency group table: per group its name,
+/// fingerprint, member range and member-list checksum (not the members
+/// themselves, which [`dep_members_checksum`] covers per group). Stored in
+/// the index root, which the index checksum covers.
+pub(crate) struct DepGroupsHasher(Input);
 
-impl DepIndexHasher {
+impl DepGroupsHasher {
     pub(crate) fn new(group_count: u32, member_count: u32) -> Self {
-        let mut hasher = Input::with_capacity(256);
+        let mut hasher = Input::with_capacity(64 + group_count as usize * 96);
         hasher.update(&group_count.to_le_bytes());
         hasher.update(&member_count.to_le_bytes());
-        DepIndexHasher(hasher)
+        DepGroupsHasher(hasher)
     }
 
-    pub(crate) fn group(&mut self, name: &[u8], fingerprint: &[u8; 32], start: u32, len: u32) {
+    pub(crate) fn group(
+        &mut self,
+        name: &[u8],
+        fingerprint: &[u8; 32],
+        start: u32,
+        len: u32,
+        members_checksum: &[u8; 32],
+    ) {
         feed_bytes(&mut self.0, name);
         self.0.update(fingerprint);
         self.0.update(&start.to_le_bytes());
         self.0.update(&len.to_le_bytes());
-    }
-
-    pub(crate) fn members(&mut self, members: impl ExactSizeIterator<Item = u32>) {
-        self.0.0.reserve(members.len() * 4);
-        for member in members {
-            self.0.update(&member.to_le_bytes());
-        }
+        self.0.update(members_checksum);
     }
 
     pub(crate) fn finish(self) -> [u8; 32] {
-        self.0.keyed_hash(DEP_INDEX_KEY)
+        self.0.keyed_hash(DEP_GROUPS_KEY)
     }
+}
+
+/// Checksum of one dependency group's member list (entry indices), stored
+/// in the group's record and checked when the group's entries are read.
+pub(crate) fn dep_members_checksum(members: impl ExactSizeIterator<Item = u32>) -> [u8; 32] {
+    let mut input = Input::with_capacity(8 + members.len() * 4);
+    input.update(&(members.len() as u64).to_le_bytes());
+    for member in members {
+        input.update(&member.to_le_bytes());
+    }
+    input.keyed_hash(DEP_MEMBERS_KEY)
 }
 
 /// Checksum of the index root, owner table and metadata, checked at open.

@@ -97,3 +97,23 @@ pub fn reseal(image: &mut [u8]) {
     image[offsets::BODY_CHECKSUM..][..32].copy_from_slice(&body.0);
     crate::header::reseal_header(image);
 }
+
+/// Where the dependency index lies in `image`: the byte ranges (from the
+/// image start) of the group table and of the member table, for tests that
+/// corrupt it on purpose. `None` when the image does not open.
+pub fn dep_index_ranges(image: &[u8]) -> Option<(std::ops::Range<usize>, std::ops::Range<usize>)> {
+    let opened = Image::from_bytes(image, Verification::Structural).ok()?;
+    let index = opened.index();
+    let base = opened.index_bytes().as_ptr() as usize;
+    let start = opened.index_range.start;
+    let range_of = |ptr: usize, len: usize| {
+        let at = start + ptr.checked_sub(base)?;
+        Some(at..at + len)
+    };
+    let groups = index.dep_groups.as_slice();
+    let members = index.dep_members.as_slice();
+    Some((
+        range_of(groups.as_ptr() as usize, size_of_val(groups))?,
+        range_of(members.as_ptr() as usize, size_of_val(members))?,
+    ))
+}

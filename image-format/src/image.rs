@@ -39,7 +39,10 @@ pub struct Image {
     pub(crate) payload_range: Range<usize>,
     pub(crate) entry_state: CheckState,
     pub(crate) artifact_state: CheckState,
+    /// One bit: the dependency group table passed its checksum.
     pub(crate) dep_index_state: CheckState,
+    /// One bit per dependency group: its member list passed its checksum.
+    pub(crate) dep_group_state: CheckState,
     pub(crate) trusted: bool,
 }
 
@@ -124,7 +127,7 @@ impl Image {
             crate::verify::check_body(head, storage.payloads(&payload_range)?, &header)?;
         }
         let index_bytes = &head[index_range.clone()];
-        let (entry_count, artifact_count) = if mode == Mode::Trusted {
+        let (entry_count, artifact_count, dep_group_count) = if mode == Mode::Trusted {
             crate::verify::trusted_counts(index_bytes, &header)?
         } else {
             crate::verify::check_index(index_bytes, &header)?
@@ -134,6 +137,7 @@ impl Image {
             entry_state: CheckState::new(entry_count, trusted),
             artifact_state: CheckState::new(artifact_count, trusted),
             dep_index_state: CheckState::new(1, trusted),
+            dep_group_state: CheckState::new(dep_group_count, trusted),
             storage,
             header,
             index_range,

@@ -16,8 +16,26 @@
 //! - `deps`, `artifacts`, `entry_points`: referenced by entry records.
 //! - `dep_groups` + `dep_members`: the inverse dependency index, one group per
 //!   distinct (dep name, fingerprint), sorted, listing the entries carrying it.
+//!   Two levels of checksum keep its checks proportional to what is read:
+//!   `Index::dep_groups_checksum` covers the group table (O(groups), on first
+//!   use), and each group's `members_checksum` covers its member list
+//!   (checked when that group's entries are first read, then remembered).
+//!   Every byte of `dep_members` belongs to exactly one group (the ranges
+//!   are checked to be contiguous), so a flipped bit anywhere in the
+//!   dependency index fails one of the two before an entry index is returned.
 //! - `labels`, `producer_*`: the image metadata.
 //! - `strings`: every name, label and tag, UTF-8, referenced by `StrRef`.
+//!
+//! Owner labels are covered by the index checksum (checked at every open),
+//! not by each entry's checksum. That is deliberate: a label is display text
+//! only. Lookups, merges and deduplication go by the owner digest, which
+//! every entry checksum covers (and the owner table is sorted and checked by
+//! digest), so a label can never make a lookup return another owner's
+//! entry. Folding the label into each entry's checksum would cost a string
+//! hash per entry check for no lookup guarantee. What this leaves open is a
+//! forged image (checksums recomputed after a change) carrying another label
+//! for the same digest: anything that decides by label alone (for example an
+//! owner filter) must treat the label as untrusted text.
 
 use rkyv::{Archive, Serialize};
 
@@ -88,9 +106,13 @@ pub(crate) struct ArtifactRecord {
 }
 
 /// One distinct (dep name, fingerprint) and the entries that carry it.
+/// `members_checksum` covers the group's slice of `dep_members`; the record
+/// itself (name, fingerprint, range, `members_checksum`) is covered by
+/// `Index::dep_groups_checksum`.
 #[derive(Archive, Serialize, Debug)]
 pub(crate) struct DepGroupRecord {
     pub fingerprint: [u8; 32],
+    pub members_checksum: [u8; 32],
     pub name: StrRef,
     pub members: Span,
 }
@@ -122,9 +144,12 @@ pub(crate) struct Index {
     pub strings: Vec<u8>,
     pub producer_name: StrRef,
     pub producer_version: StrRef,
-    /// Covers `dep_groups` and `dep_members`; checked on first use of the
-    /// dependency index.
-    pub dep_index_checksum: [u8; 32],
+    /// Covers the `dep_groups` table (each group's name, fingerprint, member
+    /// range and member checksum, not the member lists): checked on first
+    /// use of the dependency index, in O(groups). Each group's member list
+    /// is checked against its own `members_checksum` when it is first read.
+    /// This root field is covered by the index checksum in the header.
+    pub dep_groups_checksum: [u8; 32],
 }
 
 // No implicit padding anywhere: field sizes add up to the record size.
@@ -135,7 +160,7 @@ const _: () = {
     assert!(size_of::<ArchivedEntryRecord>() == 8 + 8 + 32 + 32 + 8 + 8 + 8 + 4 + 4);
     assert!(size_of::<ArchivedDepRecord>() == 32 + 8);
     assert!(size_of::<ArchivedArtifactRecord>() == 8 + 8 + 32 + 4 + 8 + 8 + 4);
-    assert!(size_of::<ArchivedDepGroupRecord>() == 32 + 8 + 8);
+    assert!(size_of::<ArchivedDepGroupRecord>() == 32 + 32 + 8 + 8);
     assert!(size_of::<ArchivedLabelRecord>() == 8 + 8);
 };
 

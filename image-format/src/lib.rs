@@ -58,7 +58,10 @@
 //!
 //! - The header checksum covers the header; the *index checksum* (in the
 //!   header) covers the index root (every table's length and position), the
-//!   owner table and the metadata. Both are checked at every open.
+//!   owner table (digests and labels) and the metadata. Both are checked at
+//!   every open. Owner labels are display text, covered by this checksum
+//!   only, not per entry: lookups go by owner digest (see the layout
+//!   module).
 //! - Each entry record carries a checksum over its fields and everything it
 //!   references (owner digest, name, deps, artifact descriptors with payload
 //!   offsets and BLAKE3s, entry points), checked on first access to the entry
@@ -66,7 +69,12 @@
 //! - Each payload's BLAKE3 is checked on its first
 //!   [`ArtifactRef::bytes`] call and remembered; on a mismatch the bytes
 //!   are never returned.
-//! - The dependency index has its own checksum, checked on first use.
+//! - The dependency index has two levels of checksum, so that its checks
+//!   cost what is read: one over the group table (each group's name,
+//!   fingerprint, member range and member checksum), checked on first use
+//!   in O(groups), and one per group over its entry list, checked when that
+//!   group's entries are first read ([`DepGroup::try_entries`],
+//!   [`Image::dependents_of`]). Both are remembered.
 //! - The body checksum covers everything after the header; it is checked by
 //!   [`Verification::Full`] and [`Image::verify_full`].
 //!

@@ -28,14 +28,15 @@ pub(crate) fn check_body(head: &[u8], payloads: &[u8], header: &Header) -> Resul
 }
 
 /// Validates the index with rkyv, checks the index checksum, the owner
-/// table and the metadata strings. Returns the entry and artifact counts.
+/// table and the metadata strings. Returns the entry, artifact and
+/// dependency-group counts.
 /// Cost: linear in the number of records, with a constant per record that
 /// touches no string or payload (bytecheck of fixed-size records), plus the
 /// owners and labels.
 pub(crate) fn check_index(
     index_bytes: &[u8],
     header: &Header,
-) -> Result<(usize, usize), ImageError> {
+) -> Result<(usize, usize, usize), ImageError> {
     let index = rkyv::access::<ArchivedIndex, rkyv::rancor::Error>(index_bytes)
         .map_err(|error| ImageError::IndexValidation(error.to_string()))?;
     if index_checksum(index_bytes, index)? != header.index_checksum {
@@ -44,14 +45,18 @@ pub(crate) fn check_index(
     check_counts(index, header)?;
     check_owners(index)?;
     check_meta(index)?;
-    Ok((index.entries.len(), index.artifacts.len()))
+    Ok((
+        index.entries.len(),
+        index.artifacts.len(),
+        index.dep_groups.len(),
+    ))
 }
 
 /// For a trusted image: only what `access_unchecked` itself needs.
 pub(crate) fn trusted_counts(
     index_bytes: &[u8],
     header: &Header,
-) -> Result<(usize, usize), ImageError> {
+) -> Result<(usize, usize, usize), ImageError> {
     if index_bytes.len() < size_of::<ArchivedIndex>() {
         return Err(ImageError::IndexMalformed(format!(
             "the index is {} bytes, smaller than its {}-byte root",
@@ -65,7 +70,11 @@ pub(crate) fn trusted_counts(
     // was just checked, and the range holds at least a root.
     let index = unsafe { rkyv::access_unchecked::<ArchivedIndex>(index_bytes) };
     check_counts(index, header)?;
-    Ok((index.entries.len(), index.artifacts.len()))
+    Ok((
+        index.entries.len(),
+        index.artifacts.len(),
+        index.dep_groups.len(),
+    ))
 }
 
 fn check_counts(index: &ArchivedIndex, header: &Header) -> Result<(), ImageError> {
@@ -99,7 +108,7 @@ fn string<'a>(
 }
 
 /// The checksum over the index root (table lengths and positions, the
-/// dependency-index checksum), the owner table and the metadata. The writer
+/// dependency group table's checksum), the owner table and the metadata. The writer
 /// stores it in the header; open compares.
 pub(crate) fn index_checksum(
     index_bytes: &[u8],

@@ -4,7 +4,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::Path;
 
-use crate::checksum::{ArtifactFields, DepIndexHasher, EntryFields, EntryHasher};
+use crate::checksum::{
+    ArtifactFields, DepGroupsHasher, EntryFields, EntryHasher, dep_members_checksum,
+};
 use crate::header::{
     ArchiveLayout, FORMAT_VERSION, HEADER_LEN, Header, MAX_PRODUCER_LEN, REGION_ALIGN, RKYV_VERSION,
 };
@@ -398,6 +400,7 @@ fn build_dep_index<'a>(
         index.dep_members.extend_from_slice(&members);
         index.dep_groups.push(DepGroupRecord {
             fingerprint: fingerprint.0,
+            members_checksum: dep_members_checksum(members.iter().copied()),
             name: strings.add(name)?,
             members: Span {
                 start,
@@ -405,7 +408,7 @@ fn build_dep_index<'a>(
             },
         });
     }
-    let mut hasher = DepIndexHasher::new(
+    let mut hasher = DepGroupsHasher::new(
         fit_u32(index.dep_groups.len(), "the dependency index")?,
         fit_u32(index.dep_members.len(), "the dependency index")?,
     );
@@ -416,10 +419,10 @@ fn build_dep_index<'a>(
             &group.fingerprint,
             group.members.start,
             group.members.len,
+            &group.members_checksum,
         );
     }
-    hasher.members(index.dep_members.iter().copied());
-    index.dep_index_checksum = hasher.finish();
+    index.dep_groups_checksum = hasher.finish();
     Ok(())
 }
 

@@ -118,3 +118,108 @@ fn truncations_and_flips_through_a_memory_map() {
         }
     }
 }
+
+/// Every bit of the dependency index (group table and member lists), with
+/// and without the header and index checksums recomputed: each flip is
+/// caught before a wrong entry index comes back, by the group table check
+/// (on first use) or by the flipped group's own check (when its entries are
+/// read), and every other group still reads correctly.
+#[test]
+fn every_bit_of_the_dependency_index_is_protected() {
+    let (bytes, sorted_entries) = image_bytes();
+    let expected = common::expected_dep_groups(&sorted_entries);
+    let (groups, members) =
+        kiln_image::fuzz_support::dep_index_ranges(&bytes).expect("the image opens");
+    assert!(!groups.is_empty() && !members.is_empty());
+    let (mut by_table, mut by_group) = (0, 0);
+    for resealed in [false, true] {
+        for byte in groups.clone().chain(members.clone()) {
+            for bit in 0..8 {
+                let mut flipped = bytes.clone();
+                flipped[byte] ^= 1 << bit;
+                if resealed {
+                    kiln_image::fuzz_support::reseal(&mut flipped);
+                }
+                let context = format!("byte {byte} bit {bit} (resealed: {resealed})");
+                assert!(
+                    Image::from_bytes(&flipped, Verification::Full).is_err(),
+                    "{context}: full verification accepted it"
+                );
+                // The dep index is not read at open: the flip is caught on use.
+                let image = Image::from_bytes(&flipped, Verification::Structural)
+                    .unwrap_or_else(|error| panic!("{context}: rejected at open: {error}"));
+                let Ok(found) = image.dep_groups() else {
+                    by_table += 1;
+                    continue;
+                };
+                let mut caught = false;
+                for group in found {
+                    let id = (group.name().to_owned(), group.fingerprint());
+                    match group.try_entries() {
+                        Ok(entries) => {
+                            let entries: Vec<usize> = entries.collect();
+                            assert_eq!(Some(&entries), expected.get(&id), "{context}");
+                            assert_eq!(group.len(), entries.len(), "{context}");
+                        }
+                        Err(error) => {
+                            assert!(matches!(error, ImageError::DepIndex(_)), "{context}");
+                            assert_eq!(group.entries().count(), 0, "{context}");
+                            caught = true;
+                        }
+                    }
+                    match image.dependents_of(group.name()) {
+                        Ok(dependents) => {
+                            let mut dependents: Vec<usize> = dependents.collect();
+                            dependents.sort_unstable();
+                            let mut wanted: Vec<usize> = expected
+                                .iter()
+                                .filter(|((name, _), _)| name == group.name())
+                                .flat_map(|(_, entries)| entries.iter().copied())
+                                .collect();
+                            wanted.sort_unstable();
+                            assert_eq!(dependents, wanted, "{context}");
+                        }
+                        Err(error) => {
+                            assert!(matches!(error, ImageError::DepIndex(_)), "{context}")
+                        }
+                    }
+                }
+                assert!(caught, "{context}: no check caught the flip");
+                by_group += 1;
+            }
+        }
+    }
+    eprintln!("{by_table} caught by the group table, {by_group} by a group's own check");
+    assert!(by_table > 0 && by_group > 0, "{by_table} / {by_group}");
+}
+
+/// Reading one group's entries reads only that group's list: a corrupt
+/// member list fails its own group, not the table or the other groups.
+#[test]
+fn a_corrupt_member_list_fails_only_its_group() {
+    let (bytes, sorted_entries) = image_bytes();
+    let expected = common::expected_dep_groups(&sorted_entries);
+    let (_, members) = kiln_image::fuzz_support::dep_index_ranges(&bytes).unwrap();
+    let mut flipped = bytes.clone();
+    flipped[members.start] ^= 1;
+    let image = Image::from_bytes(&flipped, Verification::Structural).unwrap();
+    let groups: Vec<_> = image
+        .dep_groups()
+        .expect("the group table is intact")
+        .collect();
+    assert_eq!(groups.len(), expected.len());
+    let (first, rest) = groups.split_first().unwrap();
+    assert!(matches!(first.try_entries(), Err(ImageError::DepIndex(_))));
+    assert!(matches!(
+        image.dependents_of(first.name()),
+        Err(ImageError::DepIndex(_))
+    ));
+    for group in rest {
+        let id = (group.name().to_owned(), group.fingerprint());
+        assert_eq!(
+            Some(&group.try_entries().unwrap().collect::<Vec<_>>()),
+            expected.get(&id)
+        );
+    }
+    assert!(image.verify_full().is_err());
+}

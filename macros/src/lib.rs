@@ -17,8 +17,14 @@
 //! - **Checked at compile time.** The macro reads the file and runs
 //!   `kiln_image` full verification (header, structure, every payload
 //!   checksum). A missing or bad image is a `compile_error!` that says which
-//!   check failed, so a program never embeds an image it could not use; at
-//!   run time the image is opened without checking it again.
+//!   check failed, so a program never embeds an image it could not use.
+//! - **Trusted at run time if unchanged.** The expansion also carries the
+//!   verified image's fixed header (which holds the BLAKE3 checksum of
+//!   everything after it) as a byte-string literal. At run time the image is
+//!   opened without checking it again only if the embedded bytes start with
+//!   that header; if the file changed between the macro's read and
+//!   `include_bytes!`'s, a warning is logged and the image is opened with
+//!   structural checks (index now, each payload's checksum on first use).
 //! - **Embedded aligned.** The bytes are an `include_bytes!` of the absolute
 //!   path, placed in a static aligned to 64 bytes (the image reader needs at
 //!   least 16) and borrowed from there without copying.

@@ -33,6 +33,12 @@ impl Cache {
     /// returned hit is already closed (`hit.is_valid_in(cache.world())` is
     /// false) and the next call compiles against the new definition.
     ///
+    /// An image-backed hit is returned after its entry record is checked;
+    /// each payload is checked when the caller accesses it (see [`Hit`]). If
+    /// one turns out corrupt then, that access returns `None` (never the bad
+    /// bytes) and the entry is excluded, so calling `get_or_compile` again
+    /// compiles (or loads from a tier) a fresh entry.
+    ///
     /// # Errors
     /// [`Error::Compile`] with `compile`'s error, or
     /// [`Error::CompilePanicked`] if the compile this call waited for panicked
@@ -95,8 +101,8 @@ impl Cache {
                 let store = !compiled.session_dependent && self.tiers.count() > 0;
                 let hit = self.record(owner, key, compiled, Origin::Compiled, cached);
                 leader.end(Outcome::Succeeded);
-                if store {
-                    self.store_in_tiers(owner, &hit.to_entry_data());
+                if store && let Some(data) = hit.to_entry_data() {
+                    self.store_in_tiers(owner, &data);
                 }
                 Ok(hit)
             }

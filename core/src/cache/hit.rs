@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use kiln_image::{EntryData, EntryRef};
+use kiln_image::{ArtifactRef, EntryData, EntryRef};
 
 use super::instance::{Instance, Origin};
 use super::layers::Layer;
@@ -23,8 +23,20 @@ pub enum Source {
 ///
 /// A hit borrows from the cache: it clones nothing, and artifact bytes are
 /// borrowed from memory (entries compiled in this process own their bytes) or
-/// from the image (image-backed entries: no copy). Image payloads were checked
-/// against their checksum before the hit was returned.
+/// from the image (image-backed entries: no copy).
+///
+/// # Image payloads are checked lazily, per artifact
+///
+/// An image-backed hit is served once its entry record matched its checksum;
+/// its payloads are not read then (DESIGN rule 7: an entry with a CUBIN and
+/// a PTX fallback pages in only the one that is used). Each payload is checked
+/// against its BLAKE3 checksum the first time it is accessed through
+/// [`Hit::artifact`] or [`ArtifactView::bytes`] (the image remembers a
+/// success). A payload that fails is never returned (DESIGN rule 9): the
+/// accessor gives `None`, the failure is counted in
+/// [`Stats::corrupt`](crate::Stats::corrupt), and the entry is excluded from
+/// its layer, so the next lookup misses and the next
+/// [`Cache::get_or_compile`](crate::Cache::get_or_compile) recompiles.
 #[derive(Clone, Copy)]
 pub struct Hit<'c> {
     inner: Inner<'c>,
@@ -39,15 +51,57 @@ enum Inner<'c> {
     },
 }
 
-/// One artifact of a [`Hit`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One artifact of a [`Hit`]; its bytes are read (and, for an image-backed
+/// entry, checked) only when [`ArtifactView::bytes`] is called.
+#[derive(Clone)]
 pub struct ArtifactView<'c> {
     /// What the bytes are.
     pub kind: ArtifactKind,
     /// Entry-point names.
     pub entry_points: Vec<&'c str>,
-    /// The compiled code, borrowed from the cache.
-    pub bytes: &'c [u8],
+    payload: Payload<'c>,
+}
+
+#[derive(Clone, Copy)]
+enum Payload<'c> {
+    Memory(&'c [u8]),
+    Image {
+        layer: &'c Layer,
+        entry: EntryRef<'c>,
+        artifact: ArtifactRef<'c>,
+    },
+}
+
+impl<'c> ArtifactView<'c> {
+    /// The compiled code, borrowed from the cache; `None` if it is an image
+    /// payload that fails its checksum (the entry is then excluded and counted
+    /// as corrupt; see [`Hit`]). An image payload is checked on its first
+    /// access only.
+    pub fn bytes(&self) -> Option<&'c [u8]> {
+        match self.payload {
+            Payload::Memory(bytes) => Some(bytes),
+            Payload::Image {
+                layer,
+                entry,
+                artifact,
+            } => layer.payload(&entry, &artifact),
+        }
+    }
+}
+
+impl std::fmt::Debug for ArtifactView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The length only: formatting must not read (or check) a payload.
+        let len = match self.payload {
+            Payload::Memory(bytes) => bytes.len(),
+            Payload::Image { artifact, .. } => artifact.len(),
+        };
+        f.debug_struct("ArtifactView")
+            .field("kind", &self.kind)
+            .field("entry_points", &self.entry_points)
+            .field("len", &len)
+            .finish()
+    }
 }
 
 impl<'c> Hit<'c> {
@@ -141,7 +195,8 @@ impl<'c> Hit<'c> {
         }
     }
 
-    /// All artifacts, in the order they were compiled.
+    /// All artifacts, in the order they were compiled. No payload is read
+    /// until [`ArtifactView::bytes`] is called on its view.
     pub fn artifacts(&self) -> Vec<ArtifactView<'c>> {
         match &self.inner {
             Inner::Memory(i) => i
@@ -150,24 +205,31 @@ impl<'c> Hit<'c> {
                 .map(|a| ArtifactView {
                     kind: a.kind.clone(),
                     entry_points: a.entry_points.iter().map(String::as_str).collect(),
-                    bytes: &a.bytes,
+                    payload: Payload::Memory(&a.bytes),
                 })
                 .collect(),
-            Inner::Image { entry, .. } => (0..entry.artifact_count())
-                .filter_map(|n| {
-                    let a = entry.artifact(n).ok()?;
-                    Some(ArtifactView {
-                        kind: a.kind(),
-                        entry_points: a.entry_points(),
-                        // Checked when the hit was made; the image remembers.
-                        bytes: a.bytes().ok()?,
-                    })
+            Inner::Image { layer, entry } => (0..entry.artifact_count())
+                // The descriptors were checked with the entry record.
+                .filter_map(|n| entry.artifact(n).ok())
+                .map(|artifact| ArtifactView {
+                    kind: artifact.kind(),
+                    entry_points: artifact.entry_points(),
+                    payload: Payload::Image {
+                        layer,
+                        entry: *entry,
+                        artifact,
+                    },
                 })
                 .collect(),
         }
     }
 
     /// The bytes of the first artifact of `kind`, borrowed from the cache.
+    ///
+    /// `None` if the entry has no artifact of `kind`, or if it is an image
+    /// payload that fails its checksum (checked on first access only); in
+    /// that case the entry is excluded and counted as corrupt, and the next
+    /// lookup misses (see [`Hit`]).
     pub fn artifact(&self, kind: &ArtifactKind) -> Option<&'c [u8]> {
         match &self.inner {
             Inner::Memory(i) => i
@@ -175,19 +237,22 @@ impl<'c> Hit<'c> {
                 .iter()
                 .find(|a| &a.kind == kind)
                 .map(|a| a.bytes.as_slice()),
-            Inner::Image { entry, .. } => (0..entry.artifact_count())
+            Inner::Image { layer, entry } => (0..entry.artifact_count())
                 .filter_map(|n| entry.artifact(n).ok())
                 .find(|a| &a.kind() == kind)
-                .and_then(|a| a.bytes().ok()),
+                .and_then(|a| layer.payload(entry, &a)),
         }
     }
 
     /// An owned copy of the entry, as an image or a tier stores it (worlds
     /// normalised to `[World::FIRST, World::MAX]`).
-    pub fn to_entry_data(&self) -> EntryData {
+    ///
+    /// Reads every payload: `None` if one of an image-backed entry's payloads
+    /// fails its checksum (the entry is then excluded; see [`Hit`]).
+    pub fn to_entry_data(&self) -> Option<EntryData> {
         match &self.inner {
-            Inner::Memory(i) => i.to_entry_data(),
-            Inner::Image { .. } => EntryData {
+            Inner::Memory(i) => Some(i.to_entry_data()),
+            Inner::Image { .. } => Some(EntryData {
                 owner: self.owner(),
                 owner_label: self.owner_label().to_owned(),
                 key: *self.key().digest(),
@@ -198,13 +263,15 @@ impl<'c> Hit<'c> {
                 artifacts: self
                     .artifacts()
                     .into_iter()
-                    .map(|a| crate::Artifact {
-                        kind: a.kind,
-                        entry_points: a.entry_points.into_iter().map(str::to_owned).collect(),
-                        bytes: a.bytes.to_vec(),
+                    .map(|a| {
+                        Some(crate::Artifact {
+                            bytes: a.bytes()?.to_vec(),
+                            kind: a.kind,
+                            entry_points: a.entry_points.into_iter().map(str::to_owned).collect(),
+                        })
                     })
-                    .collect(),
-            },
+                    .collect::<Option<_>>()?,
+            }),
         }
     }
 }

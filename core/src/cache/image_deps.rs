@@ -25,7 +25,9 @@ pub(crate) fn stale_entries(
             .get(group.name())
             .is_some_and(|fp| *fp != group.fingerprint())
         {
-            stale.extend(group.entries());
+            // A member list that fails its checksum fails the merge's
+            // revalidation (the image is rejected), never counts as empty.
+            stale.extend(group.try_entries()?);
         }
     }
     Ok(stale)
@@ -39,9 +41,9 @@ pub(crate) fn dependents_not_at(
     fingerprint: &Digest,
 ) -> Result<Vec<usize>, ImageError> {
     let mut found = Vec::new();
-    for group in image.dep_groups()? {
-        if group.name() == name && group.fingerprint() != *fingerprint {
-            found.extend(group.entries());
+    for group in image.dep_groups_named(name)? {
+        if group.fingerprint() != *fingerprint {
+            found.extend(group.try_entries()?);
         }
     }
     Ok(found)

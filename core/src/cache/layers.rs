@@ -10,12 +10,16 @@
 //! | `0`          | open: valid from the layer's world on          |
 //! | `EXCLUDED`   | never served (duplicate, stale, corrupt)       |
 //! | other `w`    | closed: valid up to and including world `w`    |
+//!
+//! A lookup checks an entry's record only. Each payload is checked against
+//! its checksum when a [`Hit`](super::Hit) first accesses it
+//! ([`Layer::payload`]); one that fails excludes its entry.
 
 use std::ops::Range;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use kiln_image::{EntryRef, Image};
+use kiln_image::{ArtifactRef, EntryRef, Image};
 
 use crate::{Digest, Key};
 
@@ -40,13 +44,15 @@ pub(crate) struct Layer {
     pub(crate) owners: Vec<LayerOwner>,
     any_foreign: bool,
     states: OnceLock<Box<[AtomicU64]>>,
+    /// Entries excluded because a payload failed its checksum on access.
+    corrupt_payloads: AtomicU64,
 }
 
 /// What a layer says about one `(owner, key)`.
 pub(crate) enum LayerLookup<'l> {
     Valid(EntryRef<'l>),
     Absent,
-    /// Present but failed a checksum now (excluded from now on).
+    /// Present but its entry record is corrupt.
     Corrupt,
 }
 
@@ -59,6 +65,7 @@ impl Layer {
             owners,
             any_foreign,
             states: OnceLock::new(),
+            corrupt_payloads: AtomicU64::new(0),
         }
     }
 
@@ -141,8 +148,8 @@ impl Layer {
     }
 
     /// Entry `index`, found through the index: served if it is `(owner,
-    /// key)` (the index holds hashes) and valid in `world`. Its payloads were
-    /// checked when it was first hit.
+    /// key)` (the index holds hashes) and valid in `world`. Its payloads are
+    /// checked when accessed ([`Layer::payload`]).
     pub(crate) fn promoted(
         &self,
         index: usize,
@@ -155,8 +162,9 @@ impl Layer {
             .then_some(entry)
     }
 
-    /// Looks up `(owner, key)` valid in `world`, checking every artifact's
-    /// checksum (once per artifact; the image remembers) before serving it.
+    /// Looks up `(owner, key)` valid in `world`. Only the entry record is
+    /// checked (by the image); payloads are checked when accessed
+    /// ([`Layer::payload`]), so a lookup pages in none of them.
     pub(crate) fn lookup(&self, owner: &Digest, key: &Key, world: u64) -> LayerLookup<'_> {
         if world < self.min_world || self.is_foreign(owner) {
             return LayerLookup::Absent;
@@ -172,24 +180,37 @@ impl Layer {
         if !self.is_valid_in(&entry, world) {
             return LayerLookup::Absent;
         }
-        if let Err(error) = verify_artifacts(&entry) {
-            if self.exclude(entry.index()) {
-                tracing::warn!(
-                    name = entry.name(),
-                    %key,
-                    %error,
-                    "image entry failed its checksum; it is never served, recompile instead"
-                );
-            }
-            return LayerLookup::Corrupt;
-        }
         LayerLookup::Valid(entry)
     }
-}
 
-fn verify_artifacts(entry: &EntryRef<'_>) -> Result<(), kiln_image::ImageError> {
-    for i in 0..entry.artifact_count() {
-        entry.artifact(i)?.bytes()?;
+    /// The payload of `artifact` (of `entry`, in this layer), checked against
+    /// its checksum on first access (the image remembers a success). A payload
+    /// that fails is never returned: its entry is excluded for good (the next
+    /// lookup misses, so `get_or_compile` recompiles) and counted once.
+    pub(crate) fn payload<'a>(
+        &self,
+        entry: &EntryRef<'a>,
+        artifact: &ArtifactRef<'a>,
+    ) -> Option<&'a [u8]> {
+        match artifact.bytes() {
+            Ok(bytes) => Some(bytes),
+            Err(error) => {
+                if self.exclude(entry.index()) {
+                    self.corrupt_payloads.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        name = entry.name(),
+                        key = %Key::from_digest(entry.key()),
+                        %error,
+                        "image payload failed its checksum; the entry is never served again, recompile instead"
+                    );
+                }
+                None
+            }
+        }
     }
-    Ok(())
+
+    /// Entries excluded because a payload failed its checksum.
+    pub(crate) fn corrupt_payloads(&self) -> u64 {
+        self.corrupt_payloads.load(Ordering::Relaxed)
+    }
 }

@@ -15,8 +15,10 @@ use crate::{Digest, Key, Owner, World};
 impl Cache {
     /// The entry of `(owner, key)` valid in the current world: memory first,
     /// then images in merge order. Never returns a closed, stale, duplicate,
-    /// foreign or corrupt entry. Extra tiers are not consulted (see
-    /// [`Cache::get_or_compile`]).
+    /// foreign or excluded entry, nor one whose record is corrupt. An image
+    /// entry's payloads are not read here: each is checked when the hit's
+    /// caller accesses it, and one that fails is never returned (see [`Hit`]).
+    /// Extra tiers are not consulted (see [`Cache::get_or_compile`]).
     pub fn lookup(&self, owner: &Digest, key: &Key) -> Option<Hit<'_>> {
         self.lookup_in(self.world(), owner, key)
     }

@@ -193,9 +193,15 @@ impl Cache {
 
     /// A copy of the counters.
     pub fn stats(&self) -> Stats {
+        let corrupt_payloads = self
+            .layers
+            .iter()
+            .map(|(_, layer)| layer.corrupt_payloads())
+            .sum();
         stats::collect(
             &self.counters,
             &self.lookups,
+            corrupt_payloads,
             self.store.count() as u64,
             self.world(),
         )

@@ -117,8 +117,10 @@ pub struct Stats {
     pub compile_waits: u64,
     /// Total time spent in compiles.
     pub compile_time: Duration,
-    /// Image entries whose payload failed its checksum on access (treated as
-    /// misses and never served again).
+    /// Image entries found corrupt: a payload that failed its checksum when a
+    /// hit first accessed it (counted once per entry, which is excluded: that
+    /// access returned `None` and later lookups miss), or an entry record that
+    /// failed its check at lookup (a miss; counted per lookup).
     pub corrupt: u64,
     /// Entries recorded in memory (compiled, inserted, loaded from a tier).
     pub inserts: u64,
@@ -152,6 +154,7 @@ impl Stats {
 pub(crate) fn collect(
     counters: &Counters,
     lookups: &LookupStripes,
+    corrupt_payloads: u64,
     memory_entries: u64,
     world: World,
 ) -> Stats {
@@ -161,7 +164,7 @@ pub(crate) fn collect(
         compile_failures: get(&counters.compile_failures),
         compile_waits: get(&counters.compile_waits),
         compile_time: Duration::from_nanos(get(&counters.compile_nanos)),
-        corrupt: get(&counters.corrupt),
+        corrupt: get(&counters.corrupt) + corrupt_payloads,
         inserts: get(&counters.inserts),
         duplicate_inserts: get(&counters.duplicate_inserts),
         invalidated: get(&counters.invalidated),

@@ -235,19 +235,29 @@ fn load_module(
     };
     let artifacts = hit.artifacts();
     let pick = |kind: ArtifactKind| artifacts.iter().find(|a| a.kind == kind);
-    let (artifact, image) = if let Some(cubin) = pick(ArtifactKind::Cubin)
-        .filter(|a| arch.cubin_runs_on(major, minor) && !a.bytes.is_empty())
-    {
-        (cubin, cubin.bytes.to_vec())
-    } else if let Some(ptx) = pick(ArtifactKind::Ptx).filter(|_| arch.ptx_runs_on(major, minor)) {
-        if ptx.bytes.contains(&0) {
+    // Only the payload used is read (and checked): a PTX fallback is not paged
+    // in when the CUBIN runs. A payload that fails its checksum is `None`
+    // (never garbage; the entry is excluded so the next compile_cached
+    // recompiles), and the next option is tried.
+    let cubin = pick(ArtifactKind::Cubin)
+        .filter(|_| arch.cubin_runs_on(major, minor))
+        .and_then(|a| Some((a, a.bytes().filter(|b| !b.is_empty())?)));
+    let ptx = || {
+        pick(ArtifactKind::Ptx)
+            .filter(|_| arch.ptx_runs_on(major, minor))
+            .and_then(|a| Some((a, a.bytes()?)))
+    };
+    let (artifact, image) = if let Some((cubin, bytes)) = cubin {
+        (cubin, bytes.to_vec())
+    } else if let Some((ptx, bytes)) = ptx() {
+        if bytes.contains(&0) {
             return Err(Error::InteriorNul {
                 what: format!("the PTX of {}", hit.name()),
             });
         }
         // cuModuleLoadData reads PTX up to its NUL terminator.
-        let mut text = Vec::with_capacity(ptx.bytes.len() + 1);
-        text.extend_from_slice(ptx.bytes);
+        let mut text = Vec::with_capacity(bytes.len() + 1);
+        text.extend_from_slice(bytes);
         text.push(0);
         (ptx, text)
     } else {
