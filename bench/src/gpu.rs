@@ -106,15 +106,17 @@ pub fn measure(started: std::time::Instant, path: GpuPath) -> Result<GpuMeasurem
             } else {
                 ArtifactKind::Ptx
             };
-            // The payload of `kind` only (checked on access; `None` if absent
-            // or corrupt).
-            let mut bytes = hit
-                .artifact(&kind)
-                .ok_or_else(|| BenchError::Missing {
-                    mode: format!("gpu {}", path.name()),
-                    kernel: format!("{} ({kind:?})", spec.name()),
-                })?
-                .to_vec();
+            let missing = || BenchError::Missing {
+                mode: format!("gpu {}", path.name()),
+                kernel: format!("{} ({kind:?})", spec.name()),
+            };
+            let artifact = hit
+                .artifacts()
+                .into_iter()
+                .find(|a| a.kind == kind)
+                .ok_or_else(missing)?;
+            // Reads (and checks) this payload only; `None` if it is corrupt.
+            let mut bytes = artifact.bytes().ok_or_else(missing)?.to_vec();
             if kind == ArtifactKind::Ptx {
                 // cuModuleLoadData reads PTX up to its NUL.
                 bytes.push(0);
