@@ -439,7 +439,11 @@ mod tests {
             .run(|_| Err("NVRTC not found"))
             .unwrap();
         assert_eq!(report.entries, 0);
-        assert!(Image::open(&report.path, Verification::Full).unwrap().is_empty());
+        assert!(
+            Image::open(&report.path, Verification::Full)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
