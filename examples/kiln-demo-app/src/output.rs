@@ -106,7 +106,7 @@ impl Output {
             );
         } else {
             println!(
-                "setup for {arch}: NVRTC loaded (for its version) in {:.1?}, CUB headers \
+                "setup for {arch}: NVRTC identified (exact release, for the owner) in {:.1?}, CUB headers \
                  fingerprinted in {:.1?}",
                 setup.nvrtc, setup.cub_headers
             );
