@@ -99,7 +99,10 @@ impl ImageWriter {
     }
 }
 
-/// Writes `bytes` to `path` with a temporary file, fsync and rename.
+/// Writes `bytes` to `path` with a temporary file (`.kiln-tmp-*` in the same
+/// directory, mode 0644 on Unix), fsync, rename and an fsync of the directory.
+/// A writer killed midway leaves at most that temporary file behind, never a
+/// partial `path`.
 pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<(), ImageError> {
     let io = |action| {
         move |source| ImageError::Io {
@@ -112,8 +115,17 @@ pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<(), ImageError> {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
     };
-    let mut file =
-        tempfile::NamedTempFile::new_in(directory).map_err(io("create a temporary file beside"))?;
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".kiln-tmp-");
+    // Images are shared read-only artifacts (an `OUT_DIR`, a directory in
+    // `KILN_IMAGE_PATH` used by several accounts): readable by everyone, as a
+    // plain `File::create` under the usual umask would make them, not the
+    // owner-only mode temporary files get.
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
+    let mut file = builder
+        .tempfile_in(directory)
+        .map_err(io("create a temporary file beside"))?;
     file.write_all(bytes).map_err(io("write"))?;
     file.as_file().sync_all().map_err(io("sync"))?;
     file.persist(path)

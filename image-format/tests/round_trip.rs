@@ -457,3 +457,30 @@ fn images_can_be_shared_between_threads() {
         }
     });
 }
+
+#[cfg(unix)]
+#[test]
+fn written_images_are_readable_by_everyone() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.kimg");
+    kiln_image::write_file_atomic(&path, b"bytes").unwrap();
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    // 0644 as the process umask allows it (Linux reports the umask in
+    // /proc/self/status; elsewhere assume the usual 022).
+    let umask = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022);
+    assert_eq!(mode, 0o644 & !umask, "mode {mode:o}, umask {umask:o}");
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != "shared.kimg")
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
