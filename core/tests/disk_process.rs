@@ -138,7 +138,7 @@ fn writers_killed_mid_write_leave_no_corrupt_entry() {
         std::thread::sleep(Duration::from_micros(round * 150));
         victim.kill().expect("SIGKILL");
         victim.wait().expect("reaped");
-        let listing = std::fs::read_dir(dir.path()).expect("list");
+        let listing = std::fs::read_dir(config(dir.path()).images_dir()).expect("list");
         let temp = listing
             .filter_map(|d| d.ok()?.file_name().into_string().ok())
             .filter(|name| name.starts_with(".tmp-"))

@@ -4,11 +4,17 @@
 mod disk_support;
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use disk_support::{compile, compiled, config, default_len, entry, ids, key, owner};
 use kiln_core::disk::DiskCache;
 use kiln_core::{ArtifactKind, Cache, Source};
+
+/// Where the cache rooted at `dir` keeps its files: the subdirectory of
+/// this image format version.
+fn images(dir: &Path) -> PathBuf {
+    config(dir).images_dir()
+}
 
 fn segment_files(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(dir)
@@ -43,7 +49,7 @@ fn stored_entries_are_found_by_another_handle_and_survive_compaction() {
         assert_hit(&reader, i, default_len(i));
     }
     // 20 entries, compaction after 4 segments: few files, all entries there.
-    let segments = segment_files(dir.path());
+    let segments = segment_files(&images(dir.path()));
     assert!(segments.len() <= 5, "{segments:?}");
     let fresh = DiskCache::open(config(dir.path())).expect("open");
     for i in 0..20 {
@@ -96,14 +102,14 @@ fn a_garbled_or_truncated_segment_is_a_miss_and_gc_removes_it() {
     let cache = DiskCache::open(config(dir.path())).expect("open");
     assert!(cache.put(&entry(1, 1000)));
     assert!(cache.put(&entry(2, 1000)));
-    let names = segment_files(dir.path());
+    let names = segment_files(&images(dir.path()));
     assert_eq!(names.len(), 2);
     // Truncate one segment and fill another file with garbage.
-    let first = dir.path().join(&names[0]);
+    let first = images(dir.path()).join(&names[0]);
     let bytes = fs::read(&first).expect("read");
     fs::write(&first, &bytes[..bytes.len() / 2]).expect("truncate");
     fs::write(
-        dir.path().join("seg-0000000000000-1-1.kimg"),
+        images(dir.path()).join("seg-0000000000000-1-1.kimg"),
         b"not an image",
     )
     .expect("write");
@@ -120,7 +126,7 @@ fn a_garbled_or_truncated_segment_is_a_miss_and_gc_removes_it() {
     // Cleaned up without asking: the next store compacts under the lock
     // and removes both files.
     assert!(fresh.put(&entry(3, 1000)));
-    let kept: Vec<String> = segment_files(dir.path());
+    let kept: Vec<String> = segment_files(&images(dir.path()));
     assert_eq!(kept.len(), 2, "the intact one and the new one: {kept:?}");
     assert!(fresh.verify().expect("verify").is_clean());
     assert_hit(&fresh, served[0], 1000);
@@ -138,9 +144,9 @@ fn a_flipped_payload_byte_is_a_miss_never_wrong_bytes() {
     // Flip a byte inside kernel 7's payload (found by content), in place:
     // the damage a bad disk does.
     let payload = compile(7, len);
-    let segment = segment_files(dir.path())
+    let segment = segment_files(&images(dir.path()))
         .into_iter()
-        .map(|n| dir.path().join(n))
+        .map(|n| images(dir.path()).join(n))
         .find(|p| {
             let b = fs::read(p).expect("read");
             b.windows(64).any(|w| w == &payload[..64])
@@ -178,7 +184,7 @@ fn gc_removes_orphaned_temp_files_and_merges_duplicates() {
     assert!(b.get(&ids(3).0, &ids(3).1).is_none());
     assert!(a.put(&entry(3, 500)));
     assert!(b.put(&entry(3, 500)));
-    fs::write(dir.path().join(".tmp-crashed"), b"half a segment").expect("write");
+    fs::write(images(dir.path()).join(".tmp-crashed"), b"half a segment").expect("write");
 
     let before = a.stats().expect("stats");
     assert_eq!(
@@ -218,7 +224,7 @@ fn ls_lists_each_entry_once_and_clear_empties_the_directory() {
 
     let cleared = cache.clear().expect("clear");
     assert_eq!(cleared.files_removed, 3);
-    assert!(segment_files(dir.path()).is_empty());
+    assert!(segment_files(&images(dir.path())).is_empty());
     assert!(cache.get(&ids(0).0, &ids(0).1).is_none());
     assert_eq!(cache.stats().expect("stats").entries, 0);
 }
@@ -230,13 +236,13 @@ fn a_hit_outlives_the_compaction_that_deletes_its_segment() {
     let writer = DiskCache::open(config(dir.path())).expect("open");
     assert!(writer.put(&entry(0, 3000)));
     let hit = reader.get(&ids(0).0, &ids(0).1).expect("stored");
-    let first_segment = segment_files(dir.path());
+    let first_segment = segment_files(&images(dir.path()));
 
     // Enough stores to compact: kernel 0's segment is merged and deleted.
     for i in 1..10 {
         assert!(writer.put(&entry(i, 3000)));
     }
-    let now = segment_files(dir.path());
+    let now = segment_files(&images(dir.path()));
     assert!(
         !now.contains(&first_segment[0]),
         "compacted away: {first_segment:?} -> {now:?}"
@@ -261,7 +267,7 @@ fn a_replaced_base_segment_is_found_again_by_a_process_that_mapped_the_old_one()
         assert!(writer.put(&entry(i, default_len(i))));
     }
     writer.gc().expect("gc");
-    assert_eq!(segment_files(dir.path()), ["seg-base.kimg"]);
+    assert_eq!(segment_files(&images(dir.path())), ["seg-base.kimg"]);
 
     // A new process: its first hit opens the base segment (no listing).
     let reader = DiskCache::open(config(dir.path())).expect("open");
@@ -273,7 +279,7 @@ fn a_replaced_base_segment_is_found_again_by_a_process_that_mapped_the_old_one()
         assert!(writer.put(&entry(i, default_len(i))));
     }
     writer.gc().expect("gc");
-    assert_eq!(segment_files(dir.path()), ["seg-base.kimg"]);
+    assert_eq!(segment_files(&images(dir.path())), ["seg-base.kimg"]);
 
     // The reader still holds the old base: a miss there lists the directory
     // again and opens the new base.
@@ -298,7 +304,7 @@ fn a_damaged_base_segment_is_a_miss_and_gc_rebuilds_it() {
         assert!(writer.put(&entry(i, default_len(i))));
     }
     writer.gc().expect("gc");
-    let base = dir.path().join("seg-base.kimg");
+    let base = images(dir.path()).join("seg-base.kimg");
     let mut bytes = fs::read(&base).expect("read");
     let last = bytes.len() - 1;
     bytes[last] ^= 0xff; // a payload byte
@@ -311,10 +317,75 @@ fn a_damaged_base_segment_is_a_miss_and_gc_rebuilds_it() {
     assert!(damaged >= 1, "the flipped payload is a miss");
     let report = reader.gc().expect("gc");
     assert!(report.corrupt_entries_dropped >= 1, "{report:?}");
-    assert_eq!(segment_files(dir.path()), ["seg-base.kimg"]);
+    assert_eq!(segment_files(&images(dir.path())), ["seg-base.kimg"]);
     let fresh = DiskCache::open(config(dir.path())).expect("open");
     let intact = (0..3)
         .filter(|&i| fresh.get(&ids(i).0, &ids(i).1).is_some())
         .count();
     assert_eq!(intact + damaged, 3, "the intact entries survive");
+}
+
+#[test]
+fn other_image_format_versions_subdirectories_are_never_touched() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cache = DiskCache::open(config(dir.path())).expect("open");
+    assert_eq!(
+        cache.images_dir(),
+        dir.path()
+            .join(format!("images-v{}", kiln_image::header::FORMAT_VERSION))
+    );
+    assert!(cache.images_dir().is_dir(), "created on open");
+    // What a program built with another kiln version left: a segment that
+    // is no valid image of this version, its stamps, a temporary file.
+    let other = dir.path().join("images-v999");
+    fs::create_dir(&other).expect("mkdir");
+    let foreign: [(&str, &[u8]); 4] = [
+        ("seg-base.kimg", b"KILNIMG\0 from the future"),
+        ("seg-0000000000000-1-1-1.kimg", b"not an image at all"),
+        ("stamps", b"their stamps"),
+        (".tmp-theirs", b"half of their segment"),
+    ];
+    for (name, bytes) in foreign {
+        fs::write(other.join(name), bytes).expect("write");
+    }
+    let untouched = || {
+        let mut names: Vec<String> = fs::read_dir(&other)
+            .expect("list")
+            .filter_map(|d| d.ok()?.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        let mut expected: Vec<String> = foreign.iter().map(|(n, _)| n.to_string()).collect();
+        expected.sort();
+        assert_eq!(names, expected);
+        for (name, bytes) in foreign {
+            assert_eq!(fs::read(other.join(name)).expect("read"), bytes, "{name}");
+        }
+    };
+
+    for i in 0..4 {
+        assert!(cache.put(&entry(i, 200 + i as usize)));
+    }
+    let stats = cache.stats().expect("stats");
+    assert_eq!(stats.dir, images(dir.path()));
+    assert_eq!((stats.entries, stats.unreadable_segments), (4, 0));
+    let report = cache.gc().expect("gc");
+    assert_eq!(
+        (report.corrupt_segments_removed, report.temp_files_removed),
+        (0, 0)
+    );
+    untouched();
+    let fresh = DiskCache::open(config(dir.path())).expect("open");
+    for i in 0..4 {
+        assert_hit(&fresh, i, 200 + i as usize);
+    }
+    assert!(fresh.verify().expect("verify").is_clean());
+
+    let cleared = cache.clear().expect("clear");
+    assert!(cleared.files_removed > 0);
+    assert!(segment_files(&images(dir.path())).is_empty());
+    drop(fresh);
+    let after = DiskCache::open(config(dir.path())).expect("open");
+    assert!(after.get(&ids(0).0, &ids(0).1).is_none());
+    assert_eq!(cache.stats().expect("stats").entries, 0);
+    untouched();
 }

@@ -190,8 +190,13 @@ fn disk_dir(entries: &[EntryData]) -> tempfile::TempDir {
     dir
 }
 
+/// Where the disk cache rooted at `dir` keeps its files.
+fn images(dir: &Path) -> std::path::PathBuf {
+    DiskConfig::new(dir).images_dir()
+}
+
 fn segments(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
+    let mut names: Vec<String> = std::fs::read_dir(images(dir))
         .expect("list")
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter(|n| n.ends_with(".kimg"))
@@ -202,10 +207,11 @@ fn segments(dir: &Path) -> Vec<String> {
 
 fn copy_dir(from: &Path) -> tempfile::TempDir {
     let to = tempfile::tempdir().expect("temp dir");
-    for entry in std::fs::read_dir(from).expect("list") {
+    std::fs::create_dir_all(images(to.path())).expect("mkdir");
+    for entry in std::fs::read_dir(images(from)).expect("list") {
         let entry = entry.expect("entry");
         if entry.file_type().expect("type").is_file() {
-            std::fs::copy(entry.path(), to.path().join(entry.file_name())).expect("copy");
+            std::fs::copy(entry.path(), images(to.path()).join(entry.file_name())).expect("copy");
         }
     }
     to
@@ -281,7 +287,7 @@ fn disk_segment_corruption_matrix_never_panics_and_never_serves_garbage() {
     let mut tallies: BTreeMap<&'static str, Tally> = BTreeMap::new();
     let mut ran = 0;
     for (s, name) in names.iter().enumerate() {
-        let original = std::fs::read(base.path().join(name)).expect("read segment");
+        let original = std::fs::read(images(base.path()).join(name)).expect("read segment");
         for case in cases(&original, SEED + s as u64, counts) {
             // Header-field cases are many and cheap to reach through the
             // image matrix: a third of them here.
@@ -289,7 +295,7 @@ fn disk_segment_corruption_matrix_never_panics_and_never_serves_garbage() {
                 continue;
             }
             let dir = copy_dir(base.path());
-            std::fs::write(dir.path().join(name), &case.bytes).expect("corrupt");
+            std::fs::write(images(dir.path()).join(name), &case.bytes).expect("corrupt");
             let run_gc = ran % 4 == 0;
             ran += 1;
             let mut tally = Tally {
@@ -331,7 +337,7 @@ type Variant = Box<dyn Fn(&Path)>;
 fn disk_side_files_and_names_never_panic_or_change_what_is_served() {
     let fixture = Fixture::new(SEED + 2, 6, 200).expect("fixture");
     let base = disk_dir(&fixture.entries);
-    let stamps = base.path().join("stamps");
+    let stamps = images(base.path()).join("stamps");
     let stamps_bytes = std::fs::read(&stamps).unwrap_or_default();
     let mut rng = Rng::new(SEED);
     let mut variants: Vec<(String, Variant)> = Vec::new();
@@ -379,7 +385,7 @@ fn disk_side_files_and_names_never_panic_or_change_what_is_served() {
     let mut table = Table::new(["variant", "hits (all equal)", "misses", "garbage", "panics"]);
     for (label, apply) in &variants {
         let dir = copy_dir(base.path());
-        apply(dir.path());
+        apply(&images(dir.path()));
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             let mut tally = Tally::default();
             audit_disk(dir.path(), &fixture.entries, true, &mut tally);

@@ -1,7 +1,7 @@
 //! [`DiskCache`]: one process's handle on a cache directory.
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::SystemTime;
@@ -28,6 +28,8 @@ use crate::error::Error;
 /// `Send + Sync`: share one per process.
 pub struct DiskCache {
     config: DiskConfig,
+    /// [`DiskConfig::images_dir`]: where every file of this cache lies.
+    images: PathBuf,
     view: RwLock<View>,
     /// Uses noted for recency stamps, and whether writing still works.
     recency: Arc<Recency>,
@@ -45,16 +47,20 @@ pub struct DiskCache {
 const MTIME_GRANULARITY_MS: u64 = 2000;
 
 impl DiskCache {
-    /// Opens the cache directory of `config`, creating it when missing. The
-    /// directory is not listed: the first lookup opens the base segment
+    /// Opens the cache directory of `config`, creating it and its
+    /// subdirectory for this image format version
+    /// ([`DiskConfig::images_dir`]) when missing. The directory is not
+    /// listed: the first lookup opens the base segment
     /// (its name is known), and the first miss lists the directory.
     ///
     /// A directory that exists but cannot be written is opened read-only
     /// (with one warning when a write is first attempted). Fails only when
     /// the directory neither exists nor can be created.
     pub fn open(config: DiskConfig) -> Result<DiskCache, Error> {
+        let images = config.images_dir();
         let cache = DiskCache {
-            recency: Recency::new(&config.dir, segment::now_ms()),
+            recency: Recency::new(&images, segment::now_ms()),
+            images,
             config,
             view: RwLock::new(View::default()),
             needs_cleanup: AtomicBool::new(false),
@@ -63,7 +69,7 @@ impl DiskCache {
             stored: AtomicU64::new(0),
             store_failures: AtomicU64::new(0),
         };
-        match std::fs::metadata(cache.dir()) {
+        match std::fs::metadata(cache.images_dir()) {
             Ok(meta) if meta.is_dir() => {}
             Ok(_) => {
                 let not_dir = std::io::Error::new(
@@ -73,7 +79,7 @@ impl DiskCache {
                 return Err(cache.io_error("open", not_dir));
             }
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::create_dir_all(cache.dir())
+                std::fs::create_dir_all(cache.images_dir())
                     .map_err(|source| cache.io_error("create directory", source))?;
             }
             Err(source) => return Err(cache.io_error("open", source)),
@@ -107,9 +113,19 @@ impl DiskCache {
         &self.config
     }
 
-    /// The cache directory.
+    /// The cache directory: the root that users name
+    /// ([`DiskConfig::dir`]).
     pub fn dir(&self) -> &Path {
         &self.config.dir
+    }
+
+    /// The subdirectory of [`DiskCache::dir`] holding this cache's files,
+    /// those of the image format version this build reads
+    /// ([`DiskConfig::images_dir`]). Everything this cache lists, compacts,
+    /// evicts or clears lies in it; other versions' subdirectories are
+    /// never touched.
+    pub fn images_dir(&self) -> &Path {
+        &self.images
     }
 
     /// Looks up `(owner, key)`: a hit whose payloads passed their checksums,
@@ -156,9 +172,9 @@ impl DiskCache {
                 return false;
             }
         };
-        let published = DirLock::open(self.dir()).and_then(|lock| {
+        let published = DirLock::open(self.images_dir()).and_then(|lock| {
             let _shared = lock.shared()?;
-            segment::publish(self.dir(), &bytes, 1)
+            segment::publish(self.images_dir(), &bytes, 1)
         });
         let file = match published {
             Ok(file) => file,
@@ -194,8 +210,8 @@ impl DiskCache {
     /// process holds the lock.
     fn compact_stamps(&self) {
         let compacted =
-            DirLock::open(self.dir()).and_then(|mut lock| match lock.try_exclusive()? {
-                Some(_exclusive) => stamps::compact(self.dir()),
+            DirLock::open(self.images_dir()).and_then(|mut lock| match lock.try_exclusive()? {
+                Some(_exclusive) => stamps::compact(self.images_dir()),
                 None => Ok(()),
             });
         if let Err(source) = compacted {
@@ -225,12 +241,12 @@ impl DiskCache {
         let listing = self.listing()?;
         self.relist()
             .map_err(|source| self.io_error("list", source))?;
-        let segments = self.view().segments(self.dir());
+        let segments = self.view().segments(self.images_dir());
         Ok(DiskStats {
-            dir: self.dir().to_path_buf(),
+            dir: self.images_dir().to_path_buf(),
             writable: self.is_writable(),
             max_bytes: self.config.max_bytes,
-            bytes: listing.segment_bytes() + stamps::file_len(self.dir()),
+            bytes: listing.segment_bytes() + stamps::file_len(self.images_dir()),
             segments: listing.segments.len(),
             entries: compact::distinct_entries(segments.iter().map(|s| &**s)),
             unreadable_segments: listing.segments.len().saturating_sub(segments.len()),
@@ -253,15 +269,15 @@ impl DiskCache {
     pub fn ls(&self) -> Result<Vec<EntryInfo>, Error> {
         self.relist()
             .map_err(|source| self.io_error("list", source))?;
-        let recorded =
-            stamps::read(self.dir()).map_err(|source| self.io_error("read stamps in", source))?;
+        let recorded = stamps::read(self.images_dir())
+            .map_err(|source| self.io_error("read stamps in", source))?;
         let published: HashMap<String, u64> = self
             .listing()?
             .segments
             .into_iter()
             .map(|f| (f.name, f.modified_ms))
             .collect();
-        let segments = self.view().segments(self.dir());
+        let segments = self.view().segments(self.images_dir());
         let mut seen = HashSet::new();
         let mut entries = Vec::new();
         for s in &segments {
@@ -304,31 +320,33 @@ impl DiskCache {
 
     /// Merges every segment into one, drops corrupt entries, segments and
     /// orphaned temporary files, and evicts least recently used entries
-    /// while over the cap. Waits for the exclusive lock.
+    /// while over the cap, all in [`DiskCache::images_dir`]. Waits for the
+    /// exclusive lock.
     pub fn gc(&self) -> Result<GcReport, Error> {
         self.append_stamps();
-        let mut lock = DirLock::open(self.dir())
+        let mut lock = DirLock::open(self.images_dir())
             .map_err(|source| self.io_error("open the lock of", source))?;
         let _exclusive = lock
             .exclusive()
             .map_err(|source| self.io_error("lock", source))?;
         let damaged = self.view().damaged.clone();
-        let report = compact::compact(self.dir(), &self.config, Scope::All, &damaged)?;
+        let report = compact::compact(self.images_dir(), &self.config, Scope::All, &damaged)?;
         self.after_compaction();
         Ok(report)
     }
 
-    /// Removes every segment, temporary file and stamp. Waits for the
-    /// exclusive lock. Processes that mapped segments keep their maps.
+    /// Removes every segment, temporary file and stamp of this image format
+    /// version ([`DiskCache::images_dir`]); other versions' subdirectories
+    /// are left alone. Waits for the exclusive lock. Processes that mapped segments keep their maps.
     pub fn clear(&self) -> Result<ClearReport, Error> {
-        let mut lock = DirLock::open(self.dir())
+        let mut lock = DirLock::open(self.images_dir())
             .map_err(|source| self.io_error("open the lock of", source))?;
         let _exclusive = lock
             .exclusive()
             .map_err(|source| self.io_error("lock", source))?;
         let listing = self.listing()?;
         let mut report = ClearReport::default();
-        let stamps_file = std::fs::metadata(self.dir().join(stamps::STAMPS_FILE))
+        let stamps_file = std::fs::metadata(self.images_dir().join(stamps::STAMPS_FILE))
             .ok()
             .map(|m| FileInfo {
                 name: stamps::STAMPS_FILE.to_owned(),
@@ -341,12 +359,12 @@ impl DiskCache {
             .chain(&listing.temp_files)
             .chain(&stamps_file)
         {
-            segment::remove(self.dir(), &file.name)
+            segment::remove(self.images_dir(), &file.name)
                 .map_err(|source| self.io_error("remove", source))?;
             report.files_removed += 1;
             report.bytes_removed += file.bytes;
         }
-        segment::sync_dir(self.dir()).map_err(|source| self.io_error("sync", source))?;
+        segment::sync_dir(self.images_dir()).map_err(|source| self.io_error("sync", source))?;
         self.recency.forget();
         self.after_compaction();
         Ok(report)
@@ -360,7 +378,7 @@ impl DiskCache {
             .segments
             .iter()
             .map(|file| {
-                let path = segment::path_of(self.dir(), &file.name);
+                let path = segment::path_of(self.images_dir(), &file.name);
                 let checked = kiln_image::Image::open(&path, kiln_image::Verification::Full)
                     .map(|image| image.len());
                 SegmentCheck {
@@ -386,7 +404,7 @@ impl DiskCache {
         {
             let view = self.view();
             for slot in &view.slots {
-                let Some(s) = slot.segment(self.dir()) else {
+                let Some(s) = slot.segment(self.images_dir()) else {
                     // An assumed base that does not exist is no damage.
                     if slot.seen && !view.damaged.contains(&slot.name) {
                         damaged.push(slot.name.clone());
@@ -417,7 +435,7 @@ impl DiskCache {
     /// Lists the directory again if it changed since the last listing.
     /// Returns whether segments were added or removed.
     fn refresh(&self) -> bool {
-        let Ok(modified) = std::fs::metadata(self.dir()).and_then(|m| m.modified()) else {
+        let Ok(modified) = std::fs::metadata(self.images_dir()).and_then(|m| m.modified()) else {
             return false;
         };
         {
@@ -442,7 +460,7 @@ impl DiskCache {
     /// segments deleted by compaction dropped. Returns whether anything
     /// changed.
     fn relist(&self) -> std::io::Result<bool> {
-        let modified = std::fs::metadata(self.dir())?.modified()?;
+        let modified = std::fs::metadata(self.images_dir())?.modified()?;
         self.relist_at(Some(modified))
     }
 
@@ -450,7 +468,7 @@ impl DiskCache {
     /// (`None`: unknown, so the next miss lists again).
     fn relist_at(&self, modified: Option<SystemTime>) -> std::io::Result<bool> {
         let listed_at = SystemTime::now();
-        let names = segment::segment_names(self.dir())?;
+        let names = segment::segment_names(self.images_dir())?;
         let mut view = self.view_mut();
         let changed = view.relisted(names);
         view.dir_modified = modified;
@@ -460,7 +478,7 @@ impl DiskCache {
 
     /// Maps a segment this process just published.
     fn add_segment(&self, file: &FileInfo) {
-        match Segment::open(self.dir(), &file.name) {
+        match Segment::open(self.images_dir(), &file.name) {
             Ok(s) => self.view_mut().add(Slot::mapped(s)),
             Err(error) => {
                 tracing::debug!(segment = %file.name, %error, "just-published disk-cache segment does not open");
@@ -476,7 +494,7 @@ impl DiskCache {
         if !self.is_writable() {
             return;
         }
-        let Ok(listing) = Listing::read(self.dir()) else {
+        let Ok(listing) = Listing::read(self.images_dir()) else {
             return;
         };
         let base_entries = self
@@ -491,7 +509,7 @@ impl DiskCache {
                 .iter()
                 .map(|f| segment::entries_in_name(&f.name))
                 .sum::<u64>();
-        let stamps_bytes = stamps::file_len(self.dir());
+        let stamps_bytes = stamps::file_len(self.images_dir());
         let needed = listing.segments.len() > self.config.compact_after
             || listing.segment_bytes() + stamps_bytes > self.config.max_bytes
             || stamps::bloated(stamps_bytes, entries as usize)
@@ -500,7 +518,7 @@ impl DiskCache {
             return;
         }
         self.append_stamps();
-        let compacted = DirLock::open(self.dir())
+        let compacted = DirLock::open(self.images_dir())
             .map_err(|source| self.io_error("open the lock of", source))
             .and_then(|mut lock| {
                 let Some(_exclusive) = lock
@@ -510,7 +528,7 @@ impl DiskCache {
                     return Ok(None); // another process is compacting
                 };
                 let damaged = self.view().damaged.clone();
-                compact::compact(self.dir(), &self.config, Scope::Needed, &damaged).map(Some)
+                compact::compact(self.images_dir(), &self.config, Scope::Needed, &damaged).map(Some)
             });
         match compacted {
             Ok(Some(report)) => {
@@ -544,7 +562,7 @@ impl DiskCache {
         if self.recency.writable.swap(false, Ordering::Relaxed) {
             let error = Error::DiskIo {
                 action,
-                path: self.dir().to_path_buf(),
+                path: self.images_dir().to_path_buf(),
                 source,
             };
             tracing::warn!(%error, "kiln disk cache is not writable: compiling without storing results on disk");
@@ -552,13 +570,13 @@ impl DiskCache {
     }
 
     fn listing(&self) -> Result<Listing, Error> {
-        Listing::read(self.dir()).map_err(|source| self.io_error("list", source))
+        Listing::read(self.images_dir()).map_err(|source| self.io_error("list", source))
     }
 
     fn io_error(&self, action: &'static str, source: std::io::Error) -> Error {
         Error::DiskIo {
             action,
-            path: self.dir().to_path_buf(),
+            path: self.images_dir().to_path_buf(),
             source,
         }
     }
@@ -582,6 +600,7 @@ impl std::fmt::Debug for DiskCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DiskCache")
             .field("dir", &self.config.dir)
+            .field("images_dir", &self.images)
             .field("writable", &self.is_writable())
             .finish_non_exhaustive()
     }

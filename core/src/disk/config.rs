@@ -3,8 +3,8 @@
 //! | variable | effect |
 //! | --- | --- |
 //! | `KILN_CACHE=0` | turn the disk cache off (also `false`, `no`, `off`) |
-//! | `KILN_CACHE_DIR=path` | the cache directory; by default the platform cache directory + `kiln` (`$XDG_CACHE_HOME/kiln` or `~/.cache/kiln` on Linux) |
-//! | `KILN_CACHE_MAX_BYTES=size` | the cap on the directory's size: bytes, or a number with a `K`, `M`, `G` or `T` suffix (powers of 1024); default 1 GiB |
+//! | `KILN_CACHE_DIR=path` | the cache directory; by default the platform cache directory + `kiln` (`$XDG_CACHE_HOME/kiln` or `~/.cache/kiln` on Linux). The disk tier keeps its files in its subdirectory `images-v<N>/` (see [`DiskConfig::images_dir`]) |
+//! | `KILN_CACHE_MAX_BYTES=size` | the cap on the size of this image format version's subdirectory: bytes, or a number with a `K`, `M`, `G` or `T` suffix (powers of 1024); default 1 GiB |
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -16,7 +16,8 @@ use crate::error::Error;
 pub const CACHE: &str = "KILN_CACHE";
 /// `KILN_CACHE_DIR`: the disk cache's directory.
 pub const CACHE_DIR: &str = "KILN_CACHE_DIR";
-/// `KILN_CACHE_MAX_BYTES`: the cap on the directory's total size.
+/// `KILN_CACHE_MAX_BYTES`: the cap on the total size of this image format
+/// version's subdirectory.
 pub const CACHE_MAX_BYTES: &str = "KILN_CACHE_MAX_BYTES";
 /// Every variable this module reads, for `cargo:rerun-if-env-changed` lines.
 pub const ALL: [&str; 3] = [CACHE, CACHE_DIR, CACHE_MAX_BYTES];
@@ -27,10 +28,14 @@ pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 /// How a [`DiskCache`](super::DiskCache) is laid out and bounded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DiskConfig {
-    /// The cache directory (created on open when missing).
+    /// The cache directory, the root that users name (`KILN_CACHE_DIR`). The
+    /// disk tier keeps its files in [`DiskConfig::images_dir`] under it
+    /// (created with it on open when missing).
     pub dir: PathBuf,
-    /// The cap on the total size of the directory's files, in bytes. Least
-    /// recently used entries are evicted to stay under it.
+    /// The cap on the total size of the files in [`DiskConfig::images_dir`]
+    /// (this image format version's entries), in bytes. Least recently used
+    /// entries are evicted to stay under it; other versions' subdirectories
+    /// are not counted.
     pub max_bytes: u64,
     /// Segments are merged once there are more than this many.
     pub compact_after: usize,
@@ -50,6 +55,15 @@ impl DiskConfig {
             compact_after: 8,
             stamp_interval: Duration::from_secs(60),
         }
+    }
+
+    /// Where the disk tier keeps its files: `<dir>/images-v<N>/`, `N` being
+    /// the kiln image format version this build reads
+    /// ([`kiln_image::header::FORMAT_VERSION`]). Programs built with another format
+    /// version use their own sibling subdirectory, which this one never
+    /// reads, compacts, evicts from or clears, so they can share `dir`.
+    pub fn images_dir(&self) -> PathBuf {
+        self.dir.join(images_subdir())
     }
 
     /// Reads `KILN_CACHE`, `KILN_CACHE_DIR` and `KILN_CACHE_MAX_BYTES` from
@@ -84,6 +98,12 @@ impl DiskConfig {
 /// The platform cache directory + `kiln`, when the platform has one.
 pub fn default_dir() -> Option<PathBuf> {
     dirs::cache_dir().map(|dir| dir.join("kiln"))
+}
+
+/// The name of the disk tier's subdirectory for the image format version
+/// this build reads: `images-v<N>`.
+pub fn images_subdir() -> String {
+    format!("images-v{}", kiln_image::header::FORMAT_VERSION)
 }
 
 /// Whether a `KILN_CACHE` value turns the cache off.

@@ -3,8 +3,17 @@
 //!
 //! # Layout
 //!
-//! A cache directory (`KILN_CACHE_DIR`, see [`config`]) holds few large
-//! files, not one file per entry:
+//! A cache directory (`KILN_CACHE_DIR`, see [`config`]) keeps the disk
+//! tier's files in a subdirectory named after the kiln image format version
+//! this build reads, `images-v<N>/` ([`DiskConfig::images_dir`]), created
+//! with the directory on open. A segment of another format version fails to
+//! open and would be removed as corrupt, so each version keeps to its own
+//! subdirectory: programs built with different kiln versions can share one
+//! cache directory, and none lists, compacts, evicts from or clears
+//! another's subdirectory. Other users of the directory keep their own
+//! subdirectories (the CUDA backend's memos are in `cuda-memo/`).
+//!
+//! The versioned subdirectory holds few large files, not one file per entry:
 //!
 //! - `seg-<ms>-<pid>-<n>-<entries>.kimg`: **segments**, each a complete
 //!   kiln image.
@@ -51,9 +60,11 @@
 //!
 //! # Size
 //!
-//! Every store checks the directory against [`DiskConfig::max_bytes`]; over
-//! it, all segments are merged leaving out the least recently used entries
-//! until the total is 90 % of the cap. Recency stamps appended between
+//! Every store checks this version's subdirectory against
+//! [`DiskConfig::max_bytes`] (other versions' subdirectories and the rest
+//! of the cache directory are not counted); over it, all segments are
+//! merged leaving out the least recently used entries until the total is
+//! 90 % of the cap. Recency stamps appended between
 //! stores are bounded (they are compacted once they exceed four per entry
 //! and 64 KiB), which the 10 % headroom absorbs.
 //!

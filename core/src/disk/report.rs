@@ -8,7 +8,8 @@ use serde::Serialize;
 /// The state of a cache directory, and what this process did with it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct DiskStats {
-    /// The cache directory.
+    /// The directory holding the entries: this image format version's
+    /// subdirectory of the cache directory ([`super::DiskCache::images_dir`]).
     pub dir: PathBuf,
     /// Whether this process can still write to it.
     pub writable: bool,

@@ -4,6 +4,10 @@
 //! The directory is `--dir`, else `KILN_CACHE_DIR`, else the platform cache
 //! directory + `kiln`; the cap is `--max-bytes`, else `KILN_CACHE_MAX_BYTES`
 //! (default 1 GiB).
+//! Each command works on the subdirectory of the image format version this
+//! kiln reads (`<dir>/images-v<N>/`, printed by `stats`): `clear` removes
+//! this version's entries only, `gc` evicts down to the cap within it, and
+//! other versions' subdirectories are left alone.
 //! `KILN_CACHE=0` turns the cache off for programs, not for this command.
 //! `verify` exits with status 1 when a segment is bad.
 
@@ -18,14 +22,16 @@ use crate::{CliError, Outcome};
 /// The `kiln cache` subcommands.
 #[derive(clap::Subcommand)]
 pub(crate) enum CacheCommand {
-    /// Size, cap, segments and entries of the cache directory.
+    /// Size, cap, segments and entries of this image format version's
+    /// subdirectory of the cache directory (its path is printed).
     Stats(Target),
     /// Every entry, most recently used first.
     Ls(Target),
     /// Merge all segments into one, remove corrupt files and orphaned
     /// temporary files, evict least recently used entries over the cap.
     Gc(Target),
-    /// Remove every entry.
+    /// Remove every entry of this image format version (other versions'
+    /// subdirectories are left alone).
     Clear(Target),
     /// Fully verify every segment (every checksum); exit 1 if one is bad.
     Verify(Target),
@@ -38,7 +44,8 @@ pub(crate) struct Target {
     /// cache directory + kiln].
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// The cap that `gc` evicts down to, e.g. 500M or 2G [default:
+    /// The cap on this image format version's entries that `gc` evicts
+    /// down to, e.g. 500M or 2G [default:
     /// $KILN_CACHE_MAX_BYTES, else 1G].
     #[arg(long, value_parser = parse_cap)]
     max_bytes: Option<u64>,
@@ -107,10 +114,12 @@ pub(crate) fn run(command: CacheCommand) -> Result<Outcome, CliError> {
             )?;
         }
         CacheCommand::Ls(target) => {
-            let entries = target.open()?.ls()?;
+            let cache = target.open()?;
+            let entries = cache.ls()?;
             if target.json {
                 return json(&entries);
             }
+            writeln!(out, "directory   {}", cache.images_dir().display())?;
             let now = now_ms();
             let mut table = Table::new(&["KEY", "NAME", "OWNER", "ARTIFACTS", "LAST USED"]);
             for entry in &entries {
