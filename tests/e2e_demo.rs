@@ -304,12 +304,14 @@ fn a_second_run_without_images_gets_every_kernel_from_the_disk_tier() {
         Some(KERNELS as u64)
     );
     assert_eq!(first.one("summary")["from_tier"].as_u64(), Some(0));
-    let stored = std::fs::read_dir(dir)
+    // The disk tier keeps its segments in a subdirectory per image format.
+    let segments = std::path::Path::new(dir).join(kiln::disk::config::images_subdir());
+    let stored = std::fs::read_dir(&segments)
         .expect("the disk tier created its directory")
         .filter_map(Result::ok)
         .filter(|f| f.file_name().to_string_lossy().ends_with(".kimg"))
         .count();
-    assert!(stored > 0, "no segment written to {dir}");
+    assert!(stored > 0, "no segment written to {}", segments.display());
 
     // Second run, a fresh process: every kernel from disk, nothing compiled.
     let second = run(&[], &env);
