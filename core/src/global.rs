@@ -469,6 +469,7 @@ mod before_main {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::leak_aligned;
     use crate::{Artifact, ArtifactKind, Compiled, Digest, Key, KeyBuilder, Owner, Source};
     use kiln_image::{Image, ImageMeta, Verification};
     use std::path::Path;
@@ -509,22 +510,6 @@ mod tests {
         let hit = cache.lookup(&owner().digest(), &key(name))?;
         let bytes = hit.artifact(&ArtifactKind::Object)?.to_vec();
         Some((hit.source(), bytes))
-    }
-
-    /// `bytes` copied into leaked storage aligned like `include_image!`'s.
-    fn leak_aligned(bytes: &[u8]) -> &'static [u8] {
-        #[derive(Clone, Copy)]
-        #[repr(C, align(64))]
-        struct Block([u8; 64]);
-        let blocks: &'static mut [Block] =
-            Vec::leak(vec![Block([0; 64]); bytes.len().div_ceil(64)]);
-        let len = blocks.len() * 64;
-        // SAFETY: `Block` is 64 plain bytes without padding, so the leaked
-        // blocks are `len` initialized bytes; nothing else refers to them.
-        let all: &'static mut [u8] =
-            unsafe { std::slice::from_raw_parts_mut(blocks.as_mut_ptr().cast(), len) };
-        all[..bytes.len()].copy_from_slice(bytes);
-        &all[..bytes.len()]
     }
 
     #[test]

@@ -66,6 +66,8 @@ pub mod owner;
 pub mod registry;
 #[cfg(feature = "redis")]
 pub mod remote;
+#[cfg(test)]
+mod test_support;
 pub mod world;
 
 pub use cache::{

@@ -288,6 +288,7 @@ fn image_files_in(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::leak_aligned;
 
     #[test]
     fn image_files_keep_directory_order_and_sort_within_one() {
@@ -322,23 +323,6 @@ mod tests {
         assert_eq!(unreadable.len(), 1);
         assert_eq!(unreadable[0].0, missing);
         assert_eq!(unreadable[0].1.kind(), std::io::ErrorKind::NotFound);
-    }
-
-    /// `bytes` copied to a leaked 64-byte aligned buffer, as the image
-    /// reader needs for embedded images.
-    fn leak_aligned(bytes: &[u8]) -> &'static [u8] {
-        #[derive(Clone, Copy)]
-        #[repr(C, align(64))]
-        struct Block([u8; 64]);
-        let blocks: &'static mut [Block] =
-            Vec::leak(vec![Block([0; 64]); bytes.len().div_ceil(64)]);
-        let len = blocks.len() * 64;
-        // SAFETY: `Block` is 64 plain bytes without padding, so the leaked
-        // blocks are `len` initialized bytes; nothing else refers to them.
-        let all: &'static mut [u8] =
-            unsafe { std::slice::from_raw_parts_mut(blocks.as_mut_ptr().cast(), len) };
-        all[..bytes.len()].copy_from_slice(bytes);
-        &all[..bytes.len()]
     }
 
     const PAYLOAD: &[u8] = b"payload bytes";
