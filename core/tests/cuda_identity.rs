@@ -392,11 +392,28 @@ fn an_include_memo_is_used_only_while_every_file_is_unchanged() {
         forged
     );
 
-    // Changes: same-size content, an added file, a renamed file.
-    let changes: [&dyn Fn(); 3] = [
+    // Changes: same-size content (rewritten, then overwritten in place without
+    // truncation), an added file, a renamed file, a new folder holding a file, a
+    // removed file. The memo lists no folder again: these are caught by the stamps
+    // of the files and folders it recorded.
+    let changes: [&dyn Fn(); 7] = [
         &|| std::fs::write(tree.join("sub/b.cuh"), "#define B 2\n").unwrap(),
+        &|| {
+            use std::io::Write;
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(tree.join("sub/b.cuh"))
+                .unwrap();
+            file.write_all(b"#define B 3").unwrap();
+        },
         &|| std::fs::write(tree.join("sub/c.cuh"), "").unwrap(),
         &|| std::fs::rename(tree.join("sub/c.cuh"), tree.join("d.cuh")).unwrap(),
+        &|| {
+            std::fs::create_dir_all(tree.join("sub/deeper/deepest")).unwrap();
+            std::fs::write(tree.join("sub/deeper/deepest/e.cuh"), "#define E 1\n").unwrap();
+        },
+        &|| std::fs::write(tree.join("sub/deeper/deepest/f.cuh"), "").unwrap(),
+        &|| std::fs::remove_file(tree.join("a.cuh")).unwrap(),
     ];
     let mut seen = vec![first.digest()];
     for change in changes {

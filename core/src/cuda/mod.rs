@@ -64,6 +64,7 @@ mod arch;
 mod compiler;
 mod error;
 mod identity;
+mod include_tree;
 pub mod kernels;
 pub mod loader;
 pub mod locate;

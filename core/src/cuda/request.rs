@@ -14,7 +14,7 @@ use std::sync::{Mutex, OnceLock};
 
 use crate::{Digest, Key, KeyBuilder, Owner};
 
-use super::memo::{FileStamp, StampSet};
+use super::include_tree;
 use super::nvrtc::NvrtcVersion;
 use super::{Arch, CanonicalOptions, Error, MemoDir};
 
@@ -44,19 +44,17 @@ pub struct Header {
 /// Hashing a big tree such as CCCL (1,700 files, 17 MB) takes tens of milliseconds,
 /// so [`IncludeDir::new`] avoids it twice over: within a process it remembers the
 /// digest of each canonical path, and across processes it keeps an identity memo
-/// (see [`MemoDir`]): the digest together with the stamps of every file (relative
-/// path, device, inode, size, modification and status-change times). A fresh process
-/// stats the tree (no file is read) and reuses the memoized digest only when every
-/// stamp and the list of files are unchanged; any added, removed, renamed or written
-/// file makes it hash the tree again.
+/// (see [`MemoDir`]): the digest together with the tree's manifest, every folder and
+/// file by relative path with its stamp (device, inode, size, mode, modification and
+/// status-change times). A fresh process checks the manifest with one `statx` per
+/// folder and file (no folder is listed, no file is read) and reuses the memoized
+/// digest only when every stamp is unchanged; any added, removed, renamed or written
+/// file changes a folder's or a file's stamp and makes it hash the tree again.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct IncludeDir {
     path: PathBuf,
     digest: Digest,
 }
-
-/// The memo kind of include-tree digests.
-const INCLUDE_MEMO: &str = "include";
 
 impl IncludeDir {
     /// Fingerprints `path`, or reuses this process's fingerprint of it, or the
@@ -73,7 +71,7 @@ impl IncludeDir {
         let digest = match cached {
             Some(digest) => digest,
             None => {
-                let digest = memoized_digest(&path, MemoDir::process())?;
+                let digest = include_tree::memoized_digest(&path, MemoDir::process())?;
                 seen.lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(path.clone(), digest);
@@ -88,7 +86,7 @@ impl IncludeDir {
     /// does not match it.
     pub fn with_memo(path: impl AsRef<Path>, memo: &MemoDir) -> Result<Self, Error> {
         let path = canonical(path.as_ref())?;
-        let digest = memoized_digest(&path, memo)?;
+        let digest = include_tree::memoized_digest(&path, memo)?;
         Ok(Self { path, digest })
     }
 
@@ -97,7 +95,7 @@ impl IncludeDir {
     /// change while the process runs).
     pub fn rescan(path: impl AsRef<Path>) -> Result<Self, Error> {
         let path = canonical(path.as_ref())?;
-        let digest = hash_files(&walk_tree(&path)?)?;
+        let digest = include_tree::hash_tree(&path)?;
         Ok(Self { path, digest })
     }
 
@@ -117,163 +115,6 @@ fn canonical(given: &Path) -> Result<PathBuf, Error> {
         path: given.to_path_buf(),
         source,
     })
-}
-
-fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> Error + use<> {
-    let path = path.to_path_buf();
-    move |source| Error::Io { path, source }
-}
-
-/// One regular file of a tree: its path relative to the root and its metadata
-/// (links followed).
-struct TreeFile {
-    path: PathBuf,
-    relative: String,
-    meta: std::fs::Metadata,
-}
-
-/// Every regular file under `root`, sorted by path. Symbolic links are followed; a
-/// folder reached twice (the same device and inode) is walked once, at its first name
-/// in sorted order.
-///
-/// The walk is what a memo check costs, so it makes one `stat` per file (relative to
-/// its folder, spread over a few threads) and one per folder and link, nothing else:
-/// the kinds of entries come from the folder listing itself.
-fn walk_tree(root: &Path) -> Result<Vec<TreeFile>, Error> {
-    use std::os::unix::fs::MetadataExt;
-    let folder_id = |meta: &std::fs::Metadata| (meta.dev(), meta.ino());
-    let root_meta = std::fs::metadata(root).map_err(io_error(root))?;
-    // Regular files still to stat (the listing keeps their folder open for
-    // `fstatat`), and files reached through links, already stat-ed.
-    let mut plain: Vec<std::fs::DirEntry> = Vec::new();
-    let mut linked: Vec<(PathBuf, std::fs::Metadata)> = Vec::new();
-    let mut stack = vec![(root.to_path_buf(), folder_id(&root_meta))];
-    // Folders already walked, so a symbolic link cycle ends.
-    let mut walked = std::collections::HashSet::new();
-    while let Some((dir, id)) = stack.pop() {
-        if !walked.insert(id) {
-            continue;
-        }
-        let mut entries = std::fs::read_dir(&dir)
-            .map_err(io_error(&dir))?
-            .collect::<Result<Vec<std::fs::DirEntry>, _>>()
-            .map_err(io_error(&dir))?;
-        // Sorted, and folders pushed in reverse: the walk order (and so which path
-        // names a folder reached twice) is the same on every filesystem.
-        entries.sort_by_key(|e| e.file_name());
-        let mut subdirs = Vec::new();
-        for entry in entries {
-            let kind = entry.file_type().map_err(io_error(&entry.path()))?;
-            if kind.is_file() {
-                plain.push(entry);
-                continue;
-            }
-            if !(kind.is_dir() || kind.is_symlink()) {
-                continue;
-            }
-            let path = entry.path();
-            let meta = std::fs::metadata(&path).map_err(io_error(&path))?;
-            if meta.is_dir() {
-                subdirs.push((path, folder_id(&meta)));
-            } else if meta.is_file() {
-                linked.push((path, meta));
-            }
-        }
-        stack.extend(subdirs.into_iter().rev());
-    }
-    let stat_ed = parallel_map(&plain, |entry| {
-        entry
-            .metadata()
-            .map(|meta| (entry.path(), meta))
-            .map_err(io_error(&entry.path()))
-    });
-    let mut files = stat_ed
-        .into_iter()
-        .chain(linked.into_iter().map(Ok))
-        .map(|found| {
-            let (path, meta) = found?;
-            let relative = path
-                .strip_prefix(root)
-                .unwrap_or(&path)
-                .to_string_lossy()
-                .into_owned();
-            Ok(TreeFile {
-                path,
-                relative,
-                meta,
-            })
-        })
-        .collect::<Result<Vec<TreeFile>, Error>>()?;
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(files)
-}
-
-/// `f` over `items`, in order, on up to eight threads when there are many items.
-fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    const MIN_PER_THREAD: usize = 128;
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(8)
-        .min(items.len() / MIN_PER_THREAD);
-    if threads <= 1 {
-        return items.iter().map(f).collect();
-    }
-    let chunk = items.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let f = &f;
-        let workers: Vec<_> = items
-            .chunks(chunk)
-            .map(|part| scope.spawn(move || part.iter().map(f).collect::<Vec<R>>()))
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|worker| {
-                worker
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
-    })
-}
-
-/// The content digest of a tree: each file's relative path and bytes, in order.
-fn hash_files(files: &[TreeFile]) -> Result<Digest, Error> {
-    let mut hasher = blake3::Hasher::new_derive_key("kiln cuda include directory v1");
-    for file in files {
-        let bytes = std::fs::read(&file.path).map_err(io_error(&file.path))?;
-        let name = file.relative.as_bytes();
-        hasher.update(&(name.len() as u64).to_le_bytes());
-        hasher.update(name);
-        hasher.update(&(bytes.len() as u64).to_le_bytes());
-        hasher.update(&bytes);
-    }
-    Ok(Digest(*hasher.finalize().as_bytes()))
-}
-
-/// The content digest of the tree at `root` (canonical), from `memo` when every
-/// file's stamp matches the memo's, else hashed (and memoized when settled).
-fn memoized_digest(root: &Path, memo: &MemoDir) -> Result<Digest, Error> {
-    if memo.dir().is_none() {
-        return hash_files(&walk_tree(root)?);
-    }
-    let files = walk_tree(root)?;
-    let mut stamps = StampSet::new("kiln cuda include directory stamps v1");
-    for file in &files {
-        stamps.add(file.relative.as_bytes(), &FileStamp::of(&file.meta));
-    }
-    let remembered = memo
-        .read(INCLUDE_MEMO, root, &stamps.digest())
-        .and_then(|values| Digest::from_hex(values.first()?).ok());
-    if let Some(digest) = remembered {
-        return Ok(digest);
-    }
-    // Hashed after stamping: a file written meanwhile leaves a memo that never
-    // matches again, never a memo that lies; and only files that had settled
-    // before the reading started are memoized.
-    let read_from = memo.clock();
-    let digest = hash_files(&files)?;
-    memo.write(INCLUDE_MEMO, root, &stamps, read_from, &[digest.to_hex()]);
-    Ok(digest)
 }
 
 /// One kernel program to compile: source, headers, entry points, specialization and
