@@ -9,8 +9,8 @@
 //! - `lookup/*`: the bare lookup with a precomputed owner digest and key.
 //!
 //! - `cccl_fingerprint`: hashing every file of the CCCL header tree (what a process
-//!   without a memo pays once, at its first CUB kernel); `cccl_memo`: the stat walk
-//!   that reuses a memo of it instead;
+//!   without a memo pays once, at its first CUB kernel); `cccl_memo`: checking the
+//!   memo's manifest (one `statx` per folder and file) that reuses it instead;
 //! - `identity_memo`: learning the NVRTC identity from its memo (stats, no load).
 //!
 //! - `fresh_process/*`: owner + key derivation of every kernel of the set in a new
