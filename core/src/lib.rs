@@ -72,7 +72,7 @@ pub mod world;
 
 pub use cache::{
     ArtifactView, Cache, CacheConfig, Compiled, Delta, Hit, MergeReport, OwnerFilter, Rejection,
-    Snapshot, Source, Stats, Tier,
+    Snapshot, Source, Stats, Tier, TierEntry,
 };
 pub use error::Error;
 pub use global::{ImageOutcome, ImageReport, InitReport, global, init, init_with, load_images};

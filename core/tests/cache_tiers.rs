@@ -3,11 +3,11 @@
 mod cache_support;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use cache_support::{compiled, fp, key, owner, payload, ptx};
-use kiln_core::{Cache, CacheConfig, Error, Key, Owner, Source, Tier};
-use kiln_image::{Digest, EntryData};
+use cache_support::{build_image, compiled, fp, key, open, owner, payload, ptx};
+use kiln_core::{ArtifactKind, Cache, CacheConfig, Error, Key, Owner, Source, Tier, TierEntry};
+use kiln_image::{Digest, EntryData, Image};
 
 /// A tier that keeps entries in a map (what the disk tier does with files).
 #[derive(Default)]
@@ -171,4 +171,115 @@ fn always_compile_skips_every_cached_tier_but_still_records() {
     assert_eq!(delta.len(), 1);
     let data = delta.to_writer(kiln_image::ImageMeta::default());
     assert_eq!(data.len(), 1);
+}
+
+/// A tier that serves the entries of one image it keeps open, by reference
+/// (what the disk tier does with its mapped segments).
+struct ImageTier {
+    image: Arc<Image>,
+}
+
+impl Tier for ImageTier {
+    fn name(&self) -> &str {
+        "image"
+    }
+
+    fn load(&self, owner: &Owner, key: &Key) -> Result<Option<EntryData>, Error> {
+        Ok(match self.load_entry(owner, key)? {
+            Some(TierEntry::Image { image, index }) => Some(image.entry(index)?.to_data()?),
+            _ => None,
+        })
+    }
+
+    fn load_entry(&self, owner: &Owner, key: &Key) -> Result<Option<TierEntry>, Error> {
+        Ok(self
+            .image
+            .find(&owner.digest(), key.digest())?
+            .map(|entry| TierEntry::Image {
+                image: Arc::clone(&self.image),
+                index: entry.index(),
+            }))
+    }
+
+    fn store(&self, _: &Owner, _: &EntryData) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+/// The payload region of `bytes` holding `needle`, by position.
+fn position_of(bytes: &[u8], needle: &[u8]) -> usize {
+    bytes
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .expect("the payload is in the image")
+}
+
+#[test]
+fn an_image_backed_tier_entry_is_borrowed_not_copied() {
+    let o = owner();
+    let bytes = build_image(&o, [compiled(1, "mapped")], [key(1)]);
+    let image = Arc::new(open(&bytes));
+    let cache = Cache::new();
+    cache.add_tier(Box::new(ImageTier {
+        image: Arc::clone(&image),
+    }));
+    let start = cache.snapshot();
+    let hit = cache
+        .get_or_compile(&o, &key(1), || Err("must not compile"))
+        .unwrap();
+    assert_eq!(hit.source(), Source::Tier);
+    let served = hit.artifact(&ArtifactKind::Ptx).unwrap();
+    assert_eq!(served, payload(1, "mapped"));
+    // The bytes lie inside the tier's image: no copy was made.
+    let entry = image.find(&o.digest(), key(1).digest()).unwrap().unwrap();
+    let in_image = entry.artifact(0).unwrap().bytes().unwrap();
+    assert_eq!(served.as_ptr(), in_image.as_ptr());
+    assert_eq!(
+        hit.artifacts()[0].bytes().unwrap().as_ptr(),
+        in_image.as_ptr()
+    );
+    // Later lookups are memory hits on the same bytes, and the entry is
+    // exported like a local compile.
+    let again = cache.lookup(&o.digest(), &key(1)).unwrap();
+    assert_eq!(
+        again.artifact(&ArtifactKind::Ptx).unwrap().as_ptr(),
+        in_image.as_ptr()
+    );
+    let delta = cache.delta(&start);
+    assert_eq!(delta.len(), 1);
+    let exported = open(&delta.to_bytes(kiln_image::ImageMeta::default()).unwrap());
+    let copy = exported
+        .find(&o.digest(), key(1).digest())
+        .unwrap()
+        .unwrap();
+    assert_eq!(copy.to_data().unwrap(), entry.to_data().unwrap());
+    // The cache keeps the image alive after the tier let it go.
+    drop(image);
+    assert_eq!(
+        again.artifact(&ArtifactKind::Ptx).unwrap(),
+        payload(1, "mapped")
+    );
+    // Nothing was compiled.
+    assert_eq!(cache.stats().compiles, 0);
+}
+
+#[test]
+fn a_corrupt_payload_of_an_image_backed_tier_entry_is_a_miss() {
+    let o = owner();
+    let mut bytes = build_image(&o, [compiled(1, "mapped")], [key(1)]);
+    let at = position_of(&bytes, &payload(1, "mapped"));
+    bytes[at] ^= 0x20;
+    let cache = Cache::new();
+    cache.add_tier(Box::new(ImageTier {
+        image: Arc::new(open(&bytes)),
+    }));
+    let hit = cache
+        .get_or_compile(&o, &key(1), || {
+            Ok::<_, std::io::Error>(compiled(1, "fresh"))
+        })
+        .unwrap();
+    assert_eq!(hit.source(), Source::Memory);
+    assert_eq!(ptx(&hit), payload(1, "fresh"));
+    let stats = cache.stats();
+    assert_eq!((stats.hits_tier, stats.compiles), (0, 1));
 }

@@ -7,12 +7,14 @@ use kiln_image::EntryData;
 
 use super::Cache;
 use super::hit::Hit;
-use super::instance::{Compiled, Origin};
+use super::instance::{Artifacts, Compiled, Origin};
+use super::lookup::Parts;
 use super::single_flight::{Join, Outcome};
 use super::stats::bump;
 use super::store::SlotKey;
+use super::tier::TierEntry;
 use crate::error::CompileFailure;
-use crate::{Error, Key, Owner};
+use crate::{Digest, Error, Key, Owner};
 
 impl Cache {
     /// The entry of `(owner, key)` valid now, compiling it with `compile` if
@@ -115,27 +117,31 @@ impl Cache {
     }
 
     /// The first usable entry an extra tier has for `(owner, key)`, recorded
-    /// in memory.
+    /// in memory (borrowed from the tier's image when it hands one over).
     fn load_from_tiers(&self, owner: &Owner, key: &Key) -> Option<Hit<'_>> {
         for (_, tier) in self.tiers.iter() {
-            let data = match tier.load(owner, key) {
-                Ok(Some(data)) => data,
+            let parts = match tier.load_entry(owner, key) {
+                Ok(Some(found)) => parts_of(found),
                 Ok(None) => continue,
+                Err(error) => Err(error),
+            };
+            let (entry_owner, entry_key, parts) = match parts {
+                Ok(parts) => parts,
                 Err(error) => {
                     tracing::warn!(tier = tier.name(), %key, %error, "cache tier failed to load; ignored");
                     continue;
                 }
             };
-            if data.owner != owner.digest() || data.key != *key.digest() {
+            if entry_owner != owner.digest() || entry_key != *key.digest() {
                 tracing::warn!(tier = tier.name(), %key, "cache tier returned another entry; ignored");
                 continue;
             }
-            if !self.deps_current(&data.deps) {
+            if !self.deps_current(&parts.deps) {
                 tracing::debug!(tier = tier.name(), %key, "cache tier entry is stale; ignored");
                 continue;
             }
             bump(&self.counters.hits_tier);
-            return Some(self.record(owner, key, compiled_from(data), Origin::Tier, true));
+            return Some(self.record_parts(owner, key, parts, Origin::Tier, true));
         }
         None
     }
@@ -153,13 +159,45 @@ impl Cache {
     }
 }
 
-fn compiled_from(data: EntryData) -> Compiled {
-    Compiled {
-        name: data.name,
-        deps: data.deps,
-        artifacts: data.artifacts,
-        session_dependent: false,
-    }
+/// The owner digest, key digest and parts of what a tier found.
+fn parts_of(found: TierEntry) -> Result<(Digest, Digest, Parts), Error> {
+    Ok(match found {
+        TierEntry::Owned(data) => (
+            data.owner,
+            data.key,
+            Parts {
+                name: data.name,
+                deps: data.deps,
+                artifacts: Artifacts::Owned(data.artifacts),
+                session_dependent: false,
+            },
+        ),
+        TierEntry::Image { image, index } => {
+            // The entry's borrow of the image ends in this block, before the
+            // image moves into the parts.
+            // Every payload is checked now (a tier serves whole entries), so a
+            // corrupt one is a miss here rather than a hit without bytes.
+            let (owner, key, name, deps) = {
+                let entry = image.entry(index)?;
+                for n in 0..entry.artifact_count() {
+                    entry.artifact(n)?.bytes()?;
+                }
+                (
+                    entry.owner(),
+                    entry.key(),
+                    entry.name().to_owned(),
+                    entry.deps(),
+                )
+            };
+            let parts = Parts {
+                name,
+                deps,
+                artifacts: Artifacts::Image { image, index },
+                session_dependent: false,
+            };
+            (owner, key, parts)
+        }
+    })
 }
 
 fn compile_error(owner: &Owner, key: &Key, source: CompileFailure) -> Error {

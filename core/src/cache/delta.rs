@@ -92,7 +92,14 @@ impl<'c> Delta<'c> {
     pub fn to_writer(&self, meta: ImageMeta) -> ImageWriter {
         let mut writer = ImageWriter::new(meta);
         for instance in &self.entries {
-            writer.push(instance.to_entry_data());
+            match instance.to_entry_data() {
+                Some(data) => writer.push(data),
+                None => tracing::warn!(
+                    name = instance.name,
+                    key = %instance.key,
+                    "entry left out of the image: a payload failed its checksum"
+                ),
+            }
         }
         writer
     }

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use kiln_image::{ArtifactRef, EntryData, EntryRef};
 
-use super::instance::{Instance, Origin};
+use super::instance::{Artifacts, Instance, Origin};
 use super::layers::Layer;
 use crate::{ArtifactKind, Dep, Digest, Key, World};
 
@@ -199,15 +199,32 @@ impl<'c> Hit<'c> {
     /// until [`ArtifactView::bytes`] is called on its view.
     pub fn artifacts(&self) -> Vec<ArtifactView<'c>> {
         match &self.inner {
-            Inner::Memory(i) => i
-                .artifacts
-                .iter()
-                .map(|a| ArtifactView {
-                    kind: a.kind.clone(),
-                    entry_points: a.entry_points.iter().map(String::as_str).collect(),
-                    payload: Payload::Memory(&a.bytes),
-                })
-                .collect(),
+            Inner::Memory(i) => match &i.artifacts {
+                Artifacts::Owned(list) => list
+                    .iter()
+                    .map(|a| ArtifactView {
+                        kind: a.kind.clone(),
+                        entry_points: a.entry_points.iter().map(String::as_str).collect(),
+                        payload: Payload::Memory(&a.bytes),
+                    })
+                    .collect(),
+                // Borrowed from a tier's mapped image: a payload that fails
+                // its checksum is left out, never returned.
+                Artifacts::Image { .. } => {
+                    i.artifacts.image_entry().map_or_else(Vec::new, |entry| {
+                        (0..entry.artifact_count())
+                            .filter_map(|n| entry.artifact(n).ok())
+                            .filter_map(|artifact| {
+                                Some(ArtifactView {
+                                    kind: artifact.kind(),
+                                    entry_points: artifact.entry_points(),
+                                    payload: Payload::Memory(artifact.bytes().ok()?),
+                                })
+                            })
+                            .collect()
+                    })
+                }
+            },
             Inner::Image { layer, entry } => (0..entry.artifact_count())
                 // The descriptors were checked with the entry record.
                 .filter_map(|n| entry.artifact(n).ok())
@@ -232,11 +249,19 @@ impl<'c> Hit<'c> {
     /// lookup misses (see [`Hit`]).
     pub fn artifact(&self, kind: &ArtifactKind) -> Option<&'c [u8]> {
         match &self.inner {
-            Inner::Memory(i) => i
-                .artifacts
-                .iter()
-                .find(|a| &a.kind == kind)
-                .map(|a| a.bytes.as_slice()),
+            Inner::Memory(i) => match &i.artifacts {
+                Artifacts::Owned(list) => list
+                    .iter()
+                    .find(|a| &a.kind == kind)
+                    .map(|a| a.bytes.as_slice()),
+                Artifacts::Image { .. } => {
+                    let entry = i.artifacts.image_entry()?;
+                    (0..entry.artifact_count())
+                        .filter_map(|n| entry.artifact(n).ok())
+                        .find(|a| &a.kind() == kind)
+                        .and_then(|a| a.bytes().ok())
+                }
+            },
             Inner::Image { layer, entry } => (0..entry.artifact_count())
                 .filter_map(|n| entry.artifact(n).ok())
                 .find(|a| &a.kind() == kind)
@@ -251,7 +276,7 @@ impl<'c> Hit<'c> {
     /// fails its checksum (the entry is then excluded; see [`Hit`]).
     pub fn to_entry_data(&self) -> Option<EntryData> {
         match &self.inner {
-            Inner::Memory(i) => Some(i.to_entry_data()),
+            Inner::Memory(i) => i.to_entry_data(),
             Inner::Image { .. } => Some(EntryData {
                 owner: self.owner(),
                 owner_label: self.owner_label().to_owned(),

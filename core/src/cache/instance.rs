@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use kiln_image::EntryData;
+use kiln_image::{EntryData, EntryRef, Image};
 
 use crate::{Artifact, Dep, Digest, Key, World};
 
@@ -79,6 +79,27 @@ pub(crate) enum Origin {
     Tier,
 }
 
+/// Where an in-memory instance's artifacts are.
+pub(crate) enum Artifacts {
+    /// Owned by the instance: compiled here, or copied from a tier.
+    Owned(Vec<Artifact>),
+    /// Borrowed from entry `index` of an image a tier keeps mapped (a disk
+    /// segment): no copy. Each payload is checked against its checksum on
+    /// first access, as for image layers.
+    Image { image: Arc<Image>, index: usize },
+}
+
+impl Artifacts {
+    /// The image entry, for image-backed artifacts (`None` if its record
+    /// no longer reads, which a checked entry of an immutable image never does).
+    pub(crate) fn image_entry(&self) -> Option<EntryRef<'_>> {
+        match self {
+            Artifacts::Owned(_) => None,
+            Artifacts::Image { image, index } => image.entry(*index).ok(),
+        }
+    }
+}
+
 /// One in-memory code instance. Lives in the cache's append-only arena: its
 /// address never changes and it is never dropped before the cache.
 pub(crate) struct Instance {
@@ -90,7 +111,7 @@ pub(crate) struct Instance {
     /// `u64::MAX` while unbounded; closed by invalidation (only ever lowered once).
     pub(crate) max_world: AtomicU64,
     pub(crate) deps: Vec<Dep>,
-    pub(crate) artifacts: Vec<Artifact>,
+    pub(crate) artifacts: Artifacts,
     pub(crate) origin: Origin,
     pub(crate) session_dependent: bool,
 }
@@ -127,11 +148,16 @@ impl Instance {
     /// The entry as it goes into an image or a tier: worlds normalised to
     /// `[World::FIRST, World::MAX]` (world ages are process-specific; a loaded
     /// entry starts at the loading process's current world), deps sorted.
-    pub(crate) fn to_entry_data(&self) -> EntryData {
+    /// `None` if an image-backed payload fails its checksum.
+    pub(crate) fn to_entry_data(&self) -> Option<EntryData> {
         let mut deps = self.deps.clone();
         deps.sort();
         deps.dedup();
-        EntryData {
+        let artifacts = match &self.artifacts {
+            Artifacts::Owned(list) => list.clone(),
+            Artifacts::Image { .. } => self.artifacts.image_entry()?.to_data().ok()?.artifacts,
+        };
+        Some(EntryData {
             owner: self.owner,
             owner_label: self.owner_label.to_string(),
             key: *self.key.digest(),
@@ -139,7 +165,7 @@ impl Instance {
             min_world: World::FIRST.0,
             max_world: World::MAX.0,
             deps,
-            artifacts: self.artifacts.clone(),
-        }
+            artifacts,
+        })
     }
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicU64;
 
 use super::definitions::deps_match;
 use super::hit::Hit;
-use super::instance::{Compiled, Instance, Origin};
+use super::instance::{Artifacts, Compiled, Instance, Origin};
 use super::layers::LayerLookup;
 use super::stats::bump;
 use super::store::Target;
@@ -120,6 +120,30 @@ impl Cache {
         origin: Origin,
         dedupe: bool,
     ) -> Hit<'_> {
+        let Compiled {
+            name,
+            deps,
+            artifacts,
+            session_dependent,
+        } = compiled;
+        let parts = Parts {
+            name,
+            deps,
+            artifacts: Artifacts::Owned(artifacts),
+            session_dependent,
+        };
+        self.record_parts(owner, key, parts, origin, dedupe)
+    }
+
+    /// Records an entry from its parts (see [`Cache::insert`]).
+    pub(crate) fn record_parts(
+        &self,
+        owner: &Owner,
+        key: &Key,
+        parts: Parts,
+        origin: Origin,
+        dedupe: bool,
+    ) -> Hit<'_> {
         let mut writer = self.writer();
         let now = self.world().0;
         let owner_digest = owner.digest();
@@ -127,13 +151,13 @@ impl Cache {
             bump(&self.counters.duplicate_inserts);
             return existing;
         }
-        let stale = !deps_match(&writer.definitions, &compiled.deps);
-        let Compiled {
+        let stale = !deps_match(&writer.definitions, &parts.deps);
+        let Parts {
             name,
             deps,
             artifacts,
             session_dependent,
-        } = compiled;
+        } = parts;
         let WriterState {
             backedges,
             by_owner,
@@ -165,4 +189,12 @@ impl Cache {
         bump(&self.counters.inserts);
         Hit::memory(instance)
     }
+}
+
+/// What an in-memory entry is recorded from.
+pub(crate) struct Parts {
+    pub(crate) name: String,
+    pub(crate) deps: Vec<crate::Dep>,
+    pub(crate) artifacts: Artifacts,
+    pub(crate) session_dependent: bool,
 }

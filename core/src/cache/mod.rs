@@ -70,7 +70,7 @@ pub use hit::{ArtifactView, Hit, Source};
 pub use instance::Compiled;
 pub use merge::{MergeReport, Rejection};
 pub use stats::Stats;
-pub use tier::Tier;
+pub use tier::{Tier, TierEntry};
 
 use crate::{Digest, World};
 use layers::Layer;

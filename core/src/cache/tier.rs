@@ -1,8 +1,28 @@
 //! Extra tiers: caches consulted after memory and images, before compiling.
 
-use kiln_image::EntryData;
+use std::sync::Arc;
+
+use kiln_image::{EntryData, Image};
 
 use crate::{Error, Key, Owner};
+
+/// What a tier hands to the cache on a hit: an owned entry, or an entry of an
+/// image the tier keeps mapped, which the cache then borrows instead of
+/// copying (see [`Tier::load_entry`]).
+pub enum TierEntry {
+    /// An owned copy (e.g. read from the network).
+    Owned(EntryData),
+    /// Entry `index` of `image` (e.g. a memory-mapped disk segment). The
+    /// cache keeps the image alive as long as it holds the entry and serves
+    /// its artifact bytes from it; each payload is checked against its
+    /// checksum on first access, as for merged images.
+    Image {
+        /// The image, shared with the tier.
+        image: Arc<Image>,
+        /// The entry's position in the image.
+        index: usize,
+    },
+}
 
 /// An extra cache tier (e.g. an on-disk cache), added with
 /// [`Cache::add_tier`](crate::Cache::add_tier).
@@ -22,6 +42,14 @@ pub trait Tier: Send + Sync {
 
     /// Records a freshly compiled entry (worlds normalised, deps sorted).
     fn store(&self, owner: &Owner, entry: &EntryData) -> Result<(), Error>;
+
+    /// The entry for `(owner, key)` as [`Tier::load`] finds it, or borrowed
+    /// from an image the tier keeps mapped ([`TierEntry::Image`]): what
+    /// `get_or_compile` asks, so that a tier backed by mapped files serves
+    /// hits without copying. The default copies, through [`Tier::load`].
+    fn load_entry(&self, owner: &Owner, key: &Key) -> Result<Option<TierEntry>, Error> {
+        Ok(self.load(owner, key)?.map(TierEntry::Owned))
+    }
 }
 
 /// A shared tier is a tier: the same disk cache can be added to a [`Cache`]
@@ -40,5 +68,9 @@ impl<T: Tier + ?Sized> Tier for std::sync::Arc<T> {
 
     fn store(&self, owner: &Owner, entry: &EntryData) -> Result<(), Error> {
         (**self).store(owner, entry)
+    }
+
+    fn load_entry(&self, owner: &Owner, key: &Key) -> Result<Option<TierEntry>, Error> {
+        (**self).load_entry(owner, key)
     }
 }
