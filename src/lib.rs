@@ -68,7 +68,8 @@
 pub use kiln_core::{
     Artifact, ArtifactKind, ArtifactView, Cache, CacheConfig, Compiled, Delta, Dep, Digest, Error,
     Hit, ImageOutcome, ImageReport, InitReport, Key, KeyBuilder, MergeReport, Owner, OwnerFilter,
-    Rejection, Snapshot, Source, Stats, Tier, TierEntry, World, global, init, init_with, load_images,
+    Rejection, Snapshot, Source, Stats, Tier, TierEntry, World, global, init, init_with,
+    load_images,
 };
 pub use kiln_core::{build, cache, disk, env, key, owner, registry, world};
 /// The image format: header, zero-copy index, checksummed payloads.

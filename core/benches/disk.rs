@@ -11,7 +11,7 @@
 //!   on drop (in a real process: at exit) appends its recency stamps and
 //!   unmaps; the baseline opens, reads and checks one file per hit.
 //!   Throughput is in hits. Kiln is measured twice: as 1000 stores leave the
-//!   directory (several segments), and after `gc` (one segment).
+//!   directory (a few segments), and after `gc` (one segment).
 //! - `open_directory`: Kiln's part of the above that opens the directory.
 //! - `first_access_in_open_process`: a hit on an entry not used before by a
 //!   process that has every segment open (payload checksum computed).
@@ -24,9 +24,23 @@
 //!
 //! After criterion's groups, the bench prints a table (medians, Kiln and
 //! the baseline measured alternately) of the per-hit cost in a fresh
-//! process, and where a fresh Kiln process spends its time:
-//! `cargo bench -p kiln-core --bench disk` (`-- no_such_group` prints the
-//! tables alone).
+//! process, where a fresh Kiln process spends its time, and the same hits
+//! in real fresh processes: `cargo bench -p kiln-core --bench disk`
+//! (`-- no_such_group` prints the tables alone).
+//!
+//! For the last table the bench binary spawns itself as a child process.
+//! Environment variables select these tool modes, also handy with
+//! `strace -f -c` and `perf record` (the binary is
+//! `target/release/deps/disk-<hash>`):
+//! `KILN_DISK_BENCH_FIXTURE=<dir>` builds the three caches under `<dir>`
+//! (`kiln/`, `kiln-gc/`, `files/`) and exits;
+//! `KILN_DISK_BENCH_CHILD=<kiln|files>:<hits>:<cache dir>` is a fresh
+//! process that needs `<hits>` entries from that cache, prints the
+//! microseconds its lookups took, and exits as a program with a global
+//! cache does (the cache is never dropped: the exit hook appends the
+//! recency stamps and the kernel unmaps); with `KILN_DISK_BENCH_REPEAT=<n>`
+//! a Kiln child first plays `n` fresh processes in-process (open, hits,
+//! drop), for `perf record`.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -350,7 +364,126 @@ fn phases(fixture: &Fixture) {
     println!("| (floor) BLAKE3 of one 4 KiB payload, both caches | {checksum:.2} |");
 }
 
+/// `KILN_DISK_BENCH_FIXTURE=<dir>`: build the three caches under `<dir>`
+/// and exit.
+const FIXTURE_VAR: &str = "KILN_DISK_BENCH_FIXTURE";
+/// `KILN_DISK_BENCH_CHILD=<kiln|files>:<hits>:<cache dir>`: be a fresh
+/// process that needs `<hits>` entries, print the microseconds it took and
+/// exit.
+const CHILD_VAR: &str = "KILN_DISK_BENCH_CHILD";
+/// `KILN_DISK_BENCH_REPEAT=<n>`: a Kiln child first plays `n` fresh
+/// processes in-process (open, hits, drop), for `perf record`.
+const REPEAT_VAR: &str = "KILN_DISK_BENCH_REPEAT";
+
+/// The tool modes (see the module documentation); `true` when one ran.
+fn tool_mode() -> bool {
+    if let Some(root) = std::env::var_os(FIXTURE_VAR) {
+        let root = PathBuf::from(root);
+        for (name, gc) in [("kiln", false), ("kiln-gc", true)] {
+            let dir = root.join(name);
+            std::fs::create_dir_all(&dir).expect("create the fixture");
+            build_kiln(&dir, gc);
+        }
+        let files = root.join("files");
+        std::fs::create_dir_all(&files).expect("create the fixture");
+        FilePerEntry::build(&files);
+        return true;
+    }
+    let Ok(child) = std::env::var(CHILD_VAR) else {
+        return false;
+    };
+    let mut fields = child.splitn(3, ':');
+    let (Some(kind), Some(hits), Some(dir)) = (fields.next(), fields.next(), fields.next()) else {
+        panic!("{CHILD_VAR}=<kiln|files>:<hits>:<cache dir>, not {child:?}");
+    };
+    let hits: u64 = hits.parse().expect("a hit count");
+    let dir = PathBuf::from(dir);
+    let mut keys = key_cycle();
+    if kind == "kiln" {
+        let repeat: u64 = std::env::var(REPEAT_VAR)
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        for _ in 0..repeat {
+            let cache = DiskCache::open(kiln_config(&dir)).expect("open");
+            black_box((0..hits).map(|_| kiln_hit(&cache, keys())).sum::<usize>());
+        }
+    }
+    let mut keys = key_cycle();
+    let start = Instant::now();
+    let bytes: usize = match kind {
+        "kiln" => {
+            // Never dropped, like the global cache's: the exit hook appends
+            // the recency stamps and the kernel unmaps.
+            let cache: &'static DiskCache =
+                Box::leak(Box::new(DiskCache::open(kiln_config(&dir)).expect("open")));
+            (0..hits).map(|_| kiln_hit(cache, keys())).sum()
+        }
+        "files" => {
+            let files = FilePerEntry { dir };
+            (0..hits)
+                .map(|_| black_box(files.get(&key(keys())).expect("a hit")).len())
+                .sum()
+        }
+        other => panic!("{CHILD_VAR}: no cache kind {other:?}"),
+    };
+    let micros = start.elapsed().as_secs_f64() * 1e6;
+    assert_eq!(bytes, hits as usize * PAYLOAD);
+    println!("{micros}");
+    true
+}
+
+/// The microseconds a fresh child process of `kind` took for `hits` hits
+/// on the cache in `dir`, as it reports them.
+fn spawn_child(kind: &str, hits: u64, dir: &Path) -> f64 {
+    let exe = std::env::current_exe().expect("the bench binary");
+    let output = std::process::Command::new(exe)
+        .env(CHILD_VAR, format!("{kind}:{hits}:{}", dir.display()))
+        .env_remove(REPEAT_VAR)
+        .output()
+        .expect("run a child");
+    assert!(output.status.success(), "child failed: {output:?}");
+    String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .expect("the child prints its microseconds")
+}
+
+/// A table for BENCHMARKS.md: the same comparison in real fresh processes
+/// (the bench binary spawned in child mode), timed inside each child from
+/// before opening the cache to the last payload in hand (not counting
+/// `exec`, the process's start-up, or the work at exit). Medians of 31
+/// runs per cell, the three caches alternating.
+fn spawned(fixture: &Fixture) {
+    const RUNS: usize = 31;
+    println!();
+    println!(
+        "| hits, each in a new process | file per entry, µs | Kiln, µs | Kiln after gc, µs | Kiln faster by | after gc |"
+    );
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: |");
+    for hits in HIT_COUNTS {
+        let mut times: [Vec<f64>; 3] = Default::default();
+        for _ in 0..RUNS {
+            times[0].push(spawn_child("files", hits, &fixture.files.dir));
+            times[1].push(spawn_child("kiln", hits, fixture.kiln_dir.path()));
+            times[2].push(spawn_child("kiln", hits, fixture.compacted_dir.path()));
+        }
+        let [files, kiln, compacted] = times.map(|mut t| {
+            t.sort_by(f64::total_cmp);
+            t[RUNS / 2]
+        });
+        println!(
+            "| {hits} | {files:.1} | {kiln:.1} | {compacted:.1} | {:.2}× | {:.2}× |",
+            files / kiln,
+            files / compacted
+        );
+    }
+}
+
 fn main() {
+    if tool_mode() {
+        return;
+    }
     let fixture = Fixture::build();
     let mut criterion = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
@@ -360,4 +493,5 @@ fn main() {
     criterion.final_summary();
     summary(&fixture);
     phases(&fixture);
+    spawned(&fixture);
 }

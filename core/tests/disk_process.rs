@@ -219,3 +219,48 @@ fn a_short_process_records_what_it_used_when_it_exits() {
         assert_eq!(used, i < 3, "{name}: {} -> {}", before[&name], after[&name]);
     }
 }
+
+#[test]
+fn a_process_that_only_reads_rewrites_a_bloated_stamps_file_at_exit() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cache = DiskCache::open(config(dir.path())).expect("open");
+    for i in 0..4 {
+        assert!(cache.put(&entry(i, 200)));
+    }
+    // One use of kernel 3, recorded when the handle is dropped.
+    let user = DiskCache::open(config(dir.path())).expect("open");
+    assert!(user.get(&ids(3).0, &ids(3).1).is_some());
+    drop(user);
+    // Many processes that only read, long ago: the same whole records over
+    // and over (each one a valid stamp), well over 64 KiB, and nothing
+    // stored since to compact them.
+    let stamps = cache.images_dir().join("stamps");
+    let records = std::fs::read(&stamps).expect("stamps written on drop");
+    assert!(!records.is_empty());
+    let bloated = records.repeat((100 << 10) / records.len() + 1);
+    std::fs::write(&stamps, &bloated).expect("write");
+    std::thread::sleep(Duration::from_millis(5));
+
+    // A reading process that exits without dropping its cache appends its
+    // stamps and then rewrites the file: one record per entry.
+    let result = disk_support::run_for_result(
+        child_process("hit")
+            .env("KILN_CACHE_DIR", dir.path())
+            .env("KILN_DISK_TEST_KEYS", "2"),
+    );
+    assert_eq!(result["hits"], "2");
+    let len = std::fs::metadata(&stamps).expect("stamps").len();
+    assert!(len <= 4 * 80, "{len} bytes of stamps left");
+    // And the rewrite kept what the stamps say: kernels 0 and 1 (used at
+    // exit) are the most recently used, kernel 3 (used before) next.
+    let order: Vec<String> = cache
+        .ls()
+        .expect("ls")
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(order[2], "kernel-3", "{order:?}");
+    let mut newest = order[..2].to_vec();
+    newest.sort();
+    assert_eq!(newest, ["kernel-0", "kernel-1"]);
+}

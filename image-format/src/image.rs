@@ -7,7 +7,7 @@ use crate::check_state::CheckState;
 use crate::entry::EntryRef;
 use crate::header::{ArchiveLayout, Header};
 use crate::layout::{ArchivedIndex, ArchivedStrRef};
-use crate::storage::{STORAGE_ALIGN, Storage};
+use crate::storage::{FileAccess, ImageFile, STORAGE_ALIGN, Storage};
 use crate::{Digest, ImageError, ImageMeta};
 
 /// How much of an image is checked when it is opened.
@@ -93,6 +93,22 @@ impl Image {
     /// [`ImageWriter::write_atomic`]: crate::ImageWriter::write_atomic
     pub fn open(path: &Path, level: Verification) -> Result<Image, ImageError> {
         Image::from_storage(Storage::map_file(path)?, level.into())
+    }
+
+    /// Opens an image file opened with [`ImageFile::open`], bringing its
+    /// bytes into memory as `access` says ([`Image::open`] is
+    /// [`FileAccess::MapLazily`]). The caller can read the file's metadata
+    /// (size, identity) from the [`ImageFile`] first, without another
+    /// system call.
+    ///
+    /// Mapped image files must be replaced, never edited in place, as for
+    /// [`Image::open`].
+    pub fn from_file(
+        file: ImageFile,
+        access: FileAccess,
+        level: Verification,
+    ) -> Result<Image, ImageError> {
+        Image::from_storage(Storage::from_file(file, access)?, level.into())
     }
 
     /// Copies `bytes` into an owned, aligned buffer and opens it.

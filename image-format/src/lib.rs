@@ -88,7 +88,11 @@
 //!
 //! [`Image::open`] memory-maps the header and index at open, and the
 //! payload region on the first payload access (so that opening costs the
-//! same whatever the payload sizes). Kiln writes images by rename
+//! same whatever the payload sizes). [`Image::from_file`] lets the caller
+//! map the whole file at once instead ([`FileAccess::MapWhole`]: one map,
+//! for callers about to read payloads), or read it into memory
+//! ([`FileAccess::Read`], for small files), from an [`ImageFile`] whose
+//! metadata the caller can read first. Kiln writes images by rename
 //! ([`ImageWriter::write_atomic`]), never in place, so a mapped image keeps
 //! its bytes. A file rewritten in place by another process while mapped can
 //! change bytes after they were checked, like any memory-mapped file: image
@@ -135,4 +139,5 @@ pub use error::ImageError;
 pub use header::{ArchiveLayout, Endianness, Header};
 pub use image::{Image, Verification};
 pub use model::{Artifact, ArtifactKind, Dep, EntryData, ImageMeta};
+pub use storage::{FileAccess, ImageFile};
 pub use writer::{ImageWriter, write_file_atomic};

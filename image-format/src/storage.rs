@@ -1,12 +1,16 @@
 //! Where an image's bytes live: a `&'static` slice (embedded in the
 //! binary), read-only memory maps of a file, or an owned aligned copy.
 //!
-//! A mapped file is mapped in two parts: the header and index at open, and
-//! the payload region on the first payload access. Opening then costs the
-//! same whatever the payload sizes (the kernel's cost to set up and tear
-//! down a mapping grows with its length).
+//! [`Image::open`](crate::Image::open) maps a file in two parts: the header
+//! and index at open, and the payload region on the first payload access.
+//! Opening then costs the same whatever the payload sizes (the kernel's cost
+//! to set up and tear down a mapping grows with its length).
+//! [`Image::from_file`](crate::Image::from_file) lets the caller choose
+//! ([`FileAccess`]): one map of the whole file (one map to set up and tear
+//! down instead of two, for callers that read payloads anyway), or one
+//! `read` into memory (no map at all, for small files).
 
-use std::fs::File;
+use std::fs::{File, Metadata};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -30,13 +34,87 @@ pub(crate) enum Storage {
     Owned(AlignedVec<STORAGE_ALIGN>),
 }
 
-/// A file mapped as header + index now, payload region on first use.
+/// How [`Image::from_file`](crate::Image::from_file) brings an image
+/// file's bytes into memory. Every way reads only the header and index at
+/// open, except [`FileAccess::Read`], which reads the whole file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileAccess {
+    /// Map the header and index now and the payload region on the first
+    /// payload access, as [`Image::open`](crate::Image::open) does: opening
+    /// costs the same whatever the payload sizes, and a file whose payloads
+    /// are read is mapped twice.
+    MapLazily,
+    /// Map the whole file at once: one map to set up and tear down. Pages
+    /// are still read only when touched; for files whose payloads the
+    /// caller is about to read.
+    MapWhole,
+    /// Read the whole file into an owned, aligned buffer with one `read`:
+    /// no map to set up, fault in and tear down, and no file left open; for
+    /// small files.
+    Read,
+}
+
+/// An image file opened, with its metadata (one `open` and one `fstat`),
+/// not yet mapped or read: hand it to
+/// [`Image::from_file`](crate::Image::from_file). The metadata (size,
+/// identity, times) is that of the very file the image is read from.
+#[derive(Debug)]
+pub struct ImageFile {
+    file: File,
+    path: PathBuf,
+    metadata: Metadata,
+}
+
+impl ImageFile {
+    /// Opens the file at `path` read-only and reads its metadata.
+    pub fn open(path: &Path) -> Result<ImageFile, ImageError> {
+        let file = File::open(path).map_err(io_error("open", path))?;
+        let metadata = file.metadata().map_err(io_error("stat", path))?;
+        Ok(ImageFile {
+            file,
+            path: path.to_owned(),
+            metadata,
+        })
+    }
+
+    /// The file's metadata, read when it was opened.
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    /// The path the file was opened at.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// A file mapped as header + index now and the payload region on first
+/// use, or all at once.
 pub(crate) struct MappedFile {
     path: PathBuf,
-    file: File,
     len: u64,
+    /// The header and index, or the whole file.
     head: memmap2::Mmap,
-    payloads: OnceLock<Result<memmap2::Mmap, (std::io::ErrorKind, String)>>,
+    /// The file and its payload region's map, when `head` does not map the
+    /// whole file.
+    lazy: Option<LazyPayloads>,
+}
+
+/// The payload region of a file mapped lazily: the open file, and its map
+/// once made.
+struct LazyPayloads {
+    file: File,
+    map: OnceLock<Result<memmap2::Mmap, (std::io::ErrorKind, String)>>,
+}
+
+/// The error of `action` on the file at `path`.
+fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> ImageError {
+    let path = path.to_owned();
+    move |source| ImageError::Io {
+        action,
+        path,
+        source,
+    }
 }
 
 impl Storage {
@@ -77,22 +155,42 @@ impl Storage {
         Storage::Owned(vec)
     }
 
-    /// Maps the header and index of the file at `path`. Files too short to
-    /// hold a header are read into memory instead (mapping an empty file
-    /// fails on some systems), so that opening them reports the truncation.
+    /// Maps the header and index of the file at `path` now, the payload
+    /// region on first use ([`FileAccess::MapLazily`]).
     pub(crate) fn map_file(path: &Path) -> Result<Storage, ImageError> {
-        let io = |action| {
-            move |source| ImageError::Io {
-                action,
-                path: path.to_owned(),
-                source,
-            }
-        };
-        let file = File::open(path).map_err(io("open"))?;
-        let len = file.metadata().map_err(io("stat"))?.len();
-        if len < HEADER_LEN as u64 {
-            let bytes = std::fs::read(path).map_err(io("read"))?;
-            return Ok(Storage::copy_aligned(&bytes));
+        Storage::from_file(ImageFile::open(path)?, FileAccess::MapLazily)
+    }
+
+    /// Brings the bytes of `file` into memory as `access` says. Files too
+    /// short to hold a header are read into memory whatever `access` says
+    /// (mapping an empty file fails on some systems), so that opening them
+    /// reports the truncation.
+    pub(crate) fn from_file(file: ImageFile, access: FileAccess) -> Result<Storage, ImageError> {
+        let ImageFile {
+            file,
+            path,
+            metadata,
+        } = file;
+        let io = |action| io_error(action, &path);
+        let len = metadata.len();
+        let whole = usize::try_from(len).map_err(|_| ImageError::TooLarge {
+            what: "the image file",
+            size: len,
+            limit: usize::MAX as u64,
+        })?;
+        if access == FileAccess::Read || len < HEADER_LEN as u64 {
+            return read_aligned(&file, whole).map_err(io("read"));
+        }
+        if access == FileAccess::MapWhole {
+            // SAFETY: see `MappedFile::map`: the map is read-only and
+            // private to this `MappedFile`; `whole` is the file's length.
+            let head = unsafe { MappedFile::map(&file, 0, whole) }.map_err(io("map"))?;
+            return Ok(Storage::Mapped(MappedFile {
+                path,
+                len,
+                head,
+                lazy: None,
+            }));
         }
         // Map up to the payload region the header announces; the header
         // itself is checked after mapping, against the real file length.
@@ -114,11 +212,13 @@ impl Storage {
         // this `MappedFile`, which keeps the file open.
         let head = unsafe { MappedFile::map(&file, 0, head_len) }.map_err(io("map"))?;
         Ok(Storage::Mapped(MappedFile {
-            path: path.to_owned(),
-            file,
+            path,
             len,
             head,
-            payloads: OnceLock::new(),
+            lazy: Some(LazyPayloads {
+                file,
+                map: OnceLock::new(),
+            }),
         }))
     }
 
@@ -143,8 +243,8 @@ impl MappedFile {
     /// private and read-only. The argument for images:
     /// - Kiln never modifies an image in place: `ImageWriter::write_atomic`
     ///   writes a temporary file and renames it over the path, so a mapped
-    ///   image (and this open file handle, used to map the payloads later)
-    ///   keeps its old inode and bytes.
+    ///   image (and the file handle a lazily mapped image keeps, to map its
+    ///   payloads later) keeps its old inode and bytes.
     /// - Changes to entry records or payload bytes made before their first
     ///   access are caught by their checksums, checked on first access
     ///   (Structural) or at open (Full).
@@ -169,10 +269,17 @@ impl MappedFile {
         if range.is_empty() {
             return Ok(&[]);
         }
-        let mapped = self.payloads.get_or_init(|| {
+        let Some(lazy) = &self.lazy else {
+            // The whole file is mapped; the range was checked against its
+            // length at open.
+            return self.head.get(range.clone()).ok_or_else(|| {
+                ImageError::Layout(format!("payload region {range:?} lies outside the image"))
+            });
+        };
+        let mapped = lazy.map.get_or_init(|| {
             // SAFETY: see `MappedFile::map`; the range was checked against
             // the file length at open.
-            unsafe { MappedFile::map(&self.file, range.start as u64, range.len()) }
+            unsafe { MappedFile::map(&lazy.file, range.start as u64, range.len()) }
                 .map_err(|error| (error.kind(), error.to_string()))
         });
         match mapped {
@@ -186,6 +293,17 @@ impl MappedFile {
     }
 }
 
+/// Reads the first `len` bytes of `file` (its length) into a fresh
+/// 64-byte-aligned buffer; a file shorter than that is an error.
+fn read_aligned(file: &File, len: usize) -> std::io::Result<Storage> {
+    use std::io::Read;
+    let mut vec = AlignedVec::<STORAGE_ALIGN>::with_capacity(len);
+    vec.resize(len, 0);
+    let mut file = file;
+    file.read_exact(vec.as_mut_slice())?;
+    Ok(Storage::Owned(vec))
+}
+
 #[cfg(unix)]
 fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
     std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
@@ -197,4 +315,96 @@ fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()
     let mut file = file;
     file.seek(SeekFrom::Start(offset))?;
     file.read_exact(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Artifact, ArtifactKind, Digest, EntryData, Image, ImageMeta, ImageWriter};
+    use crate::{ImageError, Verification};
+
+    const ACCESSES: [FileAccess; 3] = [
+        FileAccess::MapLazily,
+        FileAccess::MapWhole,
+        FileAccess::Read,
+    ];
+
+    fn entry(n: u8) -> EntryData {
+        EntryData {
+            owner: Digest::of(b"owner"),
+            owner_label: "owner".into(),
+            key: Digest::of(&[n]),
+            name: format!("entry {n}"),
+            min_world: 1,
+            max_world: u64::MAX,
+            deps: vec![],
+            artifacts: vec![Artifact {
+                kind: ArtifactKind::Object,
+                entry_points: vec![],
+                bytes: vec![n; 3000 + usize::from(n)],
+            }],
+        }
+    }
+
+    fn image_bytes() -> Vec<u8> {
+        let mut writer = ImageWriter::new(ImageMeta::default());
+        (0..5).for_each(|n| writer.push(entry(n)));
+        writer.to_bytes().expect("valid entries")
+    }
+
+    fn open(path: &Path, access: FileAccess) -> Result<Image, ImageError> {
+        Image::from_file(ImageFile::open(path)?, access, Verification::Structural)
+    }
+
+    #[test]
+    fn every_access_reads_the_same_entries_and_reports_the_file_size() -> Result<(), ImageError> {
+        let bytes = image_bytes();
+        let dir = tempfile::tempdir().map_err(io_error("create", Path::new("temp dir")))?;
+        let path = dir.path().join("image.kimg");
+        std::fs::write(&path, &bytes).map_err(io_error("write", &path))?;
+        for access in ACCESSES {
+            let file = ImageFile::open(&path)?;
+            assert_eq!(file.metadata().len(), bytes.len() as u64);
+            assert_eq!(file.path(), path);
+            let image = Image::from_file(file, access, Verification::Structural)?;
+            let kind = if access == FileAccess::Read {
+                "owned"
+            } else {
+                "mapped"
+            };
+            assert_eq!(image.storage_kind(), kind, "{access:?}");
+            assert_eq!(image.byte_len(), bytes.len() as u64);
+            for n in 0..5 {
+                let found = image.find(&Digest::of(b"owner"), &Digest::of(&[n]))?;
+                let data = found.map(|e| e.to_data()).transpose()?;
+                assert_eq!(data, Some(entry(n)), "{access:?}");
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn every_access_rejects_truncated_files_and_keeps_a_replaced_one() -> Result<(), ImageError> {
+        let bytes = image_bytes();
+        let dir = tempfile::tempdir().map_err(io_error("create", Path::new("temp dir")))?;
+        let path = dir.path().join("image.kimg");
+        for access in ACCESSES {
+            for cut in [0, 10, HEADER_LEN, bytes.len() / 2, bytes.len() - 1] {
+                std::fs::write(&path, &bytes[..cut]).map_err(io_error("write", &path))?;
+                let error = open(&path, access).err();
+                assert!(
+                    matches!(error, Some(ImageError::Truncated { .. })),
+                    "{access:?}, {cut} bytes: {error:?}"
+                );
+            }
+            crate::write_file_atomic(&path, &bytes)?;
+            let image = open(&path, access)?;
+            // Replaced by rename while open: the image keeps its bytes.
+            crate::write_file_atomic(&path, b"another file")?;
+            let found = image.find(&Digest::of(b"owner"), &Digest::of(&[4]))?;
+            let data = found.map(|e| e.to_data()).transpose()?;
+            assert_eq!(data, Some(entry(4)), "{access:?}");
+        }
+        Ok(())
+    }
 }

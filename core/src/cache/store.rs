@@ -268,7 +268,7 @@ mod tests {
             min_world: 1,
             max_world: AtomicU64::new(u64::MAX),
             deps: Vec::new(),
-            artifacts: Vec::new(),
+            artifacts: super::super::instance::Artifacts::Owned(Vec::new()),
             origin: super::super::instance::Origin::Compiled,
             session_dependent: false,
         }

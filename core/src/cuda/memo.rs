@@ -150,7 +150,11 @@ impl MemoDir {
     /// The stamps digest and values of the memo of (`kind`, `subject`), whatever
     /// the stamps: for memos whose stamped files are listed in the values (the
     /// caller stamps them and compares).
-    pub(crate) fn read_unchecked(&self, kind: &str, subject: &Path) -> Option<(Digest, Vec<String>)> {
+    pub(crate) fn read_unchecked(
+        &self,
+        kind: &str,
+        subject: &Path,
+    ) -> Option<(Digest, Vec<String>)> {
         let text = std::fs::read_to_string(self.record_path(kind, subject)?).ok()?;
         let mut lines = text.lines();
         let subject_line = subject.to_string_lossy();

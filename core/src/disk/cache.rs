@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::SystemTime;
 
-use kiln_image::{Digest, EntryData, ImageWriter};
+use kiln_image::{Digest, EntryData, ImageFile, ImageWriter};
 
 use super::compact::{self, Scope, entry_cost, segment_meta};
 use super::config::DiskConfig;
@@ -50,25 +50,32 @@ impl DiskCache {
     /// Opens the cache directory of `config`, creating it and its
     /// subdirectory for this image format version
     /// ([`DiskConfig::images_dir`]) when missing. The directory is not
-    /// listed: the first lookup opens the base segment
-    /// (its name is known), and the first miss lists the directory.
+    /// listed: the base segment's file is opened (its name is known; that
+    /// it opens shows that the directory exists, with no other system
+    /// call), to be mapped by the first lookup, and the first miss lists
+    /// the directory.
     ///
     /// A directory that exists but cannot be written is opened read-only
     /// (with one warning when a write is first attempted). Fails only when
     /// the directory neither exists nor can be created.
     pub fn open(config: DiskConfig) -> Result<DiskCache, Error> {
         let images = config.images_dir();
+        let base = ImageFile::open(&images.join(segment::BASE_SEGMENT)).ok();
+        let base_opened = base.is_some();
         let cache = DiskCache {
             recency: Recency::new(&images, segment::now_ms()),
             images,
             config,
-            view: RwLock::new(View::default()),
+            view: RwLock::new(View::new(base)),
             needs_cleanup: AtomicBool::new(false),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             stored: AtomicU64::new(0),
             store_failures: AtomicU64::new(0),
         };
+        if base_opened {
+            return Ok(cache);
+        }
         match std::fs::metadata(cache.images_dir()) {
             Ok(meta) if meta.is_dir() => {}
             Ok(_) => {
@@ -190,39 +197,38 @@ impl DiskCache {
         true
     }
 
-    /// Writes pending recency stamps now (also done on drop, and by use at
-    /// most once per stamp interval), then compacts if the stamps file has
-    /// grown much larger than one record per entry.
+    /// Writes pending recency stamps now (also done on drop, at exit, and
+    /// by use at most once per stamp interval), then rewrites the stamps
+    /// file if it has grown much larger than one record per entry.
     pub fn flush_stamps(&self) {
         let Some(stamps_bytes) = self.append_stamps() else {
             return;
         };
-        // The cheap check of the lookup path: no listing.
-        let entries: u64 = self.view().slots.iter().map(|s| s.entry_count()).sum();
         if self.needs_cleanup.load(Ordering::Relaxed) {
             self.compact_if_needed();
-        } else if stamps::bloated(stamps_bytes, entries as usize) {
-            self.compact_stamps();
+        } else {
+            // The cheap count of the lookup path: no listing.
+            self.recency.set_entries(self.known_entries());
+            if let Err(source) = self.recency.compact_if_bloated(stamps_bytes) {
+                self.stop_writing("rewrite the recency stamps in", source);
+            }
         }
     }
 
-    /// Rewrites the stamps file with one record per entry, unless another
-    /// process holds the lock.
-    fn compact_stamps(&self) {
-        let compacted =
-            DirLock::open(self.images_dir()).and_then(|mut lock| match lock.try_exclusive()? {
-                Some(_exclusive) => stamps::compact(self.images_dir()),
-                None => Ok(()),
-            });
-        if let Err(source) = compacted {
-            self.stop_writing("rewrite the recency stamps in", source);
-        }
+    /// The entries of the segments this process knows of (from their
+    /// names, which anyone can write, so the sum saturates; the base's from
+    /// the base, once open).
+    fn known_entries(&self) -> u64 {
+        self.view()
+            .slots
+            .iter()
+            .fold(0, |sum, s| sum.saturating_add(s.entry_count()))
     }
 
     /// Appends pending stamps; returns the stamps file's new size if
     /// anything was written.
     fn append_stamps(&self) -> Option<u64> {
-        match self.recency.write_pending(segment::now_ms()) {
+        match self.recency.write_pending(segment::now_ms(), true) {
             Ok(len) => len,
             Err(source) => {
                 self.stop_writing("append recency stamps in", source);
@@ -503,16 +509,13 @@ impl DiskCache {
             .iter()
             .find(|slot| slot.is_base())
             .map_or(0, |slot| slot.entry_count());
-        let entries: u64 = base_entries
-            + listing
-                .segments
-                .iter()
-                .map(|f| segment::entries_in_name(&f.name))
-                .sum::<u64>();
+        let entries = listing.segments.iter().fold(base_entries, |sum, f| {
+            sum.saturating_add(segment::entries_in_name(&f.name))
+        });
         let stamps_bytes = stamps::file_len(self.images_dir());
         let needed = listing.segments.len() > self.config.compact_after
             || listing.segment_bytes() + stamps_bytes > self.config.max_bytes
-            || stamps::bloated(stamps_bytes, entries as usize)
+            || stamps::bloated(stamps_bytes, usize::try_from(entries).unwrap_or(usize::MAX))
             || self.needs_cleanup.load(Ordering::Relaxed);
         if !needed {
             return;
@@ -552,6 +555,8 @@ impl DiskCache {
     /// older than the stamp interval.
     fn touch(&self, id: EntryId) {
         let interval = u64::try_from(self.config.stamp_interval.as_millis()).unwrap_or(u64::MAX);
+        // For the exit hook's check of the stamps file's size.
+        self.recency.set_entries(self.known_entries());
         if self.recency.note(id, segment::now_ms(), interval) {
             self.flush_stamps();
         }

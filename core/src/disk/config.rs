@@ -25,6 +25,10 @@ pub const ALL: [&str; 3] = [CACHE, CACHE_DIR, CACHE_MAX_BYTES];
 /// The cap used when `KILN_CACHE_MAX_BYTES` is unset: 1 GiB.
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 
+/// The default [`DiskConfig::compact_after`]: the base and two small
+/// segments at most.
+pub const DEFAULT_COMPACT_AFTER: usize = 3;
+
 /// How a [`DiskCache`](super::DiskCache) is laid out and bounded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DiskConfig {
@@ -37,7 +41,11 @@ pub struct DiskConfig {
     /// entries are evicted to stay under it; other versions' subdirectories
     /// are not counted.
     pub max_bytes: u64,
-    /// Segments are merged once there are more than this many.
+    /// Segments are merged once there are more than this many (the base
+    /// included), so that a new process opens few files. The default, 3,
+    /// leaves the base and at most two small segments after every store;
+    /// merging is geometric (see the [module documentation](super)), so
+    /// each entry is rewritten a logarithmic number of times on average.
     pub compact_after: usize,
     /// The granularity of recency stamps: a process records that it used an
     /// entry at most once per interval, and writes its pending stamps at most
@@ -52,7 +60,7 @@ impl DiskConfig {
         DiskConfig {
             dir: dir.into(),
             max_bytes: DEFAULT_MAX_BYTES,
-            compact_after: 8,
+            compact_after: DEFAULT_COMPACT_AFTER,
             stamp_interval: Duration::from_secs(60),
         }
     }

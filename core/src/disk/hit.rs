@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use kiln_image::{ArtifactKind, EntryData, EntryRef};
+use kiln_image::{ArtifactKind, EntryData, EntryRef, Image};
 
 use super::segment::Segment;
 use crate::error::Error;
@@ -36,6 +36,16 @@ impl DiskHit {
             entry.artifact(i).and_then(|a| a.bytes()).ok()?;
         }
         Some(DiskHit { segment, index })
+    }
+
+    /// The segment's image, which holds the entry.
+    pub(crate) fn image(&self) -> &Arc<Image> {
+        &self.segment.image
+    }
+
+    /// The entry's position in [`DiskHit::image`].
+    pub(crate) fn index(&self) -> usize {
+        self.index
     }
 
     /// The entry, borrowed from the mapped segment.

@@ -20,9 +20,13 @@
 //!   A process publishes a small segment for each entry it stores
 //!   (atomically: temporary file, fsync, rename, fsync of the directory), and
 //!   never modifies it again. Once there are more than
-//!   [`DiskConfig::compact_after`] segments, the small ones are merged into
-//!   one under the exclusive lock; the merged segments are deleted only after
-//!   the merged one is published.
+//!   [`DiskConfig::compact_after`] segments (by default 3: the base and two
+//!   small ones), the smallest are merged into one under the exclusive lock
+//!   (geometrically: a larger segment joins only while it is at most four
+//!   times the sum of those chosen, so the base is rewritten rarely); the
+//!   merged segments are deleted only after the merged one is published. A
+//!   directory therefore holds at most three segments after any store, and
+//!   a new process opens one to three files.
 //! - `seg-base.kimg`: the **base segment**, compaction's output when it
 //!   merges the base (or there is none yet), published by an atomic rename
 //!   over the previous base. It holds most entries, and its name is known:
@@ -31,28 +35,36 @@
 //!   (file access times are unreliable). A hit notes the use in memory; each
 //!   process appends its notes at most once per
 //!   [`DiskConfig::stamp_interval`], when the cache is dropped, and when the
-//!   process exits (Unix), never once per hit.
+//!   process exits (Unix), never once per hit, and rewrites the file when
+//!   it has grown much larger than one record per entry (at exit too, so
+//!   that processes that only read keep it bounded).
 //! - `lock`: the directory lock, shared by writers, exclusive for compaction.
 //! - `.tmp-*`: writes in progress, or orphans of crashed writers (removed
 //!   under the exclusive lock).
 //!
 //! # Reading
 //!
-//! [`DiskCache::open`] checks that the directory exists (creating it when
-//! missing), nothing more. [`DiskCache::get`] looks in the base segment
-//! first; the first miss lists the segments' names, which are then searched
-//! base first, then fullest first (the entry count is in the name), opening
-//! each on first use with structural verification. The entry's payload
-//! checksums are checked before answering, so a hit's bytes are borrowed
-//! from the segment (zero-copy) and the first hit of a new process usually
-//! opens one file and lists nothing. Compacted segments are memory-mapped
-//! (a hit touches only its pages); the small segments of single stores are
-//! read with one `read` instead (no maps to set up and tear down, no page
-//! faults, no file left open). On a miss the directory is listed again if
-//! its modification time changed, which finds segments published by other
-//! processes, and a replaced base (another inode under the same name).
-//! Readers hold no lock: a segment deleted or replaced by compaction stays
-//! mapped by whoever mapped it.
+//! [`DiskCache::open`] opens the base segment's file (which also shows
+//! that the directory exists; when there is no base it checks the
+//! directory, creating it when missing), nothing more. [`DiskCache::get`]
+//! looks in the base segment first; the first miss lists the segments'
+//! names, which are then searched base first, then fullest first (the
+//! entry count is in the name), opening each on first use with structural
+//! verification. The entry's payload checksums are checked before
+//! answering, so a hit's bytes are borrowed from the segment (zero-copy) and
+//! the first hit of a new process usually opens one file and lists nothing.
+//! Opening a segment costs one `open` and one `fstat`, then one map of the
+//! whole file (the base, and segments over 64 KiB: a hit touches only its
+//! pages) or one `read` (smaller segments, such as a store's: no map to set
+//! up, fault in and tear down, no file left open). On a miss the directory
+//! is listed again if its modification time changed, which finds segments
+//! published by other processes, and a replaced base (another inode under
+//! the same name). Readers hold no lock: a segment deleted or replaced by
+//! compaction stays mapped by whoever mapped it.
+//!
+//! As a [`Tier`](crate::Tier), the cache hands a hit over as the segment's
+//! entry ([`TierEntry::Image`](crate::TierEntry::Image)): the in-memory
+//! cache borrows its bytes from the segment instead of copying them.
 //!
 //! [`DiskTier`] wraps a [`DiskCache`] that is opened on first use: the
 //! global cache ([`crate::global()`]) adds one at init without touching the

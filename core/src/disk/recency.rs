@@ -6,13 +6,18 @@
 //! is dropped, and (on Unix) when the process exits: the global cache is a
 //! static that is never dropped, and a short-lived process would otherwise
 //! never record what it used. A hit therefore never writes, and a process
-//! writes its stamps once per interval at most.
+//! writes its stamps once per interval at most (a process that used
+//! nothing writes nothing). After each append, a stamps file grown much
+//! larger than one record per entry is rewritten (unless another process
+//! holds the directory lock), at exit too: processes that only read would
+//! otherwise let it grow without bound, as no store compacts it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use super::lock::DirLock;
 use super::stamps::{self, EntryId};
 
 /// The part of a disk cache that the exit hook also reaches.
@@ -21,6 +26,9 @@ pub(crate) struct Recency {
     dir: PathBuf,
     /// Cleared on the first failed write: nothing is written afterwards.
     pub(crate) writable: AtomicBool,
+    /// Entries in the segments the cache knows: what the stamps file needs
+    /// one record each of ([`stamps::bloated`]).
+    entries: AtomicU64,
     notes: Mutex<Notes>,
 }
 
@@ -40,6 +48,7 @@ impl Recency {
         let recency = Arc::new(Recency {
             dir: dir.to_path_buf(),
             writable: AtomicBool::new(true),
+            entries: AtomicU64::new(0),
             notes: Mutex::new(Notes {
                 noted: HashMap::new(),
                 pending: Vec::new(),
@@ -63,8 +72,13 @@ impl Recency {
     }
 
     /// Appends the pending stamps. `Ok(None)`: nothing to write (or the
-    /// directory is not writable); `Ok(Some(len))`: the stamps file's size.
-    pub(crate) fn write_pending(&self, now_ms: u64) -> std::io::Result<Option<u64>> {
+    /// directory is not writable, or `want_len` is false);
+    /// `Ok(Some(len))`: the stamps file's size.
+    pub(crate) fn write_pending(
+        &self,
+        now_ms: u64,
+        want_len: bool,
+    ) -> std::io::Result<Option<u64>> {
         let pending = {
             let mut notes = self.notes();
             notes.last_write_ms = now_ms;
@@ -73,7 +87,28 @@ impl Recency {
         if pending.is_empty() || !self.writable.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        stamps::append(&self.dir, &pending).map(Some)
+        stamps::append(&self.dir, &pending, want_len)
+    }
+
+    /// Notes that the segments the cache knows hold `entries` entries.
+    pub(crate) fn set_entries(&self, entries: u64) {
+        self.entries.store(entries, Ordering::Relaxed);
+    }
+
+    /// Rewrites the stamps file with one record per entry if, at `len`
+    /// bytes, it has grown much larger than that ([`stamps::bloated`]),
+    /// unless another process holds the directory lock (it is compacting,
+    /// or will soon).
+    pub(crate) fn compact_if_bloated(&self, len: u64) -> std::io::Result<()> {
+        let entries = self.entries.load(Ordering::Relaxed);
+        if !stamps::bloated(len, usize::try_from(entries).unwrap_or(usize::MAX)) {
+            return Ok(());
+        }
+        let mut lock = DirLock::open(&self.dir)?;
+        match lock.try_exclusive()? {
+            Some(_exclusive) => stamps::compact(&self.dir),
+            None => Ok(()),
+        }
     }
 
     /// Forgets every note (after `clear`).
@@ -115,8 +150,10 @@ mod at_exit {
         live.push(Arc::downgrade(recency));
     }
 
-    /// Writes the pending stamps of every live cache. Never blocks (a
-    /// thread may still hold a lock at exit) and never unwinds.
+    /// Writes the pending stamps of every live cache, and rewrites a
+    /// stamps file grown too large. Never blocks (a thread may still hold
+    /// a lock at exit, another process the directory lock) and never
+    /// unwinds.
     extern "C" fn write_all() {
         let _ = std::panic::catch_unwind(|| {
             let Ok(live) = LIVE.try_lock() else {
@@ -125,7 +162,10 @@ mod at_exit {
             for recency in live.iter().filter_map(Weak::upgrade) {
                 if let Ok(notes) = recency.notes.try_lock() {
                     drop(notes);
-                    let _ = recency.write_pending(super::super::segment::now_ms());
+                    let now = super::super::segment::now_ms();
+                    if let Ok(Some(len)) = recency.write_pending(now, true) {
+                        let _ = recency.compact_if_bloated(len);
+                    }
                 }
             }
         });

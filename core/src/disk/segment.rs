@@ -8,10 +8,11 @@
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use kiln_image::{Image, ImageError, Verification};
+use kiln_image::{FileAccess, Image, ImageError, ImageFile, Verification};
 
 /// Segment file names start with this.
 const SEGMENT_PREFIX: &str = "seg-";
@@ -24,10 +25,8 @@ pub(crate) const TEMP_PREFIX: &str = ".tmp-";
 /// a new process looks there first without listing the directory.
 pub(crate) const BASE_SEGMENT: &str = "seg-base.kimg";
 
-/// Segments of at most this many entries (by their name) are read rather
-/// than mapped, if the file is at most [`READ_AT_MOST`] bytes.
-const READ_ENTRIES_AT_MOST: u64 = 4;
-/// The largest segment file that is read rather than mapped.
+/// The largest segment file that is read rather than mapped (other than
+/// the base, which is always mapped).
 const READ_AT_MOST: u64 = 64 << 10;
 
 /// A published segment, memory-mapped or (when small) read into memory.
@@ -36,81 +35,52 @@ pub(crate) struct Segment {
     pub(crate) name: String,
     /// The file's size.
     pub(crate) bytes: u64,
-    /// The image (structurally verified; payloads checked on use).
-    pub(crate) image: Image,
-    /// The base segment's file identity (its inode number) when opened:
-    /// compaction replaces the base under the same name.
+    /// The image (structurally verified; payloads checked on use), shared
+    /// with the in-memory cache entries that borrow from it.
+    pub(crate) image: Arc<Image>,
+    /// The base segment's file identity (its inode number): compaction
+    /// replaces the base under the same name.
     pub(crate) file_id: Option<u64>,
 }
 
 impl Segment {
     /// Opens the segment `name`, checking its header and index structure.
     ///
-    /// The segments a store publishes hold one entry and are usually a few
-    /// KiB: those are read with one `read` into an aligned buffer (open,
-    /// stat, read, close), which is cheaper than mapping (two maps, page
-    /// faults, two unmaps when the process ends) and holds no file open.
-    /// Larger segments (compaction's) are mapped, so that a hit reads only
-    /// the pages it needs.
+    /// Each segment costs one `open` and one `fstat`, then one `read` or
+    /// one map. Small segments (at most [`READ_AT_MOST`] bytes, such as the
+    /// one-entry segments a store publishes) are read into memory: cheaper
+    /// than a map to set up, fault in and tear down, and no file is left
+    /// open. Larger ones (compaction's) are mapped whole, in one map, so
+    /// that a hit reads only the pages it needs.
     ///
     /// The base segment is always mapped: the mapping holds its file, so
-    /// its inode number, noted here before opening, cannot be reused while
+    /// its inode number, read from the opened file, cannot be reused while
     /// this process may compare it with a listing's.
     pub(crate) fn open(dir: &Path, name: &str) -> Result<Segment, ImageError> {
-        let path = dir.join(name);
+        Segment::from_file(ImageFile::open(&dir.join(name))?, name)
+    }
+
+    /// Opens the segment `name` from its file, opened already.
+    pub(crate) fn from_file(file: ImageFile, name: &str) -> Result<Segment, ImageError> {
         let is_base = name == BASE_SEGMENT;
-        // Noted before opening: if the base is replaced in between, the
-        // listing's inode differs and the base is opened again (never the
-        // other way round).
-        let file_id = if is_base { file_id(&path) } else { None };
-        let image = if !is_base && entries_in_name(name) <= READ_ENTRIES_AT_MOST {
-            match read_small(&path)? {
-                Some(bytes) => Image::from_bytes(&bytes, Verification::Structural)?,
-                None => Image::open(&path, Verification::Structural)?,
-            }
+        let file_id = if is_base {
+            file_id(file.metadata())
         } else {
-            Image::open(&path, Verification::Structural)?
+            None
         };
+        let access = if !is_base && file.metadata().len() <= READ_AT_MOST {
+            FileAccess::Read
+        } else {
+            FileAccess::MapWhole
+        };
+        let image = Image::from_file(file, access, Verification::Structural)?;
         Ok(Segment {
             name: name.to_owned(),
             bytes: image.byte_len(),
-            image,
+            image: Arc::new(image),
             file_id,
         })
     }
-}
-
-/// The bytes of the file at `path` if it is at most [`READ_AT_MOST`] bytes
-/// long (`None`: larger, to be mapped).
-fn read_small(path: &Path) -> Result<Option<Vec<u8>>, ImageError> {
-    use std::io::Read;
-    let io = |action| {
-        move |source| ImageError::Io {
-            action,
-            path: path.to_owned(),
-            source,
-        }
-    };
-    let mut file = File::open(path).map_err(io("open"))?;
-    let len = file.metadata().map_err(io("stat"))?.len();
-    if len > READ_AT_MOST {
-        return Ok(None);
-    }
-    // One `read` normally returns everything. Segments are immutable, so
-    // the size from the stat is the size; a short file (it cannot be one)
-    // would fail the header's length check.
-    let mut bytes = vec![0u8; len as usize];
-    let mut filled = 0;
-    while filled < bytes.len() {
-        match file.read(&mut bytes[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(err) => return Err(io("read")(err)),
-        }
-    }
-    bytes.truncate(filled);
-    Ok(Some(bytes))
 }
 
 /// The names (and file identities, where the platform has them) of the
@@ -142,16 +112,14 @@ fn dirent_id(_: &fs::DirEntry) -> Option<u64> {
     None
 }
 
-/// The inode number of the file at `path`, if it exists.
+/// The inode number of a file, from its metadata.
 #[cfg(unix)]
-fn file_id(path: &Path) -> Option<u64> {
-    fs::metadata(path)
-        .ok()
-        .map(|meta| std::os::unix::fs::MetadataExt::ino(&meta))
+fn file_id(meta: &fs::Metadata) -> Option<u64> {
+    Some(std::os::unix::fs::MetadataExt::ino(meta))
 }
 
 #[cfg(not(unix))]
-fn file_id(_: &Path) -> Option<u64> {
+fn file_id(_: &fs::Metadata) -> Option<u64> {
     None
 }
 
@@ -362,7 +330,7 @@ mod tests {
     }
 
     #[test]
-    fn small_segments_are_read_and_large_ones_mapped() -> io::Result<()> {
+    fn small_segments_are_read_and_large_ones_and_the_base_mapped() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
         let open = |bytes: &[u8], entries: usize| {
             let file = publish(dir.path(), bytes, entries)?;
@@ -373,7 +341,17 @@ mod tests {
         };
         assert_eq!(open(&image_of(1, 4 << 10), 1)?, "owned");
         assert_eq!(open(&image_of(1, 1 << 20), 1)?, "mapped", "over 64 KiB");
-        assert_eq!(open(&image_of(8, 16), 8)?, "mapped", "a compacted segment");
+        assert_eq!(
+            open(&image_of(8, 16), 8)?,
+            "owned",
+            "a small compacted segment"
+        );
+        assert_eq!(open(&image_of(8, 16 << 10), 8)?, "mapped", "a large one");
+        // The base, however small, is mapped, and knows its inode.
+        publish_base(dir.path(), &image_of(1, 16))?;
+        let base = Segment::open(dir.path(), BASE_SEGMENT).map_err(io::Error::other)?;
+        assert_eq!(base.image.storage_kind(), "mapped");
+        assert_eq!(base.file_id.is_some(), cfg!(unix));
         Ok(())
     }
 

@@ -95,12 +95,17 @@ pub(crate) fn file_len(dir: &Path) -> u64 {
 /// Whether a stamps file of `bytes` for `entries` entries is worth
 /// rewriting: over 64 KiB and over four records per entry.
 pub(crate) fn bloated(bytes: u64, entries: usize) -> bool {
-    bytes > 64 << 10 && bytes > 4 * (entries * RECORD_BYTES) as u64
+    let one_each = u64::try_from(entries.saturating_mul(RECORD_BYTES)).unwrap_or(u64::MAX);
+    bytes > 64 << 10 && bytes > one_each.saturating_mul(4)
 }
 
 /// Appends `stamps` to the stamps file of `dir` in one write; returns the
-/// file's new size.
-pub(crate) fn append(dir: &Path, stamps: &[(EntryId, u64)]) -> io::Result<u64> {
+/// file's new size if `want_len` (one more system call).
+pub(crate) fn append(
+    dir: &Path,
+    stamps: &[(EntryId, u64)],
+    want_len: bool,
+) -> io::Result<Option<u64>> {
     let mut bytes = Vec::with_capacity(stamps.len() * RECORD_BYTES);
     for (id, stamp) in stamps {
         encode(id, *stamp, &mut bytes);
@@ -110,9 +115,12 @@ pub(crate) fn append(dir: &Path, stamps: &[(EntryId, u64)]) -> io::Result<u64> {
         .create(true)
         .open(dir.join(STAMPS_FILE))?;
     file.write_all(&bytes)?;
+    if !want_len {
+        return Ok(None);
+    }
     // After an append the position is the end of the file: an `lseek`,
     // cheaper than a `stat` (this runs in every process that had a hit).
-    std::io::Seek::stream_position(&mut file)
+    std::io::Seek::stream_position(&mut file).map(Some)
 }
 
 /// Replaces the stamps file of `dir` with exactly `stamps`.
@@ -145,9 +153,22 @@ mod tests {
     }
 
     #[test]
+    fn bloated_means_over_64_kib_and_four_records_per_entry() {
+        assert!(!bloated(64 << 10, 10));
+        assert!(bloated((64 << 10) + 1, 10));
+        assert!(!bloated(4 * 80 * 1000, 1000), "4 records per entry");
+        assert!(bloated(4 * 80 * 1000 + 1, 1000));
+        // Entry counts come from file names, which anyone can write.
+        assert!(!bloated(u64::MAX, usize::MAX));
+    }
+
+    #[test]
     fn latest_stamp_wins_and_torn_records_are_skipped() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
-        append(dir.path(), &[(id(1), 10), (id(2), 20)])?;
+        assert_eq!(
+            append(dir.path(), &[(id(1), 10), (id(2), 20)], true)?,
+            Some(160)
+        );
         // A crashed writer left half a record, then others appended whole ones.
         let mut torn = Vec::new();
         encode(&id(3), 30, &mut torn);
@@ -155,7 +176,7 @@ mod tests {
             .append(true)
             .open(dir.path().join(STAMPS_FILE))?
             .write_all(&torn[..41])?;
-        append(dir.path(), &[(id(1), 15), (id(2), 5)])?;
+        assert_eq!(append(dir.path(), &[(id(1), 15), (id(2), 5)], false)?, None);
         let stamps = read(dir.path())?;
         assert_eq!(stamps.get(&id(1)), Some(&15));
         assert_eq!(stamps.get(&id(2)), Some(&20));

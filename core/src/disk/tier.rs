@@ -1,12 +1,12 @@
 //! The disk cache as an extra tier of the [`Cache`](crate::Cache):
 //! [`DiskCache`] itself, and [`DiskTier`], which opens it on first use.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use kiln_image::EntryData;
 
 use super::{DiskCache, DiskConfig};
-use crate::{Error, Key, Owner, Tier};
+use crate::{Error, Key, Owner, Tier, TierEntry};
 
 /// `get_or_compile` asks the disk cache after memory and images, and stores
 /// every new compile in it. Failures of the disk are misses (or, on store,
@@ -25,6 +25,19 @@ impl Tier for DiskCache {
     fn store(&self, _owner: &Owner, entry: &EntryData) -> Result<(), Error> {
         self.put(entry);
         Ok(())
+    }
+
+    /// A hit as the segment's entry, which the cache borrows (no copy):
+    /// the segment stays mapped as long as the cache holds the entry. Its
+    /// payloads passed their checksums in [`DiskCache::get`], which the
+    /// image remembers.
+    fn load_entry(&self, owner: &Owner, key: &Key) -> Result<Option<TierEntry>, Error> {
+        Ok(self
+            .get(&owner.digest(), key.digest())
+            .map(|hit| TierEntry::Image {
+                image: Arc::clone(hit.image()),
+                index: hit.index(),
+            }))
     }
 }
 
@@ -124,6 +137,13 @@ impl Tier for DiskTier {
         match self.cache() {
             Some(cache) => cache.store(owner, entry),
             None => Ok(()),
+        }
+    }
+
+    fn load_entry(&self, owner: &Owner, key: &Key) -> Result<Option<TierEntry>, Error> {
+        match self.cache() {
+            Some(cache) => cache.load_entry(owner, key),
+            None => Ok(None),
         }
     }
 }

@@ -11,8 +11,10 @@
 
 use std::collections::HashSet;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::SystemTime;
+
+use kiln_image::ImageFile;
 
 use super::segment::{self, Segment};
 
@@ -24,6 +26,9 @@ pub(crate) struct Slot {
     entries: u64,
     /// The mapping: `None` when the file did not open.
     mapped: OnceLock<Option<Arc<Segment>>>,
+    /// The file, when it was opened before its first use (the base, by
+    /// [`DiskCache::open`](super::DiskCache::open)).
+    opened: Mutex<Option<ImageFile>>,
     /// Whether the segment was seen in a listing (`false`: the base,
     /// assumed before any listing, which may not exist).
     pub(crate) seen: bool,
@@ -36,14 +41,17 @@ impl Slot {
             entries: segment::entries_in_name(&name),
             name,
             mapped: OnceLock::new(),
+            opened: Mutex::new(None),
             seen: true,
         }
     }
 
-    /// The base segment, before any listing: it may not exist.
-    pub(crate) fn assumed_base() -> Slot {
+    /// The base segment, before any listing: it may not exist. `file` is
+    /// its file if it was opened already.
+    pub(crate) fn assumed_base(file: Option<ImageFile>) -> Slot {
         Slot {
             seen: false,
+            opened: Mutex::new(file),
             ..Slot::listed(segment::BASE_SEGMENT.to_owned())
         }
     }
@@ -81,11 +89,22 @@ impl Slot {
     /// `None` when it does not open (deleted since listed, or damaged).
     pub(crate) fn segment(&self, dir: &Path) -> Option<&Arc<Segment>> {
         self.mapped
-            .get_or_init(|| match Segment::open(dir, &self.name) {
-                Ok(segment) => Some(Arc::new(segment)),
-                Err(error) => {
-                    tracing::debug!(segment = %self.name, %error, "disk-cache segment does not open: treated as absent");
-                    None
+            .get_or_init(|| {
+                let opened = self
+                    .opened
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take();
+                let segment = match opened {
+                    Some(file) => Segment::from_file(file, &self.name),
+                    None => Segment::open(dir, &self.name),
+                };
+                match segment {
+                    Ok(segment) => Some(Arc::new(segment)),
+                    Err(error) => {
+                        tracing::debug!(segment = %self.name, %error, "disk-cache segment does not open: treated as absent");
+                        None
+                    }
                 }
             })
             .as_ref()
@@ -105,19 +124,18 @@ pub(crate) struct View {
     pub(crate) listed_at: Option<SystemTime>,
 }
 
-impl Default for View {
-    /// The view of a process that has not listed the directory yet.
-    fn default() -> View {
+impl View {
+    /// The view of a process that has not listed the directory yet: the
+    /// base segment alone, with its file if it was opened already.
+    pub(crate) fn new(base: Option<ImageFile>) -> View {
         View {
-            slots: vec![Arc::new(Slot::assumed_base())],
+            slots: vec![Arc::new(Slot::assumed_base(base))],
             damaged: HashSet::new(),
             dir_modified: None,
             listed_at: None,
         }
     }
-}
 
-impl View {
     /// Replaces the slots with `names`, keeping the slots (and mappings) of
     /// names listed before. Returns whether the set of names changed.
     ///
