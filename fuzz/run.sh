@@ -9,7 +9,7 @@ seconds="${1:-60}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 for target in open_image open_resealed; do
-    KILN_FUZZ_SEED_DIR="fuzz/corpus/$target" cargo test -q -p kiln-image --test corpus base_images_read_back_clean
+    KILN_FUZZ_SEED_DIR="$root/fuzz/corpus/$target" cargo test -q -p kiln-image --test corpus base_images_read_back_clean
 done
 cd fuzz
 for target in open_image open_resealed; do
