@@ -140,4 +140,4 @@ pub use header::{ArchiveLayout, Endianness, Header};
 pub use image::{Image, Verification};
 pub use model::{Artifact, ArtifactKind, Dep, EntryData, ImageMeta};
 pub use storage::{FileAccess, ImageFile};
-pub use writer::{ImageWriter, write_file_atomic};
+pub use writer::{ImageWriter, WRITE_PIECE, write_file_atomic, write_in_pieces};

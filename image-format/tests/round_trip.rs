@@ -484,3 +484,37 @@ fn written_images_are_readable_by_everyone() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// Image bytes go out in pieces of at most `WRITE_PIECE`, in order, so that
+/// the page cache never holds a freshly written image in folios larger than
+/// what one fault maps anyway.
+#[test]
+fn image_bytes_are_written_in_pieces_of_at_most_64_kib() {
+    struct Recorder {
+        writes: Vec<usize>,
+        bytes: Vec<u8>,
+    }
+    impl std::io::Write for Recorder {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.writes.push(buf.len());
+            self.bytes.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let image: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let mut out = Recorder {
+        writes: Vec::new(),
+        bytes: Vec::new(),
+    };
+    kiln_image::write_in_pieces(&mut out, &image).unwrap();
+    assert_eq!(out.bytes, image);
+    assert_eq!(kiln_image::WRITE_PIECE, 64 << 10);
+    assert!(out.writes.iter().all(|&n| n <= kiln_image::WRITE_PIECE));
+    assert_eq!(
+        out.writes.len(),
+        image.len().div_ceil(kiln_image::WRITE_PIECE)
+    );
+}

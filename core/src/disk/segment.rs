@@ -268,7 +268,9 @@ fn write_temp(dir: &Path, bytes: &[u8]) -> io::Result<tempfile::NamedTempFile> {
     let mut temp = tempfile::Builder::new()
         .prefix(TEMP_PREFIX)
         .tempfile_in(dir)?;
-    temp.write_all(bytes)?;
+    // In pieces, as images are written, so that readers mapping the segment
+    // make resident what they touch (see `kiln_image::write_in_pieces`).
+    kiln_image::write_in_pieces(&mut temp, bytes)?;
     temp.as_file().sync_all()?;
     Ok(temp)
 }
