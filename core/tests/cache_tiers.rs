@@ -264,7 +264,7 @@ fn an_image_backed_tier_entry_is_borrowed_not_copied() {
 }
 
 #[test]
-fn a_corrupt_payload_of_an_image_backed_tier_entry_is_a_miss() {
+fn a_corrupt_payload_of_an_image_backed_tier_entry_is_never_returned_and_then_recompiled() {
     let o = owner();
     let mut bytes = build_image(&o, [compiled(1, "mapped")], [key(1)]);
     let at = position_of(&bytes, &payload(1, "mapped"));
@@ -273,13 +273,62 @@ fn a_corrupt_payload_of_an_image_backed_tier_entry_is_a_miss() {
     cache.add_tier(Box::new(ImageTier {
         image: Arc::new(open(&bytes)),
     }));
+    // The record is sound: a tier hit, whose payload is checked on use.
     let hit = cache
+        .get_or_compile(&o, &key(1), || Err("must not compile"))
+        .unwrap();
+    assert_eq!(hit.source(), Source::Tier);
+    assert_eq!(
+        hit.artifact(&ArtifactKind::Ptx),
+        None,
+        "never the bad bytes"
+    );
+    assert_eq!(hit.artifacts()[0].bytes(), None);
+    assert_eq!(hit.to_entry_data(), None);
+    // The entry is closed for good; the tier's copy is now known bad, so the
+    // next call compiles.
+    assert!(!hit.is_valid_in(cache.world()));
+    assert!(cache.lookup(&o.digest(), &key(1)).is_none());
+    let again = cache
         .get_or_compile(&o, &key(1), || {
             Ok::<_, std::io::Error>(compiled(1, "fresh"))
         })
         .unwrap();
-    assert_eq!(hit.source(), Source::Memory);
-    assert_eq!(ptx(&hit), payload(1, "fresh"));
+    assert_eq!(again.source(), Source::Memory);
+    assert_eq!(ptx(&again), payload(1, "fresh"));
     let stats = cache.stats();
-    assert_eq!((stats.hits_tier, stats.compiles), (0, 1));
+    assert_eq!((stats.hits_tier, stats.compiles), (1, 1));
+}
+
+#[test]
+fn only_the_artifacts_used_of_a_tier_entry_are_read() {
+    let o = owner();
+    let two = compiled(1, "ptx").artifact(kiln_core::Artifact {
+        kind: ArtifactKind::Cubin,
+        entry_points: vec!["f1".into()],
+        bytes: b"cubin of f1".to_vec(),
+    });
+    let mut bytes = build_image(&o, [two], [key(1)]);
+    // A bad PTX fallback does not spoil the CUBIN, which is all that is used.
+    let at = position_of(&bytes, &payload(1, "ptx"));
+    bytes[at] ^= 0x20;
+    let cache = Cache::new();
+    cache.add_tier(Box::new(ImageTier {
+        image: Arc::new(open(&bytes)),
+    }));
+    let hit = cache
+        .get_or_compile(&o, &key(1), || Err("must not compile"))
+        .unwrap();
+    assert_eq!(
+        hit.artifact(&ArtifactKind::Cubin),
+        Some(&b"cubin of f1"[..])
+    );
+    assert!(hit.is_valid_in(cache.world()));
+    assert_eq!(
+        cache
+            .lookup(&o.digest(), &key(1))
+            .unwrap()
+            .artifact(&ArtifactKind::Cubin),
+        Some(&b"cubin of f1"[..])
+    );
 }

@@ -116,3 +116,44 @@ fn a_disk_tier_hit_borrows_the_segments_bytes() {
     }
     assert_eq!(cache.stats().compiles, 0);
 }
+
+#[test]
+fn a_disk_tier_hit_checks_a_payload_when_it_is_used_and_a_bad_one_is_recompiled() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let len = 100 << 10;
+    let writer = DiskCache::open(config(dir.path())).expect("open");
+    assert!(writer.put(&entry(7, len)));
+    drop(writer);
+    // Flip one payload byte of the (only) segment, in place.
+    let files = segment_files(dir.path());
+    assert_eq!(files.len(), 1);
+    let path = DiskConfig::new(dir.path()).images_dir().join(&files[0]);
+    let mut bytes = fs::read(&path).expect("segment");
+    let payload = compile(7, len);
+    let at = bytes
+        .windows(64)
+        .position(|w| w == &payload[..64])
+        .expect("the payload is in the segment");
+    bytes[at + 1000] ^= 1;
+    fs::write(&path, &bytes).expect("rewrite");
+
+    let cache = Cache::new();
+    cache.add_tier(Box::new(DiskCache::open(config(dir.path())).expect("open")));
+    let hit = cache
+        .get_or_compile(&owner(), &key(7), || Err("must not compile yet"))
+        .expect("the record is sound: a hit");
+    assert_eq!(hit.source(), Source::Tier);
+    assert_eq!(
+        hit.artifact(&ArtifactKind::Ptx),
+        None,
+        "never the bad bytes"
+    );
+    let again = cache
+        .get_or_compile(&owner(), &key(7), || {
+            Ok::<_, std::io::Error>(compiled(7, len))
+        })
+        .expect("recompiled");
+    assert_eq!(again.source(), Source::Memory);
+    assert_eq!(again.artifact(&ArtifactKind::Ptx), Some(&payload[..]));
+    assert_eq!(cache.stats().compiles, 1);
+}

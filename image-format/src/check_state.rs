@@ -1,13 +1,14 @@
 //! [`CheckState`]: which entries and payloads already passed their
-//! checksum check, so that each is checked once.
+//! checksum check, so that each is checked once (and, in a second set,
+//! which payloads failed theirs).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Remembers which items (entries, artifacts) passed their checksum check.
-///
-/// One bit per item, zero-initialised; set once an item is verified. A
-/// failed check is not remembered: it is repeated (and fails again) on the
-/// next access, which only costs time on corrupt images.
+/// One bit per item (entries, artifacts), zero-initialised, set once: which
+/// items passed their checksum check, or (a second set) which payloads
+/// failed it. A failed check is still repeated on every access (and fails
+/// again); the failure set only lets holders of the image ask whether an
+/// entry is known bad without reading its payloads.
 pub(crate) struct CheckState {
     words: Box<[AtomicU64]>,
 }
@@ -23,13 +24,13 @@ impl CheckState {
         }
     }
 
-    pub(crate) fn is_verified(&self, item: usize) -> bool {
+    pub(crate) fn is_set(&self, item: usize) -> bool {
         self.words
             .get(item / 64)
             .is_some_and(|word| word.load(Ordering::Acquire) & (1 << (item % 64)) != 0)
     }
 
-    pub(crate) fn mark_verified(&self, item: usize) {
+    pub(crate) fn set(&self, item: usize) {
         if let Some(word) = self.words.get(item / 64) {
             word.fetch_or(1 << (item % 64), Ordering::Release);
         }

@@ -152,7 +152,7 @@ impl Image {
     }
 
     fn dep_index_checked(&self) -> Result<(), ImageError> {
-        if self.dep_index_state.is_verified(0) {
+        if self.dep_index_state.is_set(0) {
             return Ok(());
         }
         self.check_dep_groups()
@@ -213,7 +213,7 @@ impl Image {
         if hasher.finish() != index.dep_groups_checksum {
             return Err(corrupt("group table checksum mismatch".into()));
         }
-        self.dep_index_state.mark_verified(0);
+        self.dep_index_state.set(0);
         Ok(())
     }
 
@@ -237,7 +237,7 @@ impl Image {
                     name()
                 ))
             })?;
-        if self.dep_group_state.is_verified(position) {
+        if self.dep_group_state.is_set(position) {
             return Ok(members);
         }
         if dep_members_checksum(members.iter().map(|member| member.to_native()))
@@ -260,7 +260,7 @@ impl Image {
             }
             previous = Some(member);
         }
-        self.dep_group_state.mark_verified(position);
+        self.dep_group_state.set(position);
         Ok(members)
     }
 }

@@ -18,7 +18,7 @@ pub struct EntryRef<'a> {
 impl<'a> EntryRef<'a> {
     /// The entry at `index`, checked on first access only.
     pub(crate) fn checked(image: &'a Image, index: usize) -> Result<EntryRef<'a>, ImageError> {
-        if image.entry_state.is_verified(index) {
+        if image.entry_state.is_set(index) {
             if let Some(record) = image.index().entries.get(index) {
                 return Ok(EntryRef {
                     image,
@@ -41,7 +41,7 @@ impl<'a> EntryRef<'a> {
         if check_record(image, index, record)? != stored {
             return Err(ImageError::EntryChecksum { index });
         }
-        image.entry_state.mark_verified(index);
+        image.entry_state.set(index);
         Ok(EntryRef {
             image,
             index,
@@ -160,6 +160,15 @@ impl<'a> EntryRef<'a> {
             })
     }
 
+    /// The position of the first of this entry's artifacts whose payload has
+    /// failed its checksum in this process (through any holder of the
+    /// image). Reads no payload: payloads never read are not known bad.
+    pub fn failed_payload(&self) -> Option<usize> {
+        self.artifacts()
+            .find(|artifact| self.image.artifact_failed.is_set(artifact.global))
+            .map(|artifact| artifact.position)
+    }
+
     /// The first artifact of `kind`, if any.
     pub fn artifact_of_kind(&self, kind: &ArtifactKind) -> Option<ArtifactRef<'a>> {
         self.artifacts()
@@ -276,7 +285,7 @@ impl<'a> ArtifactRef<'a> {
     /// first call (and remembered); on a mismatch the bytes are withheld
     /// and an error returned, on this and every later call.
     pub fn bytes(&self) -> Result<&'a [u8], ImageError> {
-        if self.image.artifact_state.is_verified(self.global) {
+        if self.image.artifact_state.is_set(self.global) {
             return self.raw();
         }
         self.check_payload()
@@ -286,9 +295,10 @@ impl<'a> ArtifactRef<'a> {
     pub(crate) fn check_payload(&self) -> Result<&'a [u8], ImageError> {
         let bytes = self.raw()?;
         if *blake3::hash(bytes).as_bytes() != self.record.hash {
+            self.image.artifact_failed.set(self.global);
             return Err(self.corrupt());
         }
-        self.image.artifact_state.mark_verified(self.global);
+        self.image.artifact_state.set(self.global);
         Ok(bytes)
     }
 

@@ -39,6 +39,8 @@ pub struct Image {
     pub(crate) payload_range: Range<usize>,
     pub(crate) entry_state: CheckState,
     pub(crate) artifact_state: CheckState,
+    /// One bit per artifact: its payload failed its checksum.
+    pub(crate) artifact_failed: CheckState,
     /// One bit: the dependency group table passed its checksum.
     pub(crate) dep_index_state: CheckState,
     /// One bit per dependency group: its member list passed its checksum.
@@ -152,6 +154,7 @@ impl Image {
         let image = Image {
             entry_state: CheckState::new(entry_count, trusted),
             artifact_state: CheckState::new(artifact_count, trusted),
+            artifact_failed: CheckState::new(artifact_count, false),
             dep_index_state: CheckState::new(1, trusted),
             dep_group_state: CheckState::new(dep_group_count, trusted),
             storage,

@@ -173,14 +173,19 @@ fn parts_of(found: TierEntry) -> Result<(Digest, Digest, Parts), Error> {
             },
         ),
         TierEntry::Image { image, index } => {
+            // The record is checked here, each payload when it is first used
+            // (an entry with a CUBIN and a PTX fallback reads only the one
+            // used); an entry with a payload already known bad is refused.
             // The entry's borrow of the image ends in this block, before the
             // image moves into the parts.
-            // Every payload is checked now (a tier serves whole entries), so a
-            // corrupt one is a miss here rather than a hit without bytes.
             let (owner, key, name, deps) = {
                 let entry = image.entry(index)?;
-                for n in 0..entry.artifact_count() {
-                    entry.artifact(n)?.bytes()?;
+                if let Some(artifact) = entry.failed_payload() {
+                    return Err(kiln_image::ImageError::PayloadChecksum {
+                        entry: index,
+                        artifact,
+                    }
+                    .into());
                 }
                 (
                     entry.owner(),

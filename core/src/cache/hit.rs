@@ -37,6 +37,11 @@ pub enum Source {
 /// [`Stats::corrupt`](crate::Stats::corrupt), and the entry is excluded from
 /// its layer, so the next lookup misses and the next
 /// [`Cache::get_or_compile`](crate::Cache::get_or_compile) recompiles.
+///
+/// The same holds for an entry a tier handed over from an image it keeps
+/// mapped ([`TierEntry::Image`](crate::TierEntry), the disk tier's hits): its
+/// payloads are checked on first access, and one that fails closes the entry
+/// for good (the tier then refuses it too).
 #[derive(Clone, Copy)]
 pub struct Hit<'c> {
     inner: Inner<'c>,
@@ -65,6 +70,11 @@ pub struct ArtifactView<'c> {
 #[derive(Clone, Copy)]
 enum Payload<'c> {
     Memory(&'c [u8]),
+    /// A payload of an in-memory entry borrowed from a tier's image.
+    Tier {
+        instance: &'c Instance,
+        artifact: ArtifactRef<'c>,
+    },
     Image {
         layer: &'c Layer,
         entry: EntryRef<'c>,
@@ -80,6 +90,7 @@ impl<'c> ArtifactView<'c> {
     pub fn bytes(&self) -> Option<&'c [u8]> {
         match self.payload {
             Payload::Memory(bytes) => Some(bytes),
+            Payload::Tier { instance, artifact } => tier_payload(instance, &artifact),
             Payload::Image {
                 layer,
                 entry,
@@ -89,12 +100,34 @@ impl<'c> ArtifactView<'c> {
     }
 }
 
+/// The payload of `artifact`, borrowed from the tier image of `instance`,
+/// checked against its checksum on first access. A payload that fails is never
+/// returned: the instance is closed for good, so the next lookup misses and
+/// `get_or_compile` asks the tiers again (which refuse the entry now known bad)
+/// and then compiles.
+fn tier_payload<'c>(instance: &'c Instance, artifact: &ArtifactRef<'c>) -> Option<&'c [u8]> {
+    match artifact.bytes() {
+        Ok(bytes) => Some(bytes),
+        Err(error) => {
+            if instance.close(instance.min_world.saturating_sub(1)) {
+                tracing::warn!(
+                    name = instance.name,
+                    key = %instance.key,
+                    %error,
+                    "cached payload failed its checksum; the entry is never served again, recompile instead"
+                );
+            }
+            None
+        }
+    }
+}
+
 impl std::fmt::Debug for ArtifactView<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The length only: formatting must not read (or check) a payload.
         let len = match self.payload {
             Payload::Memory(bytes) => bytes.len(),
-            Payload::Image { artifact, .. } => artifact.len(),
+            Payload::Tier { artifact, .. } | Payload::Image { artifact, .. } => artifact.len(),
         };
         f.debug_struct("ArtifactView")
             .field("kind", &self.kind)
@@ -208,18 +241,19 @@ impl<'c> Hit<'c> {
                         payload: Payload::Memory(&a.bytes),
                     })
                     .collect(),
-                // Borrowed from a tier's mapped image: a payload that fails
-                // its checksum is left out, never returned.
+                // Borrowed from a tier's mapped image, each payload checked on
+                // its first access (see `tier_payload`).
                 Artifacts::Image { .. } => {
                     i.artifacts.image_entry().map_or_else(Vec::new, |entry| {
                         (0..entry.artifact_count())
                             .filter_map(|n| entry.artifact(n).ok())
-                            .filter_map(|artifact| {
-                                Some(ArtifactView {
-                                    kind: artifact.kind(),
-                                    entry_points: artifact.entry_points(),
-                                    payload: Payload::Memory(artifact.bytes().ok()?),
-                                })
+                            .map(|artifact| ArtifactView {
+                                kind: artifact.kind(),
+                                entry_points: artifact.entry_points(),
+                                payload: Payload::Tier {
+                                    instance: i,
+                                    artifact,
+                                },
                             })
                             .collect()
                     })
@@ -259,7 +293,7 @@ impl<'c> Hit<'c> {
                     (0..entry.artifact_count())
                         .filter_map(|n| entry.artifact(n).ok())
                         .find(|a| &a.kind() == kind)
-                        .and_then(|a| a.bytes().ok())
+                        .and_then(|a| tier_payload(i, &a))
                 }
             },
             Inner::Image { layer, entry } => (0..entry.artifact_count())

@@ -42,6 +42,16 @@ pub struct DiskCache {
     store_failures: AtomicU64,
 }
 
+/// When a hit's payloads are checked against their checksums.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Payloads {
+    /// Before the hit is returned (what [`DiskCache::get`] promises).
+    Now,
+    /// By the holder, on each payload's first use ([`kiln_image::ArtifactRef::bytes`]):
+    /// the hit is refused only if a payload is already known bad.
+    OnUse,
+}
+
 /// A directory's modification time can be this coarse (some file systems
 /// keep seconds): listings this close to it are repeated on the next miss.
 const MTIME_GRANULARITY_MS: u64 = 2000;
@@ -138,9 +148,20 @@ impl DiskCache {
     /// Looks up `(owner, key)`: a hit whose payloads passed their checksums,
     /// or `None` (also for damaged entries, which compaction removes).
     pub fn get(&self, owner: &Digest, key: &Digest) -> Option<DiskHit> {
-        let mut hit = self.find(owner, key);
+        self.get_checked(owner, key, Payloads::Now)
+    }
+
+    /// Looks up `(owner, key)` as [`DiskCache::get`] does, with the payload
+    /// checks `payloads` asks for.
+    pub(crate) fn get_checked(
+        &self,
+        owner: &Digest,
+        key: &Digest,
+        payloads: Payloads,
+    ) -> Option<DiskHit> {
+        let mut hit = self.find(owner, key, payloads);
         if hit.is_none() && self.refresh() {
-            hit = self.find(owner, key);
+            hit = self.find(owner, key, payloads);
         }
         match hit {
             Some(hit) => {
@@ -167,7 +188,7 @@ impl DiskCache {
             tracing::debug!(name = %entry.name, "entry larger than KILN_CACHE_MAX_BYTES: not stored on disk");
             return false;
         }
-        if self.find(&entry.owner, &entry.key).is_some() {
+        if self.find(&entry.owner, &entry.key, Payloads::Now).is_some() {
             return false;
         }
         let mut writer = ImageWriter::new(segment_meta());
@@ -404,7 +425,7 @@ impl DiskCache {
     // ----- internals -----
 
     /// Searches the listed segments, fullest first, mapping each on first use.
-    fn find(&self, owner: &Digest, key: &Digest) -> Option<DiskHit> {
+    fn find(&self, owner: &Digest, key: &Digest, payloads: Payloads) -> Option<DiskHit> {
         let mut damaged = Vec::new();
         let mut hit = None;
         {
@@ -419,13 +440,15 @@ impl DiskCache {
                 };
                 match s.image.find(owner, key) {
                     Ok(None) => continue,
-                    Ok(Some(entry)) => match DiskHit::verified(Arc::clone(s), entry.index()) {
-                        Some(found) => {
-                            hit = Some(found);
-                            break;
+                    Ok(Some(entry)) => {
+                        match DiskHit::checked(Arc::clone(s), entry.index(), payloads) {
+                            Some(found) => {
+                                hit = Some(found);
+                                break;
+                            }
+                            None => damaged.push(slot.name.clone()),
                         }
-                        None => damaged.push(slot.name.clone()),
-                    },
+                    }
                     Err(_) => damaged.push(slot.name.clone()),
                 }
             }

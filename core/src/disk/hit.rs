@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use kiln_image::{ArtifactKind, EntryData, EntryRef, Image};
 
+use super::cache::Payloads;
 use super::segment::Segment;
 use crate::error::Error;
 
@@ -28,6 +29,26 @@ pub struct DiskArtifact<'a> {
 }
 
 impl DiskHit {
+    /// A hit on entry `index` of `segment` whose payloads are checked as
+    /// `payloads` says: now (every payload passes its checksum), or on use
+    /// (none is already known bad).
+    pub(crate) fn checked(
+        segment: Arc<Segment>,
+        index: usize,
+        payloads: Payloads,
+    ) -> Option<DiskHit> {
+        match payloads {
+            Payloads::Now => DiskHit::verified(segment, index),
+            Payloads::OnUse => {
+                let entry = segment.image.entry(index).ok()?;
+                if entry.failed_payload().is_some() {
+                    return None;
+                }
+                Some(DiskHit { segment, index })
+            }
+        }
+    }
+
     /// A hit on entry `index` of `segment`, if every payload of the entry
     /// passes its checksum.
     pub(crate) fn verified(segment: Arc<Segment>, index: usize) -> Option<DiskHit> {

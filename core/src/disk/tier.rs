@@ -5,6 +5,7 @@ use std::sync::{Arc, OnceLock};
 
 use kiln_image::EntryData;
 
+use super::cache::Payloads;
 use super::{DiskCache, DiskConfig};
 use crate::{Error, Key, Owner, Tier, TierEntry};
 
@@ -29,11 +30,12 @@ impl Tier for DiskCache {
 
     /// A hit as the segment's entry, which the cache borrows (no copy):
     /// the segment stays mapped as long as the cache holds the entry. Its
-    /// payloads passed their checksums in [`DiskCache::get`], which the
-    /// image remembers.
+    /// record is checked here and each payload on its first use by the
+    /// cache (an entry with a CUBIN and a PTX fallback hashes only the one
+    /// used); an entry with a payload already known bad is a miss.
     fn load_entry(&self, owner: &Owner, key: &Key) -> Result<Option<TierEntry>, Error> {
         Ok(self
-            .get(&owner.digest(), key.digest())
+            .get_checked(&owner.digest(), key.digest(), Payloads::OnUse)
             .map(|hit| TierEntry::Image {
                 image: Arc::clone(hit.image()),
                 index: hit.index(),
