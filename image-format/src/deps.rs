@@ -21,7 +21,7 @@ use crate::{Digest, Image, ImageError};
 ///
 /// Its name, fingerprint and length come from the group table (checked when
 /// the dependency index is first used); its entry list is checked against
-/// its own checksum on the first [`try_entries`](DepGroup::try_entries) or
+/// its own checksum on the first [`entries`](DepGroup::entries) or
 /// [`entries`](DepGroup::entries) call.
 #[derive(Clone, Copy)]
 pub struct DepGroup<'a> {
@@ -63,26 +63,11 @@ impl<'a> DepGroup<'a> {
 
     /// Indices of the entries carrying this dep, ascending. The group's
     /// entry list is checked against its checksum on first use (O(group
-    /// size)) and the result remembered; an error when it is corrupt.
-    pub fn try_entries(
-        &self,
-    ) -> Result<impl ExactSizeIterator<Item = usize> + use<'a>, ImageError> {
+    /// size)) and the result remembered; an error when it is corrupt (a
+    /// corrupt list is never returned, nor mistaken for an empty one).
+    pub fn entries(&self) -> Result<impl ExactSizeIterator<Item = usize> + use<'a>, ImageError> {
         let members = self.image.checked_members(self.position, self.record)?;
         Ok(members.iter().map(|member| member.to_native() as usize))
-    }
-
-    /// Indices of the entries carrying this dep, ascending, as
-    /// [`try_entries`](DepGroup::try_entries), but yielding nothing when the
-    /// group's entry list fails its check: a corrupt list is never returned.
-    /// Callers that must tell a corrupt group from an empty one use
-    /// [`try_entries`](DepGroup::try_entries) or
-    /// [`Image::dependents_of`].
-    pub fn entries(&self) -> impl ExactSizeIterator<Item = usize> + use<'a> {
-        let members = self
-            .image
-            .checked_members(self.position, self.record)
-            .unwrap_or_default();
-        members.iter().map(|member| member.to_native() as usize)
     }
 }
 
@@ -91,10 +76,7 @@ impl std::fmt::Debug for DepGroup<'_> {
         f.debug_struct("DepGroup")
             .field("name", &self.name)
             .field("fingerprint", &self.fingerprint())
-            .field(
-                "entries",
-                &self.try_entries().map(Iterator::collect::<Vec<_>>),
-            )
+            .field("entries", &self.entries().map(Iterator::collect::<Vec<_>>))
             .finish()
     }
 }
@@ -144,11 +126,13 @@ impl Image {
         name: &'s str,
     ) -> Result<impl Iterator<Item = usize> + 's, ImageError> {
         for group in self.dep_groups_named(name)? {
-            let _verified = group.try_entries()?;
+            let _verified = group.entries()?;
         }
+        // Every matching list passed its check above (and is remembered), so
+        // none is left out below.
         Ok(self
             .dep_groups_named(name)?
-            .flat_map(|group| group.entries()))
+            .flat_map(|group| group.entries().into_iter().flatten()))
     }
 
     fn dep_index_checked(&self) -> Result<(), ImageError> {

@@ -27,7 +27,11 @@ pub fn exercise(bytes: &[u8]) -> Result<Exercised, ImageError> {
     let _ = (image.header(), image.owners(), image.owner_count());
     if let Ok(groups) = image.dep_groups() {
         for group in groups {
-            let _ = (group.name(), group.fingerprint(), group.entries().count());
+            let _ = (
+                group.name(),
+                group.fingerprint(),
+                group.entries().map(|e| e.count()).unwrap_or(0),
+            );
             let _ = image.dependents_of(group.name()).map(Iterator::count);
         }
     }

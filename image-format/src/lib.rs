@@ -73,7 +73,7 @@
 //!   cost what is read: one over the group table (each group's name,
 //!   fingerprint, member range and member checksum), checked on first use
 //!   in O(groups), and one per group over its entry list, checked when that
-//!   group's entries are first read ([`DepGroup::try_entries`],
+//!   group's entries are first read ([`DepGroup::entries`],
 //!   [`Image::dependents_of`]). Both are remembered.
 //! - The body checksum covers everything after the header; it is checked by
 //!   [`Verification::Full`] and [`Image::verify_full`].

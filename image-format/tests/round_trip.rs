@@ -162,7 +162,7 @@ fn dependency_index_lists_each_group_and_its_entries() {
         .map(|group| {
             (
                 (group.name().to_owned(), group.fingerprint()),
-                group.entries().collect::<Vec<_>>(),
+                group.entries().unwrap().collect::<Vec<_>>(),
             )
         })
         .collect();

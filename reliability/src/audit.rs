@@ -175,7 +175,7 @@ fn audit_image(fixture: &Fixture, image: &Image, oracle: Oracle, tally: &mut Tal
     if let Ok(groups) = image.dep_groups() {
         for group in groups {
             let (name, fingerprint) = (group.name().to_owned(), group.fingerprint());
-            let members = group.entries().map(|i| (i, true));
+            let members = group.entries().into_iter().flatten().map(|i| (i, true));
             let named: Vec<usize> = image
                 .dependents_of(&name)
                 .map(Iterator::collect)

@@ -27,7 +27,7 @@ pub(crate) fn stale_entries(
         {
             // A member list that fails its checksum fails the merge's
             // revalidation (the image is rejected), never counts as empty.
-            stale.extend(group.try_entries()?);
+            stale.extend(group.entries()?);
         }
     }
     Ok(stale)
@@ -43,7 +43,7 @@ pub(crate) fn dependents_not_at(
     let mut found = Vec::new();
     for group in image.dep_groups_named(name)? {
         if group.fingerprint() != *fingerprint {
-            found.extend(group.try_entries()?);
+            found.extend(group.entries()?);
         }
     }
     Ok(found)

@@ -223,7 +223,7 @@ pub fn read_all_and_compare(
             let mut expected = expected_dep_groups(sorted);
             for group in groups {
                 let id = (group.name().to_owned(), group.fingerprint());
-                match group.try_entries() {
+                match group.entries() {
                     Ok(entries) => {
                         found.insert(id, entries.collect());
                     }
