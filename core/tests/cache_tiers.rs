@@ -206,12 +206,24 @@ impl Tier for ImageTier {
     }
 }
 
-/// The payload region of `bytes` holding `needle`, by position.
+/// Where `needle` (a payload) starts in the image `bytes`.
 fn position_of(bytes: &[u8], needle: &[u8]) -> usize {
     bytes
         .windows(needle.len())
         .position(|w| w == needle)
         .expect("the payload is in the image")
+}
+
+/// A cache whose only tier serves the image `bytes` with one byte of
+/// `bad_payload` flipped.
+fn cache_over_image_with_bad(mut bytes: Vec<u8>, bad_payload: &[u8]) -> Cache {
+    let at = position_of(&bytes, bad_payload);
+    bytes[at] ^= 0x20;
+    let cache = Cache::new();
+    cache.add_tier(Box::new(ImageTier {
+        image: Arc::new(open(&bytes)),
+    }));
+    cache
 }
 
 #[test]
@@ -266,13 +278,8 @@ fn an_image_backed_tier_entry_is_borrowed_not_copied() {
 #[test]
 fn a_corrupt_payload_of_an_image_backed_tier_entry_is_never_returned_and_then_recompiled() {
     let o = owner();
-    let mut bytes = build_image(&o, [compiled(1, "mapped")], [key(1)]);
-    let at = position_of(&bytes, &payload(1, "mapped"));
-    bytes[at] ^= 0x20;
-    let cache = Cache::new();
-    cache.add_tier(Box::new(ImageTier {
-        image: Arc::new(open(&bytes)),
-    }));
+    let bytes = build_image(&o, [compiled(1, "mapped")], [key(1)]);
+    let cache = cache_over_image_with_bad(bytes, &payload(1, "mapped"));
     // The record is sound: a tier hit, whose payload is checked on use.
     let hit = cache
         .get_or_compile(&o, &key(1), || Err("must not compile"))
@@ -308,14 +315,9 @@ fn only_the_artifacts_used_of_a_tier_entry_are_read() {
         entry_points: vec!["f1".into()],
         bytes: b"cubin of f1".to_vec(),
     });
-    let mut bytes = build_image(&o, [two], [key(1)]);
     // A bad PTX fallback does not spoil the CUBIN, which is all that is used.
-    let at = position_of(&bytes, &payload(1, "ptx"));
-    bytes[at] ^= 0x20;
-    let cache = Cache::new();
-    cache.add_tier(Box::new(ImageTier {
-        image: Arc::new(open(&bytes)),
-    }));
+    let bytes = build_image(&o, [two], [key(1)]);
+    let cache = cache_over_image_with_bad(bytes, &payload(1, "ptx"));
     let hit = cache
         .get_or_compile(&o, &key(1), || Err("must not compile"))
         .unwrap();

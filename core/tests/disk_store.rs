@@ -6,7 +6,9 @@ mod disk_support;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use disk_support::{compile, compiled, config, default_len, entry, ids, key, owner};
+use disk_support::{
+    compacted, compile, compiled, config, default_len, entry, ids, key, owner, segment_files,
+};
 use kiln_core::disk::DiskCache;
 use kiln_core::{ArtifactKind, Cache, Source};
 
@@ -14,16 +16,6 @@ use kiln_core::{ArtifactKind, Cache, Source};
 /// this image format version.
 fn images(dir: &Path) -> PathBuf {
     config(dir).images_dir()
-}
-
-fn segment_files(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .expect("list")
-        .filter_map(|d| d.ok()?.file_name().into_string().ok())
-        .filter(|n| n.starts_with("seg-") && n.ends_with(".kimg"))
-        .collect();
-    names.sort();
-    names
 }
 
 fn assert_hit(cache: &DiskCache, i: u64, len: usize) {
@@ -49,7 +41,7 @@ fn stored_entries_are_found_by_another_handle_and_survive_compaction() {
         assert_hit(&reader, i, default_len(i));
     }
     // 20 entries, compaction after 4 segments: few files, all entries there.
-    let segments = segment_files(&images(dir.path()));
+    let segments = segment_files(dir.path());
     assert!(segments.len() <= 5, "{segments:?}");
     let fresh = DiskCache::open(config(dir.path())).expect("open");
     for i in 0..20 {
@@ -102,7 +94,7 @@ fn a_garbled_or_truncated_segment_is_a_miss_and_gc_removes_it() {
     let cache = DiskCache::open(config(dir.path())).expect("open");
     assert!(cache.put(&entry(1, 1000)));
     assert!(cache.put(&entry(2, 1000)));
-    let names = segment_files(&images(dir.path()));
+    let names = segment_files(dir.path());
     assert_eq!(names.len(), 2);
     // Truncate one segment and fill another file with garbage.
     let first = images(dir.path()).join(&names[0]);
@@ -126,7 +118,7 @@ fn a_garbled_or_truncated_segment_is_a_miss_and_gc_removes_it() {
     // Cleaned up without asking: the next store compacts under the lock
     // and removes both files.
     assert!(fresh.put(&entry(3, 1000)));
-    let kept: Vec<String> = segment_files(&images(dir.path()));
+    let kept: Vec<String> = segment_files(dir.path());
     assert_eq!(kept.len(), 2, "the intact one and the new one: {kept:?}");
     assert!(fresh.verify().expect("verify").is_clean());
     assert_hit(&fresh, served[0], 1000);
@@ -144,7 +136,7 @@ fn a_flipped_payload_byte_is_a_miss_never_wrong_bytes() {
     // Flip a byte inside kernel 7's payload (found by content), in place:
     // the damage a bad disk does.
     let payload = compile(7, len);
-    let segment = segment_files(&images(dir.path()))
+    let segment = segment_files(dir.path())
         .into_iter()
         .map(|n| images(dir.path()).join(n))
         .find(|p| {
@@ -224,7 +216,7 @@ fn ls_lists_each_entry_once_and_clear_empties_the_directory() {
 
     let cleared = cache.clear().expect("clear");
     assert_eq!(cleared.files_removed, 3);
-    assert!(segment_files(&images(dir.path())).is_empty());
+    assert!(segment_files(dir.path()).is_empty());
     assert!(cache.get(&ids(0).0, &ids(0).1).is_none());
     assert_eq!(cache.stats().expect("stats").entries, 0);
 }
@@ -236,13 +228,13 @@ fn a_hit_outlives_the_compaction_that_deletes_its_segment() {
     let writer = DiskCache::open(config(dir.path())).expect("open");
     assert!(writer.put(&entry(0, 3000)));
     let hit = reader.get(&ids(0).0, &ids(0).1).expect("stored");
-    let first_segment = segment_files(&images(dir.path()));
+    let first_segment = segment_files(dir.path());
 
     // Enough stores to compact: kernel 0's segment is merged and deleted.
     for i in 1..10 {
         assert!(writer.put(&entry(i, 3000)));
     }
-    let now = segment_files(&images(dir.path()));
+    let now = segment_files(dir.path());
     assert!(
         !now.contains(&first_segment[0]),
         "compacted away: {first_segment:?} -> {now:?}"
@@ -262,12 +254,8 @@ fn a_hit_outlives_the_compaction_that_deletes_its_segment() {
 #[test]
 fn a_replaced_base_segment_is_found_again_by_a_process_that_mapped_the_old_one() {
     let dir = tempfile::tempdir().expect("temp dir");
+    compacted(dir.path(), 4);
     let writer = DiskCache::open(config(dir.path())).expect("open");
-    for i in 0..4 {
-        assert!(writer.put(&entry(i, default_len(i))));
-    }
-    writer.gc().expect("gc");
-    assert_eq!(segment_files(&images(dir.path())), ["seg-base.kimg"]);
 
     // A new process: its first hit opens the base segment (no listing).
     let reader = DiskCache::open(config(dir.path())).expect("open");
@@ -279,7 +267,7 @@ fn a_replaced_base_segment_is_found_again_by_a_process_that_mapped_the_old_one()
         assert!(writer.put(&entry(i, default_len(i))));
     }
     writer.gc().expect("gc");
-    assert_eq!(segment_files(&images(dir.path())), ["seg-base.kimg"]);
+    assert_eq!(segment_files(dir.path()), ["seg-base.kimg"]);
 
     // The reader still holds the old base: a miss there lists the directory
     // again and opens the new base.
@@ -317,7 +305,7 @@ fn a_damaged_base_segment_is_a_miss_and_gc_rebuilds_it() {
     assert!(damaged >= 1, "the flipped payload is a miss");
     let report = reader.gc().expect("gc");
     assert!(report.corrupt_entries_dropped >= 1, "{report:?}");
-    assert_eq!(segment_files(&images(dir.path())), ["seg-base.kimg"]);
+    assert_eq!(segment_files(dir.path()), ["seg-base.kimg"]);
     let fresh = DiskCache::open(config(dir.path())).expect("open");
     let intact = (0..3)
         .filter(|&i| fresh.get(&ids(i).0, &ids(i).1).is_some())
@@ -382,7 +370,7 @@ fn other_image_format_versions_subdirectories_are_never_touched() {
 
     let cleared = cache.clear().expect("clear");
     assert!(cleared.files_removed > 0);
-    assert!(segment_files(&images(dir.path())).is_empty());
+    assert!(segment_files(dir.path()).is_empty());
     drop(fresh);
     let after = DiskCache::open(config(dir.path())).expect("open");
     assert!(after.get(&ids(0).0, &ids(0).1).is_none());

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use kiln_core::disk::DiskConfig;
+use kiln_core::disk::{DiskCache, DiskConfig};
 use kiln_core::{Artifact, ArtifactKind, Compiled, Digest, Key, KeyBuilder, Owner};
 use kiln_image::EntryData;
 
@@ -78,6 +78,28 @@ pub fn ids(i: u64) -> (Digest, Digest) {
 }
 
 /// A test configuration for `dir`: compaction after 4 segments.
+/// The segment files (`seg-*.kimg`) of the cache rooted at `dir`, sorted.
+pub fn segment_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(config(dir).images_dir())
+        .expect("list")
+        .filter_map(|d| d.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("seg-") && n.ends_with(".kimg"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Stores kernels `0..count` in the cache at `dir`, then compacts them into
+/// its base segment (`kiln cache gc`).
+pub fn compacted(dir: &Path, count: u64) {
+    let writer = DiskCache::open(config(dir)).expect("open");
+    for i in 0..count {
+        assert!(writer.put(&entry(i, default_len(i))));
+    }
+    writer.gc().expect("gc");
+    assert_eq!(segment_files(dir), ["seg-base.kimg"]);
+}
+
 pub fn config(dir: &Path) -> DiskConfig {
     let mut config = DiskConfig::new(dir);
     config.compact_after = 4;
