@@ -120,13 +120,12 @@ impl Cache {
     /// in memory (borrowed from the tier's image when it hands one over).
     fn load_from_tiers(&self, owner: &Owner, key: &Key) -> Option<Hit<'_>> {
         for (_, tier) in self.tiers.iter() {
-            let parts = match tier.load_entry(owner, key) {
-                Ok(Some(found)) => parts_of(found),
+            let found = tier
+                .load_entry(owner, key)
+                .and_then(|found| found.map(parts_of).transpose());
+            let (entry_owner, entry_key, parts) = match found {
+                Ok(Some(found)) => found,
                 Ok(None) => continue,
-                Err(error) => Err(error),
-            };
-            let (entry_owner, entry_key, parts) = match parts {
-                Ok(parts) => parts,
                 Err(error) => {
                     tracing::warn!(tier = tier.name(), %key, %error, "cache tier failed to load; ignored");
                     continue;
