@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use kiln_core::{Artifact, ArtifactKind, Cache, Compiled, Key, KeyBuilder, Owner};
 use kiln_image::{Digest, EntryData, Image, ImageMeta, ImageWriter, Verification};
+use kiln_test_support::leak_aligned;
 
 fn owner() -> Owner {
     Owner::new("benchcc", "1.0.0", "x86_64-v3", ["-O2"]).expect("valid owner")
@@ -71,16 +72,6 @@ fn image_bytes(owner: &Owner, keys: &[Key]) -> Vec<u8> {
         });
     }
     writer.to_bytes().expect("image encodes")
-}
-
-/// `bytes` copied into leaked, 64-byte-aligned memory, as an embedded image is.
-fn leak_aligned(bytes: &[u8]) -> &'static [u8] {
-    const ALIGN: usize = 64;
-    let buffer: &'static mut [u8] = Vec::leak(vec![0u8; bytes.len() + ALIGN]);
-    let offset = buffer.as_ptr().align_offset(ALIGN);
-    let slot = &mut buffer[offset..offset + bytes.len()];
-    slot.copy_from_slice(bytes);
-    slot
 }
 
 fn open(bytes: &[u8]) -> Image {

@@ -4,9 +4,10 @@
 
 mod cache_support;
 
-use cache_support::{build_image, compiled, key, leak_aligned, open, owner, payload};
+use cache_support::{build_image, compiled, key, open, owner, payload};
 use kiln_core::{ArtifactKind, Cache, Source};
 use kiln_image::{Image, Verification};
+use kiln_test_support::leak_aligned;
 
 #[test]
 fn rule7_image_hits_borrow_bytes_from_the_image() {

@@ -62,13 +62,7 @@ fn four_processes_of_two_threads_share_one_directory() {
         .collect();
     let mut compiles = 0;
     for child in children {
-        let output = child.wait_with_output().expect("child runs");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success(),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        let stdout = kiln_test_support::child::wait(child);
         let result = disk_support::parse_result(&stdout).expect("RESULT line");
         compiles += result["compiles"].parse::<u64>().expect("a number");
     }

@@ -10,9 +10,10 @@
 
 mod common;
 
-use common::{Rng, meta, sample_entries};
+use common::{meta, sample_entries};
 use kiln_image::fuzz_support::{exercise, reseal};
 use kiln_image::{ImageMeta, ImageWriter};
+use kiln_test_support::Rng;
 
 fn base_images() -> Vec<Vec<u8>> {
     let mut images = Vec::new();
@@ -33,27 +34,27 @@ fn base_images() -> Vec<Vec<u8>> {
 /// One deterministic mutation of `base`.
 fn mutate(base: &[u8], rng: &mut Rng) -> Vec<u8> {
     let mut bytes = base.to_vec();
-    let len = bytes.len() as u64;
-    let at = |rng: &mut Rng| rng.below(len) as usize;
+    let len = bytes.len();
+    let at = |rng: &mut Rng| rng.below(len);
     match rng.below(8) {
         0 => {
-            let bit = rng.below(len * 8) as usize;
+            let bit = rng.below(len * 8);
             bytes[bit / 8] ^= 1 << (bit % 8);
         }
         1 => {
             let i = at(rng);
-            bytes[i] = [0x00, 0xff, 0x7f, 0x80][rng.below(4) as usize];
+            bytes[i] = [0x00, 0xff, 0x7f, 0x80][rng.below(4)];
         }
         2 => {
             let start = at(rng);
-            let end = (start + 1 + rng.below(64) as usize).min(bytes.len());
+            let end = (start + 1 + rng.below(64)).min(bytes.len());
             for byte in &mut bytes[start..end] {
                 *byte = rng.next_u64() as u8;
             }
         }
         3 => bytes.truncate(at(rng)),
         4 => {
-            let n = 1 + rng.below(128) as usize;
+            let n = 1 + rng.below(128);
             let extra = rng.bytes(n);
             bytes.extend_from_slice(&extra);
         }
@@ -61,13 +62,13 @@ fn mutate(base: &[u8], rng: &mut Rng) -> Vec<u8> {
             // Overwrite a little-endian u32 with an extreme value: hits
             // lengths, offsets and counts.
             let i = at(rng).min(bytes.len().saturating_sub(4));
-            let value = [0u32, 1, u32::MAX, u32::MAX / 2, 64, 0x8000_0000][rng.below(6) as usize];
+            let value = [0u32, 1, u32::MAX, u32::MAX / 2, 64, 0x8000_0000][rng.below(6)];
             bytes[i..i + 4].copy_from_slice(&value.to_le_bytes());
         }
         6 => {
             // Copy one chunk of the image over another.
             let (from, to) = (at(rng), at(rng));
-            let n = (1 + rng.below(48) as usize)
+            let n = (1 + rng.below(48))
                 .min(bytes.len() - from)
                 .min(bytes.len() - to);
             let chunk = bytes[from..from + n].to_vec();
@@ -75,7 +76,7 @@ fn mutate(base: &[u8], rng: &mut Rng) -> Vec<u8> {
         }
         _ => {
             for _ in 0..1 + rng.below(8) {
-                let bit = rng.below(len * 8) as usize;
+                let bit = rng.below(len * 8);
                 bytes[bit / 8] ^= 1 << (bit % 8);
             }
         }

@@ -4,8 +4,9 @@
 
 mod common;
 
-use common::{Rng, meta, read_all_and_compare, sample_entries, sorted};
+use common::{meta, read_all_and_compare, sample_entries, sorted};
 use kiln_image::{Image, ImageError, ImageWriter, Verification};
+use kiln_test_support::Rng;
 
 fn image_bytes() -> (Vec<u8>, Vec<kiln_image::EntryData>) {
     let entries = sample_entries(12, 31);
@@ -39,7 +40,7 @@ fn a_thousand_single_bit_flips_are_caught_and_never_returned() {
     let mut rng = Rng::new(0x6b69_6c6e);
     let (mut at_open, mut on_access, mut unread) = (0, 0, 0);
     for flip in 0..1000 {
-        let bit = rng.below(bytes.len() as u64 * 8) as usize;
+        let bit = rng.below(bytes.len() * 8);
         let mut flipped = bytes.clone();
         flipped[bit / 8] ^= 1 << (bit % 8);
         let context = format!(
@@ -103,7 +104,7 @@ fn truncations_and_flips_through_a_memory_map() {
     }
     let mut rng = Rng::new(0x6d6d_6170);
     for flip in 0..200 {
-        let bit = rng.below(bytes.len() as u64 * 8) as usize;
+        let bit = rng.below(bytes.len() * 8);
         let mut flipped = bytes.clone();
         flipped[bit / 8] ^= 1 << (bit % 8);
         std::fs::write(&path, &flipped).unwrap();

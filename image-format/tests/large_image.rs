@@ -3,10 +3,11 @@
 
 mod common;
 
-use common::{Rng, leak_aligned, meta};
+use common::meta;
 use kiln_image::{
     Artifact, ArtifactKind, Dep, Digest, EntryData, Image, ImageWriter, Verification,
 };
+use kiln_test_support::{Rng, leak_aligned};
 
 const ENTRIES: usize = 10_000;
 

@@ -3,13 +3,12 @@
 
 mod common;
 
-use common::{
-    expected_dep_groups, leak_aligned, meta, read_all_and_compare, sample_entries, sorted,
-};
+use common::{expected_dep_groups, meta, read_all_and_compare, sample_entries, sorted};
 use kiln_image::{
     Artifact, ArtifactKind, Dep, Digest, EntryData, Image, ImageError, ImageMeta, ImageWriter,
     Verification,
 };
+use kiln_test_support::leak_aligned;
 
 fn write(entries: &[EntryData]) -> Vec<u8> {
     let mut writer = ImageWriter::new(meta());

@@ -10,10 +10,11 @@
 //! that reproduces each.
 //!
 //! This library holds what the suites and their helper process
-//! (`kiln-reliability-child`) share: a deterministic [`Rng`], reference
-//! images whose every payload is known ([`Fixture`]), the corruption
-//! [`mutation`] families, the [`audit`] oracle that compares whatever a
-//! reader returns with the original, and the staleness [`kernels`].
+//! (`kiln-reliability-child`) share: a deterministic [`Rng`] (re-exported
+//! from `kiln-test-support`), reference images whose every payload is known
+//! ([`Fixture`]), the corruption [`mutation`] families, the [`audit`] oracle
+//! that compares whatever a reader returns with the original, and the
+//! staleness [`kernels`].
 //!
 //! ```
 //! use kiln_reliability::audit::{Access, audit};
@@ -38,10 +39,9 @@ mod error;
 pub mod fixture;
 pub mod kernels;
 pub mod mutation;
-mod rng;
 pub mod table;
 
 pub use error::Error;
 pub use fixture::Fixture;
-pub use rng::Rng;
+pub use kiln_test_support::Rng;
 pub use table::Table;

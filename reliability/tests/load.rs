@@ -42,13 +42,7 @@ fn processes_times_threads_on_one_cache_lose_nothing_and_serve_no_error() {
         (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut compiled = BTreeSet::new();
     for child in children {
-        let output = child.wait_with_output().expect("child runs");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success(),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        let stdout = kiln_test_support::child::wait(child);
         for line in stdout.lines() {
             if let Some(i) = line.strip_prefix("compiled ") {
                 compiled.insert(i.parse::<u64>().expect("a key number"));

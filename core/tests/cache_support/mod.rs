@@ -78,14 +78,3 @@ pub fn build_image(
 pub fn open(bytes: &[u8]) -> Image {
     Image::from_bytes(bytes, Verification::Structural).expect("image opens")
 }
-
-/// `bytes` copied into leaked memory aligned as images require (64 bytes),
-/// for `Image::from_static`.
-pub fn leak_aligned(bytes: &[u8]) -> &'static [u8] {
-    const ALIGN: usize = 64;
-    let buffer: &'static mut [u8] = Vec::leak(vec![0u8; bytes.len() + ALIGN]);
-    let offset = buffer.as_ptr().align_offset(ALIGN);
-    let slot = &mut buffer[offset..offset + bytes.len()];
-    slot.copy_from_slice(bytes);
-    slot
-}

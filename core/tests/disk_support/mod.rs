@@ -1,15 +1,18 @@
-//! Shared by the `disk_*` tests: a deterministic CPU "compiler" and helpers
-//! to re-run the test binary as a child process.
+//! Shared by the `disk_*` tests: a deterministic CPU "compiler" and the
+//! roles of a child process (the test binary run again, through
+//! `kiln_test_support::child`).
 #![allow(dead_code)] // each test file uses a different part
 
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kiln_core::disk::{DiskCache, DiskConfig};
 use kiln_core::{Artifact, ArtifactKind, Compiled, Digest, Key, KeyBuilder, Owner};
 use kiln_image::EntryData;
+use kiln_test_support::child;
 
 /// The environment variable that turns a test binary into a child role.
 pub const ROLE: &str = "KILN_DISK_TEST_ROLE";
@@ -108,44 +111,20 @@ pub fn config(dir: &Path) -> DiskConfig {
 
 /// This test binary, set to run only the ignored test `child` with `role`.
 pub fn child_process(role: &str) -> Command {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let mut command = Command::new(exe);
-    command
-        .args([
-            "--ignored",
-            "--exact",
-            "child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(ROLE, role)
-        .stdin(Stdio::null());
-    command
+    child::command(ROLE, role)
 }
 
 /// Runs `command` to completion and returns the `RESULT` line's fields.
-pub fn run_for_result(command: &mut Command) -> std::collections::BTreeMap<String, String> {
-    let output = command.output().expect("the child starts");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "child failed: {}\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+pub fn run_for_result(command: &mut Command) -> BTreeMap<String, String> {
+    let stdout = child::run(command);
     parse_result(&stdout).unwrap_or_else(|| panic!("no RESULT line in:\n{stdout}"))
 }
 
 /// The `key=value` fields of the last `RESULT ...` line of `stdout`.
-pub fn parse_result(stdout: &str) -> Option<std::collections::BTreeMap<String, String>> {
-    // libtest may print "test child ... " on the same line first.
-    let line = stdout
-        .lines()
-        .rev()
-        .find_map(|l| Some(&l[l.find("RESULT ")?..]))?;
+pub fn parse_result(stdout: &str) -> Option<BTreeMap<String, String>> {
     Some(
-        line.split_whitespace()
-            .skip(1)
+        child::result_line(stdout)?
+            .split_whitespace()
             .filter_map(|field| field.split_once('='))
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect(),

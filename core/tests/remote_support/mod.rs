@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use kiln_core::disk::{DiskCache, DiskConfig};
 use kiln_core::remote::{RemoteConfig, RemoteTier};
 use kiln_core::{Artifact, ArtifactKind, Cache, Compiled, Key, KeyBuilder, Owner};
+use kiln_test_support::child;
 
 /// A `redis-server` of this test alone.
 pub struct RedisServer {
@@ -316,36 +317,16 @@ const ROLE: &str = "KILN_REMOTE_TEST_ROLE";
 /// This test binary, run again to execute its ignored test `child` in the
 /// role `role` (see [`run_child_role`]).
 pub fn child_process(role: &str) -> Command {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let mut command = Command::new(exe);
-    command
-        .args([
-            "--ignored",
-            "--exact",
-            "child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(ROLE, role)
-        .env("KILN_REMOTE_TIMEOUT_MS", "2000")
-        .stdin(Stdio::null());
+    let mut command = child::command(ROLE, role);
+    command.env("KILN_REMOTE_TIMEOUT_MS", "2000");
     command
 }
 
 /// Runs `command` and returns the text after `RESULT ` on its last line.
 pub fn run_child(command: &mut Command) -> String {
-    let output = command.output().expect("the child starts");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "child failed: {}\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
-        .lines()
-        .rev()
-        .find_map(|line| Some(line[line.find("RESULT ")? + 7..].trim().to_owned()))
+    let stdout = child::run(command);
+    child::result_line(&stdout)
+        .map(|result| result.trim().to_owned())
         .unwrap_or_else(|| panic!("no RESULT line in:\n{stdout}"))
 }
 

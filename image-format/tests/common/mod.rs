@@ -1,6 +1,6 @@
-//! Shared helpers for the kiln-image integration tests: sample entries, a
-//! deterministic RNG, and a comparison of what an image returns against what
-//! was written.
+//! Shared helpers for the kiln-image integration tests: sample entries and a
+//! comparison of what an image returns against what was written. The
+//! deterministic `Rng` and `leak_aligned` come from `kiln-test-support`.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -8,33 +8,7 @@ use std::collections::BTreeMap;
 use kiln_image::{
     Artifact, ArtifactKind, Dep, Digest, EntryData, EntryRef, Image, ImageError, ImageMeta,
 };
-use rkyv::util::AlignedVec;
-
-/// SplitMix64: a tiny deterministic generator, so failures reproduce.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..bound` (bound > 0).
-    pub fn below(&mut self, bound: u64) -> u64 {
-        self.next_u64() % bound
-    }
-
-    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
-        (0..len).map(|_| self.next_u64() as u8).collect()
-    }
-}
+use kiln_test_support::Rng;
 
 pub fn meta() -> ImageMeta {
     let mut meta = ImageMeta::new("kiln-image-tests", "0.1.0");
@@ -73,9 +47,9 @@ pub fn sample_entries(count: usize, seed: u64) -> Vec<EntryData> {
                 .map(|a| {
                     let len = match (i + a) % 4 {
                         0 => 0,
-                        1 => 1 + rng.below(40) as usize,
+                        1 => 1 + rng.below(40),
                         2 => 64,
-                        _ => 100 + rng.below(300) as usize,
+                        _ => 100 + rng.below(300),
                     };
                     Artifact {
                         kind: kinds[(i + a) % kinds.len()].clone(),
@@ -120,14 +94,6 @@ pub fn expected_dep_groups(sorted: &[EntryData]) -> BTreeMap<(String, Digest), V
         }
     }
     groups
-}
-
-/// Copies `bytes` into a leaked 64-byte-aligned buffer: a stand-in for an
-/// image embedded in the binary.
-pub fn leak_aligned(bytes: &[u8]) -> &'static [u8] {
-    let mut vec = AlignedVec::<64>::with_capacity(bytes.len());
-    vec.extend_from_slice(bytes);
-    Box::leak(Box::new(vec)).as_slice()
 }
 
 /// Result of reading one entry through the lazy checks.
