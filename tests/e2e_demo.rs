@@ -33,16 +33,12 @@ const KERNELS: usize = 19;
 
 /// Whether NVRTC is here; under `CI=true` its absence is a failure.
 fn nvrtc_available() -> bool {
-    match kiln::cuda::locate_nvrtc(&kiln::cuda::SearchConfig::from_env()) {
-        Ok(_) => true,
-        Err(err) if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
-            panic!("CI=true and NVRTC is missing ({err}): run scripts/install-cuda-wheels.sh")
-        }
-        Err(err) => {
-            eprintln!("skipped: NVRTC is missing ({err})");
-            false
-        }
-    }
+    let found = kiln::cuda::locate_nvrtc(&kiln::cuda::SearchConfig::from_env());
+    kiln_test_support::ci::required(
+        found,
+        "the NVRTC library (run scripts/install-cuda-wheels.sh)",
+    )
+    .is_some()
 }
 
 /// Builds the demo application once per test process; its executable.

@@ -14,16 +14,10 @@ use kiln_core::{ArtifactKind, Cache, Key};
 /// The process's compiler, or `None` (after saying why) when NVRTC is missing
 /// outside CI.
 fn compiler() -> Option<Compiler> {
-    match Compiler::new() {
-        Ok(compiler) => Some(compiler),
-        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("NVRTC is required in CI (run scripts/install-cuda-wheels.sh): {e}")
-        }
-        Err(e) => {
-            eprintln!("SKIPPED: NVRTC not available, this test checked nothing: {e}");
-            None
-        }
-    }
+    kiln_test_support::ci::required(
+        Compiler::new(),
+        "the NVRTC library (run scripts/install-cuda-wheels.sh)",
+    )
 }
 
 fn arch(s: &str) -> Arch {

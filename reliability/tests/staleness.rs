@@ -59,16 +59,10 @@ fn including_request(dir: &Path) -> KernelRequest {
 }
 
 fn compiler() -> Option<Compiler> {
-    match Compiler::new() {
-        Ok(compiler) => Some(compiler),
-        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("NVRTC is required in CI (run scripts/install-cuda-wheels.sh): {e}")
-        }
-        Err(e) => {
-            eprintln!("SKIPPED: NVRTC not available, the staleness matrix checked nothing: {e}");
-            None
-        }
-    }
+    kiln_test_support::ci::required(
+        Compiler::new(),
+        "the NVRTC library (run scripts/install-cuda-wheels.sh)",
+    )
 }
 
 fn meta() -> ImageMeta {

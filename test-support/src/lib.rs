@@ -9,6 +9,8 @@
 //! - [`child`]: re-running the current test binary as a child process that
 //!   runs its ignored test `child` in a role named by an environment
 //!   variable, and collecting what it printed.
+//! - [`ci`]: tests that need something this machine may lack skip with a
+//!   message locally and fail in CI ([`ci::required`]).
 //!
 //! The crate uses only `std` and depends on no Kiln crate, so `kiln-image`
 //! and `kiln-core` can take it as a dev-dependency without building a
@@ -31,6 +33,7 @@
 
 pub mod aligned;
 pub mod child;
+pub mod ci;
 pub mod rng;
 
 pub use aligned::leak_aligned;

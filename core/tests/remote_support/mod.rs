@@ -187,13 +187,12 @@ fn installed(tool: &str, hint: &str) -> Option<()> {
         return Some(());
     }
     let why = format!("{tool} is not on PATH ({hint})");
-    assert!(!on_ci(), "{why}; on CI the remote tier's tests must run");
+    assert!(
+        !kiln_test_support::ci::in_ci(),
+        "{why}; on CI the remote tier's tests must run"
+    );
     eprintln!("skipped: {why}");
     None
-}
-
-fn on_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false"))
 }
 
 /// A port nothing listens on now.
