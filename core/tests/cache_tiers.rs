@@ -292,9 +292,11 @@ fn a_corrupt_payload_of_an_image_backed_tier_entry_is_never_returned_and_then_re
     );
     assert_eq!(hit.artifacts()[0].bytes(), None);
     assert_eq!(hit.to_entry_data(), None);
-    // The entry is closed for good; the tier's copy is now known bad, so the
-    // next call compiles.
+    // The entry is closed for good and counted once, however often the bad
+    // payload was asked for; the tier's copy is now known bad, so the next
+    // call compiles.
     assert!(!hit.is_valid_in(cache.world()));
+    assert_eq!(cache.stats().corrupt, 1);
     assert!(cache.lookup(&o.digest(), &key(1)).is_none());
     let again = cache
         .get_or_compile(&o, &key(1), || {

@@ -1,6 +1,7 @@
 //! `get_or_compile`: memory, images, tiers, then one compile per key.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use kiln_image::EntryData;
@@ -120,9 +121,11 @@ impl Cache {
     /// in memory (borrowed from the tier's image when it hands one over).
     fn load_from_tiers(&self, owner: &Owner, key: &Key) -> Option<Hit<'_>> {
         for (_, tier) in self.tiers.iter() {
-            let found = tier
-                .load_entry(owner, key)
-                .and_then(|found| found.map(parts_of).transpose());
+            let found = tier.load_entry(owner, key).and_then(|found| {
+                found
+                    .map(|found| parts_of(found, &self.counters.corrupt_tier_payloads))
+                    .transpose()
+            });
             let (entry_owner, entry_key, parts) = match found {
                 Ok(Some(found)) => found,
                 Ok(None) => continue,
@@ -158,8 +161,9 @@ impl Cache {
     }
 }
 
-/// The owner digest, key digest and parts of what a tier found.
-fn parts_of(found: TierEntry) -> Result<(Digest, Digest, Parts), Error> {
+/// The owner digest, key digest and parts of what a tier found; an
+/// image-backed entry counts a payload that fails into `corrupt`.
+fn parts_of(found: TierEntry, corrupt: &Arc<AtomicU64>) -> Result<(Digest, Digest, Parts), Error> {
     Ok(match found {
         TierEntry::Owned(data) => (
             data.owner,
@@ -196,7 +200,11 @@ fn parts_of(found: TierEntry) -> Result<(Digest, Digest, Parts), Error> {
             let parts = Parts {
                 name,
                 deps,
-                artifacts: Artifacts::Image { image, index },
+                artifacts: Artifacts::Image {
+                    image,
+                    index,
+                    corrupt: Arc::clone(corrupt),
+                },
                 session_dependent: false,
             };
             (owner, key, parts)

@@ -1,6 +1,7 @@
 //! [`Hit`]: an entry found in the cache, borrowed from it.
 
 use std::borrow::Cow;
+use std::sync::atomic::Ordering;
 
 use kiln_image::{ArtifactRef, EntryData, EntryRef};
 
@@ -110,6 +111,9 @@ fn tier_payload<'c>(instance: &'c Instance, artifact: &ArtifactRef<'c>) -> Optio
         Ok(bytes) => Some(bytes),
         Err(error) => {
             if instance.close(instance.min_world.saturating_sub(1)) {
+                if let Artifacts::Image { corrupt, .. } = &instance.artifacts {
+                    corrupt.fetch_add(1, Ordering::Relaxed);
+                }
                 tracing::warn!(
                     name = instance.name,
                     key = %instance.key,

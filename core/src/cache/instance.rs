@@ -85,8 +85,13 @@ pub(crate) enum Artifacts {
     Owned(Vec<Artifact>),
     /// Borrowed from entry `index` of an image a tier keeps mapped (a disk
     /// segment): no copy. Each payload is checked against its checksum on
-    /// first access, as for image layers.
-    Image { image: Arc<Image>, index: usize },
+    /// first access, as for image layers; `corrupt` counts an entry closed
+    /// because one failed (the cache's `Stats::corrupt`).
+    Image {
+        image: Arc<Image>,
+        index: usize,
+        corrupt: Arc<AtomicU64>,
+    },
 }
 
 impl Artifacts {
@@ -95,7 +100,7 @@ impl Artifacts {
     pub(crate) fn image_entry(&self) -> Option<EntryRef<'_>> {
         match self {
             Artifacts::Owned(_) => None,
-            Artifacts::Image { image, index } => image.entry(*index).ok(),
+            Artifacts::Image { image, index, .. } => image.entry(*index).ok(),
         }
     }
 }

@@ -5,6 +5,7 @@
 //! threads never write to a shared line; [`Cache::stats`](crate::Cache::stats)
 //! sums the stripes.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -53,6 +54,10 @@ pub(crate) struct Counters {
     pub(crate) compile_waits: AtomicU64,
     pub(crate) compile_nanos: AtomicU64,
     pub(crate) corrupt: AtomicU64,
+    /// Tier-backed entries closed because a payload failed its checksum,
+    /// counted by the entries themselves (each holds a clone; see
+    /// [`Artifacts::Image`](super::instance::Artifacts::Image)).
+    pub(crate) corrupt_tier_payloads: Arc<AtomicU64>,
     pub(crate) inserts: AtomicU64,
     pub(crate) duplicate_inserts: AtomicU64,
     pub(crate) invalidated: AtomicU64,
@@ -120,7 +125,9 @@ pub struct Stats {
     /// Image entries found corrupt: a payload that failed its checksum when a
     /// hit first accessed it (counted once per entry, which is excluded: that
     /// access returned `None` and later lookups miss), or an entry record that
-    /// failed its check at lookup (a miss; counted per lookup).
+    /// failed its check at lookup (a miss; counted per lookup). Entries a tier
+    /// handed over from an image it keeps mapped (the disk tier) count the
+    /// same way as merged images.
     pub corrupt: u64,
     /// Entries recorded in memory (compiled, inserted, loaded from a tier).
     pub inserts: u64,
@@ -164,7 +171,7 @@ pub(crate) fn collect(
         compile_failures: get(&counters.compile_failures),
         compile_waits: get(&counters.compile_waits),
         compile_time: Duration::from_nanos(get(&counters.compile_nanos)),
-        corrupt: get(&counters.corrupt) + corrupt_payloads,
+        corrupt: get(&counters.corrupt) + get(&counters.corrupt_tier_payloads) + corrupt_payloads,
         inserts: get(&counters.inserts),
         duplicate_inserts: get(&counters.duplicate_inserts),
         invalidated: get(&counters.invalidated),
