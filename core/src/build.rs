@@ -47,10 +47,13 @@
 //!   [`env::RUN_TIME`](crate::env::RUN_TIME): those do not change what a
 //!   build script compiles, so toggling them never rebuilds an image;
 //! - `cargo:warning=` lines for each specialization that failed (the build
-//!   goes on without it: the application compiles it at run time) and one
-//!   summary line;
-//! - one plain line per compiled specialization with its time (cargo keeps
-//!   these in the build script's output; `cargo build -vv` shows them).
+//!   goes on without it: the application compiles it at run time), or for a
+//!   block that stopped early;
+//! - one plain line per compiled specialization with its time, and one
+//!   summary line (cargo keeps these in the build script's output;
+//!   `cargo build -vv` shows them). The summary is a `cargo:warning` too when
+//!   something failed, so that a build that left work for run time says so;
+//!   a build where everything compiled prints no warning.
 
 use std::collections::BTreeSet;
 use std::fmt::Display;
@@ -145,7 +148,8 @@ impl<'out> Precompile<'out> {
             compiled: Vec::new(),
             failed: Vec::new(),
         };
-        if let Err(err) = block(&mut session) {
+        let stopped_early = block(&mut session).err();
+        if let Some(err) = &stopped_early {
             let err = one_line(&err.to_string());
             session.out.line(format_args!(
                 "cargo:warning=kiln: precompiling {} stopped early ({err}); the image holds what \
@@ -173,9 +177,15 @@ impl<'out> Precompile<'out> {
         for var in rerun_env_vars(env, set) {
             out.line(format_args!("cargo:rerun-if-env-changed={var}"));
         }
+        // A warning only when part of the block is left for run time.
+        let prefix = if failed.is_empty() && stopped_early.is_none() {
+            ""
+        } else {
+            "cargo:warning="
+        };
         out.line(format_args!(
-            "cargo:warning=kiln: {entries} entries ({} specializations compiled, {} failed) into \
-             {} in {:.1?}",
+            "{prefix}kiln: {entries} entries ({} specializations compiled, {} failed) into {} in \
+             {:.1?}",
             compiled.len(),
             failed.len(),
             path.display(),
@@ -431,6 +441,31 @@ mod tests {
     }
 
     #[test]
+    fn a_block_where_everything_compiled_prints_no_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut output = Vec::new();
+        let report = Precompile::new("clean")
+            .out_dir(dir.path())
+            .output(&mut output)
+            .run(|session| {
+                session.specialize("a", |cache| compile(cache, "a"));
+                Ok::<(), Error>(())
+            })
+            .unwrap();
+        let output = String::from_utf8(output).unwrap();
+        assert_eq!(report.entries, 1);
+        assert!(!output.contains("cargo:warning"), "{output}");
+        assert!(
+            output
+                .lines()
+                .last()
+                .unwrap()
+                .starts_with("kiln: 1 entries (1 specializations compiled, 0 failed) into "),
+            "{output}"
+        );
+    }
+
+    #[test]
     fn without_a_compiler_the_image_is_empty_but_valid() {
         let dir = tempfile::tempdir().unwrap();
         let report = Precompile::new("none")
@@ -482,6 +517,12 @@ mod tests {
         assert!(
             output
                 .contains("cargo:warning=kiln: precompiling early stopped early (NVRTC not found)"),
+            "{output}"
+        );
+        assert!(
+            output.lines().last().unwrap().starts_with(
+                "cargo:warning=kiln: 1 entries (1 specializations compiled, 0 failed)"
+            ),
             "{output}"
         );
         assert_eq!(report.entries, 1);
