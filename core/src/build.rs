@@ -184,9 +184,9 @@ impl<'out> Precompile<'out> {
             "cargo:warning="
         };
         out.line(format_args!(
-            "{prefix}kiln: {entries} entries ({} specializations compiled, {} failed) into {} in \
-             {:.1?}",
-            compiled.len(),
+            "{prefix}kiln: {} ({} compiled, {} failed) into {} in {:.1?}",
+            count(entries, "entry", "entries"),
+            count(compiled.len(), "specialization", "specializations"),
             failed.len(),
             path.display(),
             started.elapsed(),
@@ -335,6 +335,11 @@ fn rerun_env_vars(
 }
 
 /// `text` on one line: cargo shows only the first line of a warning.
+/// `n` and the noun that goes with it: "1 entry", "2 entries".
+fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -460,7 +465,7 @@ mod tests {
                 .lines()
                 .last()
                 .unwrap()
-                .starts_with("kiln: 1 entries (1 specializations compiled, 0 failed) into "),
+                .starts_with("kiln: 1 entry (1 specialization compiled, 0 failed) into "),
             "{output}"
         );
     }
@@ -520,9 +525,11 @@ mod tests {
             "{output}"
         );
         assert!(
-            output.lines().last().unwrap().starts_with(
-                "cargo:warning=kiln: 1 entries (1 specializations compiled, 0 failed)"
-            ),
+            output
+                .lines()
+                .last()
+                .unwrap()
+                .starts_with("cargo:warning=kiln: 1 entry (1 specialization compiled, 0 failed)"),
             "{output}"
         );
         assert_eq!(report.entries, 1);
