@@ -123,7 +123,7 @@ impl Cache {
         for (_, tier) in self.tiers.iter() {
             let found = tier.load_entry(owner, key).and_then(|found| {
                 found
-                    .map(|found| parts_of(found, &self.counters.corrupt_tier_payloads))
+                    .map(|found| parts_of(found, &self.counters.corrupt))
                     .transpose()
             });
             let (entry_owner, entry_key, parts) = match found {

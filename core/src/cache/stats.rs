@@ -53,11 +53,11 @@ pub(crate) struct Counters {
     pub(crate) compile_failures: AtomicU64,
     pub(crate) compile_waits: AtomicU64,
     pub(crate) compile_nanos: AtomicU64,
-    pub(crate) corrupt: AtomicU64,
-    /// Tier-backed entries closed because a payload failed its checksum,
-    /// counted by the entries themselves (each holds a clone; see
+    /// Corrupt entry records found at lookup, and tier-backed entries closed
+    /// because a payload failed its checksum: those count themselves, each
+    /// holding a clone (see
     /// [`Artifacts::Image`](super::instance::Artifacts::Image)).
-    pub(crate) corrupt_tier_payloads: Arc<AtomicU64>,
+    pub(crate) corrupt: Arc<AtomicU64>,
     pub(crate) inserts: AtomicU64,
     pub(crate) duplicate_inserts: AtomicU64,
     pub(crate) invalidated: AtomicU64,
@@ -171,7 +171,7 @@ pub(crate) fn collect(
         compile_failures: get(&counters.compile_failures),
         compile_waits: get(&counters.compile_waits),
         compile_time: Duration::from_nanos(get(&counters.compile_nanos)),
-        corrupt: get(&counters.corrupt) + get(&counters.corrupt_tier_payloads) + corrupt_payloads,
+        corrupt: get(&counters.corrupt) + corrupt_payloads,
         inserts: get(&counters.inserts),
         duplicate_inserts: get(&counters.duplicate_inserts),
         invalidated: get(&counters.invalidated),
