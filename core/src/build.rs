@@ -334,12 +334,12 @@ fn rerun_env_vars(
     vars
 }
 
-/// `text` on one line: cargo shows only the first line of a warning.
 /// `n` and the noun that goes with it: "1 entry", "2 entries".
 fn count(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
+/// `text` on one line: cargo shows only the first line of a warning.
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
