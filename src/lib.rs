@@ -9,8 +9,13 @@
 //!
 //! This crate is the facade: it re-exports the public API of `kiln-core`
 //! (keys, owners, worlds, the cache, init, build-script helpers, the disk
-//! tier, the CUDA backend with the feature `cuda`), `kiln-image` (the byte
-//! format, as [`image`]) and `kiln-macros` ([`include_image!`]).
+//! tier), `kiln-image` (the byte format, as [`image`]) and `kiln-macros`
+//! ([`include_image!`]); with the feature `cuda`, `kiln-cuda` (the NVRTC
+//! backend, as `kiln::cuda`), and with the feature `redis`, `kiln-redis`
+//! (the remote tier, as `kiln::redis`, which [`global()`] then adds when
+//! `KILN_REMOTE_CACHE` is set). It has no logic of its own, and a library
+//! depending on it compiles no command-line parser and no `tracing`
+//! subscriber (the `kiln` tool is the `kiln-cli` package).
 //!
 //! # The precompile block
 //!
@@ -68,21 +73,23 @@
 pub use kiln_core::{
     Artifact, ArtifactKind, ArtifactView, Cache, CacheConfig, Compiled, Delta, Dep, Digest, Error,
     Hit, ImageOutcome, ImageReport, InitReport, Key, KeyBuilder, MergeReport, Owner, OwnerFilter,
-    Rejection, Snapshot, Source, Stats, Tier, TierEntry, World, global, init, init_with,
-    load_images,
+    Rejection, Snapshot, Source, Stats, Tier, TierEntry, TierFactory, TierSetup, World, add_tiers,
+    global, init, init_with, load_images,
 };
 pub use kiln_core::{build, cache, disk, env, key, owner, registry, world};
 /// The image format: header, zero-copy index, checksummed payloads.
 pub use kiln_image as image;
 pub use kiln_macros::include_image;
 
-/// The CUDA backend: NVRTC to CUBIN and PTX, owners, the module loader.
+/// The CUDA backend (`kiln-cuda`): NVRTC to CUBIN and PTX, owners, the
+/// module loader.
 #[cfg(feature = "cuda")]
-pub use kiln_core::cuda;
+pub use kiln_cuda as cuda;
 
-/// The Redis remote tier, for fleets and CI farms.
+/// The remote tier on Redis (`kiln-redis`), for fleets and CI farms:
+/// [`global()`] adds it when `KILN_REMOTE_CACHE` is set.
 #[cfg(feature = "redis")]
-pub use kiln_core::remote;
+pub use kiln_redis as redis;
 
 #[doc(hidden)]
 pub use kiln_core::__private;

@@ -12,9 +12,9 @@ use std::fmt::Write as _;
 use std::time::Instant;
 
 use kiln::ArtifactKind;
-use kiln::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
-use kiln::cuda::cudarc::nvrtc::Ptx;
-use kiln::cuda::kernels::{Dtype, KernelSpec, reference};
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::Ptx;
+use kiln_kernel_set::{Dtype, KernelSpec, reference};
 use kiln::cuda::{Compiler, loader};
 use kiln_kernels_demo::{Kernels, catalogue};
 use serde::{Deserialize, Serialize};

@@ -30,7 +30,7 @@ pub enum Workload {
 }
 
 /// A compile, as `Cache::get_or_compile` runs it on a miss.
-type CompileFn = Box<dyn Fn() -> Result<Compiled, kiln::Error>>;
+type CompileFn = Box<dyn Fn() -> Result<Compiled, kiln::cuda::Error>>;
 
 /// One kernel of a workload: its owner and key, and how to compile it.
 pub struct Kernel {
@@ -45,7 +45,7 @@ pub struct Kernel {
 
 impl Kernel {
     /// Compiles the kernel (NVRTC for the real set).
-    pub fn compile(&self) -> Result<Compiled, kiln::Error> {
+    pub fn compile(&self) -> Result<Compiled, kiln::cuda::Error> {
         (self.compile)()
     }
 }
@@ -102,7 +102,7 @@ fn real_kernels() -> Result<KernelSet, BenchError> {
     let compiler = Compiler::new()?;
     let nvrtc = clock.elapsed();
     let clock = Instant::now();
-    kiln::cuda::kernels::cccl_include_dir()?;
+    kiln_kernel_set::cccl_include_dir()?;
     let headers = clock.elapsed();
     let arch = Kernels::precompiled_arch()?;
     let mut kernels = Vec::new();

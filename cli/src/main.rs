@@ -3,6 +3,9 @@
 //! Exit status: 0 on success, 1 when `verify` finds a bad image or `diff`
 //! finds differences, 2 on any other error (unreadable input, bad
 //! arguments).
+//!
+//! Kiln's `tracing` events (a disk cache that cannot be written, say) go to
+//! stderr, filtered by `KILN_LOG` (default `warn`).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod cache_cmd;
@@ -14,9 +17,11 @@ mod inspect;
 mod merge;
 mod verify;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
 
 pub(crate) use error::CliError;
 
@@ -66,7 +71,28 @@ fn run(command: Command) -> Result<Outcome, CliError> {
     }
 }
 
+/// Installs the tool's `tracing` subscriber: stderr, filtered by `KILN_LOG`
+/// (any `tracing` filter; `warn` when unset or not a filter).
+fn log_to_stderr() {
+    let filter = std::env::var("KILN_LOG").unwrap_or_default();
+    let filter = filter.trim();
+    let env_filter = match EnvFilter::try_new(if filter.is_empty() { "warn" } else { filter }) {
+        Ok(env_filter) => env_filter,
+        Err(error) => {
+            eprintln!("kiln: KILN_LOG={filter:?} is not a tracing filter ({error}); using `warn`");
+            EnvFilter::new("warn")
+        }
+    };
+    // Fails only if a subscriber is already installed, which then stays.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(env_filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
 fn main() -> ExitCode {
+    log_to_stderr();
     let cli = Cli::parse();
     match run(cli.command) {
         Ok(Outcome::Clean) => ExitCode::SUCCESS,

@@ -94,13 +94,6 @@ pub enum Error {
     #[error(transparent)]
     Image(#[from] kiln_image::ImageError),
 
-    // ----- the CUDA backend (cuda/) -----
-    /// Locating NVRTC, compiling with it, or loading a module failed; the
-    /// [`cuda::Error`](crate::cuda::Error) says which and what to do.
-    #[cfg(feature = "cuda")]
-    #[error(transparent)]
-    Cuda(#[from] crate::cuda::Error),
-
     // ----- the disk cache (disk/) -----
     /// A file or directory of the disk cache could not be read or written.
     #[error(
@@ -133,86 +126,17 @@ pub enum Error {
     )]
     DiskNoDir,
 
-    // ----- the remote tier (remote/, feature `redis`) -----
-    /// `KILN_REMOTE_CACHE` (or the URL given) is not a Redis URL the client
-    /// accepts.
-    #[cfg(feature = "redis")]
-    #[error(
-        "remote cache URL {url} is not usable: {source} (give redis://[user:password@]host:port/db, \
-         or rediss:// for TLS; unset KILN_REMOTE_CACHE to turn the remote tier off)"
-    )]
-    RemoteUrl {
-        /// The URL, password removed.
-        url: String,
-        /// What the client reported.
-        source: Box<redis::RedisError>,
-    },
-    /// `KILN_REMOTE_TIMEOUT_MS` is not a positive number of milliseconds.
-    #[cfg(feature = "redis")]
-    #[error(
-        "KILN_REMOTE_TIMEOUT_MS={value:?} is not a timeout: give a positive whole number of \
-         milliseconds, e.g. 500"
-    )]
-    RemoteTimeout {
-        /// The variable's value.
-        value: String,
-    },
-    /// The Redis server could not be reached, or failed or refused a command
-    /// (within the configured timeout). The caller compiles; the remote tier
-    /// backs off unless the server merely refused the command.
-    #[cfg(feature = "redis")]
-    #[error(
-        "remote cache {server}: cannot {action}: {source} (check that the server is up and \
-         reachable and the URL's credentials; raise KILN_REMOTE_TIMEOUT_MS if it is slow)"
-    )]
-    RemoteUnavailable {
-        /// The server's URL, password removed.
-        server: String,
-        /// What was being done, e.g. "connect" or "GET kiln:v1:..".
-        action: String,
-        /// What the client reported.
-        source: Box<redis::RedisError>,
-    },
-    /// A value fetched from the remote cache is not a valid kiln image (bad
-    /// header, checksum or structure). It was not used; the entry is
-    /// compiled and the value overwritten.
-    #[cfg(feature = "redis")]
-    #[error(
-        "remote cache value {redis_key} is not a valid kiln image and was rejected: {source} \
-         (it is recompiled and overwritten)"
-    )]
-    RemoteEntryCorrupt {
-        /// The Redis key of the value.
-        redis_key: String,
-        /// What verification found.
-        source: Box<kiln_image::ImageError>,
-    },
-    /// A value fetched from the remote cache is a valid image, but not of
-    /// exactly the entry requested. It was not used.
-    #[cfg(feature = "redis")]
-    #[error(
-        "remote cache value {redis_key} was rejected: it holds {found}, not exactly the \
-         requested entry (it is recompiled and overwritten)"
-    )]
-    RemoteEntryMismatch {
-        /// The Redis key of the value.
-        redis_key: String,
-        /// What the value holds instead, e.g. "2 entries" or "owner .. key ..".
-        found: String,
-    },
-
-    /// A value in the remote cache is larger than the tier accepts. It was
-    /// not used.
-    #[cfg(feature = "redis")]
-    #[error(
-        "remote cache value {redis_key} is larger than {limit} bytes and was rejected (raise \
-         RemoteConfig::max_entry_bytes if entries are really this large)"
-    )]
-    RemoteEntryTooLarge {
-        /// The Redis key of the value.
-        redis_key: String,
-        /// The limit, [`RemoteConfig::max_entry_bytes`](crate::remote::RemoteConfig::max_entry_bytes).
-        limit: usize,
+    // ----- extra tiers (cache/tier.rs) -----
+    /// An extra tier (one added with `Cache::add_tier`, such as a remote
+    /// tier) failed to load or store an entry, for a reason of its own. The
+    /// cache logs it and goes on: a failed load is a miss, a failed store is
+    /// ignored.
+    #[error("cache tier {tier}: {source}")]
+    Tier {
+        /// The tier's name ([`Tier::name`](crate::Tier::name)).
+        tier: String,
+        /// The tier's own error.
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
 
     // ----- init and build-script helpers (global.rs, registry.rs, build.rs) -----

@@ -6,13 +6,14 @@
 //! `ctor` feature it runs before `main`, so the first kernel request pays
 //! nothing.
 
+use std::ffi::OsString;
 use std::fmt;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use crate::disk::{DiskConfig, DiskTier};
 use crate::env::Switches;
-use crate::registry::{self, EmbeddedImage, ImageSource};
+use crate::registry::{self, EmbeddedImage, ImageSource, TierSetup};
 use crate::{Cache, CacheConfig, Error, MergeReport, Tier};
 
 /// The process-wide cache, with every registered image merged.
@@ -42,18 +43,24 @@ pub fn global() -> &'static Cache {
 /// says why, and the others keep loading. Calling it again returns the same
 /// report; images are merged once.
 ///
-/// The init also adds the **disk tier** ([`DiskTier`]), consulted by
-/// [`Cache::get_or_compile`] after memory and images and before compiling,
-/// and given every new compile, so that code compiled at run time persists
-/// across runs. `KILN_CACHE=0` leaves it out; `KILN_CACHE_DIR` and
-/// `KILN_CACHE_MAX_BYTES` place and cap it (see
-/// [`disk::config`](crate::disk::config)); `KILN_ALWAYS_COMPILE=1` skips it
-/// on lookups like every other tier (fresh compiles are still stored).
+/// The init also adds the extra tiers of [`add_tiers`]: the **disk tier**
+/// ([`DiskTier`]), consulted by [`Cache::get_or_compile`] after memory and
+/// images and before compiling, and given every new compile, so that code
+/// compiled at run time persists across runs; then the tier of every
+/// registered [`TierFactory`](crate::TierFactory) (the remote tier of
+/// `kiln-redis`, when `KILN_REMOTE_CACHE` is set). `KILN_CACHE=0` leaves the
+/// disk tier out; `KILN_CACHE_DIR` and `KILN_CACHE_MAX_BYTES` place and cap
+/// it (see [`disk::config`](crate::disk::config)); `KILN_ALWAYS_COMPILE=1`
+/// skips every tier on lookups (fresh compiles are still stored).
 /// The init does no disk I/O for it: the directory is opened on the first
 /// miss in memory and images. A directory that cannot be created gives one
 /// warning and the process compiles without it; a read-only or full one
 /// still serves what it holds, and the first failed write gives one warning
 /// and ends writing for the process.
+///
+/// The init reports through `tracing`. In a program that installed no
+/// `tracing` subscriber, `KILN_LOG` makes it print its report on stderr
+/// itself (see [`env`](crate::env)).
 ///
 /// ```
 /// let report = kiln_core::init();
@@ -90,8 +97,8 @@ struct Global {
     cache: Cache,
     report: InitReport,
     switches: Switches,
-    /// The `KILN_LOG` subscriber, if set.
-    log: Option<tracing::Dispatch>,
+    /// What `KILN_LOG` asks kiln to print itself (no subscriber installed).
+    log: Option<stderr_report::Detail>,
     /// The newest registration merged (null: none yet).
     newest: AtomicPtr<EmbeddedImage>,
     /// Serializes merges of late registrations.
@@ -109,18 +116,18 @@ fn state() -> &'static Global {
 impl Global {
     fn start(setup: Option<impl FnOnce(&Cache)>) -> Global {
         let switches = Switches::from_env();
-        let log = stderr_log::dispatch(switches.log.as_deref());
+        let log = stderr_report::detail(switches.log.as_deref());
         let cache = new_cache(&switches);
-        let disk = add_disk_tier(&cache, DiskConfig::from_env(), log.as_ref());
-        #[cfg(feature = "redis")]
-        add_remote_tier(&cache, disk, log.as_ref());
-        #[cfg(not(feature = "redis"))]
-        drop(disk);
+        let tiers = add_tiers(&cache, |name| std::env::var_os(name));
         if let Some(setup) = setup {
             setup(&cache);
         }
         let (newest, embedded) = registry::registered_since(std::ptr::null());
-        let report = stderr_log::with(log.as_ref(), || load_images(&cache, &switches, &embedded));
+        let mut report = load_images(&cache, &switches, &embedded);
+        report.tiers = tiers;
+        if let Some(detail) = log {
+            stderr_report::init(detail, &report);
+        }
         Global {
             cache,
             report,
@@ -142,11 +149,13 @@ impl Global {
         let seen = self.newest.load(Ordering::Acquire).cast_const();
         let (newest, late) = registry::registered_since(seen);
         if !self.switches.disable {
-            stderr_log::with(self.log.as_ref(), || {
-                for image in late {
-                    self.report.images.push(merge_embedded(&self.cache, image));
+            for image in late {
+                let report = merge_embedded(&self.cache, image);
+                if let Some(detail) = self.log {
+                    stderr_report::image(detail, &report);
                 }
-            });
+                self.report.images.push(report);
+            }
         }
         self.newest.store(newest.cast_mut(), Ordering::Release);
     }
@@ -157,34 +166,48 @@ fn new_cache(switches: &Switches) -> Cache {
     Cache::with_config(CacheConfig::default().always_compile(switches.always_compile))
 }
 
-/// Adds the disk tier of `config` (read from `KILN_CACHE*`) to `cache`,
-/// unless it is turned off, and returns it (the remote tier writes its hits
-/// through to it). No I/O: the directory is opened on the tier's first use
-/// ([`DiskTier`]); its events go through `log` (`KILN_LOG`).
-fn add_disk_tier(
-    cache: &Cache,
-    config: Result<Option<DiskConfig>, Error>,
-    log: Option<&tracing::Dispatch>,
-) -> Option<Arc<dyn Tier>> {
-    let disk = stderr_log::with(log, || DiskTier::from_config(config))?;
-    let disk: Arc<dyn Tier> = Arc::new(stderr_log::Logged::new(disk, log.cloned()));
-    cache.add_tier(Box::new(Arc::clone(&disk)));
-    Some(disk)
-}
-
-/// Adds the remote tier of `KILN_REMOTE_CACHE` to `cache`, after the disk
-/// tier, writing its hits through to `disk`. No I/O: the tier connects on
-/// its first use.
-#[cfg(feature = "redis")]
-fn add_remote_tier(cache: &Cache, disk: Option<Arc<dyn Tier>>, log: Option<&tracing::Dispatch>) {
-    let Some(remote) = stderr_log::with(log, crate::remote::RemoteTier::from_env) else {
-        return;
-    };
-    let remote = match disk {
-        Some(disk) => remote.write_through(disk),
-        None => remote,
-    };
-    cache.add_tier(Box::new(stderr_log::Logged::new(remote, log.cloned())));
+/// Adds to `cache` the extra tiers that [`global()`] has, configured through
+/// `lookup` (a variable name to its value; the process environment for the
+/// global cache), and returns their names in the order added:
+///
+/// 1. the disk tier ([`DiskTier`]), unless `KILN_CACHE=0`, placed and capped
+///    by `KILN_CACHE_DIR` and `KILN_CACHE_MAX_BYTES`
+///    ([`DiskConfig::from_lookup`]); an unusable setting gives one warning
+///    and no disk tier;
+/// 2. the tier of every [`TierFactory`](crate::TierFactory) linked into the
+///    program that its variables turn on (in the order of their names),
+///    each given the disk tier to write its hits through to.
+///
+/// No I/O: each tier opens its directory or connection on first use. A
+/// program with a cache of its own, or a benchmark, gets the global cache's
+/// wiring with it:
+///
+/// ```
+/// use std::ffi::OsString;
+///
+/// let dir = std::env::temp_dir().join("kiln-doc-add-tiers");
+/// let cache = kiln_core::Cache::new();
+/// let tiers = kiln_core::add_tiers(&cache, |name| {
+///     (name == "KILN_CACHE_DIR").then(|| OsString::from(&dir))
+/// });
+/// assert_eq!(tiers, ["disk"]); // and no I/O yet
+/// ```
+pub fn add_tiers(cache: &Cache, lookup: impl Fn(&str) -> Option<OsString>) -> Vec<String> {
+    let mut names = Vec::new();
+    let disk = DiskTier::from_config(DiskConfig::from_lookup(&lookup)).map(|disk| {
+        let disk: Arc<dyn Tier> = Arc::new(disk);
+        names.push(disk.name().to_owned());
+        cache.add_tier(Box::new(Arc::clone(&disk)));
+        disk
+    });
+    let setup = TierSetup::new(&lookup, disk);
+    for factory in registry::tier_factories() {
+        if let Some(tier) = factory.build(&setup) {
+            names.push(tier.name().to_owned());
+            cache.add_tier(tier);
+        }
+    }
+    names
 }
 
 /// Merges `embedded` and the files of `switches.image_path` into `cache`, as
@@ -198,6 +221,7 @@ pub fn load_images(
 ) -> InitReport {
     let report = InitReport {
         disabled: switches.disable,
+        tiers: Vec::new(),
         images: boxcar::Vec::new(),
     };
     if switches.disable {
@@ -285,12 +309,21 @@ fn merge(
 pub struct InitReport {
     /// `KILN_DISABLE` was set: nothing was merged.
     pub disabled: bool,
+    /// The extra tiers the init added, in lookup order (see [`add_tiers`];
+    /// empty for [`load_images`]).
+    tiers: Vec<String>,
     /// One report per image, in merge order (append-only: images registered
     /// after the init are added when merged).
     images: boxcar::Vec<ImageReport>,
 }
 
 impl InitReport {
+    /// The names of the extra tiers the global cache asks after memory and
+    /// images, in that order (e.g. `disk`, `remote`).
+    pub fn tiers(&self) -> &[String] {
+        &self.tiers
+    }
+
     /// One report per image, in merge order.
     pub fn images(&self) -> impl Iterator<Item = &ImageReport> {
         self.images.iter().map(|(_, image)| image)
@@ -365,75 +398,101 @@ pub enum ImageOutcome {
     Skipped(Error),
 }
 
-/// `KILN_LOG`: the init's and the disk tier's `tracing` events on stderr.
-mod stderr_log {
-    use std::io::IsTerminal;
+/// `KILN_LOG` in a program without a `tracing` subscriber: the init's
+/// report on stderr, printed by kiln itself. A library does not install a
+/// subscriber (where logs go is the program's choice), so with one installed
+/// kiln prints nothing itself and its `tracing` events go to it.
+mod stderr_report {
+    use super::{ImageOutcome, ImageReport, InitReport};
 
-    use kiln_image::EntryData;
-    use tracing::Dispatch;
-    use tracing_subscriber::EnvFilter;
+    /// How much of the report `KILN_LOG` asks for.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(super) enum Detail {
+        /// `warn` or `error`: images skipped, entries stale or rejected.
+        Problems,
+        /// Any other filter (`info`, `debug`, `kiln_core=debug`...): every
+        /// image and every tier as well.
+        Everything,
+    }
 
-    use crate::{Error, Key, Owner, Tier};
+    /// What `log` (the value of `KILN_LOG`) asks kiln to print itself:
+    /// `None` when it is unset or `off`, or when the program installed a
+    /// `tracing` subscriber (which then gets the events).
+    pub(super) fn detail(log: Option<&str>) -> Option<Detail> {
+        let log = log?;
+        let subscribed = tracing::dispatcher::get_default(|dispatch| {
+            !dispatch.is::<tracing::subscriber::NoSubscriber>()
+        });
+        if subscribed {
+            return None;
+        }
+        filter_detail(log)
+    }
 
-    /// A subscriber printing to stderr through `filter` (a `tracing` filter
-    /// such as `info` or `kiln_core=debug`); `None` when `filter` is `None`
-    /// (the program's own subscriber decides). An invalid filter falls back
-    /// to `info`, with a warning.
-    pub(super) fn dispatch(filter: Option<&str>) -> Option<Dispatch> {
-        let filter = filter?;
-        let (env_filter, invalid) = match EnvFilter::try_new(filter) {
-            Ok(env_filter) => (env_filter, None),
-            Err(err) => (EnvFilter::new("info"), Some(err)),
-        };
-        let dispatch = Dispatch::new(
-            tracing_subscriber::fmt()
-                .with_env_filter(env_filter)
-                .with_writer(std::io::stderr)
-                .with_ansi(std::io::stderr().is_terminal())
-                .finish(),
-        );
-        if let Some(err) = invalid {
-            tracing::dispatcher::with_default(&dispatch, || {
-                tracing::warn!("KILN_LOG={filter:?} is not a tracing filter ({err}); using `info`");
+    /// The detail of a `KILN_LOG` filter; `None` for `off`.
+    pub(super) fn filter_detail(log: &str) -> Option<Detail> {
+        match log.trim().to_ascii_lowercase().as_str() {
+            "off" => None,
+            "warn" | "error" => Some(Detail::Problems),
+            _ => Some(Detail::Everything),
+        }
+    }
+
+    /// The lines of the init's report that `detail` asks for.
+    pub(super) fn init_lines(detail: Detail, report: &InitReport) -> Vec<String> {
+        let mut lines = Vec::new();
+        if detail == Detail::Everything {
+            lines.push(match report.tiers() {
+                [] => "kiln: no extra cache tier".to_owned(),
+                tiers => format!("kiln: cache tiers after memory and images: {}", tiers.join(", ")),
             });
+            if report.disabled {
+                lines.push("kiln: KILN_DISABLE is set: no image merged".to_owned());
+            }
         }
-        Some(dispatch)
+        for image in report.images() {
+            lines.extend(image_lines(detail, image));
+        }
+        lines
     }
 
-    /// Runs `f` with `dispatch` as the current thread's subscriber (or as
-    /// the program's own subscriber decides when `None`). The program's own
-    /// global subscriber stays as it set it.
-    pub(super) fn with<T>(dispatch: Option<&Dispatch>, f: impl FnOnce() -> T) -> T {
-        match dispatch {
-            Some(dispatch) => tracing::dispatcher::with_default(dispatch, f),
-            None => f(),
+    /// The lines about one image that `detail` asks for.
+    pub(super) fn image_lines(detail: Detail, image: &ImageReport) -> Vec<String> {
+        let source = &image.source;
+        match &image.outcome {
+            ImageOutcome::Skipped(err) => vec![format!("kiln: skipped image {source}: {err}")],
+            ImageOutcome::Merged { entries, merge } => {
+                let mut lines = Vec::new();
+                if detail == Detail::Everything {
+                    lines.push(format!("kiln: merged image {source}: {entries} entries: {merge}"));
+                }
+                if merge.stale > 0 {
+                    lines.push(format!(
+                        "kiln: image {source}: {} entries skipped as stale: a definition they \
+                         depend on has another fingerprint in this process; they compile again \
+                         when asked for",
+                        merge.stale
+                    ));
+                }
+                for rejection in &merge.rejected {
+                    lines.push(format!("kiln: image {source} rejected: {}", rejection.reason));
+                }
+                lines
+            }
         }
     }
 
-    /// A tier whose events (the disk tier's one warning, say) go through
-    /// the `KILN_LOG` subscriber, like the init's.
-    pub(super) struct Logged<T> {
-        tier: T,
-        dispatch: Option<Dispatch>,
-    }
-
-    impl<T> Logged<T> {
-        pub(super) fn new(tier: T, dispatch: Option<Dispatch>) -> Logged<T> {
-            Logged { tier, dispatch }
+    /// Prints the init's report on stderr.
+    pub(super) fn init(detail: Detail, report: &InitReport) {
+        for line in init_lines(detail, report) {
+            eprintln!("{line}");
         }
     }
 
-    impl<T: Tier> Tier for Logged<T> {
-        fn name(&self) -> &str {
-            self.tier.name()
-        }
-
-        fn load(&self, owner: &Owner, key: &Key) -> Result<Option<EntryData>, Error> {
-            with(self.dispatch.as_ref(), || self.tier.load(owner, key))
-        }
-
-        fn store(&self, owner: &Owner, entry: &EntryData) -> Result<(), Error> {
-            with(self.dispatch.as_ref(), || self.tier.store(owner, entry))
+    /// Prints the report of an image merged after the init on stderr.
+    pub(super) fn image(detail: Detail, report: &ImageReport) {
+        for line in image_lines(detail, report) {
+            eprintln!("{line}");
         }
     }
 }
@@ -662,7 +721,7 @@ mod tests {
                 .map(|(_, value)| value.as_os_str().to_owned())
         };
         let cache = new_cache(&Switches::default());
-        add_disk_tier(&cache, DiskConfig::from_lookup(lookup), None);
+        add_tiers(&cache, lookup);
         cache
     }
 
@@ -700,6 +759,98 @@ mod tests {
         // KILN_CACHE=0: no disk tier, so it compiles again.
         let off = cache_with_disk(&[("KILN_CACHE_DIR", &dir), ("KILN_CACHE", Path::new("0"))]);
         assert_eq!(get_or_compile(&off, "x"), (Source::Memory, true));
+    }
+
+    /// A tier that serves nothing, offered by the factory below when
+    /// `KILN_TEST_FACTORY_TIER` is set: the way kiln-redis adds its tier.
+    struct Offered {
+        local: Option<String>,
+    }
+
+    impl Tier for Offered {
+        fn name(&self) -> &str {
+            self.local.as_deref().unwrap_or("offered without a local tier")
+        }
+        fn load_entry(
+            &self,
+            _: &Owner,
+            _: &Key,
+        ) -> Result<Option<crate::TierEntry>, Error> {
+            Ok(None)
+        }
+        fn store(&self, _: &Owner, _: &kiln_image::EntryData) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    fn offered(setup: &TierSetup<'_>) -> Option<Box<dyn Tier>> {
+        setup.var("KILN_TEST_FACTORY_TIER")?;
+        let local = setup.local().map(|local| format!("offered, writing through to {}", local.name()));
+        Some(Box::new(Offered { local }))
+    }
+
+    inventory::submit! { crate::TierFactory::new("offered", offered) }
+
+    #[test]
+    fn registered_tiers_come_after_the_disk_tier_when_their_variables_say_so() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("kiln");
+        let on = Path::new("1");
+        let tiers = |vars: &[(&str, &Path)]| {
+            let lookup = |name: &str| {
+                vars.iter()
+                    .find(|(var, _)| *var == name)
+                    .map(|(_, value)| value.as_os_str().to_owned())
+            };
+            add_tiers(&Cache::new(), lookup)
+        };
+        assert_eq!(tiers(&[("KILN_CACHE_DIR", &dir)]), ["disk"]);
+        assert_eq!(
+            tiers(&[("KILN_CACHE_DIR", &dir), ("KILN_TEST_FACTORY_TIER", on)]),
+            ["disk", "offered, writing through to disk"]
+        );
+        assert_eq!(
+            tiers(&[
+                ("KILN_CACHE", Path::new("0")),
+                ("KILN_TEST_FACTORY_TIER", on)
+            ]),
+            ["offered without a local tier"]
+        );
+        assert!(!dir.exists(), "adding tiers touched the disk");
+    }
+
+    #[test]
+    fn kiln_log_without_a_subscriber_prints_problems_or_everything() {
+        use stderr_report::{Detail, filter_detail, init_lines};
+
+        assert_eq!(filter_detail("warn"), Some(Detail::Problems));
+        assert_eq!(filter_detail(" ERROR "), Some(Detail::Problems));
+        assert_eq!(filter_detail("info"), Some(Detail::Everything));
+        assert_eq!(filter_detail("kiln_core=debug"), Some(Detail::Everything));
+        assert_eq!(filter_detail("off"), None);
+
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "a.kimg", &image_bytes(&["x", "y"]));
+        write(dir.path(), "b.kimg", b"not an image");
+        let switches = Switches {
+            image_path: vec![dir.path().to_path_buf()],
+            ..Switches::default()
+        };
+        let cache = Cache::new();
+        cache.define("ops", Digest::of(b"v2"));
+        let mut report = load_images(&cache, &switches, &[]);
+        report.tiers = vec!["disk".to_owned()];
+
+        let problems = init_lines(Detail::Problems, &report);
+        assert_eq!(problems.len(), 2, "{problems:#?}");
+        assert!(problems[0].contains("a.kimg: 2 entries skipped as stale"), "{problems:#?}");
+        assert!(problems[1].starts_with("kiln: skipped image "), "{problems:#?}");
+        assert!(problems[1].contains("b.kimg"), "{problems:#?}");
+
+        let everything = init_lines(Detail::Everything, &report);
+        assert_eq!(everything[0], "kiln: cache tiers after memory and images: disk");
+        assert!(everything[1].contains("merged image ") && everything[1].contains("a.kimg"));
+        assert_eq!(everything[2..], problems[..]);
     }
 
     #[test]

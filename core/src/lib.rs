@@ -43,20 +43,21 @@
 //! - [`cache`]: the [`Cache`]: memory, image layers, extra tiers, single
 //!   flight, snapshot/delta, definitions and invalidation, stats.
 //! - [`error`]: the crate's one [`Error`] enum.
-//! - [`registry`]: where images come from (embedded, `KILN_IMAGE_PATH`).
-//! - `global`: the process-wide cache ([`global()`], [`init()`]).
+//! - [`registry`]: where images come from (embedded, `KILN_IMAGE_PATH`), and
+//!   the extra tiers other crates offer the global cache ([`TierFactory`]).
+//! - `global`: the process-wide cache ([`global()`], [`init()`], [`add_tiers`]).
 //! - [`env`](mod@env): the `KILN_*` switches.
 //! - [`build`]: build-script helpers (precompile into `OUT_DIR`).
 //! - [`disk`]: the on-disk cache tier.
-//! - `cuda` (feature `cuda`): the NVRTC backend and module loader.
-//! - `remote` (feature `redis`): the remote tier on Redis (`KILN_REMOTE_CACHE`).
+//!
+//! Backends and other tiers are crates of their own, clients of this API:
+//! `kiln-cuda` (the NVRTC backend) and `kiln-redis` (the remote tier, which
+//! [`global()`] adds through a [`TierFactory`] when that crate is linked).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 pub mod build;
 pub mod cache;
-#[cfg(feature = "cuda")]
-pub mod cuda;
 pub mod disk;
 pub mod env;
 pub mod error;
@@ -64,8 +65,6 @@ mod global;
 pub mod key;
 pub mod owner;
 pub mod registry;
-#[cfg(feature = "redis")]
-pub mod remote;
 #[cfg(test)]
 mod test_support;
 pub mod world;
@@ -75,10 +74,13 @@ pub use cache::{
     Snapshot, Source, Stats, Tier, TierEntry,
 };
 pub use error::Error;
-pub use global::{ImageOutcome, ImageReport, InitReport, global, init, init_with, load_images};
+pub use global::{
+    ImageOutcome, ImageReport, InitReport, add_tiers, global, init, init_with, load_images,
+};
 pub use key::{Key, KeyBuilder};
 pub use kiln_image::{Artifact, ArtifactKind, Dep, Digest};
 pub use owner::Owner;
+pub use registry::{TierFactory, TierSetup};
 pub use world::World;
 
 #[doc(hidden)]

@@ -1,6 +1,7 @@
 //! Where images come from: those embedded by `include_image!` and registered
 //! with [`inventory`], and `*.kimg` files in the directories of
-//! `KILN_IMAGE_PATH`.
+//! `KILN_IMAGE_PATH`; and the extra tiers that other crates offer the global
+//! cache ([`TierFactory`], also registered with [`inventory`]).
 //!
 //! Registration happens before `main` and does nothing but link a `&'static`
 //! [`EmbeddedImage`] into a list: no I/O, no allocation, nothing that can
@@ -12,11 +13,15 @@
 //! the case as soon as the program uses any of its items; a crate that is a
 //! dependency and nothing else may need `use that_crate as _;`.
 
+use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use kiln_image::header::HEADER_LEN;
 use kiln_image::{Image, ImageError, Verification};
+
+use crate::Tier;
 
 /// File name extension of image files searched in `KILN_IMAGE_PATH`.
 pub const IMAGE_EXTENSION: &str = "kimg";
@@ -283,6 +288,130 @@ fn image_files_in(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         }
     }
     Ok(found)
+}
+
+/// An extra tier that a crate offers to the global cache: a name, and a
+/// function that builds the tier from its configuration, or declines.
+///
+/// A crate registers one with [`inventory::submit!`]; the init of
+/// [`global()`](crate::global()) (and [`add_tiers`](crate::add_tiers)) adds
+/// the tier of every factory linked into the program after the disk tier, in
+/// the order of their names. This is how `kiln-redis` adds the remote tier
+/// when `KILN_REMOTE_CACHE` is set, without kiln-core knowing about Redis.
+///
+/// The function runs once, at init: it must do no I/O (connect on first use
+/// instead), never panic, and return `None` when its variables leave the
+/// tier off, or (after one `tracing` warning) when they are unusable.
+///
+/// ```
+/// use kiln_core::{Key, Owner, Tier, TierEntry, TierFactory, TierSetup};
+/// use kiln_image::EntryData;
+///
+/// /// A tier that only counts what it is asked.
+/// struct Counting;
+///
+/// impl Tier for Counting {
+///     fn name(&self) -> &str {
+///         "counting"
+///     }
+///     fn load_entry(&self, _: &Owner, _: &Key) -> Result<Option<TierEntry>, kiln_core::Error> {
+///         Ok(None)
+///     }
+///     fn store(&self, _: &Owner, _: &EntryData) -> Result<(), kiln_core::Error> {
+///         Ok(())
+///     }
+/// }
+///
+/// fn counting(setup: &TierSetup<'_>) -> Option<Box<dyn Tier>> {
+///     setup.var("MY_COUNTING_TIER")?; // off unless set
+///     Some(Box::new(Counting))
+/// }
+///
+/// inventory::submit! { TierFactory::new("counting", counting) }
+///
+/// let names: Vec<&str> = kiln_core::registry::tier_factories().iter().map(|f| f.name()).collect();
+/// assert!(names.contains(&"counting"));
+/// ```
+pub struct TierFactory {
+    name: &'static str,
+    build: fn(&TierSetup<'_>) -> Option<Box<dyn Tier>>,
+}
+
+inventory::collect!(TierFactory);
+
+impl TierFactory {
+    /// A factory named `name` (for reports and logs, e.g. `remote`) that
+    /// builds its tier with `build`.
+    pub const fn new(
+        name: &'static str,
+        build: fn(&TierSetup<'_>) -> Option<Box<dyn Tier>>,
+    ) -> TierFactory {
+        TierFactory { name, build }
+    }
+
+    /// The factory's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The tier `setup` configures, or `None` when it is off.
+    pub fn build(&self, setup: &TierSetup<'_>) -> Option<Box<dyn Tier>> {
+        (self.build)(setup)
+    }
+}
+
+impl fmt::Debug for TierFactory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TierFactory")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a [`TierFactory`] is given: the variables to read its configuration
+/// from, and the local tier to write its hits through to.
+pub struct TierSetup<'a> {
+    lookup: &'a dyn Fn(&str) -> Option<OsString>,
+    local: Option<Arc<dyn Tier>>,
+}
+
+impl<'a> TierSetup<'a> {
+    /// A setup reading variables through `lookup` (a name to its value;
+    /// `std::env::var_os` for the global cache), with `local` as the local
+    /// tier (the disk tier, unless it is off).
+    pub fn new(
+        lookup: &'a dyn Fn(&str) -> Option<OsString>,
+        local: Option<Arc<dyn Tier>>,
+    ) -> TierSetup<'a> {
+        TierSetup { lookup, local }
+    }
+
+    /// The value of the variable `name`, if set.
+    pub fn var(&self, name: &str) -> Option<OsString> {
+        (self.lookup)(name)
+    }
+
+    /// The local tier (the disk tier), shared with the cache, for a tier that
+    /// writes its hits through to it; `None` when the disk tier is off.
+    pub fn local(&self) -> Option<Arc<dyn Tier>> {
+        self.local.clone()
+    }
+}
+
+impl fmt::Debug for TierSetup<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TierSetup")
+            .field("local", &self.local.as_ref().map(|local| local.name()))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Every [`TierFactory`] linked into this program, sorted by name (the order
+/// in which the init adds their tiers).
+pub fn tier_factories() -> Vec<&'static TierFactory> {
+    let mut factories: Vec<&'static TierFactory> = inventory::iter::<TierFactory>().collect();
+    factories.sort_by_key(|factory| factory.name);
+    factories
 }
 
 #[cfg(test)]

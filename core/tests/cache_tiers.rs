@@ -21,14 +21,15 @@ impl Tier for MapTier {
         "map"
     }
 
-    fn load(&self, owner: &Owner, key: &Key) -> Result<Option<EntryData>, Error> {
+    fn load_entry(&self, owner: &Owner, key: &Key) -> Result<Option<TierEntry>, Error> {
         *self.loads.lock().unwrap() += 1;
         Ok(self
             .entries
             .lock()
             .unwrap()
             .get(&(owner.digest(), *key.digest()))
-            .cloned())
+            .cloned()
+            .map(TierEntry::Owned))
     }
 
     fn store(&self, owner: &Owner, entry: &EntryData) -> Result<(), Error> {
@@ -48,7 +49,7 @@ impl Tier for BrokenTier {
         "broken"
     }
 
-    fn load(&self, _: &Owner, key: &Key) -> Result<Option<EntryData>, Error> {
+    fn load_entry(&self, _: &Owner, key: &Key) -> Result<Option<TierEntry>, Error> {
         Err(Error::KeyInput {
             label: key.to_hex(),
             path: "/nonexistent".into(),
@@ -72,8 +73,8 @@ fn cache_with(tier: &'static MapTier, config: CacheConfig) -> Cache {
         fn name(&self) -> &str {
             self.0.name()
         }
-        fn load(&self, o: &Owner, k: &Key) -> Result<Option<EntryData>, Error> {
-            self.0.load(o, k)
+        fn load_entry(&self, o: &Owner, k: &Key) -> Result<Option<TierEntry>, Error> {
+            self.0.load_entry(o, k)
         }
         fn store(&self, o: &Owner, e: &EntryData) -> Result<(), Error> {
             self.0.store(o, e)
@@ -182,13 +183,6 @@ struct ImageTier {
 impl Tier for ImageTier {
     fn name(&self) -> &str {
         "image"
-    }
-
-    fn load(&self, owner: &Owner, key: &Key) -> Result<Option<EntryData>, Error> {
-        Ok(match self.load_entry(owner, key)? {
-            Some(TierEntry::Image { image, index }) => Some(image.entry(index)?.to_data()?),
-            _ => None,
-        })
     }
 
     fn load_entry(&self, owner: &Owner, key: &Key) -> Result<Option<TierEntry>, Error> {

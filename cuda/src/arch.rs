@@ -1,6 +1,6 @@
 //! GPU architectures: `sm_XX`, `sm_XXa` (arch-specific) and `sm_XXf` (family).
 //!
-//! The arch is part of the [`Owner`](crate::Owner): a CUBIN built for `sm_90a` is not
+//! The arch is part of the [`Owner`](kiln_core::Owner): a CUBIN built for `sm_90a` is not
 //! the same artifact as one built for `sm_90`, so the suffix is never dropped.
 
 use std::fmt;
@@ -22,12 +22,12 @@ pub enum ArchSuffix {
 /// An exact GPU architecture such as `sm_90a`, the target of one CUBIN.
 ///
 /// ```
-/// use kiln_core::cuda::Arch;
+/// use kiln_cuda::Arch;
 /// let arch: Arch = "sm_90a".parse()?;
 /// assert_eq!((arch.major(), arch.minor()), (9, 0));
 /// assert_eq!(arch.to_string(), "sm_90a");
 /// assert_eq!(arch.virtual_name(), "compute_90a");
-/// # Ok::<(), kiln_core::cuda::Error>(())
+/// # Ok::<(), kiln_cuda::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Arch {

@@ -2,7 +2,7 @@
 //! entry (CUBIN for the exact arch plus PTX as the fallback) out, under the request's
 //! [`Owner`] and [`Key`].
 
-use crate::{Artifact, ArtifactKind, Cache, Compiled, Hit, Key, Owner};
+use kiln_core::{Artifact, ArtifactKind, Cache, Compiled, Hit, Key, Owner};
 
 use super::identity::{NvrtcIdentity, intern};
 use super::memo::MemoDir;
@@ -52,7 +52,7 @@ impl CompiledKernel {
 ///
 /// ```no_run
 /// use kiln_core::Cache;
-/// use kiln_core::cuda::{Arch, Compiler, KernelRequest};
+/// use kiln_cuda::{Arch, Compiler, KernelRequest};
 ///
 /// let compiler = Compiler::new()?; // finds NVRTC (KILN_NVRTC, toolkit, loader path, wheel)
 /// let cache = Cache::new();
@@ -182,9 +182,9 @@ impl Compiler {
     ) -> Result<Hit<'c>, crate::Error> {
         let owner = self.owner(request)?;
         let key: Key = request.key()?;
-        cache.get_or_compile(&owner, &key, || {
+        Ok(cache.get_or_compile(&owner, &key, || {
             self.compile(request)
                 .map(|kernel| kernel.into_compiled(request.name()))
-        })
+        })?)
     }
 }

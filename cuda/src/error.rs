@@ -1,4 +1,4 @@
-//! The CUDA backend's error type.
+//! The CUDA backend's error type: one enum for all of kiln-cuda.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -235,6 +235,11 @@ pub enum Error {
         /// The request's arch.
         arch: String,
     },
+    /// Building a request's key or owner, or the cache's lookup or compile,
+    /// failed; [`kiln_core::Error`] says which (a failed compile is
+    /// [`kiln_core::Error::Compile`], whose source is this crate's error).
+    #[error(transparent)]
+    Cache(#[from] kiln_core::Error),
     /// A function name is not an entry point of the loaded artifact.
     #[error("{function:?} is not an entry point of {name}; entry points: {entry_points:?}")]
     NoSuchEntryPoint {

@@ -1,6 +1,6 @@
 //! Which NVRTC a process's owners name, learnt without loading NVRTC when possible.
 //!
-//! Every CUDA [`Owner`](crate::Owner) holds NVRTC's exact release (`13.0.88`): a patch
+//! Every CUDA [`Owner`](kiln_core::Owner) holds NVRTC's exact release (`13.0.88`): a patch
 //! release can change code generation. Reading it costs a process, before its first
 //! lookup, 20–50 ms (release build) to 90–180 ms (debug build): opening the 100 MB
 //! library (most of the cost: `dlopen` alone takes 10–40 ms), then compiling an empty
@@ -77,12 +77,12 @@ pub enum IdentityOrigin {
 /// The NVRTC that owners name: its exact version, and where the library is.
 ///
 /// ```no_run
-/// use kiln_core::cuda::{IdentityOrigin, NvrtcIdentity};
+/// use kiln_cuda::{IdentityOrigin, NvrtcIdentity};
 /// let identity = NvrtcIdentity::get()?;
 /// // From the second process on, the library is not even loaded:
 /// assert_eq!(identity.origin(), IdentityOrigin::Memo);
 /// println!("owners name nvrtc {}", identity.version());
-/// # Ok::<(), kiln_core::cuda::Error>(())
+/// # Ok::<(), kiln_cuda::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NvrtcIdentity {

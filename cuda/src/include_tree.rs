@@ -25,7 +25,7 @@ use rustix::fs::{AtFlags, OFlags, StatxFlags};
 
 use super::Error;
 use super::memo::{FileStamp, MemoDir, StampSet};
-use crate::Digest;
+use kiln_core::Digest;
 
 /// The memo kind of include-tree digests.
 pub(crate) const INCLUDE_MEMO: &str = "include";

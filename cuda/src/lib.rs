@@ -1,6 +1,8 @@
-//! The CUDA backend (feature `cuda`): NVRTC compiles CUDA C++ to a CUBIN for an
-//! exact `sm_XX[a|f]` and to PTX; the cache keeps both in one entry; the loader
-//! turns them into modules and functions on a GPU.
+//! kiln-cuda: Kiln's CUDA backend (`kiln::cuda` with the feature `cuda`). NVRTC
+//! compiles CUDA C++ to a CUBIN for an exact `sm_XX[a|f]` and to PTX; the cache
+//! keeps both in one entry; the loader turns them into modules and functions on a
+//! GPU. It uses the public API of `kiln-core` only: a backend is a client of the
+//! cache.
 //!
 //! - [`locate`]: finding NVRTC and the CCCL headers (`KILN_NVRTC`, the toolkit, the
 //!   loader path, the Python wheels), with a typed error listing every place tried.
@@ -9,35 +11,42 @@
 //!   at build time, for processes without NVRTC.
 //! - [`Nvrtc`]: loading NVRTC (on the first compile) so that cudarc binds exactly the
 //!   located library, its exact version, and the compile itself.
-//! - [`Arch`] and [`CanonicalOptions`]: the parts of the [`Owner`](crate::Owner)
+//! - [`Arch`] and [`CanonicalOptions`]: the parts of the [`Owner`](kiln_core::Owner)
 //!   besides the version.
 //! - [`KernelRequest`]: source, headers (by content or fingerprinted include
 //!   directories), name expressions and specialization parameters; its
-//!   [`Key`](crate::Key).
+//!   [`Key`](kiln_core::Key).
 //! - [`Compiler`]: request → [`CompiledKernel`] → cache entry
 //!   ([`Compiler::compile_cached`]).
 //! - [`loader`]: cached artifacts → loaded modules and functions, once per context.
-//! - [`kernels`]: a realistic kernel set (axpy, CUB block reduce and scan) with CPU
-//!   references.
+//! - [`Error`]: the crate's one error enum.
 //!
-//! Compiling needs no GPU, only NVRTC; loading needs a GPU and its driver.
+//! Compiling needs no GPU, only NVRTC; loading needs a GPU and its driver. The
+//! loader hands out cudarc's types ([`CudaContext`], [`CudaModule`],
+//! [`CudaFunction`]); to launch, depend on `cudarc` 0.19 as well, the version
+//! this crate is built with, so that they are the types of your `cudarc`.
 //!
 //! ```no_run
-//! use kiln_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
+//! use cudarc::driver::{LaunchConfig, PushKernelArg};
 //! use kiln_core::Cache;
-//! use kiln_core::cuda::kernels::{Dtype, KernelSpec};
-//! use kiln_core::cuda::loader::{self, ModuleCache};
-//! use kiln_core::cuda::Compiler;
+//! use kiln_cuda::loader::{self, ModuleCache};
+//! use kiln_cuda::{Compiler, KernelRequest};
+//!
+//! const AXPY: &str = "template <typename T>
+//! __global__ void kiln_axpy(int n, T a, const T* x, T* y) {
+//!     int i = blockIdx.x * blockDim.x + threadIdx.x;
+//!     if (i < n) y[i] = a * x[i] + y[i];
+//! }";
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let ctx = loader::context(0)?;
-//! let spec = KernelSpec::Axpy { dtype: Dtype::F32 };
-//! let request = spec.request(loader::device_arch(&ctx)?)?;
+//! let request = KernelRequest::new("axpy_f32", AXPY, loader::device_arch(&ctx)?)
+//!     .name_expression("kiln_axpy<float>");
 //!
 //! let cache = Cache::new(); // or kiln_core::global(), with its merged images
 //! let hit = Compiler::new()?.compile_cached(&cache, &request)?; // NVRTC only on a miss
 //! let module = ModuleCache::global().load(&ctx, &request, &hit)?; // once per context
-//! let axpy = module.function(&spec.name_expression())?;
+//! let axpy = module.function("kiln_axpy<float>")?;
 //!
 //! let stream = ctx.default_stream();
 //! let n = 1000;
@@ -46,26 +55,21 @@
 //! let (a, n_arg) = (3.0f32, n as i32);
 //! let mut launch = stream.launch_builder(&axpy);
 //! launch.arg(&n_arg).arg(&a).arg(&x).arg(&mut y);
-//! let geometry = spec.launch(n);
 //! // SAFETY: the arguments match `kiln_axpy<float>(int, float, const float*, float*)`
 //! // and both buffers hold `n` elements.
-//! unsafe {
-//!     launch.launch(LaunchConfig {
-//!         grid_dim: (geometry.grid, 1, 1),
-//!         block_dim: (geometry.block, 1, 1),
-//!         shared_mem_bytes: 0,
-//!     })
-//! }?;
+//! unsafe { launch.launch(LaunchConfig::for_num_elems(n as u32)) }?;
 //! assert_eq!(stream.clone_dtoh(&y)?, vec![5.0f32; n]);
 //! # Ok(()) }
 //! ```
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
 
 mod arch;
 mod compiler;
 mod error;
 mod identity;
 mod include_tree;
-pub mod kernels;
 pub mod loader;
 pub mod locate;
 mod memo;
@@ -73,9 +77,9 @@ mod nvrtc;
 mod options;
 mod request;
 
-/// The cudarc version Kiln loads modules with: launch through it so that the types
-/// match.
-pub use cudarc;
+/// The cudarc types of the loader's API. Launching takes more of cudarc (streams,
+/// launch builders): depend on `cudarc` 0.19, the version of these types.
+pub use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DriverError};
 
 pub use arch::{Arch, ArchSuffix};
 pub use compiler::{CompiledKernel, Compiler};

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DriverError};
 use cudarc::nvrtc::Ptx;
 
-use crate::{ArtifactKind, Digest, Hit, Key};
+use kiln_core::{ArtifactKind, Digest, Hit, Key};
 
 use super::{Arch, Error, KernelRequest};
 

@@ -35,7 +35,7 @@
 //! when the pages are written back), and file systems without `ctime`. The compile path checks
 //! NVRTC's identity once more (see [`super::identity`]).
 //!
-//! Memos live in `<KILN_CACHE_DIR>/cuda-memo/` (see [`crate::disk::DiskConfig`]); with
+//! Memos live in `<KILN_CACHE_DIR>/cuda-memo/` (see [`kiln_core::disk::DiskConfig`]); with
 //! the disk cache turned off (`KILN_CACHE=0`) nothing is memoized and every process
 //! does the full work. A memo that cannot be read, parsed or written is ignored:
 //! memos only ever save time.
@@ -47,7 +47,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::Digest;
+use kiln_core::Digest;
 
 /// The first line of every memo file; a new layout gets a new version.
 const HEADER: &str = "kiln-cuda-memo 1";
@@ -59,7 +59,7 @@ pub const DEFAULT_SETTLE: Duration = Duration::from_secs(2);
 /// Where identity memos are kept, if anywhere.
 ///
 /// ```
-/// use kiln_core::cuda::MemoDir;
+/// use kiln_cuda::MemoDir;
 /// let memo = MemoDir::at("/tmp/kiln-memo-example");
 /// assert_eq!(memo.dir(), Some(std::path::Path::new("/tmp/kiln-memo-example")));
 /// assert!(MemoDir::disabled().dir().is_none());
@@ -91,7 +91,7 @@ impl MemoDir {
     /// platform default); disabled when `KILN_CACHE` turns the disk cache off or no
     /// directory can be named.
     pub fn from_env() -> MemoDir {
-        match crate::disk::DiskConfig::from_env() {
+        match kiln_core::disk::DiskConfig::from_env() {
             Ok(Some(config)) => MemoDir::at(config.dir.join(SUBDIR)),
             _ => MemoDir::disabled(),
         }

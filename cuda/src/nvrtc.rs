@@ -61,11 +61,11 @@ impl std::str::FromStr for NvrtcVersion {
     /// recorded when images were built.
     ///
     /// ```
-    /// use kiln_core::cuda::NvrtcVersion;
+    /// use kiln_cuda::NvrtcVersion;
     /// let v: NvrtcVersion = "13.0.88".parse()?;
     /// assert_eq!((v.major, v.minor, v.release.as_str()), (13, 0, "13.0.88"));
     /// assert!("13".parse::<NvrtcVersion>().is_err());
-    /// # Ok::<(), kiln_core::cuda::Error>(())
+    /// # Ok::<(), kiln_cuda::Error>(())
     /// ```
     fn from_str(release: &str) -> Result<Self, Error> {
         let invalid = || Error::InvalidNvrtcVersion {

@@ -1,5 +1,5 @@
 //! Canonical NVRTC options: one spelling per option, so that two option lists that
-//! mean the same compile give the same [`Owner`](crate::Owner).
+//! mean the same compile give the same [`Owner`](kiln_core::Owner).
 //!
 //! Rules:
 //! - short spellings become long ones (`-use_fast_math` → `--use_fast_math`,
@@ -25,12 +25,12 @@ impl CanonicalOptions {
     /// Canonicalizes `options` (see the module documentation).
     ///
     /// ```
-    /// use kiln_core::cuda::CanonicalOptions;
+    /// use kiln_cuda::CanonicalOptions;
     /// let a = CanonicalOptions::new(["-use_fast_math", "-D", "N=4", "-std=c++17"])?;
     /// let b = CanonicalOptions::new(["--std=c++17", "--use_fast_math", "--define-macro=N=4"])?;
     /// assert_eq!(a, b);
     /// assert_eq!(a.as_slice(), ["--std=c++17", "--use_fast_math", "--define-macro=N=4"]);
-    /// # Ok::<(), kiln_core::cuda::Error>(())
+    /// # Ok::<(), kiln_cuda::Error>(())
     /// ```
     pub fn new<I>(options: I) -> Result<Self, Error>
     where

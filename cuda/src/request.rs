@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
-use crate::{Digest, Key, KeyBuilder, Owner};
+use kiln_core::{Digest, Key, KeyBuilder, Owner};
 
 use super::include_tree;
 use super::nvrtc::NvrtcVersion;
@@ -121,7 +121,7 @@ fn canonical(given: &Path) -> Result<PathBuf, Error> {
 /// target.
 ///
 /// ```
-/// use kiln_core::cuda::{Arch, KernelRequest};
+/// use kiln_cuda::{Arch, KernelRequest};
 /// let request = KernelRequest::new(
 ///     "scale",
 ///     "template <typename T> __global__ void scale(T* x, T a) { x[threadIdx.x] *= a; }",
@@ -131,7 +131,7 @@ fn canonical(given: &Path) -> Result<PathBuf, Error> {
 /// .param("T", "float")
 /// .options(["-use_fast_math"])?;
 /// assert_eq!(request.name_expressions(), ["scale<float>"]);
-/// # Ok::<(), kiln_core::cuda::Error>(())
+/// # Ok::<(), kiln_cuda::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelRequest {
@@ -287,12 +287,12 @@ impl KernelRequest {
 
     /// The owner for this request under NVRTC `version`.
     pub fn owner(&self, version: &NvrtcVersion) -> Result<Owner, crate::Error> {
-        Owner::new(
+        Ok(Owner::new(
             COMPILER_ID,
             version.release.as_str(),
             self.arch.to_string(),
             self.options.as_slice(),
-        )
+        )?)
     }
 
     /// The full NVRTC option list: canonical options, the arch, include paths.

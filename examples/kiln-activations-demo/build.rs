@@ -10,7 +10,7 @@ use kiln::cuda::{Arch, Compiler};
 /// Same variable and default as `kiln-kernels-demo`: one arch for the demo.
 const ARCH_VARIABLE: &str = "KILN_DEMO_ARCH";
 
-fn main() -> Result<(), kiln::Error> {
+fn main() -> Result<(), kiln::cuda::Error> {
     let arch_name = std::env::var(ARCH_VARIABLE).unwrap_or_else(|_| "sm_90".to_owned());
     println!("cargo:rustc-env=KILN_ACTIVATIONS_DEMO_ARCH={arch_name}");
     Precompile::new("kiln-activations-demo").run(|session| {
@@ -30,7 +30,7 @@ fn main() -> Result<(), kiln::Error> {
                 generate::fetch(&compiler, cache, &kernel, &kernel.request(arch)).map(|_| ())
             });
         }
-        Ok::<(), kiln::Error>(())
+        Ok::<(), kiln::cuda::Error>(())
     })?;
     Ok(())
 }

@@ -7,7 +7,7 @@ mod catalogue;
 use kiln::build::Precompile;
 use kiln::cuda::{Arch, Compiler};
 
-fn main() -> Result<(), kiln::Error> {
+fn main() -> Result<(), kiln::cuda::Error> {
     let arch_name = std::env::var(catalogue::ARCH_VARIABLE)
         .unwrap_or_else(|_| catalogue::DEFAULT_ARCH.to_owned());
     // The library reads back which arch its image holds.
@@ -26,14 +26,14 @@ fn main() -> Result<(), kiln::Error> {
         if nvrtc.is_absolute() {
             session.uses_source(nvrtc);
         }
-        session.uses_source(kiln::cuda::kernels::cccl_include_dir()?.path());
+        session.uses_source(kiln_kernel_set::cccl_include_dir()?.path());
         for spec in catalogue::common() {
             session.specialize(&spec.name(), |cache| {
                 let request = spec.request(arch)?;
                 catalogue::fetch(&compiler, cache, &spec, &request).map(|_| ())
             });
         }
-        Ok::<(), kiln::Error>(())
+        Ok::<(), kiln::cuda::Error>(())
     })?;
     Ok(())
 }

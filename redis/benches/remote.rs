@@ -1,6 +1,6 @@
 //! A remote hit against a cold NVRTC compile of a tiny kernel.
 //!
-//! `cargo bench -p kiln-core --features redis,cuda --bench remote`
+//! `cargo bench -p kiln-redis --bench remote`
 //!
 //! Starts a private `redis-server` on loopback (it must be on PATH:
 //! `scripts/start-redis.sh --install`), then measures, for the `axpy<f32>`
@@ -24,8 +24,8 @@ use std::sync::Arc;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use kiln_core::Cache;
-use kiln_core::cuda::kernels::{Dtype, KernelSpec};
-use kiln_core::cuda::{Arch, Compiler};
+use kiln_kernel_set::{Dtype, KernelSpec};
+use kiln_cuda::{Arch, Compiler};
 use kiln_core::disk::{DiskCache, DiskConfig};
 use remote_support::{RedisServer, remote};
 

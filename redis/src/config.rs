@@ -23,7 +23,7 @@ pub const REMOTE_TIMEOUT_MS: &str = "KILN_REMOTE_TIMEOUT_MS";
 ///
 /// ```
 /// use std::time::Duration;
-/// use kiln_core::remote::RemoteConfig;
+/// use kiln_redis::RemoteConfig;
 ///
 /// let config = RemoteConfig::new("redis://:secret@cache.internal:6379/2")
 ///     .timeout(Duration::from_millis(200))

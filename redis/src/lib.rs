@@ -1,9 +1,15 @@
-//! The remote tier: compiled entries shared by a fleet of machines (a CI
-//! farm, inference nodes) through a Redis server (feature `redis`).
+//! kiln-redis: the remote tier (`kiln::redis` with the feature `redis`):
+//! compiled entries shared by a fleet of machines (a CI farm, inference
+//! nodes) through a Redis server. A client of kiln-core's public API: a
+//! [`Tier`](kiln_core::Tier), and a [`TierFactory`](kiln_core::TierFactory)
+//! registered for [`kiln_core::global()`].
 //!
-//! Set `KILN_REMOTE_CACHE=redis://host:port/db` (see [`config`]) and add a
-//! [`RemoteTier`] to the cache after the disk tier. Then a kernel compiled
-//! on one machine is a remote hit on every other:
+//! Link this crate and set `KILN_REMOTE_CACHE=redis://host:port/db` (see
+//! [`config`]): the global cache then asks a [`RemoteTier`] after the disk
+//! tier, and writes its hits through to the disk tier. (A cache of your own
+//! gets the same wiring from [`kiln_core::add_tiers`], or add a
+//! [`RemoteTier`] yourself.) Then a kernel compiled on one machine is a
+//! remote hit on every other:
 //!
 //! ```text
 //! get_or_compile: memory → images → disk → remote (GETRANGE) → compile
@@ -57,11 +63,14 @@
 //!
 //! # Example
 //!
+//! The global cache needs nothing more than this crate linked and the
+//! variable set. By hand, on a cache of your own:
+//!
 //! ```no_run
 //! use std::sync::Arc;
 //! use kiln_core::Cache;
 //! use kiln_core::disk::DiskCache;
-//! use kiln_core::remote::RemoteTier;
+//! use kiln_redis::RemoteTier;
 //!
 //! let cache = Cache::new();
 //! let disk = DiskCache::from_env().map(Arc::new);
@@ -76,13 +85,19 @@
 //! }
 //! ```
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
 pub mod config;
 
 mod client;
 mod codec;
+mod error;
+mod factory;
 mod health;
 mod naming;
 mod tier;
 
 pub use config::RemoteConfig;
+pub use error::Error;
 pub use tier::{RemoteStats, RemoteTier};

@@ -1,7 +1,8 @@
 //! The remote tier: [`RemoteTier`], and how it answers the [`Cache`].
 //!
-//! [`Cache`]: crate::Cache
+//! [`Cache`]: kiln_core::Cache
 
+use std::ffi::OsString;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -10,11 +11,12 @@ use kiln_image::EntryData;
 use super::client::{Remote, Unanswered};
 use super::config::RemoteConfig;
 use super::{codec, naming};
-use crate::{Error, Key, Owner, Tier};
+use crate::Error;
+use kiln_core::{Key, Owner, Tier, TierEntry};
 
 /// A cache tier on a Redis server shared by many machines.
 ///
-/// Add it to a [`Cache`](crate::Cache) after the local disk tier: a miss
+/// Add it to a [`Cache`](kiln_core::Cache) after the local disk tier: a miss
 /// everywhere else asks the server (`GETRANGE`, at most
 /// [`RemoteConfig::max_entry_bytes`] read), a compile is stored on it
 /// (`SET`), and a remote hit is written through to the local tier given
@@ -109,7 +111,14 @@ impl RemoteTier {
     /// [`config`](super::config)): `None` when it is unset, or (after one
     /// warning) when its settings are unusable; the caller then compiles.
     pub fn from_env() -> Option<RemoteTier> {
-        match RemoteConfig::from_env().and_then(|config| config.map(RemoteTier::open).transpose()) {
+        RemoteTier::from_lookup(|name| std::env::var_os(name))
+    }
+
+    /// [`RemoteTier::from_env`], reading the variables through `lookup` (a
+    /// variable name to its value), as [`kiln_core::add_tiers`] does.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> Option<RemoteTier> {
+        let config = RemoteConfig::from_lookup(lookup);
+        match config.and_then(|config| config.map(RemoteTier::open).transpose()) {
             Ok(tier) => tier,
             Err(error) => {
                 tracing::warn!(%error, "remote cache turned off");
@@ -119,7 +128,7 @@ impl RemoteTier {
     }
 
     /// Writes every remote hit through to `local` (e.g. the disk cache,
-    /// shared with the [`Cache`](crate::Cache) as an `Arc`), for this handle
+    /// shared with the [`Cache`](kiln_core::Cache) as an `Arc`), for this handle
     /// and its clones. Only the first call has an effect.
     pub fn write_through(self, local: Arc<dyn Tier>) -> RemoteTier {
         if self.shared.local.set(local).is_err() {
@@ -164,7 +173,11 @@ impl Tier for RemoteTier {
         "remote"
     }
 
-    fn load(&self, owner: &Owner, key: &Key) -> Result<Option<EntryData>, Error> {
+    fn load_entry(
+        &self,
+        owner: &Owner,
+        key: &Key,
+    ) -> Result<Option<TierEntry>, kiln_core::Error> {
         let shared = &self.shared;
         let owner_digest = owner.digest();
         let name = naming::entry_key(&shared.namespace, &owner_digest, key.digest());
@@ -195,10 +208,10 @@ impl Tier for RemoteTier {
         {
             tracing::debug!(tier = local.name(), %error, "remote hit not written through");
         }
-        Ok(Some(entry))
+        Ok(Some(TierEntry::Owned(entry)))
     }
 
-    fn store(&self, _owner: &Owner, entry: &EntryData) -> Result<(), Error> {
+    fn store(&self, _owner: &Owner, entry: &EntryData) -> Result<(), kiln_core::Error> {
         let shared = &self.shared;
         let bytes = codec::encode(entry)?;
         if bytes.len() > shared.max_entry_bytes {

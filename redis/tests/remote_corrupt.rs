@@ -1,7 +1,6 @@
 //! The server is untrusted: a value planted in Redis that is corrupt, cut
 //! short, or a valid image of another entry is rejected, the kernel is
 //! compiled, and the compile's store replaces the bad value.
-#![cfg(feature = "redis")]
 
 mod remote_support;
 
@@ -9,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use std::time::Duration;
 
-use kiln_core::remote::{RemoteConfig, RemoteTier};
+use kiln_redis::{RemoteConfig, RemoteTier};
 use kiln_core::{Cache, Source};
 use kiln_image::{Image, ImageMeta, ImageWriter, Verification};
 use remote_support::{RedisServer, WarnCounter, get, key, owner, remote};

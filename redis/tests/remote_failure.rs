@@ -1,7 +1,6 @@
 //! A remote tier whose server is stopped, unreachable or silent: every
 //! kernel is still compiled and correct, one warning is logged, and after
 //! the first failure the server is not asked again until the back-off ends.
-#![cfg(feature = "redis")]
 
 mod remote_support;
 
@@ -10,7 +9,7 @@ use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use kiln_core::remote::{RemoteConfig, RemoteStats, RemoteTier};
+use kiln_redis::{RemoteConfig, RemoteStats, RemoteTier};
 use kiln_core::{Cache, Source};
 use remote_support::{RedisServer, WarnCounter, cache_with, free_port, get, remote};
 

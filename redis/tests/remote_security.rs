@@ -1,7 +1,6 @@
 //! AUTH and TLS settings pass from the URL to the client; a wrong password
 //! or an untrusted certificate is a failure (compile, warn once), and the
 //! password never appears in a warning.
-#![cfg(feature = "redis")]
 
 mod remote_support;
 

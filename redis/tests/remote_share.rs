@@ -3,7 +3,6 @@
 //!
 //! Children are this test binary re-run with `KILN_REMOTE_TEST_ROLE` set,
 //! running the ignored test `child`.
-#![cfg(feature = "redis")]
 
 mod remote_support;
 

@@ -13,7 +13,7 @@ pub enum Error {
     Image(#[from] kiln_image::ImageError),
     /// The CUDA backend (NVRTC) failed.
     #[error(transparent)]
-    Cuda(#[from] kiln_core::cuda::Error),
+    Cuda(#[from] kiln_cuda::Error),
     /// A file or process operation failed.
     #[error("could not {action} {}: {source}", path.display())]
     Io {

@@ -2,7 +2,7 @@
 //! changes. Shared by the test and its helper process, so that both build
 //! exactly the same requests.
 
-use kiln_core::cuda::{Arch, KernelRequest};
+use kiln_cuda::{Arch, KernelRequest};
 
 use crate::Error;
 

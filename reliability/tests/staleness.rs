@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kiln_core::cuda::{CompiledKernel, Compiler, IncludeDir, KernelRequest, NvrtcVersion};
+use kiln_cuda::{CompiledKernel, Compiler, IncludeDir, KernelRequest, NvrtcVersion};
 use kiln_core::disk::{DiskCache, DiskConfig};
 use kiln_core::env::Switches;
 use kiln_core::{ArtifactKind, Cache, Compiled, Digest, Key, Owner, Source, load_images};

@@ -32,24 +32,31 @@ pub enum TierEntry {
 /// compile into every tier. Tiers are best-effort: an error is logged and
 /// treated as a miss (on load) or ignored (on store), never returned to the
 /// caller of `get_or_compile`.
+///
+/// Loading has one method, [`Tier::load_entry`], and no default: a tier that
+/// keeps files mapped hands the cache the mapped entry, and a tier that wraps
+/// another (logging, counting) must forward it, so no wrapper can turn a
+/// borrowed hit into a copy by leaving it out.
 pub trait Tier: Send + Sync {
     /// A short name for logs (e.g. `disk`).
     fn name(&self) -> &str;
 
-    /// The entry for `(owner, key)`, if the tier has it. An entry whose owner
-    /// or key differs from the request, or whose deps are stale, is ignored.
-    fn load(&self, owner: &Owner, key: &Key) -> Result<Option<EntryData>, Error>;
+    /// The entry for `(owner, key)`, if the tier has it: borrowed from an
+    /// image the tier keeps mapped ([`TierEntry::Image`], so that a hit
+    /// copies nothing), or owned ([`TierEntry::Owned`], e.g. read from the
+    /// network). An entry whose owner or key differs from the request, or
+    /// whose deps are stale, is ignored by the cache.
+    ///
+    /// # Errors
+    /// Whatever kept the tier from answering; the cache logs it and treats
+    /// it as a miss ([`Error::Tier`] carries a tier's own error).
+    fn load_entry(&self, owner: &Owner, key: &Key) -> Result<Option<TierEntry>, Error>;
 
     /// Records a freshly compiled entry (worlds normalised, deps sorted).
+    ///
+    /// # Errors
+    /// Whatever kept the tier from storing it; the cache logs it and goes on.
     fn store(&self, owner: &Owner, entry: &EntryData) -> Result<(), Error>;
-
-    /// The entry for `(owner, key)` as [`Tier::load`] finds it, or borrowed
-    /// from an image the tier keeps mapped ([`TierEntry::Image`]): what
-    /// `get_or_compile` asks, so that a tier backed by mapped files serves
-    /// hits without copying. The default copies, through [`Tier::load`].
-    fn load_entry(&self, owner: &Owner, key: &Key) -> Result<Option<TierEntry>, Error> {
-        Ok(self.load(owner, key)?.map(TierEntry::Owned))
-    }
 }
 
 /// A shared tier is a tier: the same disk cache can be added to a [`Cache`]
@@ -62,15 +69,11 @@ impl<T: Tier + ?Sized> Tier for std::sync::Arc<T> {
         (**self).name()
     }
 
-    fn load(&self, owner: &Owner, key: &Key) -> Result<Option<EntryData>, Error> {
-        (**self).load(owner, key)
+    fn load_entry(&self, owner: &Owner, key: &Key) -> Result<Option<TierEntry>, Error> {
+        (**self).load_entry(owner, key)
     }
 
     fn store(&self, owner: &Owner, entry: &EntryData) -> Result<(), Error> {
         (**self).store(owner, entry)
-    }
-
-    fn load_entry(&self, owner: &Owner, key: &Key) -> Result<Option<TierEntry>, Error> {
-        (**self).load_entry(owner, key)
     }
 }

@@ -17,12 +17,6 @@ impl Tier for DiskCache {
         "disk"
     }
 
-    fn load(&self, owner: &Owner, key: &Key) -> Result<Option<EntryData>, Error> {
-        self.get(&owner.digest(), key.digest())
-            .map(|hit| hit.to_entry_data())
-            .transpose()
-    }
-
     fn store(&self, _owner: &Owner, entry: &EntryData) -> Result<(), Error> {
         self.put(entry);
         Ok(())
@@ -47,7 +41,7 @@ impl Tier for DiskCache {
 ///
 /// Creating one does no I/O, so adding it to a cache at program init costs
 /// nothing; the directory is opened (created when missing, its segments
-/// listed) on the first [`Tier::load`] or [`Tier::store`], that is on the
+/// listed) on the first [`Tier::load_entry`] or [`Tier::store`], that is on the
 /// first `get_or_compile` miss in memory and images. This is the tier the
 /// global cache uses ([`crate::global()`]).
 ///
@@ -126,13 +120,6 @@ impl DiskTier {
 impl Tier for DiskTier {
     fn name(&self) -> &str {
         "disk"
-    }
-
-    fn load(&self, owner: &Owner, key: &Key) -> Result<Option<EntryData>, Error> {
-        match self.cache() {
-            Some(cache) => cache.load(owner, key),
-            None => Ok(None),
-        }
     }
 
     fn store(&self, owner: &Owner, entry: &EntryData) -> Result<(), Error> {

@@ -108,14 +108,14 @@ pub fn fetch<'c>(
     cache: &'c Cache,
     kernel: &Kernel,
     request: &KernelRequest,
-) -> Result<Hit<'c>, kiln::Error> {
+) -> Result<Hit<'c>, kiln::cuda::Error> {
     let owner = compiler.owner(request)?;
     let key = request.key()?;
-    cache.get_or_compile(&owner, &key, || {
+    Ok(cache.get_or_compile(&owner, &key, || {
         compiler.compile(request).map(|compiled| {
             compiled
                 .into_compiled(kernel.name())
                 .dep(DEFINITION, Digest::of(GENERATOR_VERSION.as_bytes()))
         })
-    })
+    })?)
 }

@@ -10,7 +10,7 @@
 //! let relu = Kernel { activation: Activation::Relu, float: Float::F32 };
 //! let hit = activations.get(kiln::global(), &relu)?;
 //! assert_eq!(hit.name(), "kiln_relu_f32");
-//! # Ok::<(), kiln::Error>(())
+//! # Ok::<(), kiln::cuda::Error>(())
 //! ```
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -39,7 +39,7 @@ impl Activations {
     ///
     /// # Errors
     /// When NVRTC cannot be found or loaded.
-    pub fn new(arch: Arch) -> Result<Activations, kiln::Error> {
+    pub fn new(arch: Arch) -> Result<Activations, kiln::cuda::Error> {
         Ok(Activations {
             compiler: Compiler::new()?,
             arch,
@@ -50,7 +50,7 @@ impl Activations {
     ///
     /// # Errors
     /// When the build script was given an arch that is not one.
-    pub fn precompiled_arch() -> Result<Arch, kiln::Error> {
+    pub fn precompiled_arch() -> Result<Arch, kiln::cuda::Error> {
         Ok(PRECOMPILED_ARCH.parse()?)
     }
 
@@ -63,7 +63,7 @@ impl Activations {
     ///
     /// # Errors
     /// When the kernel is not cached and does not compile.
-    pub fn get<'c>(&self, cache: &'c Cache, kernel: &Kernel) -> Result<Hit<'c>, kiln::Error> {
+    pub fn get<'c>(&self, cache: &'c Cache, kernel: &Kernel) -> Result<Hit<'c>, kiln::cuda::Error> {
         generate::fetch(&self.compiler, cache, kernel, &self.request(kernel))
     }
 }

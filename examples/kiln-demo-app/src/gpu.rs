@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
 use kiln::Hit;
-use kiln::cuda::kernels::{Dtype, Element, KernelSpec, reference};
+use kiln_kernel_set::{Dtype, Element, KernelSpec, reference};
 use kiln::cuda::loader::{self, ModuleCache};
 use kiln::cuda::{Arch, KernelRequest};
 use kiln_activations_demo::{Float, Kernel as Activation};
@@ -24,7 +24,7 @@ pub struct Gpu {
 
 impl Gpu {
     /// Opens GPU 0 (an error, not a panic, without a driver).
-    pub fn open() -> Result<Gpu, kiln::Error> {
+    pub fn open() -> Result<Gpu, kiln::cuda::Error> {
         let ctx = loader::context(0)?;
         let arch = loader::device_arch(&ctx)?;
         Ok(Gpu {

@@ -23,7 +23,7 @@ pub struct SetupTimes {
 
 impl Libraries {
     /// Both libraries for `arch`.
-    pub fn new(arch: Arch) -> Result<(Libraries, SetupTimes), kiln::Error> {
+    pub fn new(arch: Arch) -> Result<(Libraries, SetupTimes), kiln::cuda::Error> {
         let started = Instant::now();
         let libraries = Libraries {
             kernels: Kernels::new(arch)?,
@@ -31,7 +31,7 @@ impl Libraries {
         };
         let nvrtc = started.elapsed();
         let started = Instant::now();
-        kiln::cuda::kernels::cccl_include_dir()?;
+        kiln_kernel_set::cccl_include_dir()?;
         let cub_headers = started.elapsed();
         Ok((libraries, SetupTimes { nvrtc, cub_headers }))
     }
@@ -73,7 +73,7 @@ impl Wanted {
     }
 
     /// The kernel's compile request.
-    pub fn request(&self, libraries: &Libraries) -> Result<KernelRequest, kiln::Error> {
+    pub fn request(&self, libraries: &Libraries) -> Result<KernelRequest, kiln::cuda::Error> {
         match self {
             Wanted::Demo(spec) => libraries.kernels.request(spec),
             Wanted::Activation(kernel) => Ok(libraries.activations.request(kernel)),
@@ -81,7 +81,7 @@ impl Wanted {
     }
 
     /// The compiled kernel, from `cache` or compiled now.
-    pub fn get<'c>(&self, libraries: &Libraries, cache: &'c Cache) -> Result<Hit<'c>, kiln::Error> {
+    pub fn get<'c>(&self, libraries: &Libraries, cache: &'c Cache) -> Result<Hit<'c>, kiln::cuda::Error> {
         match self {
             Wanted::Demo(spec) => libraries.kernels.get(cache, spec),
             Wanted::Activation(kernel) => libraries.activations.get(cache, kernel),

@@ -138,7 +138,7 @@ impl Output {
         }
     }
 
-    pub fn failure(&self, library: &str, name: &str, error: &kiln::Error) {
+    pub fn failure(&self, library: &str, name: &str, error: &kiln::cuda::Error) {
         if self.json {
             println!(
                 "{}",

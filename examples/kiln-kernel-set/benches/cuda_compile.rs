@@ -1,6 +1,6 @@
 //! NVRTC compile vs. cache hit for kernels of the set.
 //!
-//! `cargo bench -p kiln-core --features cuda --bench cuda_compile`
+//! `cargo bench -p kiln-kernel-set --bench cuda_compile`
 //!
 //! - `nvrtc/*`: a full NVRTC compile to CUBIN + PTX (NVRTC keeps nothing between
 //!   compiles, so every one is cold);
@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
 use kiln_core::Cache;
-use kiln_core::cuda::kernels::{Dtype, KernelSpec, ReduceOp, cccl_include_dir};
-use kiln_core::cuda::{Arch, Compiler, IncludeDir, MemoDir, NvrtcIdentity, SearchConfig};
+use kiln_kernel_set::{Dtype, KernelSpec, ReduceOp, cccl_include_dir};
+use kiln_cuda::{Arch, Compiler, IncludeDir, MemoDir, NvrtcIdentity, SearchConfig};
 
 /// Set in a child process: what it derives.
 const CHILD: &str = "KILN_BENCH_CUDA_CHILD";

@@ -3,18 +3,23 @@
 //! block scan, each with the name expression of its specialization, its launch
 //! geometry and a CPU reference.
 //!
+//! The examples, the benches and the CUDA backend's own tests (in this crate's
+//! `tests/`) use it; it is not part of Kiln's libraries.
+//!
 //! ```
-//! use kiln_core::cuda::kernels::{Dtype, KernelSpec, ReduceOp};
+//! use kiln_kernel_set::{Dtype, KernelSpec, ReduceOp};
 //! let spec = KernelSpec::BlockReduce { dtype: Dtype::F32, op: ReduceOp::Max, block: 256 };
 //! assert_eq!(spec.name_expression(), "kiln_block_reduce<float, 256, kiln_op_max>");
 //! assert_eq!(spec.launch(1000).grid, 4);
 //! assert!(spec.needs_cccl());
 //! ```
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
 use std::sync::OnceLock;
 
-use super::locate::{SearchConfig, locate_cccl};
-use super::{Arch, Error, IncludeDir, KernelRequest};
+use kiln_cuda::{Arch, Error, IncludeDir, KernelRequest, SearchConfig, locate_cccl};
 
 /// Element types of the kernel set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

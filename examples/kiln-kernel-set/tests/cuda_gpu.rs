@@ -2,15 +2,14 @@
 //! cached CUBIN (or PTX), launched, and compared with its CPU reference.
 //!
 //! Opt-in, they need a GPU and its driver:
-//! `KILN_GPU_TESTS=1 cargo test -p kiln-core --features cuda --test cuda_gpu -- --ignored`
-#![cfg(feature = "cuda")]
+//! `KILN_GPU_TESTS=1 cargo test -p kiln-kernel-set --test cuda_gpu -- --ignored`
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
-use kiln_core::cuda::kernels::{Dtype, Element, KernelSpec, ReduceOp, reference};
-use kiln_core::cuda::loader::{self, ModuleCache};
-use kiln_core::cuda::{Arch, ArchSuffix, Compiler, KernelRequest};
+use kiln_kernel_set::{Dtype, Element, KernelSpec, ReduceOp, reference};
+use kiln_cuda::loader::{self, ModuleCache};
+use kiln_cuda::{Arch, ArchSuffix, Compiler, KernelRequest};
 use kiln_core::{ArtifactKind, Cache, Hit};
 use kiln_image::{Image, ImageMeta, Verification};
 
@@ -195,7 +194,7 @@ fn run_any(
 }
 
 #[test]
-#[ignore = "needs a GPU: KILN_GPU_TESTS=1 cargo test -p kiln-core --features cuda --test cuda_gpu -- --ignored"]
+#[ignore = "needs a GPU: KILN_GPU_TESTS=1 cargo test -p kiln-kernel-set --test cuda_gpu -- --ignored"]
 fn every_kernel_of_the_set_matches_its_cpu_reference_from_the_cubin() {
     let gpu = gpu();
     let cache = Cache::new();
@@ -209,7 +208,7 @@ fn every_kernel_of_the_set_matches_its_cpu_reference_from_the_cubin() {
 }
 
 #[test]
-#[ignore = "needs a GPU: KILN_GPU_TESTS=1 cargo test -p kiln-core --features cuda --test cuda_gpu -- --ignored"]
+#[ignore = "needs a GPU: KILN_GPU_TESTS=1 cargo test -p kiln-kernel-set --test cuda_gpu -- --ignored"]
 fn arch_specific_cubins_run_where_the_device_has_such_an_arch() {
     let gpu = gpu();
     if !matches!(
@@ -237,7 +236,7 @@ fn arch_specific_cubins_run_where_the_device_has_such_an_arch() {
 }
 
 #[test]
-#[ignore = "needs a GPU: KILN_GPU_TESTS=1 cargo test -p kiln-core --features cuda --test cuda_gpu -- --ignored"]
+#[ignore = "needs a GPU: KILN_GPU_TESTS=1 cargo test -p kiln-kernel-set --test cuda_gpu -- --ignored"]
 fn ptx_is_the_fallback_when_no_cubin_runs_on_the_device() {
     let gpu = gpu();
     // A plain arch of an older major: its CUBIN cannot run here, its PTX can.
@@ -260,7 +259,7 @@ fn ptx_is_the_fallback_when_no_cubin_runs_on_the_device() {
 }
 
 #[test]
-#[ignore = "needs a GPU: KILN_GPU_TESTS=1 cargo test -p kiln-core --features cuda --test cuda_gpu -- --ignored"]
+#[ignore = "needs a GPU: KILN_GPU_TESTS=1 cargo test -p kiln-kernel-set --test cuda_gpu -- --ignored"]
 fn each_module_loads_once_per_context() {
     let gpu = gpu();
     let cache = Cache::new();
@@ -280,7 +279,7 @@ fn each_module_loads_once_per_context() {
 /// merge it into a fresh cache, and launch from the image-backed CUBIN without
 /// compiling.
 #[test]
-#[ignore = "needs a GPU: KILN_GPU_TESTS=1 cargo test -p kiln-core --features cuda --test cuda_gpu -- --ignored"]
+#[ignore = "needs a GPU: KILN_GPU_TESTS=1 cargo test -p kiln-kernel-set --test cuda_gpu -- --ignored"]
 fn kernels_launch_from_an_image_without_compiling() {
     let gpu = gpu();
     let specs = [

@@ -6,14 +6,13 @@
 //! Tests that need NVRTC fail when `CI=true` and it is missing, and otherwise return
 //! early with a message. Each scenario that depends on what a process has loaded runs
 //! in a child process (this test binary, re-run with one test selected).
-#![cfg(feature = "cuda")]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use kiln_core::cuda::kernels::{Dtype, KernelSpec};
-use kiln_core::cuda::{
+use kiln_kernel_set::{Dtype, KernelSpec};
+use kiln_cuda::{
     Arch, Compiler, Error, IdentityOrigin, IncludeDir, KernelRequest, MemoDir, NvrtcIdentity,
     NvrtcVersion, SearchConfig, locate_nvrtc,
 };
@@ -94,12 +93,13 @@ fn reported(stdout: &str, name: &str) -> String {
         .to_owned()
 }
 
-/// The CUDA backend's error inside an error of the cache.
-fn cuda_error(err: &kiln_core::Error) -> Option<&Error> {
+/// The CUDA backend's error itself, or the one inside a failed compile of the
+/// cache.
+fn cuda_error(err: &Error) -> Option<&Error> {
     match err {
-        kiln_core::Error::Compile { source, .. } => source.downcast_ref::<Error>(),
-        kiln_core::Error::Cuda(e) => Some(e),
-        _ => None,
+        Error::Cache(kiln_core::Error::Compile { source, .. }) => source.downcast_ref::<Error>(),
+        Error::Cache(_) => None,
+        e => Some(e),
     }
 }
 

@@ -3,10 +3,9 @@
 //!
 //! They need NVRTC (`scripts/install-cuda-wheels.sh` installs it). Without it they
 //! fail when `CI=true` and otherwise return early with a message.
-#![cfg(feature = "cuda")]
 
-use kiln_core::cuda::kernels::{Dtype, KernelSpec, ReduceOp, cccl_include_dir};
-use kiln_core::cuda::{
+use kiln_kernel_set::{Dtype, KernelSpec, ReduceOp, cccl_include_dir};
+use kiln_cuda::{
     Arch, Compiler, Error, IncludeDir, KernelRequest, NvrtcVersion, SearchConfig, locate_nvrtc,
 };
 use kiln_core::{ArtifactKind, Cache, Key};
@@ -472,7 +471,7 @@ fn the_wheel_is_found_through_python_as_a_last_resort() {
     let found = locate_nvrtc(&config).unwrap();
     assert_eq!(found.rule, "python wheel");
     assert_eq!(found.path, compiler.nvrtc().unwrap().location().path);
-    let cccl = kiln_core::cuda::locate_cccl(&config).unwrap();
+    let cccl = kiln_cuda::locate_cccl(&config).unwrap();
     assert!(cccl.join("cub/block/block_reduce.cuh").is_file());
 }
 

@@ -1,7 +1,7 @@
 //! What the library compiles, and how: shared by the library and its build
 //! script (`#[path]`), so that both derive the same owners and keys.
 
-use kiln::cuda::kernels::KernelSpec;
+use kiln_kernel_set::KernelSpec;
 use kiln::cuda::{Compiler, KernelRequest};
 use kiln::{Cache, Digest, Hit};
 
@@ -44,15 +44,15 @@ pub fn fetch<'c>(
     cache: &'c Cache,
     spec: &KernelSpec,
     request: &KernelRequest,
-) -> Result<Hit<'c>, kiln::Error> {
+) -> Result<Hit<'c>, kiln::cuda::Error> {
     let owner = compiler.owner(request)?;
     let key = request.key()?;
     let (definition, fingerprint) = definition(spec);
-    cache.get_or_compile(&owner, &key, || {
+    Ok(cache.get_or_compile(&owner, &key, || {
         compiler.compile(request).map(|kernel| {
             kernel
                 .into_compiled(spec.name())
                 .dep(definition, fingerprint)
         })
-    })
+    })?)
 }

@@ -14,14 +14,14 @@
 //! let kernels = Kernels::new(Kernels::precompiled_arch()?)?;
 //! let saxpy = kernels.get(kiln::global(), &KernelSpec::Axpy { dtype: Dtype::F32 })?;
 //! println!("{}: {:?}", saxpy.name(), saxpy.source()); // Image: no compile
-//! # Ok::<(), kiln::Error>(())
+//! # Ok::<(), kiln::cuda::Error>(())
 //! ```
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 pub mod catalogue;
 
-pub use kiln::cuda::kernels::{Dtype, KernelSpec, ReduceOp};
+pub use kiln_kernel_set::{Dtype, KernelSpec, ReduceOp};
 
 use kiln::cuda::{Arch, Compiler, KernelRequest};
 use kiln::{Cache, Hit};
@@ -45,7 +45,7 @@ impl Kernels {
     ///
     /// # Errors
     /// When NVRTC cannot be found or loaded.
-    pub fn new(arch: Arch) -> Result<Kernels, kiln::Error> {
+    pub fn new(arch: Arch) -> Result<Kernels, kiln::cuda::Error> {
         Ok(Kernels {
             compiler: Compiler::new()?,
             arch,
@@ -56,7 +56,7 @@ impl Kernels {
     ///
     /// # Errors
     /// When the build script was given an arch that is not one.
-    pub fn precompiled_arch() -> Result<Arch, kiln::Error> {
+    pub fn precompiled_arch() -> Result<Arch, kiln::cuda::Error> {
         Ok(PRECOMPILED_ARCH.parse()?)
     }
 
@@ -69,7 +69,7 @@ impl Kernels {
     ///
     /// # Errors
     /// When the CCCL headers a CUB kernel needs cannot be found.
-    pub fn request(&self, spec: &KernelSpec) -> Result<KernelRequest, kiln::Error> {
+    pub fn request(&self, spec: &KernelSpec) -> Result<KernelRequest, kiln::cuda::Error> {
         Ok(spec.request(self.arch)?)
     }
 
@@ -78,7 +78,7 @@ impl Kernels {
     ///
     /// # Errors
     /// When the kernel is not cached and does not compile.
-    pub fn get<'c>(&self, cache: &'c Cache, spec: &KernelSpec) -> Result<Hit<'c>, kiln::Error> {
+    pub fn get<'c>(&self, cache: &'c Cache, spec: &KernelSpec) -> Result<Hit<'c>, kiln::cuda::Error> {
         catalogue::fetch(&self.compiler, cache, spec, &self.request(spec)?)
     }
 }

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use kiln_core::disk::{DiskCache, DiskConfig};
-use kiln_core::remote::{RemoteConfig, RemoteTier};
+use kiln_redis::{RemoteConfig, RemoteTier};
 use kiln_core::{Artifact, ArtifactKind, Cache, Compiled, Key, KeyBuilder, Owner};
 use kiln_test_support::child;
 

@@ -22,7 +22,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use kiln_core::cuda::Compiler;
+use kiln_cuda::Compiler;
 use kiln_core::disk::{DiskCache, DiskConfig};
 use kiln_core::{ArtifactKind, Cache, Source};
 use kiln_image::{Image, ImageMeta, ImageWriter, Verification};

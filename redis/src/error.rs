@@ -1,0 +1,101 @@
+//! The remote tier's error type: one enum for all of kiln-redis.
+//!
+//! The cache sees these through [`kiln_core::Error::Tier`] (the [`Tier`]
+//! methods return kiln-core's error), logs them and goes on: a failed load is
+//! a miss, a failed store is ignored.
+//!
+//! [`Tier`]: kiln_core::Tier
+
+/// Everything that can go wrong in the remote tier.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// `KILN_REMOTE_CACHE` (or the URL given) is not a Redis URL the client
+    /// accepts.
+    #[error(
+        "remote cache URL {url} is not usable: {source} (give redis://[user:password@]host:port/db, \
+         or rediss:// for TLS; unset KILN_REMOTE_CACHE to turn the remote tier off)"
+    )]
+    RemoteUrl {
+        /// The URL, password removed.
+        url: String,
+        /// What the client reported.
+        source: Box<redis::RedisError>,
+    },
+    /// `KILN_REMOTE_TIMEOUT_MS` is not a positive number of milliseconds.
+    #[error(
+        "KILN_REMOTE_TIMEOUT_MS={value:?} is not a timeout: give a positive whole number of \
+         milliseconds, e.g. 500"
+    )]
+    RemoteTimeout {
+        /// The variable's value.
+        value: String,
+    },
+    /// The Redis server could not be reached, or failed or refused a command
+    /// (within the configured timeout). The caller compiles; the remote tier
+    /// backs off unless the server merely refused the command.
+    #[error(
+        "remote cache {server}: cannot {action}: {source} (check that the server is up and \
+         reachable and the URL's credentials; raise KILN_REMOTE_TIMEOUT_MS if it is slow)"
+    )]
+    RemoteUnavailable {
+        /// The server's URL, password removed.
+        server: String,
+        /// What was being done, e.g. "connect" or "GET kiln:v1:..".
+        action: String,
+        /// What the client reported.
+        source: Box<redis::RedisError>,
+    },
+    /// A value fetched from the remote cache is not a valid kiln image (bad
+    /// header, checksum or structure). It was not used; the entry is
+    /// compiled and the value overwritten.
+    #[error(
+        "remote cache value {redis_key} is not a valid kiln image and was rejected: {source} \
+         (it is recompiled and overwritten)"
+    )]
+    RemoteEntryCorrupt {
+        /// The Redis key of the value.
+        redis_key: String,
+        /// What verification found.
+        source: Box<kiln_image::ImageError>,
+    },
+    /// A value fetched from the remote cache is a valid image, but not of
+    /// exactly the entry requested. It was not used.
+    #[error(
+        "remote cache value {redis_key} was rejected: it holds {found}, not exactly the \
+         requested entry (it is recompiled and overwritten)"
+    )]
+    RemoteEntryMismatch {
+        /// The Redis key of the value.
+        redis_key: String,
+        /// What the value holds instead, e.g. "2 entries" or "owner .. key ..".
+        found: String,
+    },
+    /// A value in the remote cache is larger than the tier accepts. It was
+    /// not used.
+    #[error(
+        "remote cache value {redis_key} is larger than {limit} bytes and was rejected (raise \
+         RemoteConfig::max_entry_bytes if entries are really this large)"
+    )]
+    RemoteEntryTooLarge {
+        /// The Redis key of the value.
+        redis_key: String,
+        /// The limit, [`RemoteConfig::max_entry_bytes`](crate::RemoteConfig::max_entry_bytes).
+        limit: usize,
+    },
+    /// An entry to store could not be written as a one-entry image (an
+    /// invalid entry: the compile's result breaks a rule of the format).
+    #[error("cannot store the entry in the remote cache: {0}")]
+    Encode(#[from] kiln_image::ImageError),
+}
+
+/// What the cache sees of a remote-tier error: [`kiln_core::Error::Tier`],
+/// named `remote`, with this error as its source.
+impl From<Error> for kiln_core::Error {
+    fn from(error: Error) -> kiln_core::Error {
+        kiln_core::Error::Tier {
+            tier: "remote".to_owned(),
+            source: Box::new(error),
+        }
+    }
+}
