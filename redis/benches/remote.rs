@@ -11,23 +11,50 @@
 //!   tier is the remote one: owner and key, `GETRANGE`, full verification of the
 //!   image, the entry recorded in memory (connection pooled, as in a running
 //!   process);
-//! - `remote_hit_write_through`: the same with a disk tier (empty) before
-//!   the remote one and a new connection, the hit written through to disk
-//!   (an atomic, fsynced segment): what the first process on a machine pays.
+//! - `remote_hit_write_through`: a fresh process's cache with the global
+//!   cache's tiers (`kiln_core::add_tiers`: a disk tier in an empty
+//!   directory, then the remote tier of `KILN_REMOTE_CACHE`, connecting on
+//!   first use), the hit written through to disk (an atomic, fsynced
+//!   segment): what the first process on a machine pays.
 //!
-//! Compare the hits with `nvrtc_cold` measured in the same run.
+//! Both hits use the tiers `kiln_core::add_tiers` builds, as the global cache
+//! does. Compare them with `nvrtc_cold` measured in the same run.
 
 #[path = "../tests/remote_support/mod.rs"]
 mod remote_support;
 
+use std::ffi::OsString;
+use std::path::Path;
 use std::sync::Arc;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use kiln_core::Cache;
-use kiln_kernel_set::{Dtype, KernelSpec};
+use kiln_core::{Cache, Tier, TierSetup};
 use kiln_cuda::{Arch, Compiler};
-use kiln_core::disk::{DiskCache, DiskConfig};
+use kiln_kernel_set::{Dtype, KernelSpec};
 use remote_support::{RedisServer, remote};
+
+/// The variables of a process using the remote tier at `url` (a long
+/// timeout: the bench wants hits), with its disk tier in `disk` or none.
+fn variables<'a>(url: &'a str, disk: Option<&'a Path>) -> impl Fn(&str) -> Option<OsString> + 'a {
+    move |name| match name {
+        "KILN_REMOTE_CACHE" => Some(OsString::from(url)),
+        "KILN_REMOTE_TIMEOUT_MS" => Some(OsString::from("5000")),
+        "KILN_CACHE_DIR" => disk.map(|dir| dir.as_os_str().to_owned()),
+        "KILN_CACHE" => disk.is_none().then(|| OsString::from("0")),
+        _ => None,
+    }
+}
+
+/// A fresh process's cache with the global cache's tiers
+/// ([`kiln_core::add_tiers`]): the remote tier of `url`, after a disk tier
+/// in `disk` or none.
+fn wired(url: &str, disk: Option<&Path>) -> Cache {
+    let cache = Cache::new();
+    let tiers = kiln_core::add_tiers(&cache, variables(url, disk));
+    let expected: &[&str] = if disk.is_some() { &["disk", "remote"] } else { &["remote"] };
+    assert_eq!(tiers, expected);
+    cache
+}
 
 fn bench(c: &mut Criterion) {
     let compiler = match Compiler::new() {
@@ -57,11 +84,31 @@ fn bench(c: &mut Criterion) {
     group.bench_function("nvrtc_cold", |b| {
         b.iter(|| compiler.compile(&request).expect("compile"))
     });
+    // One process of the kind measured: its hit must come from the tiers.
+    let check = wired(&server.url(), None);
+    compiler.compile_cached(&check, &request).expect("hit");
+    let stats = check.stats();
+    assert_eq!((stats.hits_tier, stats.compiles), (1, 0), "{stats:?}");
+
+    // A pooled connection, as in a running process: the remote tier as the
+    // global cache builds it (kiln-redis's registered factory), shared by a
+    // fresh cache (empty memory) each time.
+    let url = server.url();
+    let lookup = variables(&url, None);
+    let factory = kiln_core::registry::tier_factories()
+        .into_iter()
+        .find(|factory| factory.name() == "remote")
+        .expect("kiln-redis registers the remote tier");
+    let pooled: Arc<dyn Tier> = Arc::from(
+        factory
+            .build(&TierSetup::new(&lookup, None))
+            .expect("KILN_REMOTE_CACHE is set"),
+    );
     group.bench_function("remote_hit", |b| {
         b.iter_batched_ref(
             || {
                 let cache = Cache::new();
-                cache.add_tier(Box::new(tier.clone()));
+                cache.add_tier(Box::new(Arc::clone(&pooled)));
                 cache
             },
             |cache| compiler.compile_cached(cache, &request).expect("hit").key(),
@@ -72,12 +119,7 @@ fn bench(c: &mut Criterion) {
         b.iter_batched_ref(
             || {
                 let dir = tempfile::tempdir().expect("temp dir");
-                let disk = Arc::new(DiskCache::open(DiskConfig::new(dir.path())).expect("disk"));
-                let cache = Cache::new();
-                cache.add_tier(Box::new(Arc::clone(&disk)));
-                // A new handle on the same server, writing through to this disk.
-                cache.add_tier(Box::new(remote(&server.url()).write_through(disk)));
-                (cache, dir)
+                (wired(&server.url(), Some(dir.path())), dir)
             },
             |(cache, _)| compiler.compile_cached(cache, &request).expect("hit").key(),
             BatchSize::PerIteration,
