@@ -18,14 +18,14 @@ pub struct EntryRef<'a> {
 impl<'a> EntryRef<'a> {
     /// The entry at `index`, checked on first access only.
     pub(crate) fn checked(image: &'a Image, index: usize) -> Result<EntryRef<'a>, ImageError> {
-        if image.entry_state.is_set(index) {
-            if let Some(record) = image.index().entries.get(index) {
-                return Ok(EntryRef {
-                    image,
-                    index,
-                    record,
-                });
-            }
+        if image.entry_state.is_set(index)
+            && let Some(record) = image.index().entries.get(index)
+        {
+            return Ok(EntryRef {
+                image,
+                index,
+                record,
+            });
         }
         EntryRef::check(image, index)
     }

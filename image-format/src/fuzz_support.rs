@@ -91,10 +91,9 @@ pub fn reseal(image: &mut [u8]) {
         let aligned = copy.as_slice();
         if let Ok(index) =
             rkyv::access::<crate::layout::ArchivedIndex, rkyv::rancor::Error>(aligned)
+            && let Ok(checksum) = crate::verify::index_checksum(aligned, index)
         {
-            if let Ok(checksum) = crate::verify::index_checksum(aligned, index) {
-                image[offsets::INDEX_CHECKSUM..][..32].copy_from_slice(&checksum.0);
-            }
+            image[offsets::INDEX_CHECKSUM..][..32].copy_from_slice(&checksum.0);
         }
     }
     let body = crate::Digest::of(&image[HEADER_LEN..]);

@@ -286,12 +286,13 @@ impl Header {
         let align = REGION_ALIGN as u64;
         let index_end = self.index_offset.checked_add(self.index_len);
         let payload_end = self.payload_offset.checked_add(self.payload_len);
-        let problem = if self.index_offset < HEADER_LEN as u64 || self.index_offset % align != 0 {
+        let aligned = |offset: u64| offset.is_multiple_of(align);
+        let problem = if self.index_offset < HEADER_LEN as u64 || !aligned(self.index_offset) {
             Some(format!(
                 "index offset {} is not a multiple of {align} after the header",
                 self.index_offset
             ))
-        } else if self.payload_offset % align != 0 {
+        } else if !aligned(self.payload_offset) {
             Some(format!(
                 "payload offset {} is not a multiple of {align}",
                 self.payload_offset

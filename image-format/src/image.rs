@@ -123,7 +123,7 @@ impl Image {
         let image_len = storage.len();
         let header = Header::parse(head, image_len)?;
         let address = head.as_ptr() as usize;
-        if address % STORAGE_ALIGN != 0 {
+        if !address.is_multiple_of(STORAGE_ALIGN) {
             return Err(ImageError::Misaligned {
                 address,
                 required: STORAGE_ALIGN,

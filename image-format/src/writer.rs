@@ -350,19 +350,19 @@ fn owner_of<'a>(
     entry: &'a EntryData,
     entry_index: u32,
 ) -> Result<u32, ImageError> {
-    if let Some(last) = index.owners.last_mut() {
-        if last.digest == entry.owner.0 {
-            let label = &strings.blob[last.label.offset as usize..][..last.label.len as usize];
-            if label != entry.owner_label.as_bytes() {
-                return Err(ImageError::OwnerLabelConflict {
-                    owner: entry.owner,
-                    first: String::from_utf8_lossy(label).into_owned(),
-                    second: entry.owner_label.clone(),
-                });
-            }
-            last.entries.len += 1;
-            return fit_u32(index.owners.len() - 1, "the owner table");
+    if let Some(last) = index.owners.last_mut()
+        && last.digest == entry.owner.0
+    {
+        let label = &strings.blob[last.label.offset as usize..][..last.label.len as usize];
+        if label != entry.owner_label.as_bytes() {
+            return Err(ImageError::OwnerLabelConflict {
+                owner: entry.owner,
+                first: String::from_utf8_lossy(label).into_owned(),
+                second: entry.owner_label.clone(),
+            });
         }
+        last.entries.len += 1;
+        return fit_u32(index.owners.len() - 1, "the owner table");
     }
     index.owners.push(OwnerRecord {
         digest: entry.owner.0,

@@ -112,10 +112,10 @@ fn truncations_and_flips_through_a_memory_map() {
             Image::open(&path, Verification::Full).is_err(),
             "flip {flip}: bit {bit}"
         );
-        if let Ok(image) = Image::open(&path, Verification::Structural) {
-            if let Err(wrong) = read_all_and_compare(&image, &expected, &meta) {
-                panic!("flip {flip}: bit {bit}: corrupt data returned: {wrong}");
-            }
+        if let Ok(image) = Image::open(&path, Verification::Structural)
+            && let Err(wrong) = read_all_and_compare(&image, &expected, &meta)
+        {
+            panic!("flip {flip}: bit {bit}: corrupt data returned: {wrong}");
         }
     }
 }
