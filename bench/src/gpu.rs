@@ -11,11 +11,11 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
-use kiln::ArtifactKind;
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
-use kiln_kernel_set::{Dtype, KernelSpec, reference};
+use kiln::ArtifactKind;
 use kiln::cuda::{Compiler, loader};
+use kiln_kernel_set::{Dtype, KernelSpec, reference};
 use kiln_kernels_demo::{Kernels, catalogue};
 use serde::{Deserialize, Serialize};
 

@@ -5,7 +5,7 @@
 //! | `KILN_DISABLE=1` | merge no image at init: every kernel is compiled (or found in another tier) |
 //! | `KILN_ALWAYS_COMPILE=1` | skip every cached tier (memory, images, extra tiers) and compile; results are still recorded |
 //! | `KILN_IMAGE_PATH=dir1:dir2` | also memory-map and merge every `*.kimg` file in these directories |
-//! | `KILN_LOG=info` | report init (each image merged or skipped, and why) on stderr; a `tracing` filter such as `warn` or `kiln_core=debug` |
+//! | `KILN_LOG=info` | in a program with no `tracing` subscriber, kiln prints the init's report on stderr itself: `warn` or `error` only images skipped and entries stale or rejected, any other value also every image merged and the tiers added, `off` nothing; a program with a subscriber gets kiln's `tracing` events there instead (the `kiln` tool's subscriber takes `KILN_LOG` as its filter) |
 //! | `KILN_CACHE=0`, `KILN_CACHE_DIR`, `KILN_CACHE_MAX_BYTES` | the disk tier of the global cache: off, where, how large (see [`crate::disk::config`]) |
 //!
 //! A boolean switch is off when unset, empty, `0`, `false`, `no` or `off`
@@ -23,7 +23,8 @@ pub const DISABLE: &str = "KILN_DISABLE";
 pub const ALWAYS_COMPILE: &str = "KILN_ALWAYS_COMPILE";
 /// `KILN_IMAGE_PATH`: directories (separated like `PATH`) whose `*.kimg` files are merged.
 pub const IMAGE_PATH: &str = "KILN_IMAGE_PATH";
-/// `KILN_LOG`: a `tracing` filter for the report of init on stderr.
+/// `KILN_LOG`: what of the init's report kiln prints on stderr in a program
+/// with no `tracing` subscriber (`warn`, `info`...).
 pub const LOG: &str = "KILN_LOG";
 
 /// Every variable that acts at run time only: the switches this module
@@ -54,7 +55,8 @@ pub struct Switches {
     pub always_compile: bool,
     /// `KILN_IMAGE_PATH`: directories searched for `*.kimg` files, in order.
     pub image_path: Vec<PathBuf>,
-    /// `KILN_LOG`: the filter for the init report on stderr, when set and not empty.
+    /// `KILN_LOG`: how much of the init report kiln prints on stderr (no
+    /// `tracing` subscriber installed), when set and not empty.
     pub log: Option<String>,
 }
 

@@ -444,7 +444,10 @@ mod stderr_report {
         if detail == Detail::Everything {
             lines.push(match report.tiers() {
                 [] => "kiln: no extra cache tier".to_owned(),
-                tiers => format!("kiln: cache tiers after memory and images: {}", tiers.join(", ")),
+                tiers => format!(
+                    "kiln: cache tiers after memory and images: {}",
+                    tiers.join(", ")
+                ),
             });
             if report.disabled {
                 lines.push("kiln: KILN_DISABLE is set: no image merged".to_owned());
@@ -464,7 +467,9 @@ mod stderr_report {
             ImageOutcome::Merged { entries, merge } => {
                 let mut lines = Vec::new();
                 if detail == Detail::Everything {
-                    lines.push(format!("kiln: merged image {source}: {entries} entries: {merge}"));
+                    lines.push(format!(
+                        "kiln: merged image {source}: {entries} entries: {merge}"
+                    ));
                 }
                 if merge.stale > 0 {
                     lines.push(format!(
@@ -475,7 +480,10 @@ mod stderr_report {
                     ));
                 }
                 for rejection in &merge.rejected {
-                    lines.push(format!("kiln: image {source} rejected: {}", rejection.reason));
+                    lines.push(format!(
+                        "kiln: image {source} rejected: {}",
+                        rejection.reason
+                    ));
                 }
                 lines
             }
@@ -769,13 +777,11 @@ mod tests {
 
     impl Tier for Offered {
         fn name(&self) -> &str {
-            self.local.as_deref().unwrap_or("offered without a local tier")
+            self.local
+                .as_deref()
+                .unwrap_or("offered without a local tier")
         }
-        fn load_entry(
-            &self,
-            _: &Owner,
-            _: &Key,
-        ) -> Result<Option<crate::TierEntry>, Error> {
+        fn load_entry(&self, _: &Owner, _: &Key) -> Result<Option<crate::TierEntry>, Error> {
             Ok(None)
         }
         fn store(&self, _: &Owner, _: &kiln_image::EntryData) -> Result<(), Error> {
@@ -785,7 +791,9 @@ mod tests {
 
     fn offered(setup: &TierSetup<'_>) -> Option<Box<dyn Tier>> {
         setup.var("KILN_TEST_FACTORY_TIER")?;
-        let local = setup.local().map(|local| format!("offered, writing through to {}", local.name()));
+        let local = setup
+            .local()
+            .map(|local| format!("offered, writing through to {}", local.name()));
         Some(Box::new(Offered { local }))
     }
 
@@ -843,12 +851,21 @@ mod tests {
 
         let problems = init_lines(Detail::Problems, &report);
         assert_eq!(problems.len(), 2, "{problems:#?}");
-        assert!(problems[0].contains("a.kimg: 2 entries skipped as stale"), "{problems:#?}");
-        assert!(problems[1].starts_with("kiln: skipped image "), "{problems:#?}");
+        assert!(
+            problems[0].contains("a.kimg: 2 entries skipped as stale"),
+            "{problems:#?}"
+        );
+        assert!(
+            problems[1].starts_with("kiln: skipped image "),
+            "{problems:#?}"
+        );
         assert!(problems[1].contains("b.kimg"), "{problems:#?}");
 
         let everything = init_lines(Detail::Everything, &report);
-        assert_eq!(everything[0], "kiln: cache tiers after memory and images: disk");
+        assert_eq!(
+            everything[0],
+            "kiln: cache tiers after memory and images: disk"
+        );
         assert!(everything[1].contains("merged image ") && everything[1].contains("a.kimg"));
         assert_eq!(everything[2..], problems[..]);
     }

@@ -102,7 +102,7 @@ fn placement(bytes: &[u8], dir: &Path) -> String {
         Some(file) => panic!("payload in a mapping of {}", file.display()),
         None => "not-mapped",
     };
-    let aligned = if address % 64 == 0 {
+    let aligned = if address.is_multiple_of(64) {
         "aligned"
     } else {
         "unaligned"

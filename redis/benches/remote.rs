@@ -51,7 +51,11 @@ fn variables<'a>(url: &'a str, disk: Option<&'a Path>) -> impl Fn(&str) -> Optio
 fn wired(url: &str, disk: Option<&Path>) -> Cache {
     let cache = Cache::new();
     let tiers = kiln_core::add_tiers(&cache, variables(url, disk));
-    let expected: &[&str] = if disk.is_some() { &["disk", "remote"] } else { &["remote"] };
+    let expected: &[&str] = if disk.is_some() {
+        &["disk", "remote"]
+    } else {
+        &["remote"]
+    };
     assert_eq!(tiers, expected);
     cache
 }

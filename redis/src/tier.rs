@@ -173,11 +173,7 @@ impl Tier for RemoteTier {
         "remote"
     }
 
-    fn load_entry(
-        &self,
-        owner: &Owner,
-        key: &Key,
-    ) -> Result<Option<TierEntry>, kiln_core::Error> {
+    fn load_entry(&self, owner: &Owner, key: &Key) -> Result<Option<TierEntry>, kiln_core::Error> {
         let shared = &self.shared;
         let owner_digest = owner.digest();
         let name = naming::entry_key(&shared.namespace, &owner_digest, key.digest());

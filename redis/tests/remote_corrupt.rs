@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use std::time::Duration;
 
-use kiln_redis::{RemoteConfig, RemoteTier};
 use kiln_core::{Cache, Source};
 use kiln_image::{Image, ImageMeta, ImageWriter, Verification};
+use kiln_redis::{RemoteConfig, RemoteTier};
 use remote_support::{RedisServer, WarnCounter, get, key, owner, remote};
 
 /// Kernel `i`'s value as a correct remote tier stores it.

@@ -9,8 +9,8 @@ use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use kiln_redis::{RemoteConfig, RemoteStats, RemoteTier};
 use kiln_core::{Cache, Source};
+use kiln_redis::{RemoteConfig, RemoteStats, RemoteTier};
 use remote_support::{RedisServer, WarnCounter, cache_with, free_port, get, remote};
 
 #[test]

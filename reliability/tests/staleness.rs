@@ -15,10 +15,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kiln_cuda::{CompiledKernel, Compiler, IncludeDir, KernelRequest, NvrtcVersion};
 use kiln_core::disk::{DiskCache, DiskConfig};
 use kiln_core::env::Switches;
 use kiln_core::{ArtifactKind, Cache, Compiled, Digest, Key, Owner, Source, load_images};
+use kiln_cuda::{CompiledKernel, Compiler, IncludeDir, KernelRequest, NvrtcVersion};
 use kiln_image::header::{FORMAT_VERSION, offsets, reseal_header};
 use kiln_image::{Image, ImageMeta, Verification};
 use kiln_reliability::Table;

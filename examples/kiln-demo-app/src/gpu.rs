@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
 use kiln::Hit;
-use kiln_kernel_set::{Dtype, Element, KernelSpec, reference};
 use kiln::cuda::loader::{self, ModuleCache};
 use kiln::cuda::{Arch, KernelRequest};
 use kiln_activations_demo::{Float, Kernel as Activation};
+use kiln_kernel_set::{Dtype, Element, KernelSpec, reference};
 
 use crate::kernels::Wanted;
 

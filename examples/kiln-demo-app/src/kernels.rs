@@ -81,7 +81,11 @@ impl Wanted {
     }
 
     /// The compiled kernel, from `cache` or compiled now.
-    pub fn get<'c>(&self, libraries: &Libraries, cache: &'c Cache) -> Result<Hit<'c>, kiln::cuda::Error> {
+    pub fn get<'c>(
+        &self,
+        libraries: &Libraries,
+        cache: &'c Cache,
+    ) -> Result<Hit<'c>, kiln::cuda::Error> {
         match self {
             Wanted::Demo(spec) => libraries.kernels.get(cache, spec),
             Wanted::Activation(kernel) => libraries.activations.get(cache, kernel),

@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
 use kiln_core::Cache;
-use kiln_kernel_set::{Dtype, KernelSpec, ReduceOp, cccl_include_dir};
 use kiln_cuda::{Arch, Compiler, IncludeDir, MemoDir, NvrtcIdentity, SearchConfig};
+use kiln_kernel_set::{Dtype, KernelSpec, ReduceOp, cccl_include_dir};
 
 /// Set in a child process: what it derives.
 const CHILD: &str = "KILN_BENCH_CUDA_CHILD";

@@ -7,11 +7,11 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
-use kiln_kernel_set::{Dtype, Element, KernelSpec, ReduceOp, reference};
+use kiln_core::{ArtifactKind, Cache, Hit};
 use kiln_cuda::loader::{self, ModuleCache};
 use kiln_cuda::{Arch, ArchSuffix, Compiler, KernelRequest};
-use kiln_core::{ArtifactKind, Cache, Hit};
 use kiln_image::{Image, ImageMeta, Verification};
+use kiln_kernel_set::{Dtype, Element, KernelSpec, ReduceOp, reference};
 
 struct Gpu {
     ctx: Arc<CudaContext>,

@@ -11,13 +11,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use kiln_kernel_set::{Dtype, KernelSpec};
+use kiln_core::{Cache, Digest, Source};
 use kiln_cuda::{
     Arch, Compiler, Error, IdentityOrigin, IncludeDir, KernelRequest, MemoDir, NvrtcIdentity,
     NvrtcVersion, SearchConfig, locate_nvrtc,
 };
-use kiln_core::{Cache, Digest, Source};
 use kiln_image::{Image, ImageMeta, Verification};
+use kiln_kernel_set::{Dtype, KernelSpec};
 
 /// Serializes this file's tests. Several of them load and unload NVRTC
 /// libraries (probes, copies under other paths) in this process, and NVRTC

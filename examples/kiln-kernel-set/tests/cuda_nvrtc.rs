@@ -4,11 +4,11 @@
 //! They need NVRTC (`scripts/install-cuda-wheels.sh` installs it). Without it they
 //! fail when `CI=true` and otherwise return early with a message.
 
-use kiln_kernel_set::{Dtype, KernelSpec, ReduceOp, cccl_include_dir};
+use kiln_core::{ArtifactKind, Cache, Key};
 use kiln_cuda::{
     Arch, Compiler, Error, IncludeDir, KernelRequest, NvrtcVersion, SearchConfig, locate_nvrtc,
 };
-use kiln_core::{ArtifactKind, Cache, Key};
+use kiln_kernel_set::{Dtype, KernelSpec, ReduceOp, cccl_include_dir};
 
 /// The process's compiler, or `None` (after saying why) when NVRTC is missing
 /// outside CI.

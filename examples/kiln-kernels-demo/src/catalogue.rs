@@ -1,9 +1,9 @@
 //! What the library compiles, and how: shared by the library and its build
 //! script (`#[path]`), so that both derive the same owners and keys.
 
-use kiln_kernel_set::KernelSpec;
 use kiln::cuda::{Compiler, KernelRequest};
 use kiln::{Cache, Digest, Hit};
+use kiln_kernel_set::KernelSpec;
 
 /// The environment variable that picks the arch the build script precompiles for.
 pub const ARCH_VARIABLE: &str = "KILN_DEMO_ARCH";

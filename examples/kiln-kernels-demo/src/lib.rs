@@ -57,7 +57,7 @@ impl Kernels {
     /// # Errors
     /// When the build script was given an arch that is not one.
     pub fn precompiled_arch() -> Result<Arch, kiln::cuda::Error> {
-        Ok(PRECOMPILED_ARCH.parse()?)
+        PRECOMPILED_ARCH.parse()
     }
 
     /// The arch these kernels are compiled for.
@@ -70,7 +70,7 @@ impl Kernels {
     /// # Errors
     /// When the CCCL headers a CUB kernel needs cannot be found.
     pub fn request(&self, spec: &KernelSpec) -> Result<KernelRequest, kiln::cuda::Error> {
-        Ok(spec.request(self.arch)?)
+        spec.request(self.arch)
     }
 
     /// The compiled kernel of `spec`: from `cache` (the embedded image, once
@@ -78,7 +78,11 @@ impl Kernels {
     ///
     /// # Errors
     /// When the kernel is not cached and does not compile.
-    pub fn get<'c>(&self, cache: &'c Cache, spec: &KernelSpec) -> Result<Hit<'c>, kiln::cuda::Error> {
+    pub fn get<'c>(
+        &self,
+        cache: &'c Cache,
+        spec: &KernelSpec,
+    ) -> Result<Hit<'c>, kiln::cuda::Error> {
         catalogue::fetch(&self.compiler, cache, spec, &self.request(spec)?)
     }
 }

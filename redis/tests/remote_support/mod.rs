@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use kiln_core::disk::{DiskCache, DiskConfig};
-use kiln_redis::{RemoteConfig, RemoteTier};
 use kiln_core::{Artifact, ArtifactKind, Cache, Compiled, Key, KeyBuilder, Owner};
+use kiln_redis::{RemoteConfig, RemoteTier};
 use kiln_test_support::child;
 
 /// A `redis-server` of this test alone.

@@ -22,9 +22,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use kiln_cuda::Compiler;
 use kiln_core::disk::{DiskCache, DiskConfig};
 use kiln_core::{ArtifactKind, Cache, Source};
+use kiln_cuda::Compiler;
 use kiln_image::{Image, ImageMeta, ImageWriter, Verification};
 use kiln_reliability::audit::recompile;
 use kiln_reliability::fixture::{load_payload_len, numbered_entry, numbered_key, owners};
