@@ -1,4 +1,7 @@
 //! [`CliError`]: why a `kiln` subcommand could not do its job.
+//!
+//! Messages may quote an image or a cache directory (names, kinds, file
+//! names): [`CliError::shown`] is the message as printed, escaped.
 
 use std::path::PathBuf;
 
@@ -73,6 +76,18 @@ pub(crate) enum CliError {
 }
 
 impl CliError {
+    /// The message as `kiln` prints it: every control character and
+    /// bidirectional override [escaped](crate::escape::escape), line
+    /// breaks included, except the ones between the candidate lines of
+    /// [`CliError::Ambiguous`] (whose text is escaped where it is built).
+    pub(crate) fn shown(&self) -> String {
+        let message = self.to_string();
+        match self {
+            CliError::Ambiguous { .. } => crate::escape::escape_lines(&message),
+            _ => crate::escape::escape(&message).into_owned(),
+        }
+    }
+
     /// Attaches the image path to an [`ImageError`].
     pub(crate) fn image(path: &std::path::Path) -> impl FnOnce(ImageError) -> CliError + '_ {
         move |source| CliError::Image {

@@ -9,6 +9,7 @@ mod cache_cmd;
 mod common;
 mod diff;
 mod error;
+mod escape;
 mod extract;
 mod inspect;
 mod merge;
@@ -72,7 +73,7 @@ fn main() -> ExitCode {
         Ok(Outcome::Clean) => ExitCode::SUCCESS,
         Ok(Outcome::Findings) => ExitCode::from(1),
         Err(error) => {
-            eprintln!("kiln: {error}");
+            eprintln!("kiln: {}", error.shown());
             ExitCode::from(2)
         }
     }
