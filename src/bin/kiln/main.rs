@@ -1,8 +1,12 @@
-//! `kiln`: inspect, verify, compare, merge and extract Kiln package images.
+//! `kiln`: inspect, verify, compare, merge, extract and install Kiln package
+//! images.
 //!
-//! Exit status: 0 on success, 1 when `verify` finds a bad image or `diff`
-//! finds differences, 2 on any other error (unreadable input, bad
-//! arguments).
+//! Exit status: 0 on success, 1 when `verify` finds a bad image, `install`
+//! refuses one or `diff` finds differences, 2 on any other error
+//! (unreadable input, bad arguments).
+//!
+//! Images and cache directories are untrusted: text from them is printed
+//! escaped (module `escape`).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod cache_cmd;
@@ -12,6 +16,7 @@ mod error;
 mod escape;
 mod extract;
 mod inspect;
+mod install;
 mod merge;
 mod verify;
 
@@ -21,7 +26,7 @@ use clap::{Parser, Subcommand};
 
 pub(crate) use error::CliError;
 
-/// Inspect, verify, compare, merge and extract Kiln package images.
+/// Inspect, verify, compare, merge, extract and install Kiln package images.
 #[derive(Parser)]
 #[command(name = "kiln", version, about, propagate_version = true)]
 struct Cli {
@@ -41,6 +46,9 @@ enum Command {
     Merge(merge::Args),
     /// Write one artifact of one entry to a file.
     Extract(extract::Args),
+    /// Verify images fully, then put each into a directory by rename (never
+    /// in place), so programs that mapped the old file keep reading it.
+    Install(install::Args),
     /// Look after the disk cache of run-time compiled entries
     /// (KILN_CACHE_DIR): stats, ls, gc, clear, verify.
     #[command(subcommand)]
@@ -63,6 +71,7 @@ fn run(command: Command) -> Result<Outcome, CliError> {
         Command::Diff(args) => diff::run(args),
         Command::Merge(args) => merge::run(args),
         Command::Extract(args) => extract::run(args),
+        Command::Install(args) => install::run(args),
         Command::Cache(command) => cache_cmd::run(command),
     }
 }
