@@ -1,5 +1,6 @@
 //! The `kiln` command-line tool on real images: inspect, verify, diff,
-//! merge and extract, run as a separate process.
+//! merge, extract, install and cache, run as a separate process; hostile
+//! text in images and cache directories is shown escaped.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -382,4 +383,337 @@ fn unreadable_inputs_are_errors_that_name_the_file() {
     ]);
     assert_eq!(output.status.code(), Some(2));
     assert!(!dir.path().join("out.kimg").exists());
+}
+
+// Hostile input: text from images and cache directories reaches the
+// terminal only escaped; `--json` keeps it exact.
+
+/// An escape sequence (red), a bell, a carriage return and a right-to-left
+/// override.
+const EVIL: &str = "\x1b[31m\x07\r\u{202e}";
+
+/// How `kiln` shows [`EVIL`] in text output.
+const EVIL_SHOWN: &str = "\\u{1b}[31m\\u{7}\\r\\u{202e}";
+
+fn evil(text: &str) -> String {
+    format!("{text}{EVIL}end")
+}
+
+fn evil_shown(text: &str) -> String {
+    format!("{text}{EVIL_SHOWN}end")
+}
+
+/// No control character (other than the line breaks of the output itself)
+/// and no bidirectional override reaches the terminal.
+fn assert_terminal_safe(output: &[u8], what: &str) {
+    let text = std::str::from_utf8(output).unwrap_or_else(|e| panic!("{what}: not UTF-8: {e}"));
+    let raw: Vec<char> = text
+        .chars()
+        .filter(|&c| {
+            (c.is_control() && c != '\n')
+                || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+        })
+        .collect();
+    assert!(raw.is_empty(), "{what}: raw {raw:?} in:\n{text:?}");
+}
+
+fn assert_shows(output: &[u8], expected: &[String], what: &str) {
+    assert_terminal_safe(output, what);
+    let text = String::from_utf8_lossy(output);
+    for expected in expected {
+        assert!(
+            text.contains(expected.as_str()),
+            "{what}: missing {expected:?} in:\n{text}"
+        );
+    }
+}
+
+/// An entry whose every text field is hostile.
+fn evil_entry(owner: &str, name: &str, payload: &[u8]) -> EntryData {
+    EntryData {
+        owner: Digest::of(owner.as_bytes()),
+        owner_label: evil(owner),
+        key: Digest::of(name.as_bytes()),
+        name: evil(name),
+        min_world: 1,
+        max_world: u64::MAX,
+        deps: vec![Dep {
+            name: evil("dep"),
+            fingerprint: Digest::of(b"v1"),
+        }],
+        artifacts: vec![
+            Artifact {
+                kind: ArtifactKind::Ptx,
+                entry_points: vec![evil("entry")],
+                bytes: payload.to_vec(),
+            },
+            Artifact {
+                kind: ArtifactKind::Custom(evil("kind")),
+                entry_points: vec![],
+                bytes: b"custom".to_vec(),
+            },
+        ],
+    }
+}
+
+/// An image with hostile text in its producer, labels and entries, under
+/// a hostile file name.
+fn evil_image(dir: &Path, file: &str, entries: Vec<EntryData>) -> PathBuf {
+    let mut meta = ImageMeta::new(evil("producer"), "1.0");
+    meta.labels.insert(evil("label"), evil("value"));
+    let mut writer = ImageWriter::new(meta);
+    for entry in entries {
+        writer.push(entry);
+    }
+    let path = dir.join(evil(file) + ".kimg");
+    writer.write_atomic(&path).unwrap();
+    path
+}
+
+fn evil_sample(dir: &Path) -> PathBuf {
+    evil_image(
+        dir,
+        "a",
+        vec![
+            evil_entry("sm_90a", "saxpy", b"ptx saxpy"),
+            evil_entry("sm_80", "gemm", b"ptx gemm"),
+        ],
+    )
+}
+
+fn json_of(output: &Output) -> serde_json::Value {
+    assert_terminal_safe(&output.stdout, "--json");
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn hostile_text_inspect_escapes_text_and_json_keeps_it_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = evil_sample(dir.path());
+
+    let output = kiln(&["inspect", path_str(&image)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_shows(
+        &output.stdout,
+        &[
+            evil_shown("a") + ".kimg",
+            format!("producer  {} 1.0", evil_shown("producer")),
+            format!("{}={}", evil_shown("label"), evil_shown("value")),
+            evil_shown("saxpy"),
+            evil_shown("sm_90a"),
+            evil_shown("dep"),
+            format!("ptx,{}", evil_shown("kind")),
+        ],
+        "inspect",
+    );
+
+    let output = kiln(&["inspect", "--json", path_str(&image)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let json = json_of(&output);
+    assert_eq!(json["path"], path_str(&image));
+    assert_eq!(json["header"]["producer"], evil("producer") + " 1.0");
+    assert_eq!(json["meta"]["producer_name"], evil("producer"));
+    assert_eq!(json["meta"]["labels"][evil("label")], evil("value"));
+    assert_eq!(json["owners"][0]["label"], evil("sm_80"));
+    let saxpy = json["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == evil("saxpy"))
+        .unwrap();
+    assert_eq!(saxpy["owner_label"], evil("sm_90a"));
+    assert_eq!(saxpy["deps"][0]["name"], evil("dep"));
+    assert_eq!(saxpy["artifacts"][0]["entry_points"][0], evil("entry"));
+    assert_eq!(saxpy["artifacts"][1]["kind"], evil("kind"));
+}
+
+#[test]
+fn hostile_text_verify_escapes_file_names_and_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = evil_sample(dir.path());
+    let bad = dir.path().join(evil("bad") + ".kimg");
+    let mut bytes = std::fs::read(&image).unwrap();
+    *bytes.last_mut().unwrap() ^= 1;
+    std::fs::write(&bad, &bytes).unwrap();
+
+    let output = kiln(&["verify", path_str(&image), path_str(&bad)]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert_shows(
+        &output.stdout,
+        &[
+            format!("ok    {}", path_str(dir.path())),
+            evil_shown("a") + ".kimg: 2 entries",
+            evil_shown("bad") + ".kimg: body.checksum",
+        ],
+        "verify",
+    );
+
+    let output = kiln(&["verify", "--json", path_str(&image), path_str(&bad)]);
+    let json = json_of(&output);
+    assert_eq!(json[0]["path"], path_str(&image));
+    assert_eq!(json[1]["path"], path_str(&bad));
+    assert_eq!(json[1]["check"], "body.checksum");
+
+    // An error message that quotes a hostile path.
+    let missing = dir.path().join(evil("missing"));
+    let output = kiln(&["inspect", path_str(&missing)]);
+    assert_eq!(output.status.code(), Some(2));
+    assert_shows(&output.stderr, &[evil_shown("missing")], "inspect error");
+}
+
+#[test]
+fn hostile_text_diff_escapes_every_change_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = evil_sample(dir.path());
+    let b = evil_image(
+        dir.path(),
+        "b",
+        vec![
+            evil_entry("sm_90a", "saxpy", b"ptx saxpy v2"),
+            evil_entry("sm_90a", "reduce", b"ptx reduce")],
+    );
+    let output = kiln(&["diff", path_str(&a), path_str(&b)]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert_shows(
+        &output.stdout,
+        &[
+            format!("{} ({})", evil_shown("gemm"), evil_shown("sm_80")),
+            format!("{} ({})", evil_shown("reduce"), evil_shown("sm_90a")),
+            format!("{} ({}): artifacts", evil_shown("saxpy"), evil_shown("sm_90a")),
+        ],
+        "diff",
+    );
+
+    let json = json_of(&kiln(&["diff", "--json", path_str(&a), path_str(&b)]));
+    assert_eq!(json["only_in_a"][0]["name"], evil("gemm"));
+    assert_eq!(json["only_in_a"][0]["owner_label"], evil("sm_80"));
+    assert_eq!(json["only_in_b"][0]["name"], evil("reduce"));
+    assert_eq!(json["changed"][0]["name"], evil("saxpy"));
+}
+
+#[test]
+fn hostile_text_merge_and_extract_escape_names_kinds_and_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = evil_sample(dir.path());
+
+    let merged = dir.path().join(evil("merged") + ".kimg");
+    let output = kiln(&["merge", path_str(&image), "-o", path_str(&merged)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_shows(&output.stdout, &[evil_shown("merged") + ".kimg"], "merge");
+    let json = json_of(&kiln(&["inspect", "--json", path_str(&merged)]));
+    assert_eq!(json["meta"]["labels"][evil("label")], evil("value"));
+
+    let out = dir.path().join("out.bin");
+    let saxpy = evil("saxpy");
+    let output = kiln(&[
+        "extract",
+        path_str(&image),
+        &saxpy,
+        "--kind",
+        &evil("kind"),
+        "-o",
+        path_str(&out),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(std::fs::read(&out).unwrap(), b"custom");
+    assert_shows(
+        &output.stdout,
+        &[format!("({}) of {}", evil_shown("kind"), evil_shown("saxpy"))],
+        "extract",
+    );
+
+    // Errors quoting the image's names and kinds.
+    let output = kiln(&["extract", path_str(&image), &saxpy, "-o", path_str(&out)]);
+    assert_eq!(output.status.code(), Some(2));
+    assert_shows(&output.stderr, &[evil_shown("kind")], "extract --kind error");
+
+    let twice = evil_image(
+        dir.path(),
+        "twice",
+        vec![
+            evil_entry("sm_90a", "saxpy", b"a"),
+            evil_entry("sm_80", "saxpy", b"b"),
+        ],
+    );
+    let output = kiln(&["extract", path_str(&twice), &saxpy, "-o", path_str(&out)]);
+    assert_eq!(output.status.code(), Some(2));
+    assert_shows(
+        &output.stderr,
+        &[
+            format!("{} ({})", evil_shown("saxpy"), evil_shown("sm_80")),
+            format!("{} ({})", evil_shown("saxpy"), evil_shown("sm_90a")),
+        ],
+        "extract ambiguous",
+    );
+    assert_eq!(
+        stderr(&output).lines().count(),
+        3,
+        "one line per candidate: {}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn hostile_text_cache_commands_escape_segment_contents_and_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join(evil("cache"));
+    let cache_arg = format!("--dir={}", path_str(&cache));
+    let output = kiln(&["cache", "stats", &cache_arg]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_shows(&output.stdout, &[evil_shown("cache")], "cache stats");
+    let stats = json_of(&kiln(&["cache", "stats", "--json", &cache_arg]));
+    let images = PathBuf::from(stats["dir"].as_str().unwrap());
+    assert!(images.starts_with(&cache), "{images:?}");
+
+    let good = evil_image(
+        dir.path(),
+        "seg",
+        vec![evil_entry("sm_90a", "saxpy", b"ptx saxpy")],
+    );
+    std::fs::copy(&good, images.join(evil("seg-good") + ".kimg")).unwrap();
+    let mut bytes = std::fs::read(&good).unwrap();
+    *bytes.last_mut().unwrap() ^= 1;
+    std::fs::write(images.join(evil("seg-bad") + ".kimg"), &bytes).unwrap();
+
+    let output = kiln(&["cache", "ls", &cache_arg]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_shows(
+        &output.stdout,
+        &[
+            evil_shown("saxpy"),
+            evil_shown("sm_90a"),
+            format!("{}:6 B", evil_shown("kind")),
+        ],
+        "cache ls",
+    );
+    let json = json_of(&kiln(&["cache", "ls", "--json", &cache_arg]));
+    assert_eq!(json[0]["name"], evil("saxpy"));
+    assert_eq!(json[0]["owner_label"], evil("sm_90a"));
+    assert_eq!(json[0]["artifacts"][1]["kind"], evil("kind"));
+
+    let output = kiln(&["cache", "verify", &cache_arg]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert_shows(
+        &output.stdout,
+        &[
+            format!("ok    {}.kimg", evil_shown("seg-good")),
+            format!("FAIL  {}.kimg", evil_shown("seg-bad")),
+        ],
+        "cache verify",
+    );
+    let json = json_of(&kiln(&["cache", "verify", "--json", &cache_arg]));
+    let names: Vec<&str> = json["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&(evil("seg-bad") + ".kimg").as_str()), "{names:?}");
+
+    for verb in ["gc", "clear"] {
+        let output = kiln(&["cache", verb, &cache_arg]);
+        assert!(output.status.success(), "{verb}: {}", stderr(&output));
+        assert_terminal_safe(&output.stdout, verb);
+        assert_terminal_safe(&output.stderr, verb);
+    }
 }
