@@ -717,3 +717,212 @@ fn hostile_text_cache_commands_escape_segment_contents_and_names() {
         assert_terminal_safe(&output.stderr, verb);
     }
 }
+
+// `kiln install`: verified images put into a directory by rename.
+
+/// The file's identity (its inode number).
+fn inode(path: &Path) -> u64 {
+    std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(path).unwrap())
+}
+
+/// Every entry of `image` with every artifact's bytes, in order.
+fn contents(image: &Image) -> Vec<(String, Vec<Vec<u8>>)> {
+    image
+        .entries()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            let payloads = entry
+                .artifacts()
+                .map(|a| a.bytes().unwrap().to_vec())
+                .collect();
+            (entry.name().to_owned(), payloads)
+        })
+        .collect()
+}
+
+/// The names in `dir`, sorted.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn install_replaces_by_rename_so_a_mapped_reader_keeps_the_old_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let installed = dir.path().join("installed");
+    std::fs::create_dir(&installed).unwrap();
+    let old_path = sample(&installed);
+    let old_bytes = std::fs::read(&old_path).unwrap();
+    let old_inode = inode(&old_path);
+
+    // A program that mapped the installed image before the install.
+    let reader = Image::open(&old_path, Verification::Structural).unwrap();
+    let before = contents(&reader);
+
+    // A different image with the same file name, larger than the old one.
+    let source_dir = dir.path().join("new");
+    std::fs::create_dir(&source_dir).unwrap();
+    let big = vec![7u8; 3 * old_bytes.len()];
+    let new_path = write(
+        &source_dir,
+        "a.kimg",
+        vec![
+            entry("sm_90a", "saxpy", &[(ArtifactKind::Cubin, &big)]),
+            entry("sm_90a", "reduce", &[(ArtifactKind::Ptx, b"ptx reduce")]),
+        ],
+    );
+    let new_bytes = std::fs::read(&new_path).unwrap();
+    assert_ne!(new_bytes, old_bytes);
+
+    let output = kiln(&["install", path_str(&new_path), path_str(&installed)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.starts_with("ok    "), "{text}");
+    assert!(text.contains("2 entries"), "{text}");
+
+    // The name now holds exactly the new image, in a new file; nothing
+    // else is left in the directory.
+    assert_eq!(std::fs::read(&old_path).unwrap(), new_bytes);
+    assert_ne!(inode(&old_path), old_inode, "installed in place");
+    assert_eq!(listing(&installed), ["a.kimg"]);
+    let fresh = Image::open(&old_path, Verification::Full).unwrap();
+    assert_eq!(fresh.len(), 2);
+
+    // The reader's mapping still holds the old image, whole: it passes
+    // full verification and serves the same entries and bytes.
+    reader.verify_full().unwrap();
+    assert_eq!(contents(&reader), before);
+    assert_eq!(reader.len(), 3);
+}
+
+#[test]
+fn install_refuses_a_bad_image_and_leaves_the_installed_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let installed = dir.path().join("installed");
+    std::fs::create_dir(&installed).unwrap();
+    let old_path = sample(&installed);
+    let old_bytes = std::fs::read(&old_path).unwrap();
+    let old_inode = inode(&old_path);
+
+    let source_dir = dir.path().join("new");
+    std::fs::create_dir(&source_dir).unwrap();
+    let good = write(
+        &source_dir,
+        "good.kimg",
+        vec![entry("sm_90a", "reduce", &[(ArtifactKind::Ptx, b"ptx reduce")])],
+    );
+    let bad = source_dir.join("a.kimg");
+    let mut bytes = std::fs::read(&good).unwrap();
+    *bytes.last_mut().unwrap() ^= 1;
+    std::fs::write(&bad, &bytes).unwrap();
+
+    let output = kiln(&[
+        "install",
+        path_str(&bad),
+        path_str(&good),
+        path_str(&installed),
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let text = stdout(&output);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[0].starts_with("FAIL") && lines[0].contains("body.checksum"),
+        "{text}"
+    );
+    assert!(lines[0].contains("refused"), "{text}");
+    assert!(lines[1].starts_with("ok "), "{text}");
+
+    // The refused image changed nothing; the good one was installed.
+    assert_eq!(std::fs::read(&old_path).unwrap(), old_bytes);
+    assert_eq!(inode(&old_path), old_inode);
+    assert_eq!(
+        std::fs::read(installed.join("good.kimg")).unwrap(),
+        std::fs::read(&good).unwrap()
+    );
+    assert_eq!(listing(&installed), ["a.kimg", "good.kimg"]);
+
+    let output = kiln(&["install", "--json", path_str(&bad), path_str(&installed)]);
+    assert_eq!(output.status.code(), Some(1));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json[0]["ok"], false);
+    assert_eq!(json[0]["check"], "body.checksum");
+    assert_eq!(json[0]["target"], path_str(&old_path));
+    assert_eq!(std::fs::read(&old_path).unwrap(), old_bytes);
+}
+
+#[test]
+fn install_with_name_and_json_writes_a_byte_identical_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = sample(dir.path());
+    let installed = dir.path().join("installed");
+    std::fs::create_dir(&installed).unwrap();
+
+    let output = kiln(&[
+        "install",
+        "--json",
+        "--name",
+        "kernels.kimg",
+        path_str(&source),
+        path_str(&installed),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let target = installed.join("kernels.kimg");
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json[0]["ok"], true);
+    assert_eq!(json[0]["path"], path_str(&source));
+    assert_eq!(json[0]["target"], path_str(&target));
+    assert_eq!(json[0]["entries"], 3);
+    let bytes = std::fs::read(&source).unwrap();
+    assert_eq!(json[0]["bytes"], bytes.len());
+    assert_eq!(std::fs::read(&target).unwrap(), bytes);
+    assert_eq!(listing(&installed), ["kernels.kimg"]);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&target).unwrap().permissions().mode();
+        assert_eq!(mode & 0o644, 0o644, "readable by every account: {mode:o}");
+    }
+}
+
+#[test]
+fn install_rejects_arguments_it_cannot_act_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = sample(dir.path());
+    let installed = dir.path().join("installed");
+    std::fs::create_dir(&installed).unwrap();
+    let other = write(dir.path(), "b.kimg", vec![]);
+    let twin_dir = dir.path().join("twin");
+    std::fs::create_dir(&twin_dir).unwrap();
+    let twin = write(&twin_dir, "a.kimg", vec![]);
+    let src = path_str(&source);
+    let dst = path_str(&installed);
+    let missing = dir.path().join("missing.kimg");
+
+    for (args, message) in [
+        (vec![src, path_str(&source)], "is not a directory"),
+        (vec![src, path_str(&missing), dst], "missing.kimg"),
+        (vec![src, path_str(&twin), dst], "two images would be installed as a.kimg"),
+        (vec!["--name", "x.kimg", src, path_str(&other), dst], "--name names one file"),
+        (vec!["--name", "../x.kimg", src, dst], "not a plain file name"),
+        (vec!["--name", "sub/x.kimg", src, dst], "not a plain file name"),
+        (vec!["--name", "..", src, dst], "not a plain file name"),
+        (vec![dst, dst], "not a regular file"),
+    ] {
+        let mut full = vec!["install"];
+        full.extend(&args);
+        let output = kiln(&full);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains(message),
+            "{args:?}: missing {message:?} in {}",
+            stderr(&output)
+        );
+        assert!(listing(&installed).is_empty(), "{args:?} wrote something");
+    }
+    assert!(!dir.path().join("x.kimg").exists());
+}

@@ -2,17 +2,27 @@
 //! into a directory (such as one in `KILN_IMAGE_PATH`) by rename, never in
 //! place.
 //!
-//! Each image is read into memory once, fully verified (as `kiln verify`
-//! does), and those same bytes are written to a temporary file in DIR,
-//! synced, renamed over `DIR/<file name>` and the directory synced
-//! ([`write_file_atomic`]). A program that mapped the file it replaces keeps
-//! reading the old file, whole and unchanged; a program that opens the name
-//! afterwards gets the new one; a crash leaves the old file or the new one,
-//! never a mix. An image that fails verification is refused (its line names
-//! the failed check) and the file it would replace is left untouched; the
-//! other images are still installed. Exit status 1 if any image was
-//! refused, 2 on any other error (an unreadable image, a DIR that is not a
-//! directory, a failed write).
+//! Arguments are checked first (DIR is a directory, every image a regular
+//! file that opens, no two images under one name), so a usage error
+//! installs nothing. Then each image is read into memory once (its size at
+//! open, at most), fully verified there (as `kiln verify` does), and those
+//! same bytes, not the file again, are written to a `.kiln-tmp-*` file in
+//! DIR (mode 0644), synced, renamed over `DIR/<file name>`, and the
+//! directory synced ([`write_file_atomic`]). A program that mapped the file
+//! it replaces keeps reading the old file, whole and unchanged (its inode
+//! lives until it is unmapped); a program that opens the name afterwards
+//! gets the new one; a crash leaves the old file or the new one, never a
+//! mix. Memory: about twice the largest image (the bytes read, and the
+//! aligned copy verification reads).
+//!
+//! An image that fails verification is refused (its line names the failed
+//! check) and the file it would replace is left untouched; the other
+//! images are still installed. Exit status 1 if any image was refused, 2 on
+//! any other error (bad arguments, an unreadable image, a failed write).
+//! `--json` prints one object per image: `path`, `ok`, `target`, then
+//! `entries` and `bytes`, or `check` and `error`. A target name that does
+//! not end in `.kimg` gets a note on stderr (`KILN_IMAGE_PATH` merges only
+//! `*.kimg` files).
 
 use std::collections::HashSet;
 use std::ffi::OsString;
@@ -86,39 +96,59 @@ fn destinations(args: &Args) -> Result<Vec<OsString>, CliError> {
     Ok(names)
 }
 
-/// The bytes of the regular file at `path`: at most its size at open, so
-/// that a file that grows meanwhile (or a device) cannot make this read
-/// without end.
-fn read_image(path: &Path) -> Result<Vec<u8>, CliError> {
-    let io = |action: &'static str| {
-        move |source| CliError::image(path)(ImageError::Io {
+/// Wraps an I/O error on the image at `path`.
+fn io_error<'a>(
+    action: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> CliError + 'a {
+    move |source| {
+        CliError::image(path)(ImageError::Io {
             action,
             path: path.to_owned(),
             source,
         })
-    };
-    let file = File::open(path).map_err(io("open"))?;
-    let metadata = file.metadata().map_err(io("read the metadata of"))?;
+    }
+}
+
+/// The image file at `path`, opened, and its size: a regular file, or an
+/// error before anything is installed.
+fn open_image(path: &Path) -> Result<(File, u64), CliError> {
+    let file = File::open(path).map_err(io_error("open", path))?;
+    let metadata = file
+        .metadata()
+        .map_err(io_error("read the metadata of", path))?;
     if !metadata.is_file() {
         return Err(CliError::NotAFile {
             path: path.to_owned(),
         });
     }
-    let mut bytes = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0));
-    file.take(metadata.len())
+    Ok((file, metadata.len()))
+}
+
+/// The bytes of `file`: at most `len`, its size at open, so that a file
+/// that grows meanwhile cannot make this read without end (one that
+/// changes fails verification).
+fn read_image(file: File, len: u64, path: &Path) -> Result<Vec<u8>, CliError> {
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.take(len)
         .read_to_end(&mut bytes)
-        .map_err(io("read"))?;
+        .map_err(io_error("read", path))?;
     Ok(bytes)
 }
 
 pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     let names = destinations(&args)?;
+    let files = args
+        .images
+        .iter()
+        .map(|path| open_image(path))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut all_ok = true;
     let mut reports = Vec::new();
     let mut out = std::io::stdout().lock();
-    for (path, name) in args.images.iter().zip(&names) {
+    for ((path, name), (file, len)) in args.images.iter().zip(&names).zip(files) {
         let target = args.dir.join(name);
-        let bytes = read_image(path)?;
+        let bytes = read_image(file, len, path)?;
         match Image::from_bytes(&bytes, Verification::Full) {
             Ok(image) => {
                 let entries = image.len();
