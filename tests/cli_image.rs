@@ -570,7 +570,8 @@ fn hostile_text_diff_escapes_every_change_line() {
         "b",
         vec![
             evil_entry("sm_90a", "saxpy", b"ptx saxpy v2"),
-            evil_entry("sm_90a", "reduce", b"ptx reduce")],
+            evil_entry("sm_90a", "reduce", b"ptx reduce"),
+        ],
     );
     let output = kiln(&["diff", path_str(&a), path_str(&b)]);
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
@@ -579,7 +580,11 @@ fn hostile_text_diff_escapes_every_change_line() {
         &[
             format!("{} ({})", evil_shown("gemm"), evil_shown("sm_80")),
             format!("{} ({})", evil_shown("reduce"), evil_shown("sm_90a")),
-            format!("{} ({}): artifacts", evil_shown("saxpy"), evil_shown("sm_90a")),
+            format!(
+                "{} ({}): artifacts",
+                evil_shown("saxpy"),
+                evil_shown("sm_90a")
+            ),
         ],
         "diff",
     );
@@ -618,14 +623,22 @@ fn hostile_text_merge_and_extract_escape_names_kinds_and_errors() {
     assert_eq!(std::fs::read(&out).unwrap(), b"custom");
     assert_shows(
         &output.stdout,
-        &[format!("({}) of {}", evil_shown("kind"), evil_shown("saxpy"))],
+        &[format!(
+            "({}) of {}",
+            evil_shown("kind"),
+            evil_shown("saxpy")
+        )],
         "extract",
     );
 
     // Errors quoting the image's names and kinds.
     let output = kiln(&["extract", path_str(&image), &saxpy, "-o", path_str(&out)]);
     assert_eq!(output.status.code(), Some(2));
-    assert_shows(&output.stderr, &[evil_shown("kind")], "extract --kind error");
+    assert_shows(
+        &output.stderr,
+        &[evil_shown("kind")],
+        "extract --kind error",
+    );
 
     let twice = evil_image(
         dir.path(),
@@ -708,7 +721,10 @@ fn hostile_text_cache_commands_escape_segment_contents_and_names() {
         .iter()
         .map(|s| s["name"].as_str().unwrap())
         .collect();
-    assert!(names.contains(&(evil("seg-bad") + ".kimg").as_str()), "{names:?}");
+    assert!(
+        names.contains(&(evil("seg-bad") + ".kimg").as_str()),
+        "{names:?}"
+    );
 
     for verb in ["gc", "clear"] {
         let output = kiln(&["cache", verb, &cache_arg]);
@@ -813,7 +829,11 @@ fn install_refuses_a_bad_image_and_leaves_the_installed_file() {
     let good = write(
         &source_dir,
         "good.kimg",
-        vec![entry("sm_90a", "reduce", &[(ArtifactKind::Ptx, b"ptx reduce")])],
+        vec![entry(
+            "sm_90a",
+            "reduce",
+            &[(ArtifactKind::Ptx, b"ptx reduce")],
+        )],
     );
     let bad = source_dir.join("a.kimg");
     let mut bytes = std::fs::read(&good).unwrap();
@@ -906,17 +926,34 @@ fn install_rejects_arguments_it_cannot_act_on() {
     for (args, message) in [
         (vec![src, path_str(&source)], "is not a directory"),
         (vec![src, path_str(&missing), dst], "missing.kimg"),
-        (vec![src, path_str(&twin), dst], "two images would be installed as a.kimg"),
-        (vec!["--name", "x.kimg", src, path_str(&other), dst], "--name names one file"),
-        (vec!["--name", "../x.kimg", src, dst], "not a plain file name"),
-        (vec!["--name", "sub/x.kimg", src, dst], "not a plain file name"),
+        (
+            vec![src, path_str(&twin), dst],
+            "two images would be installed as a.kimg",
+        ),
+        (
+            vec!["--name", "x.kimg", src, path_str(&other), dst],
+            "--name names one file",
+        ),
+        (
+            vec!["--name", "../x.kimg", src, dst],
+            "not a plain file name",
+        ),
+        (
+            vec!["--name", "sub/x.kimg", src, dst],
+            "not a plain file name",
+        ),
         (vec!["--name", "..", src, dst], "not a plain file name"),
         (vec![dst, dst], "not a regular file"),
     ] {
         let mut full = vec!["install"];
         full.extend(&args);
         let output = kiln(&full);
-        assert_eq!(output.status.code(), Some(2), "{args:?}: {}", stderr(&output));
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            stderr(&output)
+        );
         assert!(
             stderr(&output).contains(message),
             "{args:?}: missing {message:?} in {}",
@@ -925,4 +962,62 @@ fn install_rejects_arguments_it_cannot_act_on() {
         assert!(listing(&installed).is_empty(), "{args:?} wrote something");
     }
     assert!(!dir.path().join("x.kimg").exists());
+}
+
+#[test]
+fn hostile_text_install_escapes_paths_and_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = evil_sample(dir.path());
+    let installed = dir.path().join(evil("installed"));
+    std::fs::create_dir(&installed).unwrap();
+    let bad = dir.path().join(evil("bad") + ".kimg");
+    let mut bytes = std::fs::read(&image).unwrap();
+    *bytes.last_mut().unwrap() ^= 1;
+    std::fs::write(&bad, &bytes).unwrap();
+
+    let output = kiln(&[
+        "install",
+        path_str(&image),
+        path_str(&bad),
+        path_str(&installed),
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert_shows(
+        &output.stdout,
+        &[
+            format!(
+                "{}/{}.kimg: 2 entries",
+                evil_shown("installed"),
+                evil_shown("a")
+            ),
+            format!("{}.kimg: body.checksum", evil_shown("bad")),
+        ],
+        "install",
+    );
+    assert_eq!(
+        std::fs::read(installed.join(evil("a") + ".kimg")).unwrap(),
+        std::fs::read(&image).unwrap()
+    );
+
+    let json = json_of(&kiln(&[
+        "install",
+        "--json",
+        path_str(&image),
+        path_str(&installed),
+    ]));
+    assert_eq!(json[0]["path"], path_str(&image));
+    assert_eq!(
+        json[0]["target"],
+        path_str(&installed.join(evil("a") + ".kimg"))
+    );
+
+    let output = kiln(&[
+        "install",
+        "--name",
+        &evil("x"),
+        path_str(&image),
+        path_str(&installed),
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_shows(&output.stderr, &[evil_shown("x")], "install note");
 }

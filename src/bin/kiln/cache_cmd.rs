@@ -198,12 +198,9 @@ pub(crate) fn run(command: CacheCommand) -> Result<Outcome, CliError> {
                         segment.entries,
                         size(segment.bytes)
                     )?,
-                    Some(problem) => writeln!(
-                        out,
-                        "FAIL  {}: {}",
-                        escape(&segment.name),
-                        escape(problem)
-                    )?,
+                    Some(problem) => {
+                        writeln!(out, "FAIL  {}: {}", escape(&segment.name), escape(problem))?
+                    }
                 }
             }
             if report.temp_files > 0 {

@@ -89,7 +89,9 @@ pub(crate) enum CliError {
     },
 
     /// `install --name` with several images.
-    #[error("--name names one file, but {count} images were given: install them under their own names")]
+    #[error(
+        "--name names one file, but {count} images were given: install them under their own names"
+    )]
     NameForSeveral {
         /// How many images were given.
         count: usize,

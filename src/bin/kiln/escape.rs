@@ -61,10 +61,7 @@ pub(crate) fn path(path: &Path) -> String {
 /// Each line of `text` escaped on its own: for messages whose line breaks
 /// are the program's own and whose untrusted parts were escaped already.
 pub(crate) fn escape_lines(text: &str) -> String {
-    text.split('\n')
-        .map(escape)
-        .collect::<Vec<_>>()
-        .join("\n")
+    text.split('\n').map(escape).collect::<Vec<_>>().join("\n")
 }
 
 /// Writes `value` as pretty JSON. Strings stay exact (they parse back to
@@ -152,7 +149,8 @@ impl Formatter for SafeFormatter {
 mod tests {
     use super::*;
 
-    const HOSTILE: &str = "a\x1b[31mb\x07c\rd\ne\tf\0g\x7fh\u{85}i\u{9b}j\u{202e}k\u{2066}l\u{2069}m";
+    const HOSTILE: &str =
+        "a\x1b[31mb\x07c\rd\ne\tf\0g\x7fh\u{85}i\u{9b}j\u{202e}k\u{2066}l\u{2069}m";
 
     fn json(value: &serde_json::Value) -> String {
         let mut out = Vec::new();
@@ -172,7 +170,14 @@ mod tests {
 
     #[test]
     fn escape_keeps_ordinary_unicode_and_is_idempotent() {
-        for text in ["saxpy", "gemm<float, 128>", "größe", "カーネル", "emoji 🚀", "\u{202f}"] {
+        for text in [
+            "saxpy",
+            "gemm<float, 128>",
+            "größe",
+            "カーネル",
+            "emoji 🚀",
+            "\u{202f}",
+        ] {
             assert!(matches!(escape(text), Cow::Borrowed(t) if t == text));
         }
         let once = escape(HOSTILE).into_owned();
@@ -206,10 +211,7 @@ mod tests {
     fn json_is_exact_and_holds_no_unsafe_character() {
         let value = serde_json::json!({ HOSTILE: [HOSTILE, "plain", 1], "k": { "x": HOSTILE } });
         let text = json(&value);
-        assert!(
-            !text.chars().any(|c| is_unsafe(c) && c != '\n'),
-            "{text:?}"
-        );
+        assert!(!text.chars().any(|c| is_unsafe(c) && c != '\n'), "{text:?}");
         assert!(text.contains("\\u202e") && text.contains("\\u0085") && text.contains("\\u007f"));
         let back: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(back, value);
