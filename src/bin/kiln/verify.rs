@@ -30,13 +30,13 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     let mut reports = Vec::new();
     let mut out = std::io::stdout().lock();
     for path in &args.images {
-        let shown = path.display().to_string();
+        let json_path = path.display().to_string();
         match Image::open(path, Verification::Full) {
             Ok(image) => {
                 let bytes = image.byte_len();
                 if args.json {
                     reports.push(json!({
-                        "path": shown, "ok": true, "entries": image.len(), "bytes": bytes,
+                        "path": json_path, "ok": true, "entries": image.len(), "bytes": bytes,
                     }));
                 } else {
                     writeln!(
@@ -51,7 +51,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
                 all_ok = false;
                 if args.json {
                     reports.push(json!({
-                        "path": shown, "ok": false, "check": error.check(), "error": error.to_string(),
+                        "path": json_path, "ok": false, "check": error.check(), "error": error.to_string(),
                     }));
                 } else {
                     writeln!(
