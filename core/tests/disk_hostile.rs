@@ -29,12 +29,15 @@ fn returns<T: Send + 'static>(
 ) -> T {
     let (done, result) = mpsc::channel();
     let warnings = warnings.clone();
+    let started = std::time::Instant::now();
     std::thread::spawn(move || {
         let _ = done.send(tracing::subscriber::with_default(warnings, work));
     });
-    result
+    let returned = result
         .recv_timeout(Duration::from_secs(60))
-        .unwrap_or_else(|_| panic!("{what} never returned: it blocks"))
+        .unwrap_or_else(|_| panic!("{what} never returned: it blocks"));
+    eprintln!("{what}: returned in {:?}", started.elapsed());
+    returned
 }
 
 /// Makes a FIFO at `path`.

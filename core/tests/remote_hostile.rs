@@ -51,6 +51,7 @@ fn two_kernels(url: &str, what: &str) -> (RemoteStats, Vec<String>) {
         }
     });
     let took = started.elapsed();
+    eprintln!("{what}: two kernels in {took:?} (deadline {DEADLINE:?})");
     assert!(took < BOUND, "{what}: {took:?}, deadline {DEADLINE:?}");
     assert_eq!(compiles.load(Ordering::SeqCst), 2, "{what}");
     (tier.stats(), warnings.warnings())
@@ -152,6 +153,7 @@ fn a_late_handshake_leaves_the_command_only_what_is_left_of_the_deadline() {
     let started = Instant::now();
     assert_eq!(get(&cache, 0, &compiles), Source::Memory);
     let took = started.elapsed();
+    eprintln!("late handshake: one kernel in {took:?} (deadline {deadline:?})");
     assert!(
         took < deadline * 18 / 10,
         "{took:?} for one {deadline:?} deadline"
@@ -243,6 +245,7 @@ fn threads_waiting_for_the_same_kernel_are_bounded_by_the_one_deadline() {
         }
     });
     let took = started.elapsed();
+    eprintln!("4 threads, one kernel, trickle: {took:?} (deadline {DEADLINE:?})");
     assert!(took < BOUND, "{took:?}, deadline {DEADLINE:?}");
     // One thread led: one load (ended by its deadline), one compile; the
     // others waited for it and took its result.
