@@ -145,7 +145,8 @@ impl Remote {
     /// is read up to that size plus its framing and no further, whatever
     /// the server sends: more is an outage.
     pub(super) fn get(&self, name: &str, limit: usize) -> Result<Option<Vec<u8>>, Unanswered> {
-        let command = redis::cmd("GETRANGE").arg(name).arg(0).arg(limit).clone();
+        let mut command = redis::cmd("GETRANGE");
+        command.arg(name).arg(0).arg(limit);
         let cap = limit.saturating_add(1 + BULK_FRAMING);
         let value = self.run(
             || format!("GETRANGE {name}"),
@@ -160,7 +161,8 @@ impl Remote {
 
     /// `SET name value`.
     pub(super) fn set(&self, name: &str, value: &[u8]) -> Result<(), Unanswered> {
-        let command = redis::cmd("SET").arg(name).arg(value).clone();
+        let mut command = redis::cmd("SET");
+        command.arg(name).arg(value);
         self.run(
             || format!("SET {name}"),
             |con| match con.request(&command, SHORT_REPLY)? {
@@ -302,7 +304,8 @@ impl Remote {
             }
         }
         if settings.db() != 0 {
-            let select = redis::cmd("SELECT").arg(settings.db()).clone();
+            let mut select = redis::cmd("SELECT");
+            select.arg(settings.db());
             match con.request(&select, SHORT_REPLY)? {
                 Value::Okay => {}
                 Value::ServerError(error) => {
