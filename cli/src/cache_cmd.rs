@@ -10,6 +10,8 @@
 //! other versions' subdirectories are left alone.
 //! `KILN_CACHE=0` turns the cache off for programs, not for this command.
 //! `verify` exits with status 1 when a segment is bad.
+//! Segment files are untrusted: names, labels, kinds, file names and
+//! problems are shown escaped ([`escape`]); `--json` keeps them exact.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -17,6 +19,7 @@ use std::path::PathBuf;
 use kiln_core::disk::{DiskCache, DiskConfig, config};
 
 use crate::common::{Table, print_json};
+use crate::escape::{self, escape};
 use crate::{CliError, Outcome};
 
 /// The `kiln cache` subcommands.
@@ -93,7 +96,7 @@ pub(crate) fn run(command: CacheCommand) -> Result<Outcome, CliError> {
                 return json(&stats);
             }
             let percent = stats.bytes as f64 * 100.0 / stats.max_bytes.max(1) as f64;
-            writeln!(out, "directory   {}", stats.dir.display())?;
+            writeln!(out, "directory   {}", escape::path(&stats.dir))?;
             writeln!(
                 out,
                 "size        {} of {} ({percent:.1}%)",
@@ -119,18 +122,18 @@ pub(crate) fn run(command: CacheCommand) -> Result<Outcome, CliError> {
             if target.json {
                 return json(&entries);
             }
-            writeln!(out, "directory   {}", cache.images_dir().display())?;
+            writeln!(out, "directory   {}", escape::path(cache.images_dir()))?;
             let now = now_ms();
             let mut table = Table::new(&["KEY", "NAME", "OWNER", "ARTIFACTS", "LAST USED"]);
             for entry in &entries {
                 let artifacts = entry
                     .artifacts
                     .iter()
-                    .map(|a| format!("{}:{}", a.kind, size(a.bytes as u64)))
+                    .map(|a| format!("{}:{}", escape(&a.kind), size(a.bytes as u64)))
                     .collect::<Vec<_>>()
                     .join(",");
                 table.row(vec![
-                    entry.key[..12].to_owned(),
+                    entry.key.chars().take(12).collect(),
                     entry.name.clone(),
                     entry.owner_label.clone(),
                     artifacts,
@@ -191,11 +194,13 @@ pub(crate) fn run(command: CacheCommand) -> Result<Outcome, CliError> {
                     None => writeln!(
                         out,
                         "ok    {}: {} entries, {}",
-                        segment.name,
+                        escape(&segment.name),
                         segment.entries,
                         size(segment.bytes)
                     )?,
-                    Some(problem) => writeln!(out, "FAIL  {}: {problem}", segment.name)?,
+                    Some(problem) => {
+                        writeln!(out, "FAIL  {}: {}", escape(&segment.name), escape(problem))?
+                    }
                 }
             }
             if report.temp_files > 0 {

@@ -1,9 +1,15 @@
 //! Helpers shared by the subcommands: short digests, world ranges, plain
 //! text tables and JSON output.
+//!
+//! Text from an image or a cache directory is untrusted: every cell of a
+//! [`Table`] and every line printed holds it only as
+//! [`escape`](crate::escape::escape) shows it.
 
 use std::io::Write;
 
 use kiln_image::{Digest, EntryRef};
+
+use crate::escape::escape;
 
 /// Hex digits shown for a digest in tables.
 pub(crate) const SHORT_HEX: usize = 12;
@@ -27,11 +33,12 @@ pub(crate) fn worlds(entry: &EntryRef<'_>) -> String {
     format!("{}..{}", world(entry.min_world()), world(entry.max_world()))
 }
 
-/// The kinds of an entry's artifacts, comma-separated.
+/// The kinds of an entry's artifacts, comma-separated and escaped (a
+/// custom kind is untrusted text).
 pub(crate) fn kinds(entry: &EntryRef<'_>) -> String {
     entry
         .artifacts()
-        .map(|a| a.kind_name().to_owned())
+        .map(|a| escape(a.kind_name()).into_owned())
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -48,8 +55,15 @@ impl Table {
         }
     }
 
+    /// Adds a row; each cell is [escaped](escape) (escaping a cell twice
+    /// changes nothing).
     pub(crate) fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.rows.push(
+            cells
+                .into_iter()
+                .map(|cell| escape(&cell).into_owned())
+                .collect(),
+        );
     }
 
     pub(crate) fn write(&self, out: &mut impl Write, indent: &str) -> std::io::Result<()> {
@@ -79,10 +93,11 @@ impl Table {
     }
 }
 
-/// Prints `value` as pretty JSON on standard output.
-pub(crate) fn print_json(value: &serde_json::Value) -> Result<(), crate::CliError> {
+/// Prints `value` as pretty JSON on standard output, strings exact but
+/// terminal-safe ([`write_json`](crate::escape::write_json)).
+pub(crate) fn print_json(value: &impl serde::Serialize) -> Result<(), crate::CliError> {
     let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, value)?;
+    crate::escape::write_json(&mut out, value)?;
     writeln!(out)?;
     Ok(())
 }

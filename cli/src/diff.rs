@@ -1,6 +1,7 @@
 //! `kiln diff A B [--json]`: entries only in A, only in B, and in both
 //! with different contents, matched by (owner, key). Exit status 1 when the
-//! images differ in entries or metadata.
+//! images differ in entries or metadata. Names and labels are shown escaped
+//! ([`escape`]); `--json` keeps them exact.
 
 use std::cmp::Ordering;
 use std::io::Write;
@@ -10,6 +11,7 @@ use kiln_image::{EntryRef, Image, Verification};
 use serde_json::{Value, json};
 
 use crate::common::{print_json, short};
+use crate::escape::escape;
 use crate::{CliError, Outcome};
 
 /// Arguments of `kiln diff`.
@@ -152,6 +154,16 @@ fn to_json(changes: &[Change<'_>], same: usize, meta_changed: bool) -> Value {
     })
 }
 
+/// `KEY NAME (OWNER LABEL)`, the image's text escaped.
+fn shown(entry: &EntryRef<'_>) -> String {
+    format!(
+        "{} {} ({})",
+        short(&entry.key()),
+        escape(entry.name()),
+        escape(entry.owner_label())
+    )
+}
+
 fn print_text(changes: &[Change<'_>], same: usize, meta_changed: bool) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
     let (mut only_a, mut only_b, mut changed) = (0, 0, 0);
@@ -159,34 +171,15 @@ fn print_text(changes: &[Change<'_>], same: usize, meta_changed: bool) -> Result
         match change {
             Change::OnlyInA(e) => {
                 only_a += 1;
-                writeln!(
-                    out,
-                    "- {} {} ({})",
-                    short(&e.key()),
-                    e.name(),
-                    e.owner_label()
-                )?;
+                writeln!(out, "- {}", shown(e))?;
             }
             Change::OnlyInB(e) => {
                 only_b += 1;
-                writeln!(
-                    out,
-                    "+ {} {} ({})",
-                    short(&e.key()),
-                    e.name(),
-                    e.owner_label()
-                )?;
+                writeln!(out, "+ {}", shown(e))?;
             }
             Change::Changed(e, fields) => {
                 changed += 1;
-                writeln!(
-                    out,
-                    "~ {} {} ({}): {}",
-                    short(&e.key()),
-                    e.name(),
-                    e.owner_label(),
-                    fields.join(", ")
-                )?;
+                writeln!(out, "~ {}: {}", shown(e), fields.join(", "))?;
             }
         }
     }

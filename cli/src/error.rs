@@ -1,4 +1,7 @@
 //! [`CliError`]: why a `kiln` subcommand could not do its job.
+//!
+//! Messages may quote an image or a cache directory (names, kinds, file
+//! names): [`CliError::shown`] is the message as printed, escaped.
 
 use std::path::PathBuf;
 
@@ -70,9 +73,67 @@ pub(crate) enum CliError {
         /// The kinds it has.
         kinds: String,
     },
+
+    /// `install`: the last argument is not a directory.
+    #[error("{path} is not a directory: give an existing directory as the last argument")]
+    NotADirectory {
+        /// The argument.
+        path: PathBuf,
+    },
+
+    /// `install`: an image argument is not a regular file.
+    #[error("{path} is not a regular file: give image files")]
+    NotAFile {
+        /// The argument.
+        path: PathBuf,
+    },
+
+    /// `install --name` with several images.
+    #[error(
+        "--name names one file, but {count} images were given: install them under their own names"
+    )]
+    NameForSeveral {
+        /// How many images were given.
+        count: usize,
+    },
+
+    /// `install --name` with a path, `.`, `..` or nothing.
+    #[error(
+        "--name {name:?} is not a plain file name: give a name such as kernels.kimg, without a directory"
+    )]
+    NotAFileName {
+        /// The name given.
+        name: String,
+    },
+
+    /// `install`: an image path that ends in `..` or `/`.
+    #[error("{path} has no file name: give the image file's path, or use --name")]
+    NoFileName {
+        /// The image argument.
+        path: PathBuf,
+    },
+
+    /// `install`: two images with the same file name.
+    #[error("two images would be installed as {name}: install them one at a time, or use --name")]
+    SameName {
+        /// The file name both would get.
+        name: PathBuf,
+    },
 }
 
 impl CliError {
+    /// The message as `kiln` prints it: every control character and
+    /// bidirectional override [escaped](crate::escape::escape), line
+    /// breaks included, except the ones between the candidate lines of
+    /// [`CliError::Ambiguous`] (whose text is escaped where it is built).
+    pub(crate) fn shown(&self) -> String {
+        let message = self.to_string();
+        match self {
+            CliError::Ambiguous { .. } => crate::escape::escape_lines(&message),
+            _ => crate::escape::escape(&message).into_owned(),
+        }
+    }
+
     /// Attaches the image path to an [`ImageError`].
     pub(crate) fn image(path: &std::path::Path) -> impl FnOnce(ImageError) -> CliError + '_ {
         move |source| CliError::Image {

@@ -1,5 +1,7 @@
 //! `kiln extract IMAGE NAME-or-KEY-PREFIX -o FILE [--kind KIND] [--owner
 //! PREFIX]`: writes one artifact's bytes (checksum verified) to a file.
+//! Names and kinds from the image are shown escaped ([`escape`]), in the
+//! summary line and in error messages.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -7,6 +9,7 @@ use std::path::PathBuf;
 use kiln_image::{ArtifactKind, EntryRef, Image, Verification, write_file_atomic};
 
 use crate::common::{kinds, short};
+use crate::escape::{self, escape};
 use crate::{CliError, Outcome};
 
 /// Arguments of `kiln extract`.
@@ -64,7 +67,14 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
             let candidates: Vec<String> = several
                 .iter()
                 .take(20)
-                .map(|e| format!("  {} {} ({})", short(&e.key()), e.name(), e.owner_label()))
+                .map(|e| {
+                    format!(
+                        "  {} {} ({})",
+                        short(&e.key()),
+                        escape(e.name()),
+                        escape(e.owner_label())
+                    )
+                })
                 .collect();
             return Err(CliError::Ambiguous {
                 pattern: args.entry.clone(),
@@ -99,9 +109,9 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
         std::io::stdout().lock(),
         "wrote {} bytes ({}) of {} to {}",
         bytes.len(),
-        artifact.kind_name(),
-        entry.name(),
-        args.output.display()
+        escape(artifact.kind_name()),
+        escape(entry.name()),
+        escape::path(&args.output)
     )?;
     Ok(Outcome::Clean)
 }

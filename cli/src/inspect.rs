@@ -1,6 +1,7 @@
 //! `kiln inspect IMAGE [--json]`: header, metadata, owners and a table of
 //! entries. Opens with structural verification, so an image with some
-//! corrupt entries is still shown (those entries as errors).
+//! corrupt entries is still shown (those entries as errors). Text from the
+//! image is shown escaped ([`escape`]); `--json` keeps it exact.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -9,6 +10,7 @@ use kiln_image::{EntryRef, Image, ImageError, Verification};
 use serde_json::{Value, json};
 
 use crate::common::{Table, kinds, print_json, short, worlds};
+use crate::escape::{self, escape};
 use crate::{CliError, Outcome};
 
 /// Arguments of `kiln inspect`.
@@ -102,12 +104,12 @@ fn print_text(path: &std::path::Path, image: &Image) -> Result<(), CliError> {
     let meta = image.meta();
     let layout = header.layout;
     let mut out = std::io::stdout().lock();
-    writeln!(out, "image     {}", path.display())?;
+    writeln!(out, "image     {}", escape::path(path))?;
     writeln!(
         out,
         "format    {} (rkyv {}, {}, {}-bit pointers, {} primitives)",
         header.format_version,
-        header.rkyv_version,
+        escape(&header.rkyv_version),
         layout.endianness,
         layout.pointer_width,
         if layout.aligned_primitives {
@@ -116,7 +118,7 @@ fn print_text(path: &std::path::Path, image: &Image) -> Result<(), CliError> {
             "unaligned"
         }
     )?;
-    writeln!(out, "producer  {}", header.producer)?;
+    writeln!(out, "producer  {}", escape(&header.producer))?;
     writeln!(
         out,
         "size      {} bytes: index {} bytes at {}, payloads {} bytes at {}",
@@ -137,7 +139,7 @@ fn print_text(path: &std::path::Path, image: &Image) -> Result<(), CliError> {
         let labels: Vec<String> = meta
             .labels
             .iter()
-            .map(|(k, v)| format!("{k}={v}"))
+            .map(|(k, v)| format!("{}={}", escape(k), escape(v)))
             .collect();
         writeln!(out, "labels    {}", labels.join(", "))?;
     }

@@ -1,8 +1,12 @@
-//! `kiln`: inspect, verify, compare, merge and extract Kiln package images.
+//! `kiln`: inspect, verify, compare, merge, extract and install Kiln package
+//! images.
 //!
-//! Exit status: 0 on success, 1 when `verify` finds a bad image or `diff`
-//! finds differences, 2 on any other error (unreadable input, bad
-//! arguments).
+//! Exit status: 0 on success, 1 when `verify` finds a bad image, `install`
+//! refuses one or `diff` finds differences, 2 on any other error
+//! (unreadable input, bad arguments).
+//!
+//! Images and cache directories are untrusted: text from them is printed
+//! escaped (module `escape`).
 //!
 //! Kiln's `tracing` events (a disk cache that cannot be written, say) go to
 //! stderr, filtered by `KILN_LOG` (default `warn`).
@@ -12,8 +16,10 @@ mod cache_cmd;
 mod common;
 mod diff;
 mod error;
+mod escape;
 mod extract;
 mod inspect;
+mod install;
 mod merge;
 mod verify;
 
@@ -25,7 +31,7 @@ use tracing_subscriber::EnvFilter;
 
 pub(crate) use error::CliError;
 
-/// Inspect, verify, compare, merge and extract Kiln package images.
+/// Inspect, verify, compare, merge, extract and install Kiln package images.
 #[derive(Parser)]
 #[command(name = "kiln", version, about, propagate_version = true)]
 struct Cli {
@@ -45,6 +51,9 @@ enum Command {
     Merge(merge::Args),
     /// Write one artifact of one entry to a file.
     Extract(extract::Args),
+    /// Verify images fully, then put each into a directory by rename (never
+    /// in place), so programs that mapped the old file keep reading it.
+    Install(install::Args),
     /// Look after the disk cache of run-time compiled entries
     /// (KILN_CACHE_DIR): stats, ls, gc, clear, verify.
     #[command(subcommand)]
@@ -67,6 +76,7 @@ fn run(command: Command) -> Result<Outcome, CliError> {
         Command::Diff(args) => diff::run(args),
         Command::Merge(args) => merge::run(args),
         Command::Extract(args) => extract::run(args),
+        Command::Install(args) => install::run(args),
         Command::Cache(command) => cache_cmd::run(command),
     }
 }
@@ -98,7 +108,7 @@ fn main() -> ExitCode {
         Ok(Outcome::Clean) => ExitCode::SUCCESS,
         Ok(Outcome::Findings) => ExitCode::from(1),
         Err(error) => {
-            eprintln!("kiln: {error}");
+            eprintln!("kiln: {}", error.shown());
             ExitCode::from(2)
         }
     }

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use kiln_image::{Digest, Image, ImageMeta, ImageWriter, Verification};
 
+use crate::escape;
 use crate::{CliError, Outcome};
 
 /// Arguments of `kiln merge`.
@@ -61,7 +62,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
         std::io::stdout().lock(),
         "merged {count} entries from {} images into {} ({duplicates} duplicates skipped)",
         args.images.len(),
-        args.output.display()
+        escape::path(&args.output)
     )?;
     Ok(Outcome::Clean)
 }

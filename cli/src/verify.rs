@@ -1,7 +1,8 @@
 //! `kiln verify IMAGE... [--json]`: full verification of each image (header,
 //! body checksum, index, every entry record and every payload checksum),
 //! one line per image naming the check that failed. Exit status 1 if any
-//! image is bad.
+//! image is bad. Paths and error messages (which may quote the image) are
+//! shown escaped ([`escape`]).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -10,6 +11,7 @@ use kiln_image::{Image, Verification};
 use serde_json::json;
 
 use crate::common::print_json;
+use crate::escape::{self, escape};
 use crate::{CliError, Outcome};
 
 /// Arguments of `kiln verify`.
@@ -28,26 +30,37 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     let mut reports = Vec::new();
     let mut out = std::io::stdout().lock();
     for path in &args.images {
-        let shown = path.display().to_string();
+        let json_path = path.display().to_string();
         match Image::open(path, Verification::Full) {
             Ok(image) => {
                 let bytes = image.byte_len();
                 if args.json {
                     reports.push(json!({
-                        "path": shown, "ok": true, "entries": image.len(), "bytes": bytes,
+                        "path": json_path, "ok": true, "entries": image.len(), "bytes": bytes,
                     }));
                 } else {
-                    writeln!(out, "ok    {shown}: {} entries, {bytes} bytes", image.len())?;
+                    writeln!(
+                        out,
+                        "ok    {}: {} entries, {bytes} bytes",
+                        escape::path(path),
+                        image.len()
+                    )?;
                 }
             }
             Err(error) => {
                 all_ok = false;
                 if args.json {
                     reports.push(json!({
-                        "path": shown, "ok": false, "check": error.check(), "error": error.to_string(),
+                        "path": json_path, "ok": false, "check": error.check(), "error": error.to_string(),
                     }));
                 } else {
-                    writeln!(out, "FAIL  {shown}: {}: {error}", error.check())?;
+                    writeln!(
+                        out,
+                        "FAIL  {}: {}: {}",
+                        escape::path(path),
+                        error.check(),
+                        escape(&error.to_string())
+                    )?;
                 }
             }
         }

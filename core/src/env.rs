@@ -6,7 +6,7 @@
 //! | `KILN_ALWAYS_COMPILE=1` | skip every cached tier (memory, images, extra tiers) and compile; results are still recorded |
 //! | `KILN_IMAGE_PATH=dir1:dir2` | also memory-map and merge every `*.kimg` file in these directories |
 //! | `KILN_LOG=info` | in a program with no `tracing` subscriber, kiln prints the init's report on stderr itself: `warn` or `error` only images skipped and entries stale or rejected, any other value also every image merged and the tiers added, `off` nothing; a program with a subscriber gets kiln's `tracing` events there instead (the `kiln` tool's subscriber takes `KILN_LOG` as its filter) |
-//! | `KILN_CACHE=0`, `KILN_CACHE_DIR`, `KILN_CACHE_MAX_BYTES` | the disk tier of the global cache: off, where, how large (see [`crate::disk::config`]) |
+//! | `KILN_CACHE=0`, `KILN_CACHE_DIR`, `KILN_CACHE_MAX_BYTES`, `KILN_CACHE_TRUST_DIR` | the disk tier of the global cache: off, where, how large, whether to use a directory others may write to (see [`crate::disk::config`]) |
 //!
 //! A boolean switch is off when unset, empty, `0`, `false`, `no` or `off`
 //! (any case), and on for any other value. The switches are read once, when
@@ -34,7 +34,7 @@ pub const LOG: &str = "KILN_LOG";
 /// memos that speed up deriving the same owners), so [`crate::build`] does
 /// not rerun a build script when they change: `KILN_DISABLE=1 cargo run` or a
 /// new `KILN_CACHE_DIR` does not rebuild the images.
-pub const RUN_TIME: [&str; 9] = [
+pub const RUN_TIME: [&str; 10] = [
     DISABLE,
     ALWAYS_COMPILE,
     IMAGE_PATH,
@@ -42,6 +42,7 @@ pub const RUN_TIME: [&str; 9] = [
     crate::disk::config::CACHE,
     crate::disk::config::CACHE_DIR,
     crate::disk::config::CACHE_MAX_BYTES,
+    crate::disk::config::CACHE_TRUST_DIR,
     "KILN_REMOTE_CACHE",
     "KILN_REMOTE_TIMEOUT_MS",
 ];

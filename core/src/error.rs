@@ -119,6 +119,20 @@ pub enum Error {
         /// Its value.
         value: String,
     },
+    /// The disk cache directory (or its `images-v<N>/`) is owned by another
+    /// user, or other users may write to it: they could plant or replace
+    /// compiled code there, so the disk tier is not used.
+    #[error(
+        "disk cache directory {path} is {problem}: another user could plant compiled code \
+         there; point KILN_CACHE_DIR at a directory of your own that only you can write to \
+         (chmod go-w), or set KILN_CACHE_TRUST_DIR=1 to use it anyway"
+    )]
+    DiskDirUntrusted {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong: its owner, or its mode.
+        problem: String,
+    },
     /// `KILN_CACHE_DIR` is unset and the platform has no cache directory.
     #[error(
         "no disk cache directory: KILN_CACHE_DIR is unset and the platform has no cache \

@@ -4,7 +4,7 @@
 //! | variable | effect |
 //! | --- | --- |
 //! | `KILN_REMOTE_CACHE=redis://host:port/db` | turn the remote tier on (`rediss://` for TLS; `redis://user:password@host:port/db` for AUTH) |
-//! | `KILN_REMOTE_TIMEOUT_MS=500` | the most one operation (connect, `GET`, `SET`) may take, in milliseconds |
+//! | `KILN_REMOTE_TIMEOUT_MS=500` | the most one operation (connecting and the handshake included, `GETRANGE` or `SET` and its whole reply) may take, in milliseconds |
 //!
 //! An unset or empty `KILN_REMOTE_CACHE` leaves the remote tier off.
 
@@ -34,8 +34,11 @@ pub const REMOTE_TIMEOUT_MS: &str = "KILN_REMOTE_TIMEOUT_MS";
 #[derive(Clone, PartialEq, Eq)]
 pub struct RemoteConfig {
     url: String,
-    /// The most one operation may take: connecting (TCP, TLS, AUTH,
-    /// `SELECT`), and each command's write and read. Default 1 s.
+    /// The most one operation may take, from its start to its end:
+    /// resolving the host, connecting (TCP, TLS, AUTH, `SELECT`), the
+    /// command's write and its whole reply, and one retry on a new
+    /// connection. A deadline for the whole, not a timeout per read: a
+    /// server that trickles bytes cannot stretch it. Default 1 s.
     pub timeout: Duration,
     /// After a failure, how long the tier answers "miss" without trying the
     /// server. Default 30 s.
@@ -44,8 +47,10 @@ pub struct RemoteConfig {
     /// to share one server among unrelated users. Default `kiln`.
     pub namespace: String,
     /// The largest value stored or fetched: larger entries are not stored,
-    /// and no more than this (plus one byte) is read of a value, so a
-    /// hostile server cannot make the tier allocate more. Default 64 MiB.
+    /// and no more than this plus one byte (and the reply's framing) is
+    /// read of a value, whatever the server sends, so a hostile server
+    /// cannot make the tier allocate more than a small multiple of it.
+    /// Default 64 MiB.
     pub max_entry_bytes: usize,
 }
 

@@ -31,15 +31,25 @@
 //!
 //! # Failures
 //!
-//! Connecting (TCP, TLS, AUTH, `SELECT`) and each command's write and read
-//! are bounded by [`RemoteConfig::timeout`]. A failure logs **one**
-//! warning per outage (`tracing`), and for [`RemoteConfig::backoff`] the
-//! tier answers "miss" at once without asking the server, so a dead server
-//! does not cost a timeout per kernel. An error reply to one command
-//! (`WRONGTYPE` for one key, `OOM` for one write) costs one round trip and
-//! is not an outage: one warning, no back-off. The caller compiles;
-//! nothing fails. Values larger than [`RemoteConfig::max_entry_bytes`] are
-//! neither stored nor read whole.
+//! Every operation (resolving the host, connecting, TLS, `AUTH`,
+//! `SELECT`, the command and its whole reply, and a retry on a new
+//! connection) ends by one deadline, [`RemoteConfig::timeout`] after it
+//! started, however the server spreads or withholds its bytes; and a reply
+//! is read up to the size its command allows and no further
+//! ([`RemoteConfig::max_entry_bytes`] plus framing for a value), so a
+//! server that announces a gigabyte costs a small multiple of the cap (see
+//! the `client` module). A failure logs **one** warning per outage
+//! (`tracing`), and for [`RemoteConfig::backoff`] the tier answers "miss"
+//! at once without asking the server, so a dead server does not cost a
+//! timeout per kernel. A reply that is no possible answer (another type,
+//! over its cap, not RESP) is such a failure. An error reply to one
+//! command (`WRONGTYPE` for one key, `OOM` for one write) costs one round
+//! trip and is not an outage: one warning, no back-off. The caller
+//! compiles; nothing fails. Values larger than
+//! [`RemoteConfig::max_entry_bytes`] are neither stored nor read whole.
+//! A [`Cache`](crate::Cache) runs one load per `(owner, key)` at a time
+//! (single flight): other threads asking for it wait for that load, so
+//! its deadline bounds their wait for the remote tier too.
 //!
 //! # Security
 //!

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::SystemTime;
 
-use kiln_image::{Digest, EntryData, ImageFile, ImageWriter};
+use kiln_image::{Digest, EntryData, ImageWriter};
 
 use super::compact::{self, Scope, entry_cost, segment_meta};
 use super::config::DiskConfig;
@@ -59,20 +59,27 @@ const MTIME_GRANULARITY_MS: u64 = 2000;
 impl DiskCache {
     /// Opens the cache directory of `config`, creating it and its
     /// subdirectory for this image format version
-    /// ([`DiskConfig::images_dir`]) when missing. The directory is not
-    /// listed: the base segment's file is opened (its name is known; that
-    /// it opens shows that the directory exists, with no other system
-    /// call), to be mapped by the first lookup, and the first miss lists
-    /// the directory.
+    /// ([`DiskConfig::images_dir`]) when missing, with mode 700. Both must
+    /// be owned by this process's user and writable by nobody else, unless
+    /// [`DiskConfig::trust_dir`] says otherwise (one `stat` each). The
+    /// directory is not listed: the base segment's file is opened (its
+    /// name is known), to be mapped by the first lookup, and the first miss
+    /// lists the directory.
     ///
     /// A directory that exists but cannot be written is opened read-only
-    /// (with one warning when a write is first attempted). Fails only when
-    /// the directory neither exists nor can be created.
+    /// (with one warning when a write is first attempted).
+    ///
+    /// # Errors
+    /// [`Error::DiskIo`] when a directory neither exists nor can be
+    /// created, or is not a directory; [`Error::DiskDirUntrusted`] when
+    /// another user owns one, or other users may write to it.
     pub fn open(config: DiskConfig) -> Result<DiskCache, Error> {
         let images = config.images_dir();
-        let base = ImageFile::open(&images.join(segment::BASE_SEGMENT)).ok();
-        let base_opened = base.is_some();
-        let cache = DiskCache {
+        for dir in [&config.dir, &images] {
+            check_dir(dir, config.trust_dir)?;
+        }
+        let base = segment::open_image(&images.join(segment::BASE_SEGMENT)).ok();
+        Ok(DiskCache {
             recency: Recency::new(&images, segment::now_ms()),
             images,
             config,
@@ -82,26 +89,7 @@ impl DiskCache {
             misses: AtomicU64::new(0),
             stored: AtomicU64::new(0),
             store_failures: AtomicU64::new(0),
-        };
-        if base_opened {
-            return Ok(cache);
-        }
-        match std::fs::metadata(cache.images_dir()) {
-            Ok(meta) if meta.is_dir() => {}
-            Ok(_) => {
-                let not_dir = std::io::Error::new(
-                    std::io::ErrorKind::NotADirectory,
-                    "exists and is not a directory",
-                );
-                return Err(cache.io_error("open", not_dir));
-            }
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::create_dir_all(cache.images_dir())
-                    .map_err(|source| cache.io_error("create directory", source))?;
-            }
-            Err(source) => return Err(cache.io_error("open", source)),
-        }
-        Ok(cache)
+        })
     }
 
     /// Opens the cache configured by `KILN_CACHE*` (see [`super::config`]):
@@ -373,7 +361,8 @@ impl DiskCache {
             .map_err(|source| self.io_error("lock", source))?;
         let listing = self.listing()?;
         let mut report = ClearReport::default();
-        let stamps_file = std::fs::metadata(self.images_dir().join(stamps::STAMPS_FILE))
+        // Whatever has the name (a symbolic link is removed, not followed).
+        let stamps_file = std::fs::symlink_metadata(self.images_dir().join(stamps::STAMPS_FILE))
             .ok()
             .map(|m| FileInfo {
                 name: stamps::STAMPS_FILE.to_owned(),
@@ -406,7 +395,14 @@ impl DiskCache {
             .iter()
             .map(|file| {
                 let path = segment::path_of(self.images_dir(), &file.name);
-                let checked = kiln_image::Image::open(&path, kiln_image::Verification::Full)
+                let checked = segment::open_image(&path)
+                    .and_then(|file| {
+                        kiln_image::Image::from_file(
+                            file,
+                            kiln_image::FileAccess::MapWhole,
+                            kiln_image::Verification::Full,
+                        )
+                    })
                     .map(|image| image.len());
                 SegmentCheck {
                     name: file.name.clone(),
@@ -631,6 +627,42 @@ impl std::fmt::Debug for DiskCache {
             .field("images_dir", &self.images)
             .field("writable", &self.is_writable())
             .finish_non_exhaustive()
+    }
+}
+
+/// Checks the directory `dir` (creating it, with mode 700, when missing):
+/// it must be a directory, and unless `trust` also owned by this process's
+/// user and not writable by other users ([`segment::untrusted_dir`]). A
+/// symbolic link to a directory is followed (users may point
+/// `KILN_CACHE_DIR` anywhere); its target is checked.
+fn check_dir(dir: &Path, trust: bool) -> Result<(), Error> {
+    let io = |action: &'static str| {
+        move |source| Error::DiskIo {
+            action,
+            path: dir.to_path_buf(),
+            source,
+        }
+    };
+    let meta = match std::fs::metadata(dir) {
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            segment::create_dirs(dir).map_err(io("create directory"))?;
+            std::fs::metadata(dir).map_err(io("open"))?
+        }
+        other => other.map_err(io("open"))?,
+    };
+    if !meta.is_dir() {
+        let not_dir = std::io::Error::new(
+            std::io::ErrorKind::NotADirectory,
+            "exists and is not a directory",
+        );
+        return Err(io("open")(not_dir));
+    }
+    match segment::untrusted_dir(&meta) {
+        Some(problem) if !trust => Err(Error::DiskDirUntrusted {
+            path: dir.to_path_buf(),
+            problem,
+        }),
+        _ => Ok(()),
     }
 }
 

@@ -5,6 +5,7 @@
 //! | `KILN_CACHE=0` | turn the disk cache off (also `false`, `no`, `off`) |
 //! | `KILN_CACHE_DIR=path` | the cache directory; by default the platform cache directory + `kiln` (`$XDG_CACHE_HOME/kiln` or `~/.cache/kiln` on Linux). The disk tier keeps its files in its subdirectory `images-v<N>/` (see [`DiskConfig::images_dir`]) |
 //! | `KILN_CACHE_MAX_BYTES=size` | the cap on the size of this image format version's subdirectory: bytes, or a number with a `K`, `M`, `G` or `T` suffix (powers of 1024); default 1 GiB |
+//! | `KILN_CACHE_TRUST_DIR=1` | use the cache directory even if another user owns it or other users may write to it (otherwise it is refused with one warning: see [`DiskConfig::trust_dir`]) |
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -19,8 +20,11 @@ pub const CACHE_DIR: &str = "KILN_CACHE_DIR";
 /// `KILN_CACHE_MAX_BYTES`: the cap on the total size of this image format
 /// version's subdirectory.
 pub const CACHE_MAX_BYTES: &str = "KILN_CACHE_MAX_BYTES";
+/// `KILN_CACHE_TRUST_DIR`: use a cache directory that another user owns or
+/// may write to (see [`DiskConfig::trust_dir`]).
+pub const CACHE_TRUST_DIR: &str = "KILN_CACHE_TRUST_DIR";
 /// Every variable this module reads, for `cargo:rerun-if-env-changed` lines.
-pub const ALL: [&str; 3] = [CACHE, CACHE_DIR, CACHE_MAX_BYTES];
+pub const ALL: [&str; 4] = [CACHE, CACHE_DIR, CACHE_MAX_BYTES, CACHE_TRUST_DIR];
 
 /// The cap used when `KILN_CACHE_MAX_BYTES` is unset: 1 GiB.
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
@@ -51,6 +55,15 @@ pub struct DiskConfig {
     /// entry at most once per interval, and writes its pending stamps at most
     /// once per interval (and when the cache is dropped or flushed).
     pub stamp_interval: Duration,
+    /// Use the directory even if another user owns it, or users other than
+    /// its owner may write to it (`KILN_CACHE_TRUST_DIR`). By default
+    /// (`false`) such a cache directory, or such an
+    /// [`images_dir`](DiskConfig::images_dir), is refused
+    /// ([`Error::DiskDirUntrusted`]): another user could plant compiled
+    /// code there, which the cache would serve. The check is of the
+    /// directories' owner and mode bits only (group or others write,
+    /// sticky bit or not), on Unix.
+    pub trust_dir: bool,
 }
 
 impl DiskConfig {
@@ -62,6 +75,7 @@ impl DiskConfig {
             max_bytes: DEFAULT_MAX_BYTES,
             compact_after: DEFAULT_COMPACT_AFTER,
             stamp_interval: Duration::from_secs(60),
+            trust_dir: false,
         }
     }
 
@@ -74,8 +88,9 @@ impl DiskConfig {
         self.dir.join(images_subdir())
     }
 
-    /// Reads `KILN_CACHE`, `KILN_CACHE_DIR` and `KILN_CACHE_MAX_BYTES` from
-    /// the process environment; `Ok(None)` when the disk cache is turned off.
+    /// Reads `KILN_CACHE`, `KILN_CACHE_DIR`, `KILN_CACHE_MAX_BYTES` and
+    /// `KILN_CACHE_TRUST_DIR` from the process environment; `Ok(None)` when
+    /// the disk cache is turned off.
     pub fn from_env() -> Result<Option<DiskConfig>, Error> {
         DiskConfig::from_lookup(|name| std::env::var_os(name))
     }
@@ -92,6 +107,8 @@ impl DiskConfig {
             None => default_dir().ok_or(Error::DiskNoDir)?,
         };
         let mut config = DiskConfig::new(dir);
+        config.trust_dir = lookup(CACHE_TRUST_DIR)
+            .is_some_and(|value| !value.is_empty() && !is_off(&value.to_string_lossy()));
         if let Some(value) = lookup(CACHE_MAX_BYTES) {
             let value = value.to_string_lossy();
             config.max_bytes = parse_size(&value).ok_or_else(|| Error::DiskSize {
@@ -183,6 +200,24 @@ mod tests {
         let c = c.ok().flatten();
         assert_eq!(c.as_ref().map(|c| c.dir.clone()), Some("/tmp/k".into()));
         assert_eq!(c.map(|c| c.max_bytes), Some(10 << 20));
+    }
+
+    #[test]
+    fn trusting_the_directory_is_an_explicit_switch() {
+        let trusted = |vars: &[(&str, &str)]| config(vars).ok().flatten().map(|c| c.trust_dir);
+        assert_eq!(trusted(&[(CACHE_DIR, "/x")]), Some(false));
+        for off in ["", "0", "no", "False"] {
+            assert_eq!(
+                trusted(&[(CACHE_DIR, "/x"), (CACHE_TRUST_DIR, off)]),
+                Some(false)
+            );
+        }
+        for on in ["1", "yes", "true"] {
+            assert_eq!(
+                trusted(&[(CACHE_DIR, "/x"), (CACHE_TRUST_DIR, on)]),
+                Some(true)
+            );
+        }
     }
 
     #[test]

@@ -5,12 +5,20 @@
 //! exclusive lock no other process is half-way through writing, and every
 //! temporary file in the directory is an orphan of a crashed writer. The
 //! kernel releases the lock when its holder dies, even by SIGKILL.
+//!
+//! The lock file is opened with `O_NOFOLLOW` and checked to be a regular
+//! file ([`segment::open_regular`]): a symbolic link named `lock` is
+//! refused, never followed, so no file is ever created or locked elsewhere;
+//! the operation that needed the lock fails (for a store: one warning, and
+//! the process stops writing).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::path::Path;
 
 use fd_lock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use super::segment::{self, Access};
 
 /// The lock file's name inside the cache directory.
 pub(crate) const LOCK_FILE: &str = "lock";
@@ -22,14 +30,11 @@ pub(crate) struct DirLock {
 }
 
 impl DirLock {
-    /// Opens (creating when missing) the lock file of `dir`.
+    /// Opens (creating when missing, with mode
+    /// [`FILE_MODE`](segment::FILE_MODE)) the lock file of `dir`; an error
+    /// if anything but a regular file has its name.
     pub(crate) fn open(dir: &Path) -> io::Result<DirLock> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(dir.join(LOCK_FILE))?;
+        let file = segment::open_regular(&dir.join(LOCK_FILE), Access::ReadWriteCreate)?;
         Ok(DirLock {
             lock: RwLock::new(file),
         })

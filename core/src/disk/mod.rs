@@ -44,19 +44,22 @@
 //!
 //! # Reading
 //!
-//! [`DiskCache::open`] opens the base segment's file (which also shows
-//! that the directory exists; when there is no base it checks the
-//! directory, creating it when missing), nothing more. [`DiskCache::get`]
+//! [`DiskCache::open`] checks the cache directory and its `images-v<N>/`
+//! (one `stat` each, creating them when missing; see *A directory others
+//! could write to* below) and opens the base segment's file, nothing more.
+//! [`DiskCache::get`]
 //! looks in the base segment first; the first miss lists the segments'
 //! names, which are then searched base first, then fullest first (the
 //! entry count is in the name), opening each on first use with structural
 //! verification. The entry's payload checksums are checked before
 //! answering, so a hit's bytes are borrowed from the segment (zero-copy) and
 //! the first hit of a new process usually opens one file and lists nothing.
-//! Opening a segment costs one `open` and one `fstat`, then one map of the
-//! whole file (the base, and segments over 64 KiB: a hit touches only its
-//! pages) or one `read` (smaller segments, such as a store's: no map to set
-//! up, fault in and tear down, no file left open). On a miss the directory
+//! Opening a segment costs one `open` and one `fstat` (and, to hand the
+//! very file checked to the image reader, a second `open` through
+//! `/proc/self/fd` and its `fstat`), then one map of the whole file (the
+//! base, and segments over 64 KiB: a hit touches only its pages) or one
+//! `read` of the size `fstat` gave (smaller segments, such as a store's:
+//! no map to set up, fault in and tear down, no file left open). On a miss the directory
 //! is listed again if its modification time changed, which finds segments
 //! published by other processes, and a replaced base (another inode under
 //! the same name). Readers hold no lock: a segment deleted or replaced by
@@ -79,6 +82,37 @@
 //! 90 % of the cap. Recency stamps appended between
 //! stores are bounded (they are compacted once they exceed four per entry
 //! and 64 KiB), which the 10 % headroom absorbs.
+//!
+//! # A directory others could write to
+//!
+//! The cache serves what its directory holds, so the directory must be the
+//! user's: [`DiskCache::open`] refuses a cache directory, or an
+//! `images-v<N>/`, that another user owns or that users other than its
+//! owner may write to (group or others write bit, sticky or not), with
+//! [`Error::DiskDirUntrusted`](crate::Error::DiskDirUntrusted): the disk
+//! tier is then off, with one warning. `KILN_CACHE_TRUST_DIR=1`
+//! ([`DiskConfig::trust_dir`]) uses such a directory anyway.
+//!
+//! Permissions: the cache creates its directories with mode 700 and its
+//! files (segments, `stamps`, `lock`, temporary files) with mode 600, the
+//! mode given to `mkdir` and `open` themselves, never set afterwards (the
+//! umask can only narrow them). A cache holds compiled code that the
+//! process runs: nobody else needs to read it, and nobody else may write
+//! it. (A directory shared between users through `KILN_CACHE_TRUST_DIR`
+//! therefore holds files only their writer can read.)
+//!
+//! Within the directory, nothing planted under one of the cache's file
+//! names is followed, waited on or read without bound: every file is
+//! opened with `O_NOFOLLOW | O_NONBLOCK` and used only if `fstat` shows a
+//! regular file; listings skip anything else by its directory entry type.
+//! A symbolic link, FIFO or device named like a segment is absent (a miss;
+//! the next compaction replaces a base of that kind); named `stamps`, it
+//! is no stamps (and appending to it fails: one warning, no more writes);
+//! named `lock`, it fails the operation that needed the lock (a store: one
+//! warning, no more writes), and nothing is created at its target. Reads
+//! take at most the size the file should have: a segment the size `fstat`
+//! gave, which its header must declare exactly; the `stamps` file at most
+//! its last 32 MiB.
 //!
 //! # Failure is a miss
 //!

@@ -4,6 +4,14 @@
 //! fsync, rename to `seg-*.kimg`, fsync of the directory), so a file with a
 //! segment's name is always complete; it is never modified afterwards, only
 //! deleted by compaction once its entries are in a published successor.
+//!
+//! This module also opens every file of the cache directory (segments,
+//! `stamps`, `lock`) the one safe way ([`open_regular`]): without following
+//! a symbolic link, without waiting on a FIFO or a device, and only if it
+//! is a regular file, so that nothing planted under one of those names can
+//! redirect a write, stall a lookup or feed an unbounded read. Files and
+//! directories are created with [`FILE_MODE`] and [`DIR_MODE`], given at
+//! creation.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -57,7 +65,7 @@ impl Segment {
     /// its inode number, read from the opened file, cannot be reused while
     /// this process may compare it with a listing's.
     pub(crate) fn open(dir: &Path, name: &str) -> Result<Segment, ImageError> {
-        Segment::from_file(ImageFile::open(&dir.join(name))?, name)
+        Segment::from_file(open_image(&dir.join(name))?, name)
     }
 
     /// Opens the segment `name` from its file, opened already.
@@ -255,9 +263,7 @@ pub(crate) fn publish_base(dir: &Path, bytes: &[u8]) -> io::Result<FileInfo> {
 /// disk: for files whose loss in a power cut costs nothing but accuracy
 /// (recency stamps). Readers see the old file or the new one, never a mix.
 pub(crate) fn replace_file_unsynced(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
-    let mut temp = tempfile::Builder::new()
-        .prefix(TEMP_PREFIX)
-        .tempfile_in(dir)?;
+    let mut temp = temp_file(dir)?;
     temp.write_all(bytes)?;
     temp.persist(dir.join(name)).map_err(|err| err.error)?;
     Ok(())
@@ -265,9 +271,7 @@ pub(crate) fn replace_file_unsynced(dir: &Path, name: &str, bytes: &[u8]) -> io:
 
 /// Writes `bytes` into a new temporary file of `dir` and syncs it to disk.
 fn write_temp(dir: &Path, bytes: &[u8]) -> io::Result<tempfile::NamedTempFile> {
-    let mut temp = tempfile::Builder::new()
-        .prefix(TEMP_PREFIX)
-        .tempfile_in(dir)?;
+    let mut temp = temp_file(dir)?;
     // In pieces, as images are written, so that readers mapping the segment
     // make resident what they touch (see `kiln_image::write_in_pieces`).
     kiln_image::write_in_pieces(&mut temp, bytes)?;
@@ -275,7 +279,28 @@ fn write_temp(dir: &Path, bytes: &[u8]) -> io::Result<tempfile::NamedTempFile> {
     Ok(temp)
 }
 
+/// A new temporary file of `dir` (a fresh name, created exclusively, with
+/// [`FILE_MODE`]).
+fn temp_file(dir: &Path) -> io::Result<tempfile::NamedTempFile> {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(TEMP_PREFIX);
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(FILE_MODE));
+    builder.tempfile_in(dir)
+}
+
 /// Makes renames and deletions in `dir` durable.
+#[cfg(unix)]
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    use rustix::fs::{Mode, OFlags};
+    // O_DIRECTORY: a FIFO or device put in its place fails at once.
+    let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC;
+    let fd = rustix::fs::open(dir, flags, Mode::empty())?;
+    Ok(rustix::fs::fsync(fd)?)
+}
+
+/// Makes renames and deletions in `dir` durable.
+#[cfg(not(unix))]
 pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
@@ -303,6 +328,216 @@ fn millis_since_epoch(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
+}
+
+// ----- opening the files of the cache directory -----
+
+/// The mode of the directories the disk cache creates (the cache directory
+/// and its `images-v<N>/`): the user's alone. Given to `mkdir`, so the
+/// directory never exists with a wider mode (the umask can only narrow it).
+pub(crate) const DIR_MODE: u32 = 0o700;
+
+/// The mode of the files the disk cache creates (segments, `stamps`,
+/// `lock`, temporary files): read and written by the user alone. Given to
+/// `open` (`O_CREAT`), never set afterwards.
+pub(crate) const FILE_MODE: u32 = 0o600;
+
+/// How [`open_regular`] opens a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Read only; the file must exist (segments, `stamps` when read).
+    Read,
+    /// Read and write, created with [`FILE_MODE`] when missing (`lock`).
+    ReadWriteCreate,
+    /// Append only, created with [`FILE_MODE`] when missing (`stamps`).
+    AppendCreate,
+}
+
+/// Opens `path`, a file the cache directory should hold, the safe way:
+/// `O_NOFOLLOW` (a symbolic link under that name is refused, never
+/// followed), `O_NONBLOCK` (a FIFO or a device does not block the open),
+/// then `fstat`: anything but a regular file is refused with an error that
+/// says what it is. `O_NONBLOCK` is then cleared, so reads and writes
+/// behave as usual.
+#[cfg(unix)]
+pub(crate) fn open_regular(path: &Path, access: Access) -> io::Result<File> {
+    let fd = open_checked(path, access)?;
+    let flags = rustix::fs::fcntl_getfl(&fd)?;
+    rustix::fs::fcntl_setfl(&fd, flags - rustix::fs::OFlags::NONBLOCK)?;
+    Ok(File::from(fd))
+}
+
+/// [`open_regular`] up to the check, `O_NONBLOCK` still set: for a file
+/// only looked at, or opened again ([`image_file_of`]).
+#[cfg(unix)]
+fn open_checked(path: &Path, access: Access) -> io::Result<std::os::fd::OwnedFd> {
+    use rustix::fs::{FileType, Mode, OFlags};
+    use rustix::io::Errno;
+    let flags = OFlags::NOFOLLOW
+        | OFlags::NONBLOCK
+        | OFlags::CLOEXEC
+        | match access {
+            Access::Read => OFlags::RDONLY,
+            Access::ReadWriteCreate => OFlags::RDWR | OFlags::CREATE,
+            Access::AppendCreate => OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE,
+        };
+    let fd = match rustix::fs::open(path, flags, Mode::from_raw_mode(FILE_MODE)) {
+        Ok(fd) => fd,
+        Err(Errno::LOOP) => return Err(not_regular(path, "a symbolic link")),
+        // Opening a FIFO without reader, or a socket, for writing.
+        Err(Errno::NXIO) => return Err(not_regular(path, "a FIFO or a socket")),
+        Err(errno) => return Err(errno.into()),
+    };
+    let kind = FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode);
+    if kind != FileType::RegularFile {
+        let what = match kind {
+            FileType::Directory => "a directory",
+            FileType::Fifo => "a FIFO",
+            FileType::Socket => "a socket",
+            FileType::CharacterDevice | FileType::BlockDevice => "a device",
+            _ => "not a regular file",
+        };
+        return Err(not_regular(path, what));
+    }
+    Ok(fd)
+}
+
+/// Opens `path` as [`open_regular`] does, where the platform offers no
+/// `O_NOFOLLOW`: opened, then checked to be a regular file.
+#[cfg(not(unix))]
+pub(crate) fn open_regular(path: &Path, access: Access) -> io::Result<File> {
+    let mut options = fs::OpenOptions::new();
+    match access {
+        Access::Read => options.read(true),
+        Access::ReadWriteCreate => options.read(true).write(true).create(true),
+        Access::AppendCreate => options.append(true).create(true),
+    };
+    let file = options.open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(not_regular(path, "not a regular file"));
+    }
+    Ok(file)
+}
+
+/// Whether `err` is [`open_regular`]'s refusal of something that is not a
+/// regular file.
+pub(crate) fn is_not_regular(err: &io::Error) -> bool {
+    err.get_ref().is_some_and(|inner| inner.is::<NotRegular>())
+}
+
+/// What [`open_regular`] refused.
+#[derive(Debug)]
+struct NotRegular(String);
+
+impl std::fmt::Display for NotRegular {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotRegular {}
+
+/// The error for `path`, which is `what` instead of a regular file.
+fn not_regular(path: &Path, what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        NotRegular(format!(
+            "{} is {what}, not a regular file: the disk cache neither follows nor \
+             opens it (remove it)",
+            path.display()
+        )),
+    )
+}
+
+/// Opens the image file at `path` for [`Image::from_file`], through
+/// [`open_regular`]: a symbolic link, FIFO or device named like a segment
+/// is an error at once, never followed, waited on or read.
+pub(crate) fn open_image(path: &Path) -> Result<ImageFile, ImageError> {
+    let io = |action: &'static str| {
+        move |source| ImageError::Io {
+            action,
+            path: path.to_owned(),
+            source,
+        }
+    };
+    #[cfg(unix)]
+    let file = File::from(open_checked(path, Access::Read).map_err(io("open"))?);
+    #[cfg(not(unix))]
+    let file = open_regular(path, Access::Read).map_err(io("open"))?;
+    image_file_of(&file, path).map_err(io("open"))
+}
+
+/// The [`ImageFile`] of `file`, a regular file opened from `path`.
+///
+/// `ImageFile` opens by path, so the very file checked is opened again
+/// through `/proc/self/fd` (the same inode, whatever has happened to the
+/// name since; without `O_NONBLOCK`); where that is unavailable, by
+/// `path`. Either way the result must be the same file (device and
+/// inode), else it is refused. `file` is closed by the caller: a segment
+/// costs two more system calls than a plain `open` and `fstat` (the
+/// second `open` and its `fstat`), a few microseconds.
+#[cfg(unix)]
+fn image_file_of(file: &File, path: &Path) -> io::Result<ImageFile> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let checked = file.metadata()?;
+    let by_fd = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    let opened = match ImageFile::open(&by_fd) {
+        Ok(opened) => opened,
+        Err(_) => ImageFile::open(path).map_err(io::Error::other)?,
+    };
+    let meta = opened.metadata();
+    if (meta.dev(), meta.ino()) != (checked.dev(), checked.ino()) || !meta.is_file() {
+        return Err(not_regular(path, "replaced while being opened"));
+    }
+    Ok(opened)
+}
+
+#[cfg(not(unix))]
+fn image_file_of(_: &File, path: &Path) -> io::Result<ImageFile> {
+    let opened = ImageFile::open(path).map_err(io::Error::other)?;
+    if !opened.metadata().is_file() {
+        return Err(not_regular(path, "not a regular file"));
+    }
+    Ok(opened)
+}
+
+/// Creates `dir` and any missing parent with [`DIR_MODE`].
+pub(crate) fn create_dirs(dir: &Path) -> io::Result<()> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, DIR_MODE);
+    builder.create(dir)
+}
+
+/// Why the directory `meta` describes must not hold a cache that this
+/// process trusts, if it must not: another user owns it, or users other
+/// than its owner may write to it (group or others write bit, sticky or
+/// not). Either way another user could plant files there.
+#[cfg(unix)]
+pub(crate) fn untrusted_dir(meta: &fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    if meta.uid() != me {
+        return Some(format!(
+            "owned by user {} (this process runs as user {me})",
+            meta.uid()
+        ));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Some(format!(
+            "writable by other users (mode {mode:o}; the disk cache creates 700)"
+        ));
+    }
+    None
+}
+
+/// Ownership and modes are not checked where the platform has none.
+#[cfg(not(unix))]
+pub(crate) fn untrusted_dir(_: &fs::Metadata) -> Option<String> {
+    None
 }
 
 #[cfg(test)]

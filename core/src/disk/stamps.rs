@@ -10,15 +10,21 @@
 //! surviving entry. A stamp appended while compaction replaces the file is
 //! lost, which only makes an entry look older than it is; a torn or garbled
 //! record fails its checksum and is skipped.
+//!
+//! The file is opened without following a symbolic link and only if it is
+//! a regular file ([`segment::open_regular`]): an append never lands in
+//! another file. A `stamps` that is anything else is no stamps when read,
+//! and an error when appended to (the process stops writing, with one
+//! warning); compaction replaces it with a regular file. A read takes at
+//! most [`READ_AT_MOST`] bytes, the newest, whatever the file's size.
 
 use std::collections::HashMap;
-use std::fs::OpenOptions;
-use std::io::{self, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use kiln_image::Digest;
 
-use super::segment;
+use super::segment::{self, Access};
 
 /// The stamps file's name inside the cache directory.
 pub(crate) const STAMPS_FILE: &str = "stamps";
@@ -28,6 +34,12 @@ pub(crate) type EntryId = (Digest, Digest);
 
 /// Bytes of one record: owner, key, stamp, checksum.
 pub(crate) const RECORD_BYTES: usize = 32 + 32 + 8 + 8;
+
+/// The most bytes of the stamps file a read takes (the last ones: appends
+/// go at the end): 409,600 records, four per entry for 102,400 entries.
+/// A larger file is compacted at the next store or exit
+/// ([`bloated`]), so only a damaged or planted file is ever cut.
+pub(crate) const READ_AT_MOST: u64 = 32 << 20;
 
 /// Encodes one record.
 fn encode(id: &EntryId, stamp_ms: u64, out: &mut Vec<u8>) {
@@ -64,13 +76,33 @@ fn decode(bytes: &[u8]) -> Option<(EntryId, u64)> {
 }
 
 /// Reads the stamps of `dir`: the latest stamp of every entry recorded.
-/// A missing file is no stamps; damaged records are skipped.
+/// A missing file, or anything but a regular file under its name, is no
+/// stamps; damaged records are skipped; at most [`READ_AT_MOST`] bytes
+/// (the newest) are read.
 pub(crate) fn read(dir: &Path) -> io::Result<HashMap<EntryId, u64>> {
-    let bytes = match std::fs::read(dir.join(STAMPS_FILE)) {
-        Ok(bytes) => bytes,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => Vec::new(),
+    read_at_most(dir, READ_AT_MOST)
+}
+
+/// [`read`], taking at most the last `cap` bytes of the file.
+fn read_at_most(dir: &Path, cap: u64) -> io::Result<HashMap<EntryId, u64>> {
+    let path = dir.join(STAMPS_FILE);
+    let mut file = match segment::open_regular(&path, Access::Read) {
+        Ok(file) => file,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(HashMap::new()),
+        Err(err) if segment::is_not_regular(&err) => {
+            tracing::debug!(error = %err, "disk-cache stamps file ignored");
+            return Ok(HashMap::new());
+        }
         Err(err) => return Err(err),
     };
+    let len = file.metadata()?.len();
+    let skip = len.saturating_sub(cap);
+    if skip > 0 {
+        file.seek(SeekFrom::Start(skip))?;
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(len - skip).unwrap_or(0));
+    // `take`: a file that grows meanwhile is still read no further.
+    file.take(cap).read_to_end(&mut bytes)?;
     let mut stamps = HashMap::new();
     let mut at = 0;
     while at + RECORD_BYTES <= bytes.len() {
@@ -87,9 +119,13 @@ pub(crate) fn read(dir: &Path) -> io::Result<HashMap<EntryId, u64>> {
     Ok(stamps)
 }
 
-/// The size of the stamps file of `dir` (0 when missing).
+/// The size of the stamps file of `dir` (0 when missing, or when its name
+/// is not a regular file: a symbolic link is not followed).
 pub(crate) fn file_len(dir: &Path) -> u64 {
-    std::fs::metadata(dir.join(STAMPS_FILE)).map_or(0, |m| m.len())
+    std::fs::symlink_metadata(dir.join(STAMPS_FILE))
+        .ok()
+        .filter(std::fs::Metadata::is_file)
+        .map_or(0, |m| m.len())
 }
 
 /// Whether a stamps file of `bytes` for `entries` entries is worth
@@ -110,10 +146,7 @@ pub(crate) fn append(
     for (id, stamp) in stamps {
         encode(id, *stamp, &mut bytes);
     }
-    let mut file = OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(dir.join(STAMPS_FILE))?;
+    let mut file = segment::open_regular(&dir.join(STAMPS_FILE), Access::AppendCreate)?;
     file.write_all(&bytes)?;
     if !want_len {
         return Ok(None);
@@ -147,6 +180,7 @@ pub(crate) fn compact(dir: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::OpenOptions;
 
     fn id(n: u8) -> EntryId {
         (Digest([n; 32]), Digest([n.wrapping_add(100); 32]))
@@ -189,6 +223,49 @@ mod tests {
 
         rewrite(dir.path(), &HashMap::from([(id(2), 7)]))?;
         assert_eq!(read(dir.path())?, HashMap::from([(id(2), 7)]));
+        Ok(())
+    }
+
+    #[test]
+    fn a_read_takes_only_the_newest_bytes_up_to_the_cap() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let stamps: Vec<_> = (0..10).map(|n| (id(n), u64::from(n))).collect();
+        append(dir.path(), &stamps, false)?;
+        let cap = 3 * RECORD_BYTES as u64;
+        let newest = read_at_most(dir.path(), cap)?;
+        assert_eq!(
+            newest,
+            stamps[7..].iter().copied().collect::<HashMap<_, _>>()
+        );
+        // A cap in the middle of a record: the torn first record is skipped.
+        let newest = read_at_most(dir.path(), cap + 40)?;
+        assert_eq!(
+            newest,
+            stamps[7..].iter().copied().collect::<HashMap<_, _>>()
+        );
+        assert_eq!(read(dir.path())?.len(), 10);
+        Ok(())
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_stamps_name_that_is_not_a_regular_file_is_no_stamps_and_never_followed() -> io::Result<()>
+    {
+        let dir = tempfile::tempdir()?;
+        let elsewhere = tempfile::tempdir()?;
+        let target = elsewhere.path().join("profile");
+        std::fs::write(&target, b"export PATH=/usr/bin\n")?;
+        std::os::unix::fs::symlink(&target, dir.path().join(STAMPS_FILE))?;
+        assert!(read(dir.path())?.is_empty());
+        assert_eq!(file_len(dir.path()), 0);
+        let err = append(dir.path(), &[(id(1), 1)], true).expect_err("refused");
+        assert!(segment::is_not_regular(&err), "{err}");
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        assert_eq!(std::fs::read(&target)?, b"export PATH=/usr/bin\n");
+
+        std::fs::remove_file(dir.path().join(STAMPS_FILE))?;
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join(STAMPS_FILE))?;
+        assert!(read(dir.path())?.is_empty(), "not followed, not read");
         Ok(())
     }
 }

@@ -1,5 +1,7 @@
 //! Shared by the remote tier's tests: a private `redis-server` on a random
-//! loopback port (a child process, killed on drop), a deterministic CPU
+//! loopback port (a child process, killed on drop), a deliberately hostile
+//! server ([`HostileServer`]: trickles, stalls, resets, oversized and
+//! mistyped replies, which no real server produces), a deterministic CPU
 //! "compiler", and the caches under test.
 //!
 //! Without `redis-server` on PATH the tests are skipped with a message,
@@ -329,17 +331,26 @@ pub fn run_child(command: &mut Command) -> String {
         .unwrap_or_else(|| panic!("no RESULT line in:\n{stdout}"))
 }
 
-/// The child's work. Role `compile`: a cache with the disk tier of
-/// `KILN_CACHE_DIR` and the remote tier of `KILN_REMOTE_CACHE` (writing
-/// through to the disk) gets kernels `0..KILN_REMOTE_TEST_KEYS`, checking
-/// each, and prints what happened on a `RESULT` line.
+/// The child's work, by role:
+///
+/// - `compile`: a cache with the disk tier of `KILN_CACHE_DIR` and the
+///   remote tier of `KILN_REMOTE_CACHE` (writing through to the disk) gets
+///   kernels `0..KILN_REMOTE_TEST_KEYS`, checking each, and prints what
+///   happened on a `RESULT` line.
+/// - `oversized`: a remote tier reading values of at most
+///   `KILN_REMOTE_TEST_CAP` bytes asks a [`HostileServer`] that announces a
+///   1 GiB value and sends it; prints how much the process's peak resident
+///   memory grew meanwhile (`peak_growth_kib`), and what the tier counted.
 pub fn run_child_role() {
     let role = std::env::var(ROLE);
-    assert_eq!(
-        role.as_deref(),
-        Ok("compile"),
-        "run by the other tests, with {ROLE} set"
-    );
+    match role.as_deref() {
+        Ok("compile") => compile_role(),
+        Ok("oversized") => oversized_role(),
+        _ => panic!("run by the other tests, with {ROLE} set"),
+    }
+}
+
+fn compile_role() {
     tracing::subscriber::set_global_default(WarnCounter::default()).expect("first subscriber");
     let cache = Cache::new();
     let disk = Arc::new(DiskCache::from_env().expect("KILN_CACHE_DIR is usable"));
@@ -363,4 +374,288 @@ pub fn run_child_role() {
         stats.stored,
         stats.failures,
     );
+}
+
+fn oversized_role() {
+    const ANNOUNCED: u64 = 1 << 30;
+    let cap: usize = std::env::var("KILN_REMOTE_TEST_CAP")
+        .expect("KILN_REMOTE_TEST_CAP")
+        .parse()
+        .expect("a number");
+    let server = HostileServer::start(Answer::Ok, Answer::Oversized(ANNOUNCED));
+    // A deadline far beyond what reading the cap takes: the cap ends the
+    // read, not the deadline.
+    let tier = RemoteTier::open(
+        RemoteConfig::new(server.url())
+            .timeout(Duration::from_secs(60))
+            .backoff(Duration::from_secs(3600))
+            .max_entry_bytes(cap),
+    )
+    .expect("a valid URL");
+    let cache = Cache::new();
+    cache.add_tier(Box::new(tier.clone()));
+    let compiles = AtomicUsize::new(0);
+    // Linux: writing 5 to clear_refs resets the peak to the current size.
+    std::fs::write("/proc/self/clear_refs", "5").expect("reset the peak RSS");
+    let before = peak_rss_kib();
+    let source = get(&cache, 0, &compiles);
+    let growth = peak_rss_kib().saturating_sub(before);
+    let stats = tier.stats();
+    println!(
+        "RESULT peak_growth_kib={growth} source={source:?} compiles={} failures={}",
+        compiles.load(Ordering::SeqCst),
+        stats.failures
+    );
+}
+
+/// The process's peak resident memory (`VmHWM`), in KiB.
+fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("a VmHWM line")
+}
+
+/// What a [`HostileServer`] answers a command with.
+#[derive(Clone, Debug)]
+pub enum Answer {
+    /// `+OK`.
+    Ok,
+    /// These bytes, as they are (any RESP, or none).
+    Raw(Vec<u8>),
+    /// Nothing, ever: the connection stays open until the client closes it.
+    Silence,
+    /// A bulk string header announcing 100 bytes, then one byte every
+    /// given interval, forever.
+    Trickle(Duration),
+    /// A bulk string header announcing this many bytes, then zeros as fast
+    /// as the client takes them.
+    Oversized(u64),
+    /// A reset (RST): the connection is closed with the command unread.
+    Reset,
+    /// The answer, after a delay.
+    After(Duration, Box<Answer>),
+}
+
+/// A deliberately hostile Redis server on a loopback port: it speaks just
+/// enough RESP to read commands, answers the handshake (`AUTH`, `SELECT`)
+/// with one [`Answer`] and every other command with another. Stops on drop.
+pub struct HostileServer {
+    port: u16,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    connections: Arc<AtomicUsize>,
+}
+
+impl HostileServer {
+    /// Starts a server answering `AUTH` and `SELECT` with `handshake` and
+    /// every other command with `command`.
+    pub fn start(handshake: Answer, command: Answer) -> HostileServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let port = listener.local_addr().expect("its address").port();
+        listener.set_nonblocking(true).expect("non-blocking accept");
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let (stopped, accepted) = (Arc::clone(&stop), Arc::clone(&connections));
+        std::thread::spawn(move || {
+            while !stopped.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        accepted.fetch_add(1, Ordering::SeqCst);
+                        let (handshake, command) = (handshake.clone(), command.clone());
+                        let stopped = Arc::clone(&stopped);
+                        std::thread::spawn(move || {
+                            serve(stream, &handshake, &command, &stopped);
+                        });
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        HostileServer {
+            port,
+            stop,
+            connections,
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>/0`: no handshake, the first command is
+    /// `GETRANGE`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// A URL with a password and database 1: `AUTH` and `SELECT` first.
+    pub fn url_with_handshake(&self) -> String {
+        format!("redis://:pw@127.0.0.1:{}/1", self.port)
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for HostileServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Serves one connection until the client leaves or the server stops.
+fn serve(
+    stream: std::net::TcpStream,
+    handshake: &Answer,
+    command: &Answer,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(50)));
+    let mut reader = std::io::BufReader::new(stream);
+    while let Some(name) = read_command(&mut reader, stop) {
+        let answer = if name.eq_ignore_ascii_case("AUTH") || name.eq_ignore_ascii_case("SELECT") {
+            handshake
+        } else {
+            command
+        };
+        if !answer_with(answer, reader.get_mut(), stop) {
+            return;
+        }
+    }
+}
+
+/// Whether a read failed only because its timeout (the server's, to check
+/// for the stop) passed.
+fn timed_out(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+/// Reads one RESP command (an array of bulk strings) and returns its name;
+/// `None` when the client left, sent something else, or the server stops.
+fn read_command(
+    reader: &mut std::io::BufReader<std::net::TcpStream>,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Option<String> {
+    use std::io::{BufRead, Read};
+    let line = |reader: &mut std::io::BufReader<std::net::TcpStream>| {
+        let mut line = Vec::new();
+        while !line.ends_with(b"\r\n") {
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(e) if timed_out(&e) && !stop.load(Ordering::SeqCst) => {}
+                Err(_) => return None,
+            }
+        }
+        Some(String::from_utf8_lossy(&line).trim_end().to_owned())
+    };
+    let count: usize = line(reader)?.strip_prefix('*')?.parse().ok()?;
+    let mut name = None;
+    for _ in 0..count {
+        let len: usize = line(reader)?.strip_prefix('$')?.parse().ok()?;
+        let mut arg = vec![0; len + 2];
+        let mut got = 0;
+        while got < arg.len() {
+            match reader.read(&mut arg[got..]) {
+                Ok(0) => return None,
+                Ok(n) => got += n,
+                Err(e) if timed_out(&e) && !stop.load(Ordering::SeqCst) => {}
+                Err(_) => return None,
+            }
+        }
+        name.get_or_insert_with(|| String::from_utf8_lossy(&arg[..len]).into_owned());
+    }
+    name
+}
+
+/// Answers one command on `stream`; `false` when the connection is over
+/// (the client left, the answer ends it, or the server stops).
+fn answer_with(
+    answer: &Answer,
+    stream: &mut std::net::TcpStream,
+    stop: &std::sync::atomic::AtomicBool,
+) -> bool {
+    use std::io::{Read, Write};
+    let stopped = || stop.load(Ordering::SeqCst);
+    match answer {
+        Answer::Ok => stream.write_all(b"+OK\r\n").is_ok(),
+        Answer::Raw(bytes) => stream.write_all(bytes).is_ok(),
+        Answer::Silence => {
+            // Until the client closes (or the server stops).
+            let mut sink = [0; 1024];
+            loop {
+                match stream.read(&mut sink) {
+                    Ok(0) => return false,
+                    Ok(_) => {}
+                    Err(e) if timed_out(&e) && !stopped() => {}
+                    Err(_) => return false,
+                }
+            }
+        }
+        Answer::Trickle(every) => {
+            if stream.write_all(b"$100\r\n").is_err() {
+                return false;
+            }
+            // Past the announced 100 bytes too: forever, until the client
+            // closes (a write to a closed connection fails).
+            while !stopped() {
+                if stream.write_all(b"x").is_err() {
+                    return false;
+                }
+                std::thread::sleep(*every);
+            }
+            false
+        }
+        Answer::Oversized(announced) => {
+            if write!(stream, "${announced}\r\n").is_err() {
+                return false;
+            }
+            let chunk = vec![0u8; 64 << 10];
+            let mut sent = 0u64;
+            while sent < *announced && !stopped() {
+                let n = chunk
+                    .len()
+                    .min(usize::try_from(announced - sent).unwrap_or(usize::MAX));
+                if stream.write_all(&chunk[..n]).is_err() {
+                    return false;
+                }
+                sent += n as u64;
+            }
+            stream.write_all(b"\r\n").is_ok()
+        }
+        Answer::Reset => {
+            reset(stream);
+            false
+        }
+        Answer::After(delay, answer) => {
+            std::thread::sleep(*delay);
+            answer_with(answer, stream, stop)
+        }
+    }
+}
+
+/// Closes `stream` with a reset (RST) instead of an orderly close: linger
+/// on, with a zero timeout. The stream is shut down when dropped.
+fn reset(stream: &std::net::TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: `setsockopt` reads `size_of::<linger>()` bytes at a pointer
+    // to a live `linger` value, on a file descriptor `stream` owns and
+    // keeps open for the call.
+    let set = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            std::ptr::from_ref(&linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(set, 0, "SO_LINGER");
 }
