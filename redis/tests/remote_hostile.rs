@@ -13,8 +13,8 @@ mod remote_support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use kiln_redis::{RemoteConfig, RemoteStats, RemoteTier};
 use kiln_core::{Cache, Source};
+use kiln_redis::{RemoteConfig, RemoteStats, RemoteTier};
 use remote_support::{Answer, HostileServer, WarnCounter, child_process, get, run_child};
 
 /// The deadline of one operation in these tests.
