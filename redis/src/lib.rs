@@ -47,7 +47,7 @@
 //! trip and is not an outage: one warning, no back-off. The caller
 //! compiles; nothing fails. Values larger than
 //! [`RemoteConfig::max_entry_bytes`] are neither stored nor read whole.
-//! A [`Cache`](crate::Cache) runs one load per `(owner, key)` at a time
+//! A [`Cache`](kiln_core::Cache) runs one load per `(owner, key)` at a time
 //! (single flight): other threads asking for it wait for that load, so
 //! its deadline bounds their wait for the remote tier too.
 //!
