@@ -15,7 +15,6 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use kiln::Cache;
-use kiln::disk::{DiskCache, DiskConfig};
 use kiln::env::Switches;
 use serde::{Deserialize, Serialize};
 
@@ -150,10 +149,13 @@ impl Lookups {
                 Lookups::Kiln(cache)
             }
             Mode::KilnDisk => {
+                // The tiers of the global cache (`kiln::add_tiers`), the disk
+                // tier in the warmed directory; no image merged.
                 let cache = leak(Cache::new());
-                cache.add_tier(Box::new(DiskCache::open(DiskConfig::new(
-                    fixtures.disk_dir(),
-                ))?));
+                let dir = fixtures.disk_dir();
+                kiln::add_tiers(cache, |name| {
+                    (name == "KILN_CACHE_DIR").then(|| dir.clone().into_os_string())
+                });
                 Lookups::Kiln(cache)
             }
             Mode::DirCache => Lookups::Dir(fixtures.dir_cache()),
