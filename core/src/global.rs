@@ -836,6 +836,15 @@ mod tests {
         assert_eq!(filter_detail("info"), Some(Detail::Everything));
         assert_eq!(filter_detail("kiln_core=debug"), Some(Detail::Everything));
         assert_eq!(filter_detail("off"), None);
+        assert_eq!(stderr_report::detail(None), None);
+        assert_eq!(stderr_report::detail(Some("warn")), Some(Detail::Problems));
+        // A program with a subscriber gets the events there: kiln prints nothing.
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(std::io::sink)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            assert_eq!(stderr_report::detail(Some("info")), None);
+        });
 
         let dir = tempfile::tempdir().unwrap();
         write(dir.path(), "a.kimg", &image_bytes(&["x", "y"]));
