@@ -7,6 +7,7 @@
 //! | `KILN_IMAGE_PATH=dir1:dir2` | also memory-map and merge every `*.kimg` file in these directories |
 //! | `KILN_LOG=info` | report init (each image merged or skipped, and why) on stderr; a `tracing` filter such as `warn` or `kiln_core=debug` |
 //! | `KILN_CACHE=0`, `KILN_CACHE_DIR`, `KILN_CACHE_MAX_BYTES` | the disk tier of the global cache: off, where, how large (see [`crate::disk::config`]) |
+//! | `KILN_STRICT_TOOLCHAIN=1` | CUDA: serve a shipped kernel only when this machine's NVRTC and headers are the ones it was built with; otherwise compile it here |
 //!
 //! A boolean switch is off when unset, empty, `0`, `false`, `no` or `off`
 //! (any case), and on for any other value. The switches are read once, when
@@ -25,6 +26,9 @@ pub const ALWAYS_COMPILE: &str = "KILN_ALWAYS_COMPILE";
 pub const IMAGE_PATH: &str = "KILN_IMAGE_PATH";
 /// `KILN_LOG`: a `tracing` filter for the report of init on stderr.
 pub const LOG: &str = "KILN_LOG";
+/// `KILN_STRICT_TOOLCHAIN`: the CUDA backend serves shipped kernels only when the
+/// local NVRTC and headers are the ones they were built with.
+pub const STRICT_TOOLCHAIN: &str = "KILN_STRICT_TOOLCHAIN";
 
 /// Every variable that acts at run time only: the switches this module
 /// reads, and those of the disk tier (`KILN_CACHE*`) and the remote tier
@@ -33,11 +37,12 @@ pub const LOG: &str = "KILN_LOG";
 /// memos that speed up deriving the same owners), so [`crate::build`] does
 /// not rerun a build script when they change: `KILN_DISABLE=1 cargo run` or a
 /// new `KILN_CACHE_DIR` does not rebuild the images.
-pub const RUN_TIME: [&str; 9] = [
+pub const RUN_TIME: [&str; 10] = [
     DISABLE,
     ALWAYS_COMPILE,
     IMAGE_PATH,
     LOG,
+    STRICT_TOOLCHAIN,
     crate::disk::config::CACHE,
     crate::disk::config::CACHE_DIR,
     crate::disk::config::CACHE_MAX_BYTES,
@@ -86,8 +91,9 @@ impl Switches {
     }
 }
 
-/// Whether a boolean switch's value turns it on.
-fn is_on(value: &std::ffi::OsStr) -> bool {
+/// Whether a boolean switch's value turns it on: off when empty, `0`, `false`, `no`
+/// or `off` (any case, surrounding spaces ignored), on for anything else.
+pub fn is_on(value: &std::ffi::OsStr) -> bool {
     let value = value.to_string_lossy();
     let value = value.trim();
     !(value.is_empty()

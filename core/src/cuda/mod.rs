@@ -66,12 +66,16 @@ mod error;
 mod identity;
 mod include_tree;
 pub mod kernels;
+mod library;
 pub mod loader;
 pub mod locate;
 mod memo;
 mod nvrtc;
 mod options;
 mod request;
+mod select;
+mod ship;
+mod toolchain;
 
 /// The cudarc version Kiln loads modules with: launch through it so that the types
 /// match.
@@ -85,4 +89,11 @@ pub use locate::{Located, SearchConfig, locate_cccl, locate_nvrtc};
 pub use memo::{DEFAULT_SETTLE, MemoDir};
 pub use nvrtc::{Nvrtc, NvrtcVersion};
 pub use options::CanonicalOptions;
-pub use request::{COMPILER_ID, Header, IncludeDir, KEY_SCHEMA, KernelRequest};
+pub use library::{KernelLibrary, RequestFn, SelectionStats, Served};
+pub use request::{
+    COMPILER_ID, HEADERS_DEP_PREFIX, Header, IncludeDir, KEY_SCHEMA, KernelRequest, NVRTC_DEP,
+    nvrtc_fingerprint,
+};
+pub use select::{Candidate, Candidates, Device, Selection, driver_needed_for_ptx, select};
+pub use ship::{ShipPlan, ship_one};
+pub use toolchain::{BUILD_RECORD_VAR, BuildRecord, CCCL, Toolchain, ToolchainPolicy};
