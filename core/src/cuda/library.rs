@@ -383,6 +383,11 @@ where
                 if let Some(why) = candidates.ptx_refused {
                     tried.push(why);
                 }
+                if kernel.is_none() {
+                    kernel = (self.request)(spec, recorded, device.arch())
+                        .ok()
+                        .map(|r| r.name().to_owned());
+                }
                 if candidates.list.is_empty() {
                     let targets: Vec<String> = shipped
                         .record
