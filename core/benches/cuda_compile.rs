@@ -168,7 +168,7 @@ fn library(c: &mut Criterion, compiler: &Compiler, record: &BuildRecord) {
         let device = Device::new(arch);
         let library = new_library();
         assert_eq!(library.get(&cache, &device, &spec).expect("shipped").hit().source(), kiln_core::Source::Memory);
-        let family = spec.name().split('_').next().unwrap_or("kernel").to_owned();
+        let family = spec.name();
         group.bench_function(format!("remembered/{family}"), |b| {
             b.iter(|| library.get(&cache, &device, &spec).expect("shipped").selection())
         });
