@@ -76,7 +76,12 @@ fn every_kernel_comes_from_the_embedded_images_without_compiling() {
     }
     let run = run(&[], &[NO_DISK]);
     let (demo_targets, activation_targets) = targets(&run);
-    assert_eq!((demo_targets, activation_targets), (7, 7), "{:#?}", run.lines);
+    assert_eq!(
+        (demo_targets, activation_targets),
+        (7, 7),
+        "{:#?}",
+        run.lines
+    );
 
     // One entry per kernel and target.
     let demo = run.image("kiln-kernels-demo.kimg");

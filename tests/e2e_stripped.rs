@@ -27,7 +27,9 @@ use demo_app::{Run, demo_app, nvrtc_available};
 const KERNELS: usize = 19;
 
 /// The libraries' CUBIN targets (`catalogue::TARGETS`), and the one with PTX.
-const SHIPPED: [&str; 7] = ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"];
+const SHIPPED: [&str; 7] = [
+    "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120",
+];
 const PTX_TARGET: &str = "sm_75";
 
 /// Path fragments the process must never touch when the images serve every
@@ -146,12 +148,8 @@ fn stripped(strace: &Path, app: &Path, args: &[&str]) -> Stripped {
         .output()
         .expect("strace runs");
     let run = Run::parse(&output);
-    let trace = std::fs::read_to_string(&trace).unwrap_or_else(|e| {
-        panic!(
-            "strace left no trace ({e}): {}\n{}",
-            run.stdout, run.stderr
-        )
-    });
+    let trace = std::fs::read_to_string(&trace)
+        .unwrap_or_else(|e| panic!("strace left no trace ({e}): {}\n{}", run.stdout, run.stderr));
     Stripped { run, trace }
 }
 
@@ -258,7 +256,10 @@ fn a_kernel_in_no_image_fails_naming_the_kernel_the_arch_and_what_to_install() {
         "nvidia-cuda-nvrtc",
         "KILN_NVRTC",
     ] {
-        assert!(failure.contains(needed), "{needed:?} missing from: {failure}");
+        assert!(
+            failure.contains(needed),
+            "{needed:?} missing from: {failure}"
+        );
     }
     // The shipped kernels before it were served without looking for NVRTC;
     // the miss looked (lazily), and found none.

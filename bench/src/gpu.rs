@@ -94,9 +94,10 @@ pub fn measure(started: std::time::Instant, path: GpuPath) -> Result<GpuMeasurem
     let (image, entry_point) = match path {
         GpuPath::Nvrtc => {
             let local = Toolchain::local()?;
-            let compiler = local.compiler().copied().ok_or_else(|| {
-                gpu_error("compiling", &"no NVRTC in this process")
-            })?;
+            let compiler = local
+                .compiler()
+                .copied()
+                .ok_or_else(|| gpu_error("compiling", &"no NVRTC in this process"))?;
             let request = catalogue::request(&spec, &local, gpu.arch())?;
             let kernel = compiler.compile(&request)?;
             let entry = kernel.entry_points.first().cloned();
@@ -109,9 +110,10 @@ pub fn measure(started: std::time::Instant, path: GpuPath) -> Result<GpuMeasurem
                 (gpu, ArtifactKind::Cubin)
             } else {
                 // The entry that carries the PTX is the PTX target's.
-                let target = library.record()?.ptx_target().ok_or_else(|| {
-                    gpu_error("artifact", &"kiln-kernels-demo ships no PTX")
-                })?;
+                let target = library
+                    .record()?
+                    .ptx_target()
+                    .ok_or_else(|| gpu_error("artifact", &"kiln-kernels-demo ships no PTX"))?;
                 (Device::new(target), ArtifactKind::Ptx)
             };
             let served = kiln_kernels_demo::get(cache, &asked, &spec)?;
@@ -129,7 +131,10 @@ pub fn measure(started: std::time::Instant, path: GpuPath) -> Result<GpuMeasurem
             if !runs {
                 return Err(gpu_error(
                     "artifact",
-                    &format!("the image's {kind:?} for {target} does not run on {}", gpu.arch()),
+                    &format!(
+                        "the image's {kind:?} for {target} does not run on {}",
+                        gpu.arch()
+                    ),
                 ));
             }
             let missing = || BenchError::Missing {

@@ -108,11 +108,7 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("cuda_compile");
     group.sample_size(10);
     group.bench_function("cccl_fingerprint", |b| {
-        b.iter(|| {
-            IncludeDir::rescan(cccl_path)
-                .expect("fingerprint")
-                .digest()
-        })
+        b.iter(|| IncludeDir::rescan(cccl_path).expect("fingerprint").digest())
     });
     group.bench_function("cccl_memo", |b| {
         b.iter(|| {
@@ -160,22 +156,45 @@ fn library(c: &mut Criterion, compiler: &Compiler, record: &BuildRecord) {
             block: 256,
         },
     ] {
-        ship_one(compiler, &cache, &request(&spec, &local, arch).expect("request"), true)
-            .expect("compiles");
+        ship_one(
+            compiler,
+            &cache,
+            &request(&spec, &local, arch).expect("request"),
+            true,
+        )
+        .expect("compiles");
         let new_library = || {
-            KernelLibrary::with_record(record.clone(), request).with_policy(ToolchainPolicy::Shipped)
+            KernelLibrary::with_record(record.clone(), request)
+                .with_policy(ToolchainPolicy::Shipped)
         };
         let device = Device::new(arch);
         let library = new_library();
-        assert_eq!(library.get(&cache, &device, &spec).expect("shipped").hit().source(), kiln_core::Source::Memory);
+        assert_eq!(
+            library
+                .get(&cache, &device, &spec)
+                .expect("shipped")
+                .hit()
+                .source(),
+            kiln_core::Source::Memory
+        );
         let family = spec.name();
         group.bench_function(format!("remembered/{family}"), |b| {
-            b.iter(|| library.get(&cache, &device, &spec).expect("shipped").selection())
+            b.iter(|| {
+                library
+                    .get(&cache, &device, &spec)
+                    .expect("shipped")
+                    .selection()
+            })
         });
         group.bench_function(format!("derived/{family}"), |b| {
             b.iter_batched(
                 new_library,
-                |fresh| fresh.get(&cache, &device, &spec).expect("shipped").selection(),
+                |fresh| {
+                    fresh
+                        .get(&cache, &device, &spec)
+                        .expect("shipped")
+                        .selection()
+                },
                 BatchSize::SmallInput,
             )
         });

@@ -270,8 +270,9 @@ impl Session<'_> {
     {
         let cache = self.cache;
         let (labels, compiles): (Vec<String>, Vec<F>) = work.into_iter().unzip();
-        let queue: Vec<Mutex<Option<F>>> = compiles.into_iter().map(|f| Mutex::new(Some(f))).collect();
-        let done: Vec<Mutex<Option<(Duration, Result<T, String>)>>> =
+        let queue: Vec<Mutex<Option<F>>> =
+            compiles.into_iter().map(|f| Mutex::new(Some(f))).collect();
+        let done: Vec<Mutex<Option<Finished<T>>>> =
             queue.iter().map(|_| Mutex::new(None)).collect();
         let next = AtomicUsize::new(0);
         let threads = jobs.clamp(1, queue.len().max(1));
@@ -295,15 +296,21 @@ impl Session<'_> {
             .zip(done)
             .map(|(label, result)| {
                 let result = result.into_inner().unwrap_or_else(PoisonError::into_inner);
-                let (elapsed, outcome) = result
-                    .unwrap_or_else(|| (Duration::ZERO, Err("its worker did not run it".to_owned())));
+                let (elapsed, outcome) = result.unwrap_or_else(|| {
+                    (Duration::ZERO, Err("its worker did not run it".to_owned()))
+                });
                 self.finish(label, elapsed, outcome)
             })
             .collect()
     }
 
     /// Prints and records the outcome of one specialization.
-    fn finish<T>(&mut self, label: &str, elapsed: Duration, outcome: Result<T, String>) -> Option<T> {
+    fn finish<T>(
+        &mut self,
+        label: &str,
+        elapsed: Duration,
+        outcome: Result<T, String>,
+    ) -> Option<T> {
         match outcome {
             Ok(value) => {
                 self.out
@@ -323,11 +330,14 @@ impl Session<'_> {
     }
 }
 
+/// How long one compile took, and its value or why it failed.
+type Finished<T> = (Duration, Result<T, String>);
+
 /// Runs one compile, catching a panic: its time and its value or failure.
 fn run_one<T, E: Display>(
     cache: &Cache,
     compile: impl FnOnce(&Cache) -> Result<T, E>,
-) -> (Duration, Result<T, String>) {
+) -> Finished<T> {
     let started = Instant::now();
     let outcome = catch_unwind(AssertUnwindSafe(|| compile(cache)));
     let elapsed = started.elapsed();
@@ -581,6 +591,9 @@ mod tests {
         );
     }
 
+    /// One compile of a test block.
+    type Work = Box<dyn FnOnce(&Cache) -> Result<(), Error> + Send>;
+
     #[test]
     fn specializations_compiled_in_parallel_write_the_image_of_a_sequential_run() {
         let labels = ["a", "b", "c", "bad", "d", "panics", "e"];
@@ -590,19 +603,17 @@ mod tests {
                 .out_dir(dir)
                 .output(&mut output)
                 .run(|session| {
-                    let work: Vec<(String, Box<dyn FnOnce(&Cache) -> Result<(), Error> + Send>)> =
-                        labels
-                            .iter()
-                            .map(|&label| {
-                                let compile: Box<dyn FnOnce(&Cache) -> Result<(), Error> + Send> =
-                                    match label {
-                                        "bad" => Box::new(|_| Err(Error::OutDirUnset)),
-                                        "panics" => Box::new(|_| panic!("compiler crashed")),
-                                        _ => Box::new(move |cache| compile(cache, label)),
-                                    };
-                                (label.to_owned(), compile)
-                            })
-                            .collect();
+                    let work: Vec<(String, Work)> = labels
+                        .iter()
+                        .map(|&label| {
+                            let compile: Work = match label {
+                                "bad" => Box::new(|_| Err(Error::OutDirUnset)),
+                                "panics" => Box::new(|_| panic!("compiler crashed")),
+                                _ => Box::new(move |cache| compile(cache, label)),
+                            };
+                            (label.to_owned(), compile)
+                        })
+                        .collect();
                     let results = session.specialize_all(jobs, work);
                     assert_eq!(results.iter().filter(|r| r.is_some()).count(), 5);
                     Ok::<(), Error>(())
@@ -618,11 +629,17 @@ mod tests {
             std::fs::read(&parallel.path).unwrap()
         );
         let compiled: Vec<&str> = parallel.compiled.iter().map(|(l, _)| l.as_str()).collect();
-        assert_eq!(compiled, ["a", "b", "c", "d", "e"], "reported in the order given");
+        assert_eq!(
+            compiled,
+            ["a", "b", "c", "d", "e"],
+            "reported in the order given"
+        );
         let failed: Vec<&str> = parallel.failed.iter().map(|(l, _)| l.as_str()).collect();
         assert_eq!(failed, ["bad", "panics"]);
         assert!(
-            output.contains("cargo:warning=kiln: panics not precompiled (panicked: compiler crashed)"),
+            output.contains(
+                "cargo:warning=kiln: panics not precompiled (panicked: compiler crashed)"
+            ),
             "{output}"
         );
     }

@@ -15,8 +15,8 @@ use cudarc::driver::{CudaContext, DeviceRepr, LaunchConfig, PushKernelArg, Valid
 use kiln_core::cuda::kernels::{Dtype, Element, KernelSpec, ReduceOp, reference};
 use kiln_core::cuda::loader::{self, ModuleCache};
 use kiln_core::cuda::{
-    Arch, ArchSuffix, Compiler, KernelLibrary, KernelRequest, Selection, ShipPlan,
-    Toolchain, ToolchainPolicy,
+    Arch, ArchSuffix, Compiler, KernelLibrary, KernelRequest, Selection, ShipPlan, Toolchain,
+    ToolchainPolicy,
 };
 use kiln_core::{ArtifactKind, Cache, Hit};
 use kiln_image::{Image, ImageMeta, Verification};
@@ -246,7 +246,10 @@ fn ptx_is_the_fallback_when_no_cubin_runs_on_the_device() {
     // A plain arch of an older major (one NVRTC 13 compiles for): its CUBIN
     // cannot run here, its PTX can.
     let Some(older) = older_major(gpu.arch) else {
-        eprintln!("no older major than {} to compile for: nothing to check", gpu.arch);
+        eprintln!(
+            "no older major than {} to compile for: nothing to check",
+            gpu.arch
+        );
         return;
     };
     let cache = Cache::new();
@@ -384,10 +387,29 @@ fn kernels_launch_from_whatever_a_library_shipped() {
         let modules = ModuleCache::new();
         for spec in specs {
             let served = library.get(&cache, &device, &spec).unwrap();
-            assert_eq!(served.selection(), expected, "{} from {targets}", spec.name());
+            assert_eq!(
+                served.selection(),
+                expected,
+                "{} from {targets}",
+                spec.name()
+            );
             let kind = match spec.dtype() {
-                Dtype::F32 => launch_and_check::<f32>(&gpu, &modules, spec, served.request(), &served.hit(), 3000),
-                Dtype::I32 => launch_and_check::<i32>(&gpu, &modules, spec, served.request(), &served.hit(), 3000),
+                Dtype::F32 => launch_and_check::<f32>(
+                    &gpu,
+                    &modules,
+                    spec,
+                    served.request(),
+                    &served.hit(),
+                    3000,
+                ),
+                Dtype::I32 => launch_and_check::<i32>(
+                    &gpu,
+                    &modules,
+                    spec,
+                    served.request(),
+                    &served.hit(),
+                    3000,
+                ),
                 other => unreachable!("{other:?} is not in this test"),
             };
             let want = if expected == Selection::Ptx {

@@ -33,13 +33,21 @@ struct Scale(&'static str);
 /// The definition every kernel of the test library records.
 const DEFINITION: &str = "cuda_library::scale";
 
-fn request(spec: &Scale, toolchain: &Toolchain, arch: Arch) -> Result<KernelRequest, kiln_core::Error> {
+fn request(
+    spec: &Scale,
+    toolchain: &Toolchain,
+    arch: Arch,
+) -> Result<KernelRequest, kiln_core::Error> {
     versioned(spec, toolchain, arch, "scale v1")
 }
 
 /// The same library after its definition of `scale` changed (the code is the
 /// same, so are the keys; the dependency records the new version).
-fn request_v2(spec: &Scale, toolchain: &Toolchain, arch: Arch) -> Result<KernelRequest, kiln_core::Error> {
+fn request_v2(
+    spec: &Scale,
+    toolchain: &Toolchain,
+    arch: Arch,
+) -> Result<KernelRequest, kiln_core::Error> {
     versioned(spec, toolchain, arch, "scale v2")
 }
 
@@ -78,7 +86,10 @@ fn ship(dir: &Path) -> (std::path::PathBuf, BuildRecord) {
     let output = String::from_utf8_lossy(&output);
     assert!(report.failed.is_empty(), "{output}");
     assert_eq!(report.entries, SHIPPED.len() * 3, "{output}");
-    assert!(output.contains("cargo:rerun-if-env-changed=KILN_NVRTC"), "{output}");
+    assert!(
+        output.contains("cargo:rerun-if-env-changed=KILN_NVRTC"),
+        "{output}"
+    );
     (report.path, plan.record().clone())
 }
 
@@ -112,7 +123,10 @@ fn a_build_ships_cubins_for_every_target_ptx_for_the_lowest_and_records_its_tool
     assert_eq!(record.nvrtc(), Some(compiler.version()));
     let targets: Vec<String> = record.cubin_targets().iter().map(Arch::to_string).collect();
     assert_eq!(targets, ["sm_75", "sm_80", "sm_90"]);
-    assert_eq!(record.ptx_target().map(|a| a.to_string()).as_deref(), Some("sm_75"));
+    assert_eq!(
+        record.ptx_target().map(|a| a.to_string()).as_deref(),
+        Some("sm_75")
+    );
 
     let image = Image::open(&path, Verification::Full).unwrap();
     let nvrtc = nvrtc_fingerprint(compiler.version());
@@ -128,7 +142,8 @@ fn a_build_ships_cubins_for_every_target_ptx_for_the_lowest_and_records_its_tool
         assert_eq!(kinds, expected, "{} for {target}", entry.name());
         let deps = entry.deps();
         assert!(
-            deps.iter().any(|d| d.name == NVRTC_DEP && d.fingerprint == nvrtc),
+            deps.iter()
+                .any(|d| d.name == NVRTC_DEP && d.fingerprint == nvrtc),
             "{deps:?}"
         );
         assert!(deps.iter().any(|d| d.name == DEFINITION), "{deps:?}");
@@ -171,7 +186,12 @@ fn without_a_toolchain_every_device_arch_is_served_from_the_image() {
     assert_eq!(cache.stats().compiles, 0);
     let stats = library.stats();
     assert_eq!(
-        (stats.exact_cubin, stats.compatible_cubin, stats.ptx, stats.compiled),
+        (
+            stats.exact_cubin,
+            stats.compatible_cubin,
+            stats.ptx,
+            stats.compiled
+        ),
         (6, 4, 4, 0)
     );
 
@@ -179,14 +199,23 @@ fn without_a_toolchain_every_device_arch_is_served_from_the_image() {
     // names the kernel, the arch and what to install.
     for (spec, arch) in [(Scale("int"), "sm_90"), (Scale("float"), "sm_70")] {
         let error = library.get(&cache, &device(arch), &spec).unwrap_err();
-        let kiln_core::Error::Cuda(Error::NotShipped { kernel, arch: asked, cause, .. }) = &error else {
+        let kiln_core::Error::Cuda(Error::NotShipped {
+            kernel,
+            arch: asked,
+            cause,
+            ..
+        }) = &error
+        else {
             panic!("{error}");
         };
         assert_eq!(asked, arch);
         assert!(kernel.starts_with("scale_"), "{kernel}");
         assert!(matches!(**cause, Error::NvrtcNotFound { .. }), "{cause}");
         let text = error.to_string();
-        assert!(text.contains("nvidia-cuda-nvrtc") && text.contains("KILN_NVRTC"), "{text}");
+        assert!(
+            text.contains("nvidia-cuda-nvrtc") && text.contains("KILN_NVRTC"),
+            "{text}"
+        );
     }
 }
 
@@ -197,7 +226,9 @@ fn a_miss_is_compiled_with_the_local_toolchain_for_the_exact_arch() {
     let (path, record) = ship(dir.path());
     let cache = cache_with(&path);
     let library = library(&record);
-    let served = library.get(&cache, &device("sm_86"), &Scale("int")).unwrap();
+    let served = library
+        .get(&cache, &device("sm_86"), &Scale("int"))
+        .unwrap();
     assert_eq!(served.selection(), Selection::Compiled);
     assert_eq!(served.target().to_string(), "sm_86");
     assert_eq!(
@@ -223,15 +254,25 @@ fn answers_are_remembered_while_valid_and_derived_again_after_a_redefinition() {
     let spec = Scale("float");
     let first = library.get(&cache, &device("sm_86"), &spec).unwrap();
     let again = library.get(&cache, &device("sm_86"), &spec).unwrap();
-    assert_eq!((first.hit().owner(), first.hit().key()), (again.hit().owner(), again.hit().key()));
+    assert_eq!(
+        (first.hit().owner(), first.hit().key()),
+        (again.hit().owner(), again.hit().key())
+    );
     assert_eq!(again.selection(), Selection::CompatibleCubin);
-    assert_eq!(library.stats().compatible_cubin, 1, "derived once, then remembered");
+    assert_eq!(
+        library.stats().compatible_cubin,
+        1,
+        "derived once, then remembered"
+    );
     // Another cache, another device: their own answers.
     let other = cache_with(&path);
     library.get(&other, &device("sm_86"), &spec).unwrap();
     library.get(&cache, &device("sm_90"), &spec).unwrap();
     assert_eq!(
-        (library.stats().compatible_cubin, library.stats().exact_cubin),
+        (
+            library.stats().compatible_cubin,
+            library.stats().exact_cubin
+        ),
         (2, 1)
     );
 
@@ -261,7 +302,9 @@ fn always_compile_is_honoured() {
     cache.merge_image(Image::open(&path, Verification::Full).unwrap());
     let library = library(&record);
     for _ in 0..2 {
-        let served = library.get(&cache, &device("sm_90"), &Scale("float")).unwrap();
+        let served = library
+            .get(&cache, &device("sm_90"), &Scale("float"))
+            .unwrap();
         assert_eq!(served.selection(), Selection::Compiled);
     }
     assert_eq!(cache.stats().compiles, 2);

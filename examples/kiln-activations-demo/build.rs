@@ -9,8 +9,8 @@ use kiln::build::Precompile;
 use kiln::cuda::ShipPlan;
 
 fn main() -> Result<(), kiln::Error> {
-    let targets = std::env::var(generate::TARGETS_VARIABLE)
-        .unwrap_or_else(|_| generate::TARGETS.to_owned());
+    let targets =
+        std::env::var(generate::TARGETS_VARIABLE).unwrap_or_else(|_| generate::TARGETS.to_owned());
     let mut plan = ShipPlan::parse(&targets)?;
     Precompile::new("kiln-activations-demo").run(|session| {
         session.uses_source("src/generate.rs");

@@ -502,11 +502,9 @@ fn offset_request(
     toolchain: &Toolchain,
     arch: Arch,
 ) -> Result<KernelRequest, kiln_core::Error> {
-    Ok(
-        KernelRequest::new("kiln_offset", INCLUDING_SOURCE, arch)
-            .include_dir(toolchain.header_set(OFFSETS)?)
-            .name_expression("kiln_offset"),
-    )
+    Ok(KernelRequest::new("kiln_offset", INCLUDING_SOURCE, arch)
+        .include_dir(toolchain.header_set(OFFSETS)?)
+        .name_expression("kiln_offset"))
 }
 
 /// A local toolchain on the real NVRTC whose header set [`OFFSETS`] is `dir`.
@@ -560,7 +558,11 @@ impl Shipment {
 
     /// Asks for the kernel in a fresh process-like cache (the image merged)
     /// with `local` under `policy`.
-    fn ask(&self, policy: ToolchainPolicy, local: Result<Toolchain, kiln_core::cuda::Error>) -> Outcome {
+    fn ask(
+        &self,
+        policy: ToolchainPolicy,
+        local: Result<Toolchain, kiln_core::cuda::Error>,
+    ) -> Outcome {
         let cache = Cache::new();
         let image = Image::open(&self.image, Verification::Structural).expect("image opens");
         assert_eq!(cache.merge_image(image).inserted, 1);
@@ -594,9 +596,8 @@ fn toolchain_rows(compiler: &Compiler, dir: &Path, matrix: &mut Matrix) {
     let other_release =
         Shipment::build(compiler, &headers_v1, &other, &dir.join("ship-other.kimg"));
     matrix.nvrtc_compiles += 2;
-    let absent = || {
-        Err(kiln_core::cuda::locate_nvrtc(&SearchConfig::empty()).expect_err("nothing to find"))
-    };
+    let absent =
+        || Err(kiln_core::cuda::locate_nvrtc(&SearchConfig::empty()).expect_err("nothing to find"));
     use ToolchainPolicy::{Shipped, Strict};
     let served = |outcome: &Outcome, input: &str, shipment: &Shipment| {
         assert_eq!(
@@ -615,7 +616,10 @@ fn toolchain_rows(compiler: &Compiler, dir: &Path, matrix: &mut Matrix) {
     }
 
     // The entry was built by another NVRTC release than the local one.
-    let input = format!("local NVRTC {} vs shipped {} (default)", real.release, other.release);
+    let input = format!(
+        "local NVRTC {} vs shipped {} (default)",
+        real.release, other.release
+    );
     served(
         &other_release.ask(Shipped, Ok(local(compiler, &headers_v1))),
         &input,
@@ -628,7 +632,12 @@ fn toolchain_rows(compiler: &Compiler, dir: &Path, matrix: &mut Matrix) {
     );
     let outcome = other_release.ask(Strict, Ok(local(compiler, &headers_v1)));
     matrix.nvrtc_compiles += 1;
-    matrix.miss(&input, "strict policy: release differs", &outcome, "no (same code)");
+    matrix.miss(
+        &input,
+        "strict policy: release differs",
+        &outcome,
+        "no (same code)",
+    );
 
     // The entry was built with other headers than the local ones.
     let input = "local headers differ from the shipped entry's (default)";
@@ -646,7 +655,12 @@ fn toolchain_rows(compiler: &Compiler, dir: &Path, matrix: &mut Matrix) {
     } else {
         "no"
     };
-    matrix.miss(input, "strict policy: header digest differs", &outcome, differs);
+    matrix.miss(
+        input,
+        "strict policy: header digest differs",
+        &outcome,
+        differs,
+    );
 }
 
 /// The compile of a lookup that must hit: never called when the matrix

@@ -262,7 +262,11 @@ mod tests {
         }
         // PTX of a plain arch JITs for every newer arch, of any major.
         let ptx: Arch = "sm_75".parse().unwrap();
-        assert!(devices.iter().all(|&(major, minor)| ptx.ptx_runs_on(major, minor)));
+        assert!(
+            devices
+                .iter()
+                .all(|&(major, minor)| ptx.ptx_runs_on(major, minor))
+        );
         assert!(!ptx.ptx_runs_on(7, 2));
         let family: Arch = "sm_100f".parse().unwrap();
         assert!(family.ptx_runs_on(10, 3) && !family.ptx_runs_on(12, 0));

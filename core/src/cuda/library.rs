@@ -315,7 +315,11 @@ where
             return None;
         }
         let id = cache_id(cache);
-        let memo = self.memo.get()?.read().unwrap_or_else(PoisonError::into_inner);
+        let memo = self
+            .memo
+            .get()?
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
         let found = memo
             .get(spec)?
             .iter()
@@ -378,7 +382,10 @@ where
                             request,
                         ));
                     }
-                    tried.push(format!("{} {}: not in the images", candidate.target, candidate.selection));
+                    tried.push(format!(
+                        "{} {}: not in the images",
+                        candidate.target, candidate.selection
+                    ));
                 }
                 if let Some(why) = candidates.ptx_refused {
                     tried.push(why);
@@ -428,7 +435,15 @@ where
             return Err(not_shipped(Some(request.name().to_owned()), &tried, cause));
         };
         let hit = compiler.compile_cached(cache, &request)?;
-        Ok(self.serve(cache, world, device, spec, hit, Selection::Compiled, request))
+        Ok(self.serve(
+            cache,
+            world,
+            device,
+            spec,
+            hit,
+            Selection::Compiled,
+            request,
+        ))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -501,7 +516,11 @@ fn process_local() -> LocalToolchain {
 /// Why `local` is not the toolchain `recorded_request` was built for: another NVRTC
 /// release, or another digest of a header set it uses. A header set not found
 /// locally differs from nothing.
-fn differs(local: &Toolchain, recorded: &Toolchain, recorded_request: &KernelRequest) -> Option<String> {
+fn differs(
+    local: &Toolchain,
+    recorded: &Toolchain,
+    recorded_request: &KernelRequest,
+) -> Option<String> {
     if local.nvrtc() != recorded.nvrtc() {
         return Some(format!(
             "the local NVRTC is {}, the shipped entries were built by {}",

@@ -85,11 +85,11 @@ pub use arch::{Arch, ArchSuffix};
 pub use compiler::{CompiledKernel, Compiler};
 pub use error::{Error, SearchLog, Searched};
 pub use identity::{IdentityOrigin, NvrtcIdentity};
+pub use library::{KernelLibrary, RequestFn, SelectionStats, Served};
 pub use locate::{Located, SearchConfig, locate_cccl, locate_nvrtc};
 pub use memo::{DEFAULT_SETTLE, MemoDir};
 pub use nvrtc::{Nvrtc, NvrtcVersion};
 pub use options::CanonicalOptions;
-pub use library::{KernelLibrary, RequestFn, SelectionStats, Served};
 pub use request::{
     COMPILER_ID, HEADERS_DEP_PREFIX, Header, IncludeDir, KEY_SCHEMA, KernelRequest, NVRTC_DEP,
     nvrtc_fingerprint,

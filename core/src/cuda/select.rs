@@ -211,8 +211,7 @@ mod tests {
         text.parse().unwrap()
     }
 
-    const DEMO: &str =
-        "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120 ptx=sm_75";
+    const DEMO: &str = "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120 ptx=sm_75";
 
     fn plan(device: &str, text: &str) -> Vec<(String, Selection)> {
         select(&Device::new(arch(device)), &record(text))
@@ -228,7 +227,9 @@ mod tests {
 
     #[test]
     fn each_shipped_arch_gets_its_own_cubin_first() {
-        for target in ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"] {
+        for target in [
+            "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120",
+        ] {
             assert_eq!(
                 first(target),
                 Some((target.to_owned(), Selection::ExactCubin)),
@@ -249,8 +250,14 @@ mod tests {
             ]
         );
         assert_eq!(first("sm_88"), Some(("sm_86".to_owned(), CompatibleCubin)));
-        assert_eq!(first("sm_103"), Some(("sm_100".to_owned(), CompatibleCubin)));
-        assert_eq!(first("sm_121"), Some(("sm_120".to_owned(), CompatibleCubin)));
+        assert_eq!(
+            first("sm_103"),
+            Some(("sm_100".to_owned(), CompatibleCubin))
+        );
+        assert_eq!(
+            first("sm_121"),
+            Some(("sm_120".to_owned(), CompatibleCubin))
+        );
         // The exact target comes before any compatible one.
         assert_eq!(
             plan("sm_89", DEMO)[..3],
@@ -303,7 +310,10 @@ mod tests {
         use Selection::*;
         let text = "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_90a,sm_100,sm_100a,sm_100f ptx=sm_100";
         // sm_90a runs on 9.0 only.
-        assert_eq!(plan("sm_90", text), [("sm_90a".to_owned(), CompatibleCubin)]);
+        assert_eq!(
+            plan("sm_90", text),
+            [("sm_90a".to_owned(), CompatibleCubin)]
+        );
         assert_eq!(plan("sm_90a", text), [("sm_90a".to_owned(), ExactCubin)]);
         // On 10.3: sm_100a is out (10.0 only); the family and the plain CUBIN run,
         // the family first; the PTX target is already a candidate.
@@ -336,7 +346,10 @@ mod tests {
         let old = select(&device.with_driver(12080), &record);
         assert!(old.list.is_empty());
         let why = old.ptx_refused.unwrap();
-        assert!(why.contains("NVRTC 13.0.88") && why.contains("CUDA 12.8"), "{why}");
+        assert!(
+            why.contains("NVRTC 13.0.88") && why.contains("CUDA 12.8"),
+            "{why}"
+        );
         assert!(why.contains("CUDA 13.0 or newer"), "{why}");
         // A CUBIN needs no JIT: an old driver still gets it.
         let cubin = select(&Device::new(arch("sm_86")).with_driver(12080), &record);

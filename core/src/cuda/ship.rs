@@ -194,9 +194,15 @@ mod tests {
         let plan = ShipPlan::parse("sm_90a, sm_120,sm_80,sm_75,sm_80").unwrap();
         let names: Vec<String> = plan.targets().iter().map(Arch::to_string).collect();
         assert_eq!(names, ["sm_75", "sm_80", "sm_90a", "sm_120"]);
-        assert_eq!(plan.ptx_target().map(|a| a.to_string()).as_deref(), Some("sm_75"));
+        assert_eq!(
+            plan.ptx_target().map(|a| a.to_string()).as_deref(),
+            Some("sm_75")
+        );
         let specific = ShipPlan::parse("sm_100a,sm_90a").unwrap();
-        assert_eq!(specific.ptx_target().map(|a| a.to_string()).as_deref(), Some("sm_90a"));
+        assert_eq!(
+            specific.ptx_target().map(|a| a.to_string()).as_deref(),
+            Some("sm_90a")
+        );
         let none = plan.clone().with_ptx_target(None);
         assert_eq!(none.ptx_target(), None);
         let not_a_target = plan.with_ptx_target(Some("sm_86".parse().unwrap()));

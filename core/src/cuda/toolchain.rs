@@ -170,15 +170,16 @@ impl FromStr for BuildRecord {
                 .ok_or_else(|| bad(format!("{word:?} is not field=value")))?;
             let arch = |s: &str| s.parse::<Arch>().map_err(|e| bad(e.to_string()));
             match field {
-                "nvrtc" => record.nvrtc = Some(value.parse().map_err(|e: Error| bad(e.to_string()))?),
+                "nvrtc" => {
+                    record.nvrtc = Some(value.parse().map_err(|e: Error| bad(e.to_string()))?)
+                }
                 "cubin" => {
                     let targets = value.split(',').map(arch).collect::<Result<Vec<_>, _>>()?;
                     record = record.with_cubin_targets(targets);
                 }
                 "ptx" => record.ptx = Some(arch(value)?),
                 _ => {
-                    let Some(set) = field.strip_prefix("headers.").filter(|s| !s.is_empty())
-                    else {
+                    let Some(set) = field.strip_prefix("headers.").filter(|s| !s.is_empty()) else {
                         return Err(bad(format!("unknown field {field:?}")));
                     };
                     let digest = Digest::from_hex(value)
@@ -188,7 +189,9 @@ impl FromStr for BuildRecord {
             }
         }
         if record.nvrtc.is_none() && !(record.cubins.is_empty() && record.ptx.is_none()) {
-            return Err(bad("targets without the NVRTC release they were built by".into()));
+            return Err(bad(
+                "targets without the NVRTC release they were built by".into()
+            ));
         }
         Ok(record)
     }
@@ -233,11 +236,15 @@ enum Headers {
     /// Digests only, as a build recorded them.
     Recorded(BTreeMap<String, Digest>),
     /// This machine's: given directories, and CCCL located on first use.
-    Local {
-        given: BTreeMap<String, IncludeDir>,
-        search: SearchConfig,
-        cccl: OnceLock<Result<IncludeDir, Arc<Error>>>,
-    },
+    Local(Box<LocalHeaders>),
+}
+
+/// The header sets of a local toolchain.
+#[derive(Debug)]
+struct LocalHeaders {
+    given: BTreeMap<String, IncludeDir>,
+    search: SearchConfig,
+    cccl: OnceLock<Result<IncludeDir, Arc<Error>>>,
 }
 
 /// The NVRTC release and header sets that kernel requests are built for.
@@ -272,7 +279,10 @@ impl Toolchain {
     /// [`Error::NvrtcNotFound`] (listing every place searched) and the errors of
     /// loading NVRTC to read its release.
     pub fn local() -> Result<Toolchain, Error> {
-        Ok(Self::with_compiler(Compiler::new()?, SearchConfig::from_env()))
+        Ok(Self::with_compiler(
+            Compiler::new()?,
+            SearchConfig::from_env(),
+        ))
     }
 
     /// A local toolchain on `compiler`, finding header sets through `search`.
@@ -280,20 +290,20 @@ impl Toolchain {
         Toolchain {
             nvrtc: compiler.version().clone(),
             compiler: Some(compiler),
-            headers: Headers::Local {
+            headers: Headers::Local(Box::new(LocalHeaders {
                 given: BTreeMap::new(),
                 search,
                 cccl: OnceLock::new(),
-            },
+            })),
         }
     }
 
     /// The same local toolchain with header set `set` at `dir` (instead of locating
     /// it). On a recorded toolchain this changes nothing.
     pub fn with_header_set(mut self, set: impl Into<String>, dir: IncludeDir) -> Toolchain {
-        if let Headers::Local { given, .. } = &mut self.headers {
+        if let Headers::Local(local) = &mut self.headers {
             let set = set.into();
-            given.insert(set.clone(), dir.named(set));
+            local.given.insert(set.clone(), dir.named(set));
         }
         self
     }
@@ -328,11 +338,12 @@ impl Toolchain {
                     set: set.to_owned(),
                     why: "recorded by this library's build",
                 }),
-            Headers::Local {
-                given,
-                search,
-                cccl,
-            } => {
+            Headers::Local(local) => {
+                let LocalHeaders {
+                    given,
+                    search,
+                    cccl,
+                } = &**local;
                 if let Some(dir) = given.get(set) {
                     return Ok(dir.clone());
                 }
@@ -371,7 +382,8 @@ impl Toolchain {
         cache.define(NVRTC_DEP, nvrtc_fingerprint(&self.nvrtc));
         let sets: Vec<String> = match &self.headers {
             Headers::Recorded(digests) => digests.keys().cloned().collect(),
-            Headers::Local { given, .. } => given
+            Headers::Local(local) => local
+                .given
                 .keys()
                 .cloned()
                 .chain(std::iter::once(CCCL.to_owned()))
@@ -421,7 +433,10 @@ mod tests {
             "kiln-cuda-build/1 nvrtc",
         ] {
             assert!(
-                matches!(bad.parse::<BuildRecord>(), Err(Error::BadBuildRecord { .. })),
+                matches!(
+                    bad.parse::<BuildRecord>(),
+                    Err(Error::BadBuildRecord { .. })
+                ),
                 "{bad:?}"
             );
         }
@@ -434,7 +449,10 @@ mod tests {
         let toolchain = Toolchain::recorded(&record).unwrap();
         assert!(toolchain.is_recorded() && toolchain.compiler().is_none());
         let cccl = toolchain.cccl().unwrap();
-        assert_eq!((cccl.digest(), cccl.path(), cccl.set()), (digest, None, Some(CCCL)));
+        assert_eq!(
+            (cccl.digest(), cccl.path(), cccl.set()),
+            (digest, None, Some(CCCL))
+        );
         assert!(matches!(
             toolchain.header_set("other"),
             Err(Error::UnknownHeaderSet { .. })

@@ -41,7 +41,11 @@ pub fn library() -> &'static KernelLibrary<Kernel> {
 /// # Errors
 /// When the kernel is not shipped for this device and cannot be compiled
 /// here, or does not compile.
-pub fn get<'c>(cache: &'c Cache, device: &Device, kernel: &Kernel) -> Result<Served<'c>, kiln::Error> {
+pub fn get<'c>(
+    cache: &'c Cache,
+    device: &Device,
+    kernel: &Kernel,
+) -> Result<Served<'c>, kiln::Error> {
     ACTIVATIONS.get(cache, device, kernel)
 }
 

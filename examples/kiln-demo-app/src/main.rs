@@ -93,7 +93,10 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     };
     out.init(report, started.elapsed());
     out.library("kiln-kernels-demo", kiln_kernels_demo::library().record());
-    out.library("kiln-activations-demo", kiln_activations_demo::library().record());
+    out.library(
+        "kiln-activations-demo",
+        kiln_activations_demo::library().record(),
+    );
     let cache = kiln::global();
 
     let gpu_wanted = args.gpu || std::env::var_os("KILN_DEMO_GPU").is_some_and(|v| v == "1");
@@ -104,10 +107,9 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     };
     let arch: Option<Arch> = args.arch.as_deref().map(str::parse).transpose()?;
     let device = match (arch, &gpu) {
-        (Some(arch), Some(gpu)) => gpu
-            .device()
-            .driver()
-            .map_or(Device::new(arch), |driver| Device::new(arch).with_driver(driver)),
+        (Some(arch), Some(gpu)) => gpu.device().driver().map_or(Device::new(arch), |driver| {
+            Device::new(arch).with_driver(driver)
+        }),
         (Some(arch), None) => Device::new(arch),
         (None, Some(gpu)) => gpu.device(),
         (None, None) => Device::new(DEFAULT_ARCH.parse()?),

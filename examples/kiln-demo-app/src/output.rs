@@ -157,7 +157,11 @@ impl Output {
                 })
             );
         } else {
-            let what = if gpu { "GPU 0" } else { "asked for (no GPU used)" };
+            let what = if gpu {
+                "GPU 0"
+            } else {
+                "asked for (no GPU used)"
+            };
             println!("device: {arch}, {what}");
             println!(
                 "{:<28} {:<22} {:<9} {:<17} {:<7} {:>12}",
@@ -244,7 +248,10 @@ impl Output {
             );
             println!(
                 "code: {} exact CUBIN, {} compatible CUBIN, {} PTX, {} compiled here",
-                selections.exact_cubin, selections.compatible_cubin, selections.ptx, selections.compiled
+                selections.exact_cubin,
+                selections.compatible_cubin,
+                selections.ptx,
+                selections.compiled
             );
         }
     }

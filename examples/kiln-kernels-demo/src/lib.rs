@@ -48,6 +48,10 @@ pub fn library() -> &'static KernelLibrary<KernelSpec> {
 /// # Errors
 /// When the kernel is not shipped for this device and cannot be compiled
 /// here (no NVRTC: the error says what to install), or does not compile.
-pub fn get<'c>(cache: &'c Cache, device: &Device, spec: &KernelSpec) -> Result<Served<'c>, kiln::Error> {
+pub fn get<'c>(
+    cache: &'c Cache,
+    device: &Device,
+    spec: &KernelSpec,
+) -> Result<Served<'c>, kiln::Error> {
     KERNELS.get(cache, device, spec)
 }
