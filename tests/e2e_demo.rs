@@ -260,3 +260,23 @@ fn a_second_run_without_images_gets_every_kernel_from_the_disk_tier() {
     assert_eq!(summary["hits_tier"].as_u64(), Some(KERNELS as u64));
     assert_eq!(summary["nvrtc_compiles"].as_u64(), Some(0), "{summary}");
 }
+
+#[test]
+fn the_strict_toolchain_policy_serves_the_images_built_by_this_very_toolchain() {
+    if !nvrtc_available() {
+        return;
+    }
+    // The images were built here, by the NVRTC and headers this process
+    // finds: the strict policy compares them and serves every kernel.
+    let run = run(
+        &["--arch", "sm_86"],
+        &[("KILN_STRICT_TOOLCHAIN", "1"), NO_DISK],
+    );
+    for (name, outcome) in run.outcomes() {
+        assert_eq!(outcome, "image", "{name}");
+    }
+    for (name, selection) in run.field_per_kernel("selection") {
+        assert_eq!(selection, "exact-cubin", "{name}");
+    }
+    assert_eq!(run.one("summary")["nvrtc_compiles"].as_u64(), Some(0));
+}
