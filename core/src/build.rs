@@ -49,6 +49,9 @@
 //! - `cargo:warning=` lines for each specialization that failed (the build
 //!   goes on without it: the application compiles it at run time), or for a
 //!   block that stopped early;
+//! - (with [`Session::specialize_all`], which compiles specializations on
+//!   [`jobs`] threads, cargo's `NUM_JOBS`, the lines come in the order the
+//!   specializations were given, once all are done);
 //! - one plain line per compiled specialization with its time, and one
 //!   summary line (cargo keeps these in the build script's output;
 //!   `cargo build -vv` shows them). The summary is a `cargo:warning` too when

@@ -16,11 +16,22 @@
 //!   [`Key`](crate::Key).
 //! - [`Compiler`]: request → [`CompiledKernel`] → cache entry
 //!   ([`Compiler::compile_cached`]).
+//! - [`BuildRecord`] and [`Toolchain`]: what a kernel library's build compiled with
+//!   (NVRTC release, header-set digests, targets), carried to the library at compile
+//!   time; a recorded toolchain derives owners and keys without any file, a local one
+//!   compiles. [`ToolchainPolicy`]: `KILN_STRICT_TOOLCHAIN`.
+//! - [`ShipPlan`]: the build side of a kernel library (every spec for every target,
+//!   in parallel; PTX for the lowest target).
+//! - [`select`]: which shipped code runs on a [`Device`] (exact CUBIN, compatible
+//!   CUBIN, PTX), a pure function.
+//! - [`KernelLibrary`]: the run-time side: a shipped entry for the device found with
+//!   no toolchain, else a compile with the local one ([`Served`], [`Selection`]).
 //! - [`loader`]: cached artifacts → loaded modules and functions, once per context.
 //! - [`kernels`]: a realistic kernel set (axpy, CUB block reduce and scan) with CPU
 //!   references.
 //!
-//! Compiling needs no GPU, only NVRTC; loading needs a GPU and its driver.
+//! Compiling needs no GPU, only NVRTC; loading needs a GPU and its driver. Serving
+//! shipped kernels needs neither NVRTC nor headers.
 //!
 //! ```no_run
 //! use kiln_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
