@@ -127,6 +127,8 @@ pub mod header;
 mod image;
 mod layout;
 mod model;
+mod partition;
+mod seal;
 mod search;
 mod storage;
 mod verify;

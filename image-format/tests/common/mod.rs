@@ -155,6 +155,21 @@ pub fn compare_entry(entry: &EntryRef<'_>, expected: &EntryData) -> Result<Read,
     })
 }
 
+/// Whether `error` is one of the ways an entry's first access rejects it
+/// (its block, its layout, its checksum, its values).
+pub fn rejects_entry(error: &ImageError) -> bool {
+    matches!(
+        error,
+        ImageError::EntryChecksum { .. }
+            | ImageError::EntryMalformed { .. }
+            | ImageError::Overlap(_)
+            | ImageError::OutOfRange { .. }
+            | ImageError::IndexMalformed(_)
+            | ImageError::DepNotIndexed { .. }
+            | ImageError::EntryUnreachable { .. }
+    )
+}
+
 /// Reads the whole image through the lazy checks and compares everything
 /// with what was written. `Ok(true)` if some check rejected something,
 /// `Ok(false)` if everything read back equal, `Err` if anything read back
@@ -204,15 +219,13 @@ pub fn read_all_and_compare(
                 return Err("dependency groups differ".into());
             }
         }
-        Err(ImageError::DepIndex(_)) => rejected = true,
+        Err(ImageError::DepIndex(_) | ImageError::Overlap(_)) => rejected = true,
         Err(other) => return Err(format!("unexpected dep index error {other}")),
     }
     for (index, expected) in sorted.iter().enumerate() {
         match image.entry(index) {
             Ok(entry) => rejected |= compare_entry(&entry, expected)? == Read::Rejected,
-            Err(ImageError::EntryChecksum { .. } | ImageError::EntryMalformed { .. }) => {
-                rejected = true
-            }
+            Err(error) if rejects_entry(&error) => rejected = true,
             Err(other) => return Err(format!("unexpected entry error {other}")),
         }
         match image.find(&expected.owner, &expected.key) {
@@ -226,9 +239,7 @@ pub fn read_all_and_compare(
                 rejected |= compare_entry(&entry, expected)? == Read::Rejected;
             }
             Ok(None) => rejected = true,
-            Err(ImageError::EntryChecksum { .. } | ImageError::EntryMalformed { .. }) => {
-                rejected = true
-            }
+            Err(error) if rejects_entry(&error) => rejected = true,
             Err(other) => return Err(format!("unexpected find error {other}")),
         }
     }
