@@ -205,9 +205,11 @@ impl Image {
         // SAFETY: at open, the index bytes passed rkyv validation as an
         // `ArchivedIndex` (`verify::check_index`) or, for a trusted image,
         // the caller of `from_static_trusted` guaranteed that they did
-        // earlier. The storage is immutable and owned by `self` (see the
-        // SAFETY note in `storage.rs` about mapped files), and the range is
-        // the validated one.
+        // earlier. The storage is owned by `self` and never written by this
+        // process, and the range is the validated one. A mapped file
+        // rewritten in place by another process breaks this (see the
+        // module docs of `storage.rs`: image files are replaced, never
+        // edited).
         unsafe { rkyv::access_unchecked::<ArchivedIndex>(self.index_bytes()) }
     }
 
