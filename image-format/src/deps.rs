@@ -183,14 +183,20 @@ impl Image {
         let mut next_member = 0usize;
         let mut next_name = 0usize;
         for (position, group) in groups.iter().enumerate() {
-            let range = group.name.range().filter(|range| range.end <= names.len());
-            let Some(range) = range.filter(|range| range.start == next_name) else {
+            let (start, len) = (group.name.offset.to_native(), group.name.len.to_native());
+            if start as usize != next_name {
                 return Err(ImageError::Overlap(format!(
-                    "group {position}'s name is at {}+{}, where the group names continue at {next_name} (of {})",
-                    group.name.offset.to_native(),
-                    group.name.len.to_native(),
-                    names.len()
+                    "group {position}'s name is at {start}+{len}, where the group names continue at {next_name}"
                 )));
+            }
+            let Some(range) = group.name.range().filter(|range| range.end <= names.len()) else {
+                return Err(ImageError::OutOfRange {
+                    what: format!("group {position}'s name"),
+                    start: u64::from(start),
+                    len: u64::from(len),
+                    table: "group name table",
+                    limit: names.len() as u64,
+                });
             };
             next_name = range.end;
             let name = &names[range];
@@ -204,10 +210,19 @@ impl Image {
             }
             previous = Some(current);
             let members = group.members.range().unwrap_or(usize::MAX..usize::MAX);
-            if members.start != next_member || members.is_empty() || members.end > member_count {
+            if members.start != next_member || members.is_empty() {
                 return Err(corrupt(format!(
                     "the members of {text:?} are not the next non-empty range of the member table"
                 )));
+            }
+            if members.end > member_count {
+                return Err(ImageError::OutOfRange {
+                    what: format!("the members of group {position} ({text:?})"),
+                    start: group.members.start.to_native().into(),
+                    len: group.members.len.to_native().into(),
+                    table: "member table",
+                    limit: member_count as u64,
+                });
             }
             next_member = members.end;
         }
@@ -276,10 +291,19 @@ impl Image {
         let mut previous: Option<u32> = None;
         for member in members {
             let member = member.to_native();
-            if member as usize >= entry_count || previous.is_some_and(|p| p >= member) {
+            if member as usize >= entry_count {
+                return Err(ImageError::OutOfRange {
+                    what: format!("a member of {:?}", name()),
+                    start: member.into(),
+                    len: 1,
+                    table: "entry table",
+                    limit: entry_count as u64,
+                });
+            }
+            if let Some(before) = previous.filter(|&before| before >= member) {
                 return Err(ImageError::DepIndex(format!(
-                    "the entry list of {:?} holds {member}, not an ascending entry index",
-                    name()
+                    "the entry list of {:?} holds {member} after {before}: entries must ascend",
+                    name(),
                 )));
             }
             previous = Some(member);

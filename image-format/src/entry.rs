@@ -375,15 +375,14 @@ fn check_layout(
     record: &ArchivedEntryRecord,
     payload_len: u64,
 ) -> Result<(), ImageError> {
-    let out_of_range = |what: &str, span: (u32, u32), table: &'static str, table_len: usize| {
-        ImageError::OutOfRange {
+    let out_of_range =
+        |what: &str, span: (u32, u32), table: &'static str, limit: usize| ImageError::OutOfRange {
             what: format!("entry {index}'s {what}"),
             start: u64::from(span.0),
             len: u64::from(span.1),
             table,
-            table_len: table_len as u64,
-        }
-    };
+            limit: limit as u64,
+        };
     let owned = |span: &ArchivedSpan, what: &str, table: &'static str, len: usize| {
         span.range()
             .filter(|range| range.end <= len)
@@ -441,41 +440,47 @@ fn check_layout(
             start: payload_start,
             len: record.payloads.len.to_native(),
             table: "payload region",
-            table_len: payload_len,
+            limit: payload_len,
         })?;
     let mut next_payload = payload_start;
     for (position, artifact) in tables.artifacts.as_slice()[artifacts].iter().enumerate() {
         text_at.next(&artifact.custom, &format!("artifact {position}'s kind"))?;
         let own = artifact.entry_points.range();
-        if own.as_ref().map(|range| range.start) != Some(next_entry_point)
-            || own
-                .as_ref()
-                .is_none_or(|range| range.end > entry_points.end)
-        {
+        let Some(own) = own.filter(|range| range.start == next_entry_point) else {
             return Err(ImageError::Overlap(format!(
-                "entry {index}'s artifact {position} has entry points {}+{}, where its next ones start at {next_entry_point} (of {}..{})",
+                "entry {index}'s artifact {position} has entry points {}+{}, where its next ones start at {next_entry_point}",
                 artifact.entry_points.start.to_native(),
                 artifact.entry_points.len.to_native(),
-                entry_points.start,
-                entry_points.end
             )));
+        };
+        if own.end > entry_points.end {
+            return Err(out_of_range(
+                &format!("artifact {position}'s entry points"),
+                span_pair(&artifact.entry_points),
+                "entry's entry points",
+                entry_points.end,
+            ));
         }
-        let own = own.unwrap_or_default();
         next_entry_point = own.end;
         for name in &tables.entry_points.as_slice()[own] {
             text_at.next(name, &format!("artifact {position}'s entry point"))?;
         }
         let (offset, len) = (artifact.offset.to_native(), artifact.len.to_native());
-        let end = offset.checked_add(len);
-        if offset % REGION_ALIGN as u64 != 0
-            || offset < next_payload
-            || end.is_none_or(|end| end > payload_end)
-        {
+        if offset % REGION_ALIGN as u64 != 0 || offset < next_payload {
             return Err(ImageError::Overlap(format!(
-                "entry {index}'s artifact {position} has its payload at {offset}+{len}, where its next payload may start at {next_payload} (a multiple of {REGION_ALIGN}) and its payloads end at {payload_end}"
+                "entry {index}'s artifact {position} has its payload at {offset}, where its next payload may start at {next_payload} (at a multiple of {REGION_ALIGN})"
             )));
         }
-        next_payload = end.unwrap_or(payload_end);
+        let Some(end) = offset.checked_add(len).filter(|&end| end <= payload_end) else {
+            return Err(ImageError::OutOfRange {
+                what: format!("entry {index}'s artifact {position}'s payload"),
+                start: offset,
+                len,
+                table: "entry's payloads",
+                limit: payload_end,
+            });
+        };
+        next_payload = end;
     }
     if next_entry_point != entry_points.end {
         return Err(ImageError::Overlap(format!(
@@ -502,20 +507,25 @@ struct TextCursor {
 
 impl TextCursor {
     fn next(&mut self, reference: &ArchivedStrRef, what: &str) -> Result<(), ImageError> {
-        let range = reference.range();
-        match range {
-            Some(range) if range.start == self.at && range.end <= self.end => {
+        let (start, len) = pair(reference);
+        if start as usize != self.at {
+            return Err(ImageError::Overlap(format!(
+                "entry {}'s {what} is at {start}+{len}, where its text continues at {}",
+                self.index, self.at,
+            )));
+        }
+        match reference.range().filter(|range| range.end <= self.end) {
+            Some(range) => {
                 self.at = range.end;
                 Ok(())
             }
-            _ => Err(ImageError::Overlap(format!(
-                "entry {}'s {what} is at {}+{}, where its text continues at {} (region ends at {})",
-                self.index,
-                reference.offset.to_native(),
-                reference.len.to_native(),
-                self.at,
-                self.end
-            ))),
+            None => Err(ImageError::OutOfRange {
+                what: format!("entry {}'s {what}", self.index),
+                start: u64::from(start),
+                len: u64::from(len),
+                table: "entry's text region",
+                limit: self.end as u64,
+            }),
         }
     }
 }

@@ -279,8 +279,8 @@ pub enum ImageError {
     },
 
     /// A reference (to records, text or payload bytes) points outside the
-    /// table it refers to.
-    #[error("{what} ({start}..{}) lies outside the {table} ({table_len} long)", *start as u128 + *len as u128)]
+    /// table or range it must lie in.
+    #[error("{what} at {start}+{len} ends past {limit}, the end of the {table}")]
     OutOfRange {
         /// What refers ("entry 5's deps", "group 2's name").
         what: String,
@@ -288,10 +288,10 @@ pub enum ImageError {
         start: u64,
         /// Length referenced.
         len: u64,
-        /// The table referred to ("dep table", "entry text").
+        /// What it must lie in ("dep table", "entry's text region").
         table: &'static str,
-        /// Its length, in records or bytes.
-        table_len: u64,
+        /// The end of that table or range, in records or bytes.
+        limit: u64,
     },
 
     /// Two entries (or two strings, or two artifacts) would share records,

@@ -123,6 +123,15 @@ pub(crate) fn check_block_table(index: &ArchivedIndex, payload_len: u64) -> Resu
         };
         let records = at.records().into_iter().zip(previous.records());
         for ((table, here), (_, before)) in records {
+            if here < before && number + 1 == blocks.len() {
+                return Err(ImageError::OutOfRange {
+                    what: format!("block record {number}'s {table}"),
+                    start: before,
+                    len: 0,
+                    table: "table",
+                    limit: here,
+                });
+            }
             if here < before {
                 return Err(ImageError::Overlap(format!(
                     "{what} puts the {table} at {here}, before {before} where the block before starts"
@@ -207,11 +216,22 @@ pub(crate) fn check_block(
                 start: payload,
                 len: entry.payloads.len.to_native(),
                 table: "payload region",
-                table_len: payload_len,
+                limit: payload_len,
             })?;
         at = next;
     }
-    for ((table, here), (_, limit)) in at.records().into_iter().zip(end.records()) {
+    let last = block + 1 == blocks.len();
+    let records = at.records().into_iter().zip(start.records());
+    for (((table, here), (_, from)), (_, limit)) in records.zip(end.records()) {
+        if last && here > limit {
+            return Err(ImageError::OutOfRange {
+                what: format!("the {table} of block {block}'s entries"),
+                start: from,
+                len: here - from,
+                table: "table",
+                limit,
+            });
+        }
         if here != limit {
             return Err(ImageError::Overlap(format!(
                 "the entries of block {block} end their {table} at {here}, where the next block (or the table) starts at {limit}"
@@ -219,8 +239,17 @@ pub(crate) fn check_block(
         }
     }
     if at.payload > end.payload {
+        if last {
+            return Err(ImageError::OutOfRange {
+                what: format!("the payloads of block {block}'s entries"),
+                start: start.payload,
+                len: at.payload - start.payload,
+                table: "payload region",
+                limit: end.payload,
+            });
+        }
         return Err(ImageError::Overlap(format!(
-            "the entries of block {block} end their payloads at {}, past {} where the next block (or the region) starts",
+            "the entries of block {block} end their payloads at {}, past {} where the next block starts",
             at.payload, end.payload
         )));
     }

@@ -149,17 +149,24 @@ struct MetaCursor<'a> {
 
 impl<'a> MetaCursor<'a> {
     fn next(&mut self, reference: &ArchivedStrRef, what: &str) -> Result<&'a [u8], ImageError> {
-        let range = reference
-            .range()
-            .filter(|range| range.end <= self.text.len());
-        let Some(range) = range.filter(|range| range.start == self.at) else {
+        let (start, len) = pair(reference);
+        if start as usize != self.at {
             return Err(ImageError::Overlap(format!(
-                "{what} is at {}+{}, where the metadata text continues at {} (of {})",
-                reference.offset.to_native(),
-                reference.len.to_native(),
-                self.at,
-                self.text.len()
+                "{what} is at {start}+{len}, where the metadata text continues at {}",
+                self.at
             )));
+        }
+        let Some(range) = reference
+            .range()
+            .filter(|range| range.end <= self.text.len())
+        else {
+            return Err(ImageError::OutOfRange {
+                what: what.to_owned(),
+                start: start.into(),
+                len: len.into(),
+                table: "metadata text",
+                limit: self.text.len() as u64,
+            });
         };
         self.at = range.end;
         let bytes = &self.text[range];
@@ -182,6 +189,15 @@ fn check_owners(index: &ArchivedIndex) -> Result<(), ImageError> {
         }
         previous = Some(&owner.digest);
         let range = owner.entries.range().unwrap_or(usize::MAX..usize::MAX);
+        if range.start == next_entry && range.end > index.entries.len() {
+            return Err(ImageError::OutOfRange {
+                what: format!("the entries of owner {}", Digest(owner.digest)),
+                start: owner.entries.start.to_native().into(),
+                len: owner.entries.len.to_native().into(),
+                table: "entry table",
+                limit: index.entries.len() as u64,
+            });
+        }
         if range.start != next_entry || range.is_empty() {
             return Err(ImageError::IndexMalformed(format!(
                 "owner {} does not own a contiguous range of entries",
