@@ -238,5 +238,77 @@ pub mod forge {
         pub fn payload_hash(bytes: &[u8]) -> [u8; 32] {
             Digest::of(bytes).0
         }
+
+        /// The position in the group table of the dependency group of
+        /// (`name`, `fingerprint`), if there is one.
+        pub fn group_of(&self, name: &str, fingerprint: &Digest) -> Option<usize> {
+            let index = &self.index;
+            index.dep_groups.iter().position(|group| {
+                let start = group.name.offset as usize;
+                let text = index
+                    .group_names
+                    .get(start..start + group.name.len as usize);
+                text == Some(name.as_bytes()) && group.fingerprint == fingerprint.0
+            })
+        }
+
+        /// Removes `entry` from the member list of group `group`, as a
+        /// forger keeping everything else consistent would: the later lists
+        /// move down one slot and the deps that name a later position of
+        /// this group follow. The entry's own deps are left as they were.
+        /// Returns whether the entry was listed.
+        pub fn remove_member(&mut self, group: usize, entry: u32) -> bool {
+            let index = &mut self.index;
+            let Some(members) = index.dep_groups.get(group).map(|g| g.members) else {
+                return false;
+            };
+            let (start, len) = (members.start as usize, members.len as usize);
+            let Some(position) = index
+                .dep_members
+                .get(start..start + len)
+                .and_then(|list| list.iter().position(|&member| member == entry))
+            else {
+                return false;
+            };
+            index.dep_members.remove(start + position);
+            index.dep_groups[group].members.len -= 1;
+            for later in &mut index.dep_groups[group + 1..] {
+                later.members.start -= 1;
+            }
+            for dep in &mut index.deps {
+                if dep.group as usize == group && dep.member as usize > position {
+                    dep.member -= 1;
+                }
+            }
+            true
+        }
+
+        /// Adds `entry` to the member list of group `group`, in order,
+        /// moving what follows as [`Forge::remove_member`] does. The
+        /// entry's own deps are left as they were.
+        pub fn add_member(&mut self, group: usize, entry: u32) {
+            let index = &mut self.index;
+            let Some(members) = index.dep_groups.get(group).map(|g| g.members) else {
+                return;
+            };
+            let (start, len) = (members.start as usize, members.len as usize);
+            let Some(position) = index
+                .dep_members
+                .get(start..start + len)
+                .map(|list| list.partition_point(|&member| member < entry))
+            else {
+                return;
+            };
+            index.dep_members.insert(start + position, entry);
+            index.dep_groups[group].members.len += 1;
+            for later in &mut index.dep_groups[group + 1..] {
+                later.members.start += 1;
+            }
+            for dep in &mut index.deps {
+                if dep.group as usize == group && dep.member as usize >= position {
+                    dep.member += 1;
+                }
+            }
+        }
     }
 }

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 
 use common::counting::{Counting, allowed_peak, peak_during};
 use common::{base_images, mutate};
-use kiln_image::fuzz_support::forge::{Forge, Index, LabelRecord, StrRef};
+use kiln_image::fuzz_support::forge::{Forge, LabelRecord, StrRef};
 use kiln_image::fuzz_support::{exercise, reseal};
 use kiln_image::{
     Artifact, ArtifactKind, Dep, Digest, EntryData, Image, ImageError, ImageMeta, ImageWriter,
@@ -444,57 +444,11 @@ fn consistent() -> (Vec<u8>, Vec<EntryData>) {
     (bytes, entries)
 }
 
-/// Index of the group of `(name, version)` in the forged index.
-fn group_of(index: &Index, (name, version): (&str, &str)) -> usize {
-    index
-        .dep_groups
-        .iter()
-        .position(|group| {
-            let at = group.name.offset as usize;
-            &index.group_names[at..at + group.name.len as usize] == name.as_bytes()
-                && group.fingerprint == Digest::of(version.as_bytes()).0
-        })
+/// Position of the group of `(name, version)` in the forged index.
+fn group_of(forged: &Forge, (name, version): (&str, &str)) -> usize {
+    forged
+        .group_of(name, &Digest::of(version.as_bytes()))
         .expect("the group exists")
-}
-
-/// Removes `entry` from the member list of `group`, as a forger keeping
-/// everything else consistent would: later lists move down one slot and
-/// the other deps' positions follow.
-fn remove_member(index: &mut Index, group: usize, entry: u32) {
-    let start = index.dep_groups[group].members.start as usize;
-    let len = index.dep_groups[group].members.len as usize;
-    let position = index.dep_members[start..start + len]
-        .iter()
-        .position(|&member| member == entry)
-        .expect("a member");
-    index.dep_members.remove(start + position);
-    index.dep_groups[group].members.len -= 1;
-    for later in &mut index.dep_groups[group + 1..] {
-        later.members.start -= 1;
-    }
-    for dep in &mut index.deps {
-        if dep.group as usize == group && dep.member as usize > position {
-            dep.member -= 1;
-        }
-    }
-}
-
-/// Adds `entry` to the member list of `group`, in order, moving what
-/// follows as [`remove_member`] does.
-fn add_member(index: &mut Index, group: usize, entry: u32) {
-    let start = index.dep_groups[group].members.start as usize;
-    let len = index.dep_groups[group].members.len as usize;
-    let position = index.dep_members[start..start + len].partition_point(|&member| member < entry);
-    index.dep_members.insert(start + position, entry);
-    index.dep_groups[group].members.len += 1;
-    for later in &mut index.dep_groups[group + 1..] {
-        later.members.start += 1;
-    }
-    for dep in &mut index.deps {
-        if dep.group as usize == group && dep.member as usize >= position {
-            dep.member += 1;
-        }
-    }
 }
 
 fn full_error(bytes: &[u8]) -> ImageError {
@@ -612,8 +566,8 @@ fn keys_out_of_order() {
 fn an_entry_the_dependency_index_leaves_out_is_never_served() {
     let (bytes, entries) = consistent();
     let mut forged = forge(&bytes);
-    let group = group_of(&forged.index, FOO_V1);
-    remove_member(&mut forged.index, group, 0);
+    let group = group_of(&forged, FOO_V1);
+    assert!(forged.remove_member(group, 0));
     let bad = seal(&forged);
 
     let error = full_error(&bad);
@@ -647,12 +601,9 @@ fn an_entry_the_dependency_index_leaves_out_is_never_served() {
 fn an_entry_listed_under_another_fingerprint_is_never_served() {
     let (bytes, _) = consistent();
     let mut forged = forge(&bytes);
-    let (v1, v2) = (
-        group_of(&forged.index, FOO_V1),
-        group_of(&forged.index, FOO_V2),
-    );
-    remove_member(&mut forged.index, v1, 0);
-    add_member(&mut forged.index, v2, 0);
+    let (v1, v2) = (group_of(&forged, FOO_V1), group_of(&forged, FOO_V2));
+    assert!(forged.remove_member(v1, 0));
+    forged.add_member(v2, 0);
     let dep = forged.index.entries[0].deps.start as usize;
     forged.index.deps[dep].group = v2 as u32;
     forged.index.deps[dep].member = 0;
@@ -688,8 +639,8 @@ fn an_entry_listed_under_another_fingerprint_is_never_served() {
 fn an_entry_listed_for_a_dep_it_does_not_have() {
     let (bytes, entries) = consistent();
     let mut forged = forge(&bytes);
-    let group = group_of(&forged.index, FOO_V1);
-    add_member(&mut forged.index, group, 4);
+    let group = group_of(&forged, FOO_V1);
+    forged.add_member(group, 4);
     let bad = seal(&forged);
 
     let error = full_error(&bad);
