@@ -140,7 +140,7 @@ pub fn dep_index_ranges(image: &[u8]) -> Option<(std::ops::Range<usize>, std::op
 /// Rebuilding images from chosen records, checksums and all.
 ///
 /// Checksums are unkeyed: anyone can write an image whose checksums match
-/// whatever its records say. [`Forge`] lets a test do that, so that what
+/// whatever its records say. [`Forge`](forge::Forge) lets a test do that, so that what
 /// stops a hostile image is shown to be a structural check, not a
 /// checksum: take a valid image apart, change its records (reference one
 /// string a thousand times, swap two keys, drop an entry from the
