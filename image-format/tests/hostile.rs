@@ -336,6 +336,12 @@ fn cap_address_space(limit: u64) {
 fn each_amplifier_references_over_a_thousand_times_its_size() {
     for amplifier in amplifiers() {
         let ratio = amplifier.referenced / amplifier.bytes.len();
+        eprintln!(
+            "{}: {} bytes, referencing {} bytes ({ratio}x)",
+            amplifier.name,
+            amplifier.bytes.len(),
+            amplifier.referenced
+        );
         assert!(
             ratio >= 1000,
             "{}: {} bytes referenced by a {}-byte image ({ratio}x)",
