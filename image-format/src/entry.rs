@@ -426,9 +426,9 @@ fn check_layout(
         at: text.start,
         end: text.end,
     };
-    text_at.next(&record.name, "name")?;
+    text_at.next(&record.name, || "name".to_owned())?;
     for (position, dep) in tables.deps.as_slice()[deps].iter().enumerate() {
-        text_at.next(&dep.name, &format!("dep {position}'s name"))?;
+        text_at.next(&dep.name, || format!("dep {position}'s name"))?;
     }
     let mut next_entry_point = entry_points.start;
     let payload_start = record.payloads.offset.to_native();
@@ -444,7 +444,7 @@ fn check_layout(
         })?;
     let mut next_payload = payload_start;
     for (position, artifact) in tables.artifacts.as_slice()[artifacts].iter().enumerate() {
-        text_at.next(&artifact.custom, &format!("artifact {position}'s kind"))?;
+        text_at.next(&artifact.custom, || format!("artifact {position}'s kind"))?;
         let own = artifact.entry_points.range();
         let Some(own) = own.filter(|range| range.start == next_entry_point) else {
             return Err(ImageError::Overlap(format!(
@@ -463,7 +463,7 @@ fn check_layout(
         }
         next_entry_point = own.end;
         for name in &tables.entry_points.as_slice()[own] {
-            text_at.next(name, &format!("artifact {position}'s entry point"))?;
+            text_at.next(name, || format!("artifact {position}'s entry point"))?;
         }
         let (offset, len) = (artifact.offset.to_native(), artifact.len.to_native());
         if offset % REGION_ALIGN as u64 != 0 || offset < next_payload {
@@ -506,12 +506,20 @@ struct TextCursor {
 }
 
 impl TextCursor {
-    fn next(&mut self, reference: &ArchivedStrRef, what: &str) -> Result<(), ImageError> {
+    /// `what` names the reference, for the error (built only on failure:
+    /// this runs once per string of every entry checked).
+    fn next(
+        &mut self,
+        reference: &ArchivedStrRef,
+        what: impl Fn() -> String,
+    ) -> Result<(), ImageError> {
         let (start, len) = pair(reference);
         if start as usize != self.at {
             return Err(ImageError::Overlap(format!(
-                "entry {}'s {what} is at {start}+{len}, where its text continues at {}",
-                self.index, self.at,
+                "entry {}'s {} is at {start}+{len}, where its text continues at {}",
+                self.index,
+                what(),
+                self.at,
             )));
         }
         match reference.range().filter(|range| range.end <= self.end) {
@@ -520,7 +528,7 @@ impl TextCursor {
                 Ok(())
             }
             None => Err(ImageError::OutOfRange {
-                what: format!("entry {}'s {what}", self.index),
+                what: format!("entry {}'s {}", self.index, what()),
                 start: u64::from(start),
                 len: u64::from(len),
                 table: "entry's text region",

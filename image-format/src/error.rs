@@ -448,3 +448,88 @@ impl ImageError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ImageError;
+    use crate::Digest;
+
+    /// Check names are part of the interface (`kiln verify` prints them):
+    /// each new check has its own, and payload-range errors are not header
+    /// errors.
+    #[test]
+    fn consistency_checks_have_stable_names_of_their_own() {
+        let digest = Digest::default();
+        let errors = [
+            (
+                ImageError::DuplicateKey {
+                    first: 4,
+                    second: 5,
+                    owner: digest,
+                    key: digest,
+                },
+                "index.duplicate_key",
+            ),
+            (
+                ImageError::KeysOutOfOrder {
+                    first: 4,
+                    second: 5,
+                    owner: digest,
+                },
+                "index.key_order",
+            ),
+            (ImageError::EntryUnreachable { index: 5 }, "entry.lookup"),
+            (
+                ImageError::DepNotIndexed {
+                    entry: 5,
+                    name: "foo".into(),
+                    fingerprint: digest,
+                },
+                "deps.unlisted",
+            ),
+            (
+                ImageError::DepNotCarried {
+                    entry: 5,
+                    name: "foo".into(),
+                    fingerprint: digest,
+                },
+                "deps.extra",
+            ),
+            (
+                ImageError::OutOfRange {
+                    what: "entry 5's deps".into(),
+                    start: 12,
+                    len: 4,
+                    table: "dep table",
+                    limit: 10,
+                },
+                "index.range",
+            ),
+            (
+                ImageError::Overlap("entry 5's deps".into()),
+                "index.overlap",
+            ),
+            (
+                ImageError::PayloadRegion {
+                    start: 0,
+                    end: 10,
+                    available: 5,
+                },
+                "payload.region",
+            ),
+        ];
+        for (error, check) in &errors {
+            assert_eq!(error.check(), *check, "{error}");
+        }
+        assert_eq!(
+            errors[0].0.to_string(),
+            format!(
+                "entries 4 and 5 have the same (owner, key) ({digest}, {digest}): an image holds one entry per (owner, key); rebuild it"
+            )
+        );
+        assert_eq!(
+            errors[5].0.to_string(),
+            "entry 5's deps at 12+4 ends past 10, the end of the dep table"
+        );
+    }
+}

@@ -59,8 +59,10 @@ pub struct Image {
     pub(crate) dep_index_state: CheckState,
     /// One bit per dependency group: its member list passed its checksum.
     pub(crate) dep_group_state: CheckState,
-    /// One bit: the block table passed its check.
+    /// One bit: the first level of the block table passed its check.
     pub(crate) block_table_state: CheckState,
+    /// One bit per group of 64 block records: it passed its check.
+    pub(crate) block_group_state: CheckState,
     /// One bit per block of 64 entries: its entries tile its ranges.
     pub(crate) block_state: CheckState,
     pub(crate) trusted: bool,
@@ -181,6 +183,7 @@ impl Image {
             dep_index_state: CheckState::new(1, trusted),
             dep_group_state: CheckState::new(dep_group_count, trusted),
             block_table_state: CheckState::new(1, trusted),
+            block_group_state: CheckState::new(crate::partition::group_count(block_count), trusted),
             block_state: CheckState::new(block_count, trusted),
             storage,
             header,

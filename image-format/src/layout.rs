@@ -54,9 +54,11 @@
 //!   global check of that takes a pass over every entry, which an open must
 //!   not cost; instead the `blocks` table records where every
 //!   [`BLOCK_ENTRIES`]-th entry's ranges start. The block table is checked
-//!   in one pass on first use (O(entries / 64): ascending, within the
-//!   tables), and a block's entries are checked to tile exactly the block's
-//!   ranges on the first access to one of them (64 entry records). Two
+//!   to ascend within the tables in two levels (every 64th record on first
+//!   use, O(entries / 4096); a group of 64 records on the first access to
+//!   one of its entries), and a block's entries are checked to tile exactly
+//!   the block's ranges on the first access to one of them (64 entry
+//!   records; see `partition.rs`). Two
 //!   entries that pass these checks therefore never share a record, a byte
 //!   of text or a byte of payload, and the checks of every entry together
 //!   read each byte once.

@@ -8,8 +8,11 @@
 //! count). So the `blocks` table records where the ranges of entries 0, 64,
 //! 128, ... start, and:
 //!
-//! - the block table is checked once, on the first entry access: it starts
-//!   at zero and ascends within the tables (O(entries / 64));
+//! - the block table is checked in two levels: on the first entry access,
+//!   that it starts at zero and that every 64th record (then the end of the
+//!   tables) ascends (O(entries / 4096)); on the first access to one of a
+//!   group's 4,096 entries, that the group's 64 records ascend up to the
+//!   next group's first one;
 //! - a block is checked on the first access to one of its entries: its
 //!   entries' ranges tile exactly the ranges from its block record to the
 //!   next one (the end of each table after the last block), payloads in
@@ -17,8 +20,9 @@
 //! - then each entry checks that what it references lies in its own ranges,
 //!   each thing once (`entry.rs`).
 //!
-//! Blocks are disjoint because the block table ascends; entries of a block
-//! are disjoint because they tile it. So every entry that passes owns what
+//! Blocks are disjoint because the block table ascends (two blocks of
+//! checked groups are separated by ascending records of one group, or of
+//! the first level); entries of a block are disjoint because they tile it. So every entry that passes owns what
 //! it reads, and all entry checks together read each record and byte once.
 //! A corrupt range in one entry fails the block it is in (64 entries): a
 //! miss, never shared bytes.
@@ -70,26 +74,52 @@ impl Position {
 }
 
 impl Image {
-    /// Checks the block holding entry `entry` (and the block table) unless
-    /// done before.
+    /// Checks the block holding entry `entry` (and what of the block table
+    /// that relies on) unless done before.
     pub(crate) fn block_checked(&self, entry: usize) -> Result<(), ImageError> {
         let block = entry / BLOCK_ENTRIES;
         if self.block_state.is_set(block) {
             return Ok(());
         }
+        let (index, payload_len) = (self.index(), self.header.payload_len);
         if !self.block_table_state.is_set(0) {
-            check_block_table(self.index(), self.header.payload_len)?;
+            check_block_table_top(index, payload_len)?;
             self.block_table_state.set(0);
         }
-        check_block(self.index(), block, self.header.payload_len)?;
+        let group = block / GROUP_BLOCKS;
+        if !self.block_group_state.is_set(group) {
+            check_block_group(index, payload_len, group)?;
+            self.block_group_state.set(group);
+        }
+        check_block(index, block, payload_len)?;
         self.block_state.set(block);
         Ok(())
     }
 }
 
-/// The block table: one record per 64 entries, starting at zero and
-/// ascending within the tables. O(entries / 64).
-pub(crate) fn check_block_table(index: &ArchivedIndex, payload_len: u64) -> Result<(), ImageError> {
+/// Block records per group of the block table: the table is checked in two
+/// levels, so that a first access reads O(entries / 4096 + 64) records
+/// rather than the whole table.
+pub(crate) const GROUP_BLOCKS: usize = 64;
+
+/// Number of groups of the block table.
+pub(crate) fn group_count(blocks: usize) -> usize {
+    blocks.div_ceil(GROUP_BLOCKS)
+}
+
+/// Where block record `number` starts every range; `blocks.len()` stands
+/// for the end of every table.
+fn position(index: &ArchivedIndex, payload_len: u64, number: usize) -> Position {
+    index
+        .blocks
+        .get(number)
+        .map_or_else(|| Position::end(index, payload_len), Position::of)
+}
+
+/// The block table's first level, checked once on the first entry access:
+/// one record per 64 entries, starting at zero, and every 64th record
+/// (then the end of the tables) ascending in every range. O(entries / 4096).
+fn check_block_table_top(index: &ArchivedIndex, payload_len: u64) -> Result<(), ImageError> {
     let blocks = index.blocks.as_slice();
     if blocks.len() != block_count(index.entries.len()) {
         return Err(ImageError::IndexMalformed(format!(
@@ -109,44 +139,102 @@ pub(crate) fn check_block_table(index: &ArchivedIndex, payload_len: u64) -> Resu
             )));
         }
     }
-    let mut previous = first;
-    let rest = blocks
-        .iter()
-        .map(Position::of)
-        .skip(1)
-        .chain(std::iter::once(Position::end(index, payload_len)));
-    for (number, at) in rest.enumerate() {
-        let what = if number + 1 == blocks.len() {
-            "the end of the tables".to_owned()
-        } else {
-            format!("block record {}", number + 1)
-        };
-        let records = at.records().into_iter().zip(previous.records());
-        for ((table, here), (_, before)) in records {
-            if here < before && number + 1 == blocks.len() {
-                return Err(ImageError::OutOfRange {
-                    what: format!("block record {number}'s {table}"),
-                    start: before,
-                    len: 0,
-                    table: "table",
-                    limit: here,
-                });
-            }
-            if here < before {
-                return Err(ImageError::Overlap(format!(
-                    "{what} puts the {table} at {here}, before {before} where the block before starts"
-                )));
+    let numbers = (0..blocks.len())
+        .step_by(GROUP_BLOCKS)
+        .chain(std::iter::once(blocks.len()));
+    check_ascending(index, payload_len, numbers)
+}
+
+/// Group `group` of the block table, checked on the first access to one of
+/// its 4,096 entries: its 64 records, then the next group's first record
+/// (or the end of the tables), ascend in every range. With the first level,
+/// that makes the ranges of any two blocks in checked groups disjoint.
+fn check_block_group(
+    index: &ArchivedIndex,
+    payload_len: u64,
+    group: usize,
+) -> Result<(), ImageError> {
+    let blocks = index.blocks.len();
+    let first = group * GROUP_BLOCKS;
+    let last = (first + GROUP_BLOCKS).min(blocks);
+    check_ascending(index, payload_len, first..=last)
+}
+
+/// The whole block table, for full verification: both levels, every group.
+pub(crate) fn check_block_table(index: &ArchivedIndex, payload_len: u64) -> Result<(), ImageError> {
+    check_block_table_top(index, payload_len)?;
+    (0..group_count(index.blocks.len()))
+        .try_for_each(|group| check_block_group(index, payload_len, group))
+}
+
+/// Checks that the block records `numbers` (ascending; `blocks.len()` is
+/// the end of the tables) start every range at or after the one before.
+fn check_ascending(
+    index: &ArchivedIndex,
+    payload_len: u64,
+    numbers: impl Iterator<Item = usize>,
+) -> Result<(), ImageError> {
+    let mut previous: Option<(usize, Position)> = None;
+    for number in numbers {
+        let at = position(index, payload_len, number);
+        if let Some((before_number, before)) = previous {
+            if !at.not_below(&before) {
+                return Err(descending(index, number, before_number, at, before));
             }
         }
-        if at.payload < previous.payload {
-            return Err(ImageError::Overlap(format!(
-                "{what} puts the payloads at {}, before {} where the block before starts",
-                at.payload, previous.payload
-            )));
-        }
-        previous = at;
+        previous = Some((number, at));
     }
     Ok(())
+}
+
+impl Position {
+    /// Whether no coordinate of `self` lies before the same one of `other`.
+    fn not_below(&self, other: &Position) -> bool {
+        self.payload >= other.payload
+            && self.strings >= other.strings
+            && self.deps >= other.deps
+            && self.artifacts >= other.artifacts
+            && self.entry_points >= other.entry_points
+    }
+}
+
+/// The error for block record `number` (or the end of the tables) that
+/// starts a range before block record `before_number` does.
+#[cold]
+fn descending(
+    index: &ArchivedIndex,
+    number: usize,
+    before_number: usize,
+    at: Position,
+    before: Position,
+) -> ImageError {
+    let end = number == index.blocks.len();
+    let records = at.records().into_iter().zip(before.records());
+    let payloads = (("payloads", at.payload), ("payloads", before.payload));
+    let Some(((table, here), (_, from))) = records
+        .chain([payloads])
+        .find(|((_, here), (_, from))| here < from)
+    else {
+        return ImageError::Overlap(format!(
+            "block record {number} starts before record {before_number}"
+        ));
+    };
+    if end {
+        return ImageError::OutOfRange {
+            what: format!("block record {before_number}'s {table}"),
+            start: from,
+            len: 0,
+            table: if table == "payloads" {
+                "payload region"
+            } else {
+                "table"
+            },
+            limit: here,
+        };
+    }
+    ImageError::Overlap(format!(
+        "block record {number} starts the {table} at {here}, before block record {before_number} at {from}"
+    ))
 }
 
 /// Block `block`: its entries' ranges tile the block's ranges exactly, in

@@ -148,11 +148,17 @@ struct MetaCursor<'a> {
 }
 
 impl<'a> MetaCursor<'a> {
-    fn next(&mut self, reference: &ArchivedStrRef, what: &str) -> Result<&'a [u8], ImageError> {
+    /// `what` names the reference, for the error (built only on failure).
+    fn next(
+        &mut self,
+        reference: &ArchivedStrRef,
+        what: impl Fn() -> String,
+    ) -> Result<&'a [u8], ImageError> {
         let (start, len) = pair(reference);
         if start as usize != self.at {
             return Err(ImageError::Overlap(format!(
-                "{what} is at {start}+{len}, where the metadata text continues at {}",
+                "{} is at {start}+{len}, where the metadata text continues at {}",
+                what(),
                 self.at
             )));
         }
@@ -161,7 +167,7 @@ impl<'a> MetaCursor<'a> {
             .filter(|range| range.end <= self.text.len())
         else {
             return Err(ImageError::OutOfRange {
-                what: what.to_owned(),
+                what: what(),
                 start: start.into(),
                 len: len.into(),
                 table: "metadata text",
@@ -171,7 +177,7 @@ impl<'a> MetaCursor<'a> {
         self.at = range.end;
         let bytes = &self.text[range];
         std::str::from_utf8(bytes)
-            .map_err(|_| ImageError::IndexMalformed(format!("{what} is not UTF-8")))?;
+            .map_err(|_| ImageError::IndexMalformed(format!("{} is not UTF-8", what())))?;
         Ok(bytes)
     }
 }
@@ -224,14 +230,16 @@ fn check_meta(index: &ArchivedIndex) -> Result<(), ImageError> {
         at: 0,
     };
     for (position, owner) in index.owners.iter().enumerate() {
-        text.next(&owner.label, &format!("owner {position}'s label"))?;
+        text.next(&owner.label, || format!("owner {position}'s label"))?;
     }
-    text.next(&index.producer_name, "the producer name")?;
-    text.next(&index.producer_version, "the producer version")?;
+    text.next(&index.producer_name, || "the producer name".to_owned())?;
+    text.next(&index.producer_version, || {
+        "the producer version".to_owned()
+    })?;
     let mut previous: Option<&[u8]> = None;
     for (position, label) in index.labels.iter().enumerate() {
-        let key = text.next(&label.key, &format!("label {position}'s key"))?;
-        text.next(&label.value, &format!("label {position}'s value"))?;
+        let key = text.next(&label.key, || format!("label {position}'s key"))?;
+        text.next(&label.value, || format!("label {position}'s value"))?;
         if previous.is_some_and(|previous| previous >= key) {
             return Err(ImageError::IndexMalformed(
                 "labels are not sorted by key without duplicates".into(),
@@ -279,6 +287,9 @@ impl Image {
         }
         crate::partition::check_block_table(index, self.header.payload_len)?;
         self.block_table_state.set(0);
+        for group in 0..crate::partition::group_count(index.blocks.len()) {
+            self.block_group_state.set(group);
+        }
         for block in 0..index.blocks.len() {
             crate::partition::check_block(index, block, self.header.payload_len)?;
             self.block_state.set(block);

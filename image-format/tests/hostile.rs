@@ -789,3 +789,31 @@ fn references_out_of_range() {
         assert_eq!(error.check(), "index.range", "{what}: {error}");
     }
 }
+
+/// A block record that starts its block's text before the block before it
+/// does (so the block would share text with earlier entries) fails its
+/// group of 4,096 entries, at both levels; the other group still serves.
+#[test]
+fn a_block_record_out_of_order_fails_its_group_only() {
+    let entries = 2 * 64 * 64;
+    let mut forged = forge(&write((0..entries).map(|n| entry(n, &[], 1, 0))));
+    assert_eq!(forged.index.blocks.len(), 128);
+    forged.index.blocks[70].strings = forged.index.blocks[60].strings;
+    let bad = seal(&forged);
+    let error = full_error(&bad);
+    assert_eq!(error.check(), "index.overlap", "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("block record 70 starts the text"),
+        "{error}"
+    );
+    let image = structural(&bad);
+    for index in [0, 63 * 64, 64 * 64 - 1] {
+        image.entry(index).expect("the first group serves");
+    }
+    for index in [64 * 64, 70 * 64 + 3, entries - 1] {
+        let error = image.entry(index).expect_err("the second group is refused");
+        assert_eq!(error.check(), "index.overlap", "entry {index}: {error}");
+    }
+}
