@@ -65,6 +65,8 @@ pub struct Image {
     pub(crate) block_group_state: CheckState,
     /// One bit per block of 64 entries: its entries tile its ranges.
     pub(crate) block_state: CheckState,
+    /// Where the block table's and the blocks' checks failed.
+    pub(crate) block_failures: crate::partition::Failures,
     pub(crate) trusted: bool,
 }
 
@@ -185,6 +187,7 @@ impl Image {
             block_table_state: CheckState::new(1, trusted),
             block_group_state: CheckState::new(crate::partition::group_count(block_count), trusted),
             block_state: CheckState::new(block_count, trusted),
+            block_failures: crate::partition::Failures::new(block_count),
             storage,
             header,
             index_range,

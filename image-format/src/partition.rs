@@ -27,6 +27,8 @@
 //! A corrupt range in one entry fails the block it is in (64 entries): a
 //! miss, never shared bytes.
 
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+
 use crate::layout::{ArchivedBlockRecord, ArchivedIndex, BLOCK_ENTRIES, block_count};
 use crate::{Image, ImageError};
 
@@ -73,6 +75,69 @@ impl Position {
     }
 }
 
+/// Where the checks of the block table and of the blocks failed, so that a
+/// later access repeats only the comparison that failed (O(1)) instead of
+/// the whole check: a failing first level would otherwise cost
+/// O(entries / 4096) on every entry access. Each slot holds 0 (no failure
+/// seen) or the failing step + 1.
+pub(crate) struct Failures {
+    table: AtomicUsize,
+    groups: Box<[AtomicU8]>,
+    blocks: Box<[AtomicU8]>,
+}
+
+impl Failures {
+    /// No failure seen yet, for `blocks` block records.
+    pub(crate) fn new(blocks: usize) -> Failures {
+        let slots = |count: usize| (0..count).map(|_| AtomicU8::new(0)).collect();
+        Failures {
+            table: AtomicUsize::new(0),
+            groups: slots(group_count(blocks)),
+            blocks: slots(blocks),
+        }
+    }
+}
+
+/// Runs `check` from the step after the one `slot` remembers failing (the
+/// failing comparison first), and remembers where it fails.
+fn remembered<S: Slot>(
+    slot: Option<&S>,
+    check: impl FnOnce(usize) -> Result<(), (usize, ImageError)>,
+) -> Result<(), ImageError> {
+    let failed = slot.map_or(0, Slot::get);
+    check(failed.saturating_sub(1)).map_err(|(step, error)| {
+        if let Some(slot) = slot {
+            slot.put(step + 1);
+        }
+        error
+    })
+}
+
+trait Slot {
+    fn get(&self) -> usize;
+    fn put(&self, value: usize);
+}
+
+impl Slot for AtomicUsize {
+    fn get(&self) -> usize {
+        self.load(Ordering::Relaxed)
+    }
+    fn put(&self, value: usize) {
+        self.store(value, Ordering::Relaxed);
+    }
+}
+
+impl Slot for AtomicU8 {
+    fn get(&self) -> usize {
+        usize::from(self.load(Ordering::Relaxed))
+    }
+    fn put(&self, value: usize) {
+        // Steps never exceed 65 (a group's 64 records and the next one, a
+        // block's 64 entries and its end).
+        self.store(u8::try_from(value).unwrap_or(u8::MAX), Ordering::Relaxed);
+    }
+}
+
 impl Image {
     /// Checks the block holding entry `entry` (and what of the block table
     /// that relies on) unless done before.
@@ -82,16 +147,23 @@ impl Image {
             return Ok(());
         }
         let (index, payload_len) = (self.index(), self.header.payload_len);
+        let failures = &self.block_failures;
         if !self.block_table_state.is_set(0) {
-            check_block_table_top(index, payload_len)?;
+            remembered(Some(&failures.table), |from| {
+                check_block_table_top(index, payload_len, from)
+            })?;
             self.block_table_state.set(0);
         }
         let group = block / GROUP_BLOCKS;
         if !self.block_group_state.is_set(group) {
-            check_block_group(index, payload_len, group)?;
+            remembered(failures.groups.get(group), |from| {
+                check_block_group(index, payload_len, group, from)
+            })?;
             self.block_group_state.set(group);
         }
-        check_block(index, block, payload_len)?;
+        remembered(failures.blocks.get(block), |from| {
+            check_block(index, block, payload_len, from)
+        })?;
         self.block_state.set(block);
         Ok(())
     }
@@ -118,68 +190,86 @@ fn position(index: &ArchivedIndex, payload_len: u64, number: usize) -> Position 
 
 /// The block table's first level, checked once on the first entry access:
 /// one record per 64 entries, starting at zero, and every 64th record
-/// (then the end of the tables) ascending in every range. O(entries / 4096).
-fn check_block_table_top(index: &ArchivedIndex, payload_len: u64) -> Result<(), ImageError> {
+/// (then the end of the tables) ascending in every range. O(entries / 4096),
+/// from step `from` of the ascent on.
+fn check_block_table_top(
+    index: &ArchivedIndex,
+    payload_len: u64,
+    from: usize,
+) -> Result<(), (usize, ImageError)> {
     let blocks = index.blocks.as_slice();
     if blocks.len() != block_count(index.entries.len()) {
-        return Err(ImageError::IndexMalformed(format!(
-            "{} block records for {} entries, expected {}",
-            blocks.len(),
-            index.entries.len(),
-            block_count(index.entries.len())
-        )));
+        return Err((
+            0,
+            ImageError::IndexMalformed(format!(
+                "{} block records for {} entries, expected {}",
+                blocks.len(),
+                index.entries.len(),
+                block_count(index.entries.len())
+            )),
+        ));
     }
     let Some(first) = blocks.first().map(Position::of) else {
         return Ok(());
     };
     for (table, start) in first.records() {
         if start != 0 {
-            return Err(ImageError::Overlap(format!(
-                "block record 0 starts the {table} at {start}, not at 0"
-            )));
+            return Err((
+                0,
+                ImageError::Overlap(format!(
+                    "block record 0 starts the {table} at {start}, not at 0"
+                )),
+            ));
         }
     }
     let numbers = (0..blocks.len())
         .step_by(GROUP_BLOCKS)
         .chain(std::iter::once(blocks.len()));
-    check_ascending(index, payload_len, numbers)
+    check_ascending(index, payload_len, numbers, from)
 }
 
 /// Group `group` of the block table, checked on the first access to one of
 /// its 4,096 entries: its 64 records, then the next group's first record
-/// (or the end of the tables), ascend in every range. With the first level,
-/// that makes the ranges of any two blocks in checked groups disjoint.
+/// (or the end of the tables), ascend in every range, from step `from` on.
+/// With the first level, that makes the ranges of any two blocks in checked
+/// groups disjoint.
 fn check_block_group(
     index: &ArchivedIndex,
     payload_len: u64,
     group: usize,
-) -> Result<(), ImageError> {
+    from: usize,
+) -> Result<(), (usize, ImageError)> {
     let blocks = index.blocks.len();
     let first = group * GROUP_BLOCKS;
     let last = (first + GROUP_BLOCKS).min(blocks);
-    check_ascending(index, payload_len, first..=last)
+    check_ascending(index, payload_len, first..=last, from)
 }
 
 /// The whole block table, for full verification: both levels, every group.
 pub(crate) fn check_block_table(index: &ArchivedIndex, payload_len: u64) -> Result<(), ImageError> {
-    check_block_table_top(index, payload_len)?;
-    (0..group_count(index.blocks.len()))
-        .try_for_each(|group| check_block_group(index, payload_len, group))
+    check_block_table_top(index, payload_len, 0).map_err(|(_, error)| error)?;
+    (0..group_count(index.blocks.len())).try_for_each(|group| {
+        check_block_group(index, payload_len, group, 0).map_err(|(_, error)| error)
+    })
 }
 
 /// Checks that the block records `numbers` (ascending; `blocks.len()` is
-/// the end of the tables) start every range at or after the one before.
+/// the end of the tables), from the `from`-th on (compared with the one
+/// before it), start every range at or after the one before. On failure, the step (position in `numbers`) of
+/// the record that starts something too early.
 fn check_ascending(
     index: &ArchivedIndex,
     payload_len: u64,
     numbers: impl Iterator<Item = usize>,
-) -> Result<(), ImageError> {
+    from: usize,
+) -> Result<(), (usize, ImageError)> {
     let mut previous: Option<(usize, Position)> = None;
-    for number in numbers {
+    // Step `from` is compared with the step before it.
+    for (step, number) in numbers.enumerate().skip(from.saturating_sub(1)) {
         let at = position(index, payload_len, number);
         if let Some((before_number, before)) = previous {
             if !at.not_below(&before) {
-                return Err(descending(index, number, before_number, at, before));
+                return Err((step, descending(index, number, before_number, at, before)));
             }
         }
         previous = Some((number, at));
@@ -238,21 +328,25 @@ fn descending(
 }
 
 /// Block `block`: its entries' ranges tile the block's ranges exactly, in
-/// entry order, payloads ascending. The block table passed its check.
-/// O(64 entry records).
+/// entry order, payloads ascending; checked from the entry at offset `from`
+/// in the block on (the ones before it passed), `from` being the entry count
+/// for the end of the block alone. The block table passed its check.
+/// O(64 entry records). On failure, the offset of the failing entry (the
+/// entry count for the end of the block).
 pub(crate) fn check_block(
     index: &ArchivedIndex,
     block: usize,
     payload_len: u64,
-) -> Result<(), ImageError> {
+    from: usize,
+) -> Result<(), (usize, ImageError)> {
     let blocks = index.blocks.as_slice();
-    let start = blocks
-        .get(block)
-        .map(Position::of)
-        .ok_or(ImageError::EntryOutOfRange {
+    let Some(start) = blocks.get(block).map(Position::of) else {
+        let error = ImageError::EntryOutOfRange {
             index: block * BLOCK_ENTRIES,
             len: index.entries.len(),
-        })?;
+        };
+        return Err((0, error));
+    };
     let end = blocks
         .get(block + 1)
         .map_or_else(|| Position::end(index, payload_len), Position::of);
@@ -262,9 +356,26 @@ pub(crate) fn check_block(
         .as_slice()
         .get(first..(first + BLOCK_ENTRIES).min(index.entries.len()))
         .unwrap_or_default();
-    let mut at = start;
-    for (offset, entry) in entries.iter().enumerate() {
+    let from = from.min(entries.len());
+    // Where the ranges continue after the entries before `from`, which tiled
+    // the block up to there.
+    let mut at = match from.checked_sub(1).and_then(|before| entries.get(before)) {
+        None => start,
+        Some(entry) => Position {
+            payload: entry
+                .payloads
+                .offset
+                .to_native()
+                .saturating_add(entry.payloads.len.to_native()),
+            strings: span_end(&entry.strings),
+            deps: span_end(&entry.deps),
+            artifacts: span_end(&entry.artifacts),
+            entry_points: span_end(&entry.entry_points),
+        },
+    };
+    for (offset, entry) in entries.iter().enumerate().skip(from) {
         let number = first + offset;
+        let fail = |error| Err((offset, error));
         let spans = [
             ("text", &entry.strings),
             ("deps", &entry.deps),
@@ -281,67 +392,74 @@ pub(crate) fn check_block(
         for ((table, span), cursor) in spans.into_iter().zip(cursors) {
             let span_start = u64::from(span.start.to_native());
             if span_start != *cursor {
-                return Err(ImageError::Overlap(format!(
+                return fail(ImageError::Overlap(format!(
                     "entry {number}'s {table} start at {span_start}, where {} ends at {}",
                     previous_owner(number, first, block),
                     *cursor
                 )));
             }
-            *cursor = span_start + u64::from(span.len.to_native());
+            *cursor = span_end(span);
         }
         let payload = entry.payloads.offset.to_native();
         if payload < at.payload {
-            return Err(ImageError::Overlap(format!(
+            return fail(ImageError::Overlap(format!(
                 "entry {number}'s payloads start at {payload}, where {} ends at {}",
                 previous_owner(number, first, block),
                 at.payload
             )));
         }
-        next.payload = payload
-            .checked_add(entry.payloads.len.to_native())
-            .ok_or_else(|| ImageError::OutOfRange {
+        let Some(payload_end) = payload.checked_add(entry.payloads.len.to_native()) else {
+            return fail(ImageError::OutOfRange {
                 what: format!("entry {number}'s payloads"),
                 start: payload,
                 len: entry.payloads.len.to_native(),
                 table: "payload region",
                 limit: payload_len,
-            })?;
+            });
+        };
+        next.payload = payload_end;
         at = next;
     }
+    let fail = |error| Err((entries.len(), error));
     let last = block + 1 == blocks.len();
     let records = at.records().into_iter().zip(start.records());
     for (((table, here), (_, from)), (_, limit)) in records.zip(end.records()) {
         if last && here > limit {
-            return Err(ImageError::OutOfRange {
+            return fail(ImageError::OutOfRange {
                 what: format!("the {table} of block {block}'s entries"),
                 start: from,
-                len: here - from,
+                len: here.saturating_sub(from),
                 table: "table",
                 limit,
             });
         }
         if here != limit {
-            return Err(ImageError::Overlap(format!(
+            return fail(ImageError::Overlap(format!(
                 "the entries of block {block} end their {table} at {here}, where the next block (or the table) starts at {limit}"
             )));
         }
     }
     if at.payload > end.payload {
         if last {
-            return Err(ImageError::OutOfRange {
+            return fail(ImageError::OutOfRange {
                 what: format!("the payloads of block {block}'s entries"),
                 start: start.payload,
-                len: at.payload - start.payload,
+                len: at.payload.saturating_sub(start.payload),
                 table: "payload region",
                 limit: end.payload,
             });
         }
-        return Err(ImageError::Overlap(format!(
+        return fail(ImageError::Overlap(format!(
             "the entries of block {block} end their payloads at {}, past {} where the next block starts",
             at.payload, end.payload
         )));
     }
     Ok(())
+}
+
+/// The end of a span (start + length, which cannot overflow a `u64`).
+fn span_end(span: &crate::layout::ArchivedSpan) -> u64 {
+    u64::from(span.start.to_native()) + u64::from(span.len.to_native())
 }
 
 fn previous_owner(number: usize, first: usize, block: usize) -> String {

@@ -291,7 +291,8 @@ impl Image {
             self.block_group_state.set(group);
         }
         for block in 0..index.blocks.len() {
-            crate::partition::check_block(index, block, self.header.payload_len)?;
+            crate::partition::check_block(index, block, self.header.payload_len, 0)
+                .map_err(|(_, error)| error)?;
             self.block_state.set(block);
         }
         check_key_order(index)?;

@@ -812,8 +812,40 @@ fn a_block_record_out_of_order_fails_its_group_only() {
     for index in [0, 63 * 64, 64 * 64 - 1] {
         image.entry(index).expect("the first group serves");
     }
-    for index in [64 * 64, 70 * 64 + 3, entries - 1] {
+    let mut errors = Vec::new();
+    for index in [64 * 64, 70 * 64 + 3, entries - 1, 64 * 64] {
         let error = image.entry(index).expect_err("the second group is refused");
         assert_eq!(error.check(), "index.overlap", "entry {index}: {error}");
+        errors.push(error.to_string());
     }
+    // A failure is remembered where it happened: later accesses repeat only
+    // the failing comparison, and report the same error.
+    assert!(errors.iter().all(|error| *error == errors[0]), "{errors:?}");
+}
+
+/// A block record that claims text past the end of the table fails the
+/// block table's first level: every entry is refused, with the same error
+/// on every access.
+#[test]
+fn a_block_record_past_the_tables_fails_every_entry() {
+    let entries = 2 * 64 * 64;
+    let mut forged = forge(&write((0..entries).map(|n| entry(n, &[], 1, 0))));
+    forged.index.blocks[64].strings = u32::MAX;
+    let bad = seal(&forged);
+    assert_eq!(full_error(&bad).check(), "index.range");
+    let image = structural(&bad);
+    let errors: Vec<String> = [0, 100, 64 * 64, entries - 1, 0]
+        .into_iter()
+        .map(|index| {
+            let error = image.entry(index).expect_err("refused");
+            assert_eq!(error.check(), "index.range", "entry {index}: {error}");
+            error.to_string()
+        })
+        .collect();
+    assert!(errors.iter().all(|error| *error == errors[0]), "{errors:?}");
+    assert!(
+        errors[0].contains("block record 64's text"),
+        "{}",
+        errors[0]
+    );
 }
