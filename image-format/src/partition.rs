@@ -24,8 +24,11 @@
 //! checked groups are separated by ascending records of one group, or of
 //! the first level); entries of a block are disjoint because they tile it. So every entry that passes owns what
 //! it reads, and all entry checks together read each record and byte once.
-//! A corrupt range in one entry fails the block it is in (64 entries): a
-//! miss, never shared bytes.
+//! A corrupt range in one entry fails the block it is in (64 entries), a
+//! corrupt block record its group (4,096 entries) or the whole table: a
+//! miss, never shared bytes. Where a check failed is remembered
+//! ([`Failures`]), so that later accesses repeat only the comparison that
+//! failed, in O(1), and report the same error.
 
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
