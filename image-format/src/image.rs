@@ -19,8 +19,9 @@ pub enum Verification {
     /// dependency index exactly what the entries' deps imply, nothing
     /// shared). Cost linear in the image size.
     Full,
-    /// Header and index structure at open, in time independent of the entry
-    /// count and payload sizes; each entry is checked on its first access
+    /// Header and index structure at open, in time linear in the owners and
+    /// the metadata, not in the entries or the payloads; each entry is
+    /// checked on its first access
     /// (its block of 64 entries, its own layout, checksum and values, that
     /// a lookup leads to it and that the dependency index lists it), each
     /// payload's checksum on its first [`bytes`](crate::ArtifactRef::bytes)

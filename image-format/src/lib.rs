@@ -83,8 +83,9 @@
 //! structural property a reader relies on is checked too, whatever the
 //! checksums say (see *Hostile images* below).
 //!
-//! [`Verification::Structural`] open costs time independent of the entry
-//! count and of payload sizes (header, root, owners, labels).
+//! [`Verification::Structural`] open reads the header, the root, the owners
+//! and the metadata: its time grows with those, not with the entries or the
+//! payloads.
 //! [`Verification::Full`] adds the body checksum, every entry and payload
 //! check, and the consistency of the whole index.
 //! [`Image::from_static_trusted`] skips the index checks for bytes verified
