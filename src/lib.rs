@@ -67,8 +67,6 @@
 //! setup: [`global()`] merges every embedded image and every `*.kimg` file in
 //! the directories of `KILN_IMAGE_PATH` on first use; [`init()`] does it
 //! explicitly and returns what happened to each image.
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs)]
 
 pub use kiln_core::{
     Artifact, ArtifactKind, ArtifactView, Cache, CacheConfig, Compiled, Delta, Dep, Digest, Error,

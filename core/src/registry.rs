@@ -132,6 +132,10 @@ impl EmbeddedImage {
     /// [`Verification::Structural`], like an image never checked (its
     /// header and index are validated now and each payload's checksum on
     /// first use).
+    ///
+    /// # Errors
+    /// The [`ImageError`] of the check that failed, when the bytes (changed
+    /// since they were verified) do not open.
     pub fn open(&self) -> Result<Image, ImageError> {
         if self.matches_verified_header() {
             // SAFETY: the embedded bytes start with the header of an image

@@ -25,6 +25,11 @@ pub const REQUIRED_DRIVER_VERSION: i32 = 13000;
 /// Opens the primary context of GPU `ordinal`, after checking that the driver
 /// library loads and speaks CUDA 13 (cudarc would panic on a missing library or
 /// symbol).
+///
+/// # Errors
+/// [`Error::DriverNotFound`], [`Error::DriverTooOld`] or
+/// [`Error::DriverStatus`] when the driver is missing or too old;
+/// [`Error::Driver`] when the context cannot be created.
 pub fn context(ordinal: usize) -> Result<Arc<CudaContext>, Error> {
     let found = driver_version()?;
     if found < REQUIRED_DRIVER_VERSION {
@@ -45,6 +50,10 @@ pub fn driver_available() -> bool {
 
 /// The CUDA version the installed driver supports (`13000` for 13.0), read through
 /// `libloading` so that a missing driver is an error, not cudarc's panic.
+///
+/// # Errors
+/// [`Error::DriverNotFound`] when no driver library loads;
+/// [`Error::DriverStatus`] when it reports an error.
 pub fn driver_version() -> Result<i32, Error> {
     let mut tried = cudarc::get_lib_name_candidates("cuda");
     let mut seen = std::collections::HashSet::new();
@@ -81,6 +90,10 @@ pub fn driver_version() -> Result<i32, Error> {
 
 /// The plain arch of the context's device (`sm_86` for compute capability 8.6).
 /// Compile for [`Arch::with_suffix`]-style variants such as `sm_90a` explicitly.
+///
+/// # Errors
+/// [`Error::Driver`] when the device cannot be queried;
+/// [`Error::InvalidArch`] when its compute capability is not an arch.
 pub fn device_arch(ctx: &CudaContext) -> Result<Arch, Error> {
     let (major, minor) = ctx
         .compute_capability()
@@ -120,6 +133,10 @@ impl LoadedModule {
     }
 
     /// The function of a name expression of the request (`"kiln_axpy<float>"`).
+    ///
+    /// # Errors
+    /// [`Error::NoSuchEntryPoint`] when the module has no function of that
+    /// name expression; [`Error::Driver`] when the driver cannot load it.
     pub fn function(&self, name_expression: &str) -> Result<CudaFunction, Error> {
         let missing = || Error::NoSuchEntryPoint {
             name: self.name.clone(),
@@ -183,6 +200,11 @@ impl ModuleCache {
     }
 
     /// The module of `hit` (an entry of `request`) on `ctx`, loaded on first use.
+    ///
+    /// # Errors
+    /// [`Error::HitMismatch`] when `hit` is not an entry of `request`;
+    /// [`Error::NoCompatibleArtifact`] when neither its CUBIN nor its PTX runs
+    /// on the device; [`Error::Driver`] when the driver refuses the module.
     pub fn load(
         &self,
         ctx: &Arc<CudaContext>,
@@ -200,6 +222,9 @@ impl ModuleCache {
     }
 
     /// Shorthand: the function of `name_expression` in `hit` on `ctx`.
+    ///
+    /// # Errors
+    /// The errors of [`ModuleCache::load`] and [`LoadedModule::function`].
     pub fn function(
         &self,
         ctx: &Arc<CudaContext>,

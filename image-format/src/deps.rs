@@ -65,6 +65,10 @@ impl<'a> DepGroup<'a> {
     /// entry list is checked against its checksum on first use (O(group
     /// size)) and the result remembered; an error when it is corrupt (a
     /// corrupt list is never returned, nor mistaken for an empty one).
+    ///
+    /// # Errors
+    /// [`ImageError::IndexChecksum`] when the group's entry list fails its
+    /// checksum.
     pub fn entries(&self) -> Result<impl ExactSizeIterator<Item = usize> + use<'a>, ImageError> {
         let members = self.image.checked_members(self.position, self.record)?;
         Ok(members.iter().map(|member| member.to_native() as usize))
@@ -86,6 +90,9 @@ impl Image {
     /// fingerprint. The group table is checked against its checksum on
     /// first use, in O(groups); iterating the groups reads no entry list
     /// (each group's list is checked when its entries are read).
+    ///
+    /// # Errors
+    /// [`ImageError::IndexChecksum`] when the group table fails its checksum.
     pub fn dep_groups(
         &self,
     ) -> Result<impl ExactSizeIterator<Item = DepGroup<'_>> + '_, ImageError> {
@@ -100,6 +107,9 @@ impl Image {
 
     /// The groups of the definition `name` (one per fingerprint it was
     /// built with), found by binary search: O(log groups + matches).
+    ///
+    /// # Errors
+    /// [`ImageError::IndexChecksum`] when the group table fails its checksum.
     pub fn dep_groups_named<'s>(
         &'s self,
         name: &'s str,
@@ -121,6 +131,10 @@ impl Image {
     /// fingerprint), found by binary search in the dependency index:
     /// O(log groups + matches). The matching groups' entry lists are checked
     /// before anything is returned.
+    ///
+    /// # Errors
+    /// [`ImageError::IndexChecksum`] when the group table or a matching
+    /// group's entry list fails its checksum.
     pub fn dependents_of<'s>(
         &'s self,
         name: &'s str,

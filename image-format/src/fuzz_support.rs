@@ -20,6 +20,9 @@ pub struct Exercised {
 /// metadata, owners, dep groups, every entry (fields, deps, artifacts,
 /// lookup by (owner, key)) and every payload. Returns the open error, or
 /// counts of what was accepted and rejected. Must never panic.
+///
+/// # Errors
+/// The [`ImageError`] of the open, when `bytes` is not an image.
 pub fn exercise(bytes: &[u8]) -> Result<Exercised, ImageError> {
     let image = Image::from_bytes(bytes, Verification::Structural)?;
     let mut seen = Exercised::default();

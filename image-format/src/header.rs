@@ -194,6 +194,9 @@ impl Header {
     /// Checks run in an order that gives the most useful message: magic,
     /// format version, header checksum, archive layout, rkyv version,
     /// reserved bytes (zero), then lengths and regions.
+    ///
+    /// # Errors
+    /// The [`ImageError`] of the first check that fails, in the order above.
     pub fn parse(bytes: &[u8], image_len: u64) -> Result<Header, ImageError> {
         let image = bytes;
         let file_len = image_len;

@@ -68,6 +68,10 @@ impl From<Verification> for Mode {
 impl Image {
     /// Opens an image embedded in the binary. The bytes must start at a
     /// 64-byte-aligned address (`include_image!` embeds them so).
+    ///
+    /// # Errors
+    /// The [`ImageError`] of the first check of `level` that fails:
+    /// [`ImageError::Misaligned`] when `bytes` is not 64-byte aligned.
     pub fn from_static(bytes: &'static [u8], level: Verification) -> Result<Image, ImageError> {
         Image::from_storage(Storage::Static(bytes), level.into())
     }
@@ -83,6 +87,10 @@ impl Image {
     /// `kiln-image` (for example at compile time, in `include_image!`) and are
     /// unchanged since. Reading an image that breaks this contract is
     /// undefined behaviour: the index is accessed without rkyv validation.
+    ///
+    /// # Errors
+    /// [`ImageError::Misaligned`] or [`ImageError::Truncated`] when the bytes
+    /// cannot hold the image the header describes.
     pub unsafe fn from_static_trusted(bytes: &'static [u8]) -> Result<Image, ImageError> {
         Image::from_storage(Storage::Static(bytes), Mode::Trusted)
     }
@@ -93,6 +101,10 @@ impl Image {
     /// does), never edited in place while mapped: see the crate docs.
     ///
     /// [`ImageWriter::write_atomic`]: crate::ImageWriter::write_atomic
+    ///
+    /// # Errors
+    /// [`ImageError::Io`] when the file cannot be opened or mapped; the
+    /// [`ImageError`] of the first check of `level` that fails.
     pub fn open(path: &Path, level: Verification) -> Result<Image, ImageError> {
         Image::from_storage(Storage::map_file(path)?, level.into())
     }
@@ -105,6 +117,10 @@ impl Image {
     ///
     /// Mapped image files must be replaced, never edited in place, as for
     /// [`Image::open`].
+    ///
+    /// # Errors
+    /// [`ImageError::Io`] when the file cannot be mapped or read; the
+    /// [`ImageError`] of the first check of `level` that fails.
     pub fn from_file(
         file: ImageFile,
         access: FileAccess,
@@ -114,6 +130,9 @@ impl Image {
     }
 
     /// Copies `bytes` into an owned, aligned buffer and opens it.
+    ///
+    /// # Errors
+    /// The [`ImageError`] of the first check of `level` that fails.
     pub fn from_bytes(bytes: &[u8], level: Verification) -> Result<Image, ImageError> {
         Image::from_storage(Storage::copy_aligned(bytes), level.into())
     }
@@ -276,6 +295,11 @@ impl Image {
 
     /// Entry by index (entries are sorted by (owner, key)). Its record is
     /// checked against its checksum on first access.
+    ///
+    /// # Errors
+    /// [`ImageError::EntryOutOfRange`] when there is no entry `index`;
+    /// [`ImageError::EntryChecksum`] or [`ImageError::EntryMalformed`] when its
+    /// record is corrupt.
     pub fn entry(&self, index: usize) -> Result<EntryRef<'_>, ImageError> {
         EntryRef::checked(self, index)
     }
@@ -290,6 +314,10 @@ impl Image {
     /// (keys are uniform digests: one or two candidates per bucket).
     /// `Ok(None)` when the image has no such entry; an error when the entry
     /// found is corrupt.
+    ///
+    /// # Errors
+    /// [`ImageError::EntryChecksum`] or [`ImageError::EntryMalformed`] when the
+    /// entry found is corrupt.
     pub fn find(&self, owner: &Digest, key: &Digest) -> Result<Option<EntryRef<'_>>, ImageError> {
         let index = self.index();
         let owners = index.owners.as_slice();

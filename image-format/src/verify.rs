@@ -191,6 +191,9 @@ impl Image {
     /// Full verification: the body checksum, the index (again, for a
     /// trusted image), the dependency index, every entry record and every
     /// payload checksum. Marks everything verified on success.
+    ///
+    /// # Errors
+    /// The [`ImageError`] of the first check that fails.
     pub fn verify_full(&self) -> Result<(), ImageError> {
         check_body(self.storage.head(), self.payloads()?, &self.header)?;
         if self.trusted {

@@ -42,8 +42,6 @@
 //! ```ignore
 //! kiln_macros::include_image!(crate = ::kiln_core, "my-kernels.kimg");
 //! ```
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs)]
 
 mod args;
 mod expand;

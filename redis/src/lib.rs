@@ -95,8 +95,6 @@
 //! }
 //! ```
 
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs)]
 
 pub mod config;
 

@@ -252,6 +252,9 @@ impl DiskCache {
     }
 
     /// What is in the directory, and what this process did with it.
+    ///
+    /// # Errors
+    /// [`Error::DiskIo`] when the directory cannot be listed.
     pub fn stats(&self) -> Result<DiskStats, Error> {
         let listing = self.listing()?;
         self.relist()
@@ -281,6 +284,9 @@ impl DiskCache {
     }
 
     /// Every distinct entry on disk, most recently used first.
+    ///
+    /// # Errors
+    /// [`Error::DiskIo`] when the directory cannot be listed.
     pub fn ls(&self) -> Result<Vec<EntryInfo>, Error> {
         self.relist()
             .map_err(|source| self.io_error("list", source))?;
@@ -337,6 +343,11 @@ impl DiskCache {
     /// orphaned temporary files, and evicts least recently used entries
     /// while over the cap, all in [`DiskCache::images_dir`]. Waits for the
     /// exclusive lock.
+    ///
+    /// # Errors
+    /// [`Error::DiskIo`] when the lock cannot be taken or the directory cannot
+    /// be listed or written; [`Error::Image`] when the merged segment cannot be
+    /// written.
     pub fn gc(&self) -> Result<GcReport, Error> {
         self.append_stamps();
         let mut lock = DirLock::open(self.images_dir())
@@ -353,6 +364,10 @@ impl DiskCache {
     /// Removes every segment, temporary file and stamp of this image format
     /// version ([`DiskCache::images_dir`]); other versions' subdirectories
     /// are left alone. Waits for the exclusive lock. Processes that mapped segments keep their maps.
+    ///
+    /// # Errors
+    /// [`Error::DiskIo`] when the lock cannot be taken, or a file cannot be
+    /// removed or the directory synced.
     pub fn clear(&self) -> Result<ClearReport, Error> {
         let mut lock = DirLock::open(self.images_dir())
             .map_err(|source| self.io_error("open the lock of", source))?;
@@ -388,6 +403,10 @@ impl DiskCache {
 
     /// Checks every segment fully (header, structure, every payload
     /// checksum). Reads only; takes no lock.
+    ///
+    /// # Errors
+    /// [`Error::DiskIo`] when the directory cannot be listed. A segment that
+    /// fails a check is reported in the [`VerifyReport`], not as an error.
     pub fn verify(&self) -> Result<VerifyReport, Error> {
         let listing = self.listing()?;
         let segments = listing

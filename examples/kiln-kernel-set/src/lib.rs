@@ -293,6 +293,9 @@ impl KernelSpec {
 
     /// The compile request for `arch`, with the CCCL headers (located once per
     /// process, see [`cccl_include_dir`]) when the kernel uses CUB.
+    ///
+    /// # Errors
+    /// When the CCCL headers a CUB kernel needs cannot be found or read.
     pub fn request(&self, arch: Arch) -> Result<KernelRequest, Error> {
         let mut request = KernelRequest::new(self.name(), self.source(), arch)
             .name_expression(self.name_expression())
@@ -314,6 +317,10 @@ impl KernelSpec {
 /// fingerprinted once per process: from its identity memo when no file changed since
 /// an earlier process hashed it (a stat walk), else by hashing every file (see
 /// [`IncludeDir`]).
+///
+/// # Errors
+/// [`Error::CcclNotFound`] when no CCCL headers are found; [`Error::Io`]
+/// when they cannot be read.
 pub fn cccl_include_dir() -> Result<IncludeDir, Error> {
     static CCCL: OnceLock<IncludeDir> = OnceLock::new();
     if let Some(dir) = CCCL.get() {

@@ -39,6 +39,9 @@ pub fn definition(spec: &KernelSpec) -> (String, Digest) {
 
 /// The cached kernel of `request` (an instance of `spec`): from the cache
 /// (an image, memory) when there, else compiled with NVRTC and recorded.
+///
+/// # Errors
+/// When the kernel is not cached and does not compile.
 pub fn fetch<'c>(
     compiler: &Compiler,
     cache: &'c Cache,
