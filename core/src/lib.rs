@@ -22,7 +22,7 @@
 //! let start = cache.snapshot();
 //! let hit = cache.get_or_compile(&owner, &key, || {
 //!     // A real backend runs its compiler here.
-//!     Ok::<_, std::io::Error>(Compiled::new("saxpy<f32>").artifact(Artifact {
+//!     Ok(Compiled::new("saxpy<f32>").artifact(Artifact {
 //!         kind: ArtifactKind::Ptx,
 //!         entry_points: vec!["saxpy".into()],
 //!         bytes: b"// ptx".to_vec(),
@@ -71,7 +71,7 @@ pub use cache::{
     ArtifactView, Cache, CacheConfig, Compiled, Delta, Hit, MergeReport, OwnerFilter, Rejection,
     Snapshot, Source, Stats, Tier, TierEntry,
 };
-pub use error::Error;
+pub use error::{BoxError, Error};
 pub use global::{
     ImageOutcome, ImageReport, InitReport, add_tiers, global, init, init_with, load_images,
 };

@@ -237,6 +237,7 @@ pub(crate) fn newest_registration() -> *const EmbeddedImage {
 
 /// Where an image came from, for reports and log lines.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ImageSource {
     /// Embedded with `include_image!` by `crate_name`.
     Embedded {

@@ -27,10 +27,10 @@ fn rule9_a_corrupt_payload_is_never_returned_and_is_recompiled() {
     let bytes = build_image(&o, (0..3).map(|n| compiled(n, "img")), (0..3).map(key));
     let cache = Cache::new();
     cache.merge_image(open(&corrupt_payload(&bytes, 1)));
-    let fresh = || Ok::<_, std::io::Error>(compiled(1, "fresh"));
+    let fresh = || Ok(compiled(1, "fresh"));
     // The hit is served on its record; the payload is checked on access.
     let hit = cache
-        .get_or_compile(&o, &key(1), || Err("must not compile yet"))
+        .get_or_compile(&o, &key(1), || Err("must not compile yet".into()))
         .unwrap();
     assert_eq!(hit.source(), Source::Image);
     assert_eq!(cache.stats().corrupt, 0, "nothing read yet");
@@ -116,9 +116,7 @@ fn rule7_payloads_are_checked_lazily_per_artifact() {
     // The entry is excluded: the next lookup misses, get_or_compile recompiles.
     assert!(cache.lookup(&o.digest(), &key(1)).is_none());
     let fresh = cache
-        .get_or_compile(&o, &key(1), || {
-            Ok::<_, std::io::Error>(compiled(1, "fresh"))
-        })
+        .get_or_compile(&o, &key(1), || Ok(compiled(1, "fresh")))
         .unwrap();
     assert_eq!(fresh.source(), Source::Memory);
     assert_eq!(ptx(&fresh), payload(1, "fresh"));

@@ -36,7 +36,7 @@ fn rule10_concurrent_callers_compile_once() {
                         .get_or_compile(&o, &key(1), || {
                             compiles.fetch_add(1, Ordering::SeqCst);
                             wait_for_followers(&cache);
-                            Ok::<_, std::io::Error>(compiled(1, "once"))
+                            Ok(compiled(1, "once"))
                         })
                         .unwrap();
                     ptx(&hit)
@@ -68,7 +68,7 @@ fn rule10_a_failure_reaches_every_waiter_and_is_not_cached() {
                     let result = cache.get_or_compile(&o, &key(1), || {
                         compiles.fetch_add(1, Ordering::SeqCst);
                         wait_for_followers(&cache);
-                        Err::<Compiled, _>("syntax error at line 3")
+                        Err("syntax error at line 3".into())
                     });
                     match result {
                         Err(Error::Compile { source, .. }) => source.to_string(),
@@ -83,9 +83,7 @@ fn rule10_a_failure_reaches_every_waiter_and_is_not_cached() {
     assert!(errors.iter().all(|e| e == "syntax error at line 3"));
     // Not cached: the next call compiles again, and can succeed.
     let hit = cache
-        .get_or_compile(&o, &key(1), || {
-            Ok::<_, std::io::Error>(compiled(1, "fixed"))
-        })
+        .get_or_compile(&o, &key(1), || Ok(compiled(1, "fixed")))
         .unwrap();
     assert_eq!(hit.name(), "f1");
     let stats = cache.stats();
@@ -103,10 +101,14 @@ fn rule10_a_panicking_compile_releases_its_waiters() {
                 s.spawn(|| {
                     barrier.wait();
                     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        cache.get_or_compile(&o, &key(1), || -> Result<Compiled, std::io::Error> {
-                            wait_for_followers(&cache);
-                            panic!("compiler crashed");
-                        })
+                        cache.get_or_compile(
+                            &o,
+                            &key(1),
+                            || -> Result<Compiled, kiln_core::BoxError> {
+                                wait_for_followers(&cache);
+                                panic!("compiler crashed");
+                            },
+                        )
                     }));
                     match result {
                         Err(_) => "panicked",
@@ -214,7 +216,7 @@ fn rule10_stress_inserts_lookups_compiles_and_redefines() {
                                 .get_or_compile(o, &key(n), || {
                                     let v = version_in_cache(n % DEFS);
                                     *compile_log.lock().unwrap().entry((n, v)).or_default() += 1;
-                                    Ok::<_, std::io::Error>(versioned(n, v))
+                                    Ok(versioned(n, v))
                                 })
                                 .unwrap();
                             assert!(version_of(&hit) >= floor);

@@ -60,9 +60,7 @@ fn rule5_after_redefine_get_or_compile_recompiles() {
     let o = owner();
     cache.define("a.cu", fp("a.cu", 1));
     let start = cache.snapshot();
-    let compile = |v: u64| {
-        move || Ok::<_, std::io::Error>(compiled(1, &format!("v{v}")).dep("a.cu", fp("a.cu", v)))
-    };
+    let compile = |v: u64| move || Ok(compiled(1, &format!("v{v}")).dep("a.cu", fp("a.cu", v)));
     cache.get_or_compile(&o, &key(1), compile(1)).unwrap();
     cache.redefine("a.cu", fp("a.cu", 2));
     let hit = cache.get_or_compile(&o, &key(1), compile(2)).unwrap();

@@ -48,7 +48,7 @@ fn rule4_a_stale_entry_is_recompiled_not_served() {
     let o = owner();
     let hit = cache
         .get_or_compile(&o, &key(1), || {
-            Ok::<_, std::io::Error>(compiled(1, "fresh").dep("a.cu", fp("a.cu", 2)))
+            Ok(compiled(1, "fresh").dep("a.cu", fp("a.cu", 2)))
         })
         .unwrap();
     assert_eq!(ptx(&hit), payload(1, "fresh"));

@@ -80,11 +80,11 @@ fn rule2_entries_merged_from_an_image_are_not_re_exported() {
     assert_eq!(cache.merge_image(open(&bytes)).inserted, 1);
     // The precompile block asks for f1 (served by the image) and compiles f2.
     let hit = cache
-        .get_or_compile(&o, &key(1), || Err("must not compile"))
+        .get_or_compile(&o, &key(1), || Err("must not compile".into()))
         .unwrap();
     assert_eq!(hit.source(), Source::Image);
     cache
-        .get_or_compile(&o, &key(2), || Ok::<_, std::io::Error>(compiled(2, "ours")))
+        .get_or_compile(&o, &key(2), || Ok(compiled(2, "ours")))
         .unwrap();
     // Inserting f1 again (first valid entry wins) does not make it ours.
     cache.insert(&o, &key(1), compiled(1, "ours"));

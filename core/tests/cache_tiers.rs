@@ -92,12 +92,14 @@ fn a_compile_is_stored_in_tiers_and_served_from_them_next_process() {
     let o = owner();
     let first = cache_with(tier, CacheConfig::default());
     first
-        .get_or_compile(&o, &key(1), || Ok::<_, std::io::Error>(compiled(1, "disk")))
+        .get_or_compile(&o, &key(1), || Ok(compiled(1, "disk")))
         .unwrap();
     first
-        .get_or_compile(&o, &key(2), || {
-            Ok::<_, std::io::Error>(compiled(2, "handle").session_dependent())
-        })
+        .get_or_compile(
+            &o,
+            &key(2),
+            || Ok(compiled(2, "handle").session_dependent()),
+        )
         .unwrap();
     assert_eq!(
         tier.entries.lock().unwrap().len(),
@@ -109,7 +111,7 @@ fn a_compile_is_stored_in_tiers_and_served_from_them_next_process() {
     let second = cache_with(tier, CacheConfig::default());
     let start = second.snapshot();
     let hit = second
-        .get_or_compile(&o, &key(1), || Err("must not compile"))
+        .get_or_compile(&o, &key(1), || Err("must not compile".into()))
         .unwrap();
     assert_eq!(hit.source(), Source::Tier);
     assert_eq!(ptx(&hit), payload(1, "disk"));
@@ -131,14 +133,14 @@ fn a_stale_tier_entry_is_ignored() {
     let first = cache_with(tier, CacheConfig::default());
     first
         .get_or_compile(&o, &key(1), || {
-            Ok::<_, std::io::Error>(compiled(1, "v1").dep("a.cu", fp("a.cu", 1)))
+            Ok(compiled(1, "v1").dep("a.cu", fp("a.cu", 1)))
         })
         .unwrap();
     let second = cache_with(tier, CacheConfig::default());
     second.define("a.cu", fp("a.cu", 2));
     let hit = second
         .get_or_compile(&o, &key(1), || {
-            Ok::<_, std::io::Error>(compiled(1, "v2").dep("a.cu", fp("a.cu", 2)))
+            Ok(compiled(1, "v2").dep("a.cu", fp("a.cu", 2)))
         })
         .unwrap();
     assert_eq!(ptx(&hit), payload(1, "v2"));
@@ -153,7 +155,7 @@ fn always_compile_skips_every_cached_tier_but_still_records() {
     let start = cache.snapshot();
     for round in ["a", "b"] {
         let hit = cache
-            .get_or_compile(&o, &key(1), || Ok::<_, std::io::Error>(compiled(1, round)))
+            .get_or_compile(&o, &key(1), || Ok(compiled(1, round)))
             .unwrap();
         assert_eq!(
             ptx(&hit),
@@ -231,7 +233,7 @@ fn an_image_backed_tier_entry_is_borrowed_not_copied() {
     }));
     let start = cache.snapshot();
     let hit = cache
-        .get_or_compile(&o, &key(1), || Err("must not compile"))
+        .get_or_compile(&o, &key(1), || Err("must not compile".into()))
         .unwrap();
     assert_eq!(hit.source(), Source::Tier);
     let served = hit.artifact(&ArtifactKind::Ptx).unwrap();
@@ -276,7 +278,7 @@ fn a_corrupt_payload_of_an_image_backed_tier_entry_is_never_returned_and_then_re
     let cache = cache_over_image_with_bad(bytes, &payload(1, "mapped"));
     // The record is sound: a tier hit, whose payload is checked on use.
     let hit = cache
-        .get_or_compile(&o, &key(1), || Err("must not compile"))
+        .get_or_compile(&o, &key(1), || Err("must not compile".into()))
         .unwrap();
     assert_eq!(hit.source(), Source::Tier);
     assert_eq!(
@@ -293,9 +295,7 @@ fn a_corrupt_payload_of_an_image_backed_tier_entry_is_never_returned_and_then_re
     assert_eq!(cache.stats().corrupt, 1);
     assert!(cache.lookup(&o.digest(), &key(1)).is_none());
     let again = cache
-        .get_or_compile(&o, &key(1), || {
-            Ok::<_, std::io::Error>(compiled(1, "fresh"))
-        })
+        .get_or_compile(&o, &key(1), || Ok(compiled(1, "fresh")))
         .unwrap();
     assert_eq!(again.source(), Source::Memory);
     assert_eq!(ptx(&again), payload(1, "fresh"));
@@ -315,7 +315,7 @@ fn only_the_artifacts_used_of_a_tier_entry_are_read() {
     let bytes = build_image(&o, [two], [key(1)]);
     let cache = cache_over_image_with_bad(bytes, &payload(1, "ptx"));
     let hit = cache
-        .get_or_compile(&o, &key(1), || Err("must not compile"))
+        .get_or_compile(&o, &key(1), || Err("must not compile".into()))
         .unwrap();
     assert_eq!(
         hit.artifact(&ArtifactKind::Cubin),

@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kiln_core::{Artifact, ArtifactKind, Compiled, Error, Key, KeyBuilder, Owner, Source};
+use kiln_core::{Artifact, ArtifactKind, Compiled, Key, KeyBuilder, Owner, Source};
 use kiln_test_support::child;
 
 const ROLE: &str = "KILN_DISK_GLOBAL_ROLE";
@@ -122,19 +122,17 @@ fn child() {
     let hit = cache
         .get_or_compile(&owner(), &key(), || {
             compiles += 1;
-            Ok::<_, Error>(
-                Compiled::new("big")
-                    .artifact(Artifact {
-                        kind: ArtifactKind::Cubin,
-                        entry_points: vec!["big".into()],
-                        bytes: cubin(),
-                    })
-                    .artifact(Artifact {
-                        kind: ArtifactKind::Ptx,
-                        entry_points: vec!["big".into()],
-                        bytes: ptx(),
-                    }),
-            )
+            Ok(Compiled::new("big")
+                .artifact(Artifact {
+                    kind: ArtifactKind::Cubin,
+                    entry_points: vec!["big".into()],
+                    bytes: cubin(),
+                })
+                .artifact(Artifact {
+                    kind: ArtifactKind::Ptx,
+                    entry_points: vec!["big".into()],
+                    bytes: ptx(),
+                }))
         })
         .expect("a hit or a compile");
     let cubin_bytes = hit.artifact(&ArtifactKind::Cubin).expect("a cubin");

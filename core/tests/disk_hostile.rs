@@ -69,9 +69,7 @@ fn get_through_tier(config: DiskConfig, i: u64) -> Source {
     let cache = Cache::new();
     cache.add_tier(Box::new(DiskTier::new(config)));
     let hit = cache
-        .get_or_compile(&owner(), &key(i), || {
-            Ok::<_, std::io::Error>(compiled(i, default_len(i)))
-        })
+        .get_or_compile(&owner(), &key(i), || Ok(compiled(i, default_len(i))))
         .expect("never an error");
     assert_eq!(
         hit.artifact(&ArtifactKind::Ptx),

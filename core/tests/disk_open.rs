@@ -82,9 +82,7 @@ fn a_disk_tier_hit_borrows_the_segments_bytes() {
     cache.add_tier(Box::new(Arc::clone(&disk)));
     for (i, len) in (0..).zip(lens) {
         let hit = cache
-            .get_or_compile(&owner(), &key(i), || {
-                Ok::<_, std::io::Error>(compiled(i, len))
-            })
+            .get_or_compile(&owner(), &key(i), || Ok(compiled(i, len)))
             .expect("a hit");
         assert_eq!(hit.source(), Source::Tier, "kernel {i}");
         let bytes = hit.artifact(&ArtifactKind::Ptx).expect("a PTX artifact");
@@ -125,7 +123,7 @@ fn a_disk_tier_hit_checks_a_payload_when_it_is_used_and_a_bad_one_is_recompiled(
     let cache = Cache::new();
     cache.add_tier(Box::new(DiskCache::open(config(dir.path())).expect("open")));
     let hit = cache
-        .get_or_compile(&owner(), &key(7), || Err("must not compile yet"))
+        .get_or_compile(&owner(), &key(7), || Err("must not compile yet".into()))
         .expect("the record is sound: a hit");
     assert_eq!(hit.source(), Source::Tier);
     assert_eq!(
@@ -134,9 +132,7 @@ fn a_disk_tier_hit_checks_a_payload_when_it_is_used_and_a_bad_one_is_recompiled(
         "never the bad bytes"
     );
     let again = cache
-        .get_or_compile(&owner(), &key(7), || {
-            Ok::<_, std::io::Error>(compiled(7, len))
-        })
+        .get_or_compile(&owner(), &key(7), || Ok(compiled(7, len)))
         .expect("recompiled");
     assert_eq!(again.source(), Source::Memory);
     assert_eq!(again.artifact(&ArtifactKind::Ptx), Some(&payload[..]));

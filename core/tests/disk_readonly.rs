@@ -50,9 +50,7 @@ fn a_lazy_disk_tier_that_cannot_create_its_directory_warns_once_and_compiles() {
         assert_eq!(warnings.count(), 0, "adding the tier touched the disk");
         for i in 0..3 {
             let hit = cache
-                .get_or_compile(&owner(), &key(i), || {
-                    Ok::<_, std::io::Error>(compiled(i, default_len(i)))
-                })
+                .get_or_compile(&owner(), &key(i), || Ok(compiled(i, default_len(i))))
                 .expect("never an error");
             assert_eq!(hit.source(), Source::Memory, "compiled");
         }
@@ -80,9 +78,7 @@ fn a_directory_that_stops_being_writable_serves_hits_and_compiles_with_one_warni
         cache.add_tier(Box::new(disk));
         for i in 0..10 {
             let hit = cache
-                .get_or_compile(&owner(), &key(i), || {
-                    Ok::<_, std::io::Error>(compiled(i, default_len(i)))
-                })
+                .get_or_compile(&owner(), &key(i), || Ok(compiled(i, default_len(i))))
                 .expect("never an error");
             let expected = if i < 3 { Source::Tier } else { Source::Memory };
             assert_eq!(hit.source(), expected, "kernel {i}");

@@ -62,9 +62,7 @@ fn get_or_compile_fills_the_disk_tier_and_a_new_cache_loads_from_it() {
     first.add_tier(Box::new(DiskCache::open(config(dir.path())).expect("open")));
     for i in 0..5 {
         let hit = first
-            .get_or_compile(&owner(), &key(i), || {
-                Ok::<_, std::io::Error>(compiled(i, default_len(i)))
-            })
+            .get_or_compile(&owner(), &key(i), || Ok(compiled(i, default_len(i))))
             .expect("compiles");
         assert_eq!(hit.source(), Source::Memory);
     }
@@ -75,7 +73,7 @@ fn get_or_compile_fills_the_disk_tier_and_a_new_cache_loads_from_it() {
     for i in 0..5 {
         let hit = second
             .get_or_compile(&owner(), &key(i), || {
-                Err::<kiln_core::Compiled, _>(std::io::Error::other("must not compile"))
+                Err(std::io::Error::other("must not compile").into())
             })
             .expect("loaded from disk");
         assert_eq!(hit.source(), Source::Tier);

@@ -213,8 +213,7 @@ impl Compiler {
         let owner = self.owner(request)?;
         let key: Key = request.key()?;
         Ok(cache.get_or_compile(&owner, &key, || {
-            self.compile(request)
-                .map(|kernel| kernel.into_compiled(request.name()))
+            Ok(self.compile(request)?.into_compiled(request.name()))
         })?)
     }
 }

@@ -30,7 +30,7 @@ fn main() -> Result<(), kiln::cuda::Error> {
                 generate::fetch(&compiler, cache, &kernel, &kernel.request(arch)).map(|_| ())
             });
         }
-        Ok::<(), kiln::cuda::Error>(())
+        Ok(())
     })?;
     Ok(())
 }

@@ -33,7 +33,7 @@ fn main() -> Result<(), kiln::cuda::Error> {
                 catalogue::fetch(&compiler, cache, &spec, &request).map(|_| ())
             });
         }
-        Ok::<(), kiln::cuda::Error>(())
+        Ok(())
     })?;
     Ok(())
 }

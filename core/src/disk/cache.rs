@@ -96,13 +96,7 @@ impl DiskCache {
     /// `None` when it is turned off, or (after one warning) when it cannot
     /// be used; the caller then simply compiles.
     pub fn from_env() -> Option<DiskCache> {
-        match DiskConfig::from_env() {
-            Ok(config) => config.and_then(DiskCache::open_or_warn),
-            Err(error) => {
-                warn_unavailable(&error);
-                None
-            }
-        }
+        super::DiskTier::from_env().and_then(|tier| DiskCache::open_or_warn(tier.config().clone()))
     }
 
     /// Opens the cache of `config`, or logs one warning and returns `None`
@@ -237,7 +231,7 @@ impl DiskCache {
     /// Appends pending stamps; returns the stamps file's new size if
     /// anything was written.
     fn append_stamps(&self) -> Option<u64> {
-        match self.recency.write_pending(segment::now_ms(), true) {
+        match self.recency.write_pending(segment::now_ms()) {
             Ok(len) => len,
             Err(source) => {
                 self.stop_writing("append recency stamps in", source);
@@ -686,6 +680,6 @@ fn check_dir(dir: &Path, trust: bool) -> Result<(), Error> {
 }
 
 /// The one warning when the disk cache cannot be used at all.
-fn warn_unavailable(error: &Error) {
+pub(super) fn warn_unavailable(error: &Error) {
     tracing::warn!(%error, "kiln disk cache unavailable: compiled code will not persist across runs");
 }

@@ -35,6 +35,7 @@ pub const DEFAULT_COMPACT_AFTER: usize = 3;
 
 /// How a [`DiskCache`](super::DiskCache) is laid out and bounded.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DiskConfig {
     /// The cache directory, the root that users name (`KILN_CACHE_DIR`). The
     /// disk tier keeps its files in [`DiskConfig::images_dir`] under it

@@ -19,6 +19,7 @@ pub struct DiskHit {
 
 /// One artifact of a [`DiskHit`], borrowed from the mapped segment.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct DiskArtifact<'a> {
     /// What the bytes are.
     pub kind: ArtifactKind,

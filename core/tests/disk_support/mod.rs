@@ -197,7 +197,7 @@ pub fn run_child_role() {
                             let i = (n + seed * 7 + t * 13) % keys;
                             let hit = cache
                                 .get_or_compile(&owner(), &key(i), || {
-                                    Ok::<_, std::io::Error>(compiled(i, default_len(i)))
+                                    Ok(compiled(i, default_len(i)))
                                 })
                                 .expect("compiles");
                             assert_eq!(

@@ -1,8 +1,10 @@
 //! The CUDA C++ generator, shared by the library and its build script
 //! (`#[path]`), so that both derive the same keys.
 
+use kiln::Hit;
+use kiln::cache::Cache;
 use kiln::cuda::{Arch, Compiler, KernelRequest};
-use kiln::{Cache, Digest, Hit};
+use kiln::image::Digest;
 
 /// Version of the generator below: recorded as the fingerprint of the
 /// definition every kernel depends on. Bump it when the generated code changes.
@@ -112,10 +114,9 @@ pub fn fetch<'c>(
     let owner = compiler.owner(request)?;
     let key = request.key()?;
     Ok(cache.get_or_compile(&owner, &key, || {
-        compiler.compile(request).map(|compiled| {
-            compiled
-                .into_compiled(kernel.name())
-                .dep(DEFINITION, Digest::of(GENERATOR_VERSION.as_bytes()))
-        })
+        Ok(compiler
+            .compile(request)?
+            .into_compiled(kernel.name())
+            .dep(DEFINITION, Digest::of(GENERATOR_VERSION.as_bytes())))
     })?)
 }

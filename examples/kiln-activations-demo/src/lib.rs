@@ -19,8 +19,9 @@ mod generate;
 
 pub use generate::{Activation, DEFINITION, Float, GENERATOR_VERSION, Kernel};
 
+use kiln::Hit;
+use kiln::cache::Cache;
 use kiln::cuda::{Arch, Compiler, KernelRequest};
-use kiln::{Cache, Hit};
 
 kiln::include_image!("kiln-activations-demo.kimg");
 

@@ -2,8 +2,9 @@
 
 use std::time::{Duration, Instant};
 
+use kiln::Hit;
+use kiln::cache::Cache;
 use kiln::cuda::{Arch, KernelRequest};
-use kiln::{Cache, Hit};
 use kiln_activations_demo::{Activations, Kernel as Activation};
 use kiln_kernels_demo::{KernelSpec, Kernels};
 

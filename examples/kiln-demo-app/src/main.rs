@@ -20,8 +20,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use kiln::cache::Source;
 use kiln::cuda::Arch;
-use kiln::{Digest, Source};
+use kiln::image::Digest;
 
 use kernels::{Libraries, Wanted};
 use output::{Outcome, Output};
@@ -73,7 +74,7 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     let report = if definitions.is_empty() {
         kiln::init()
     } else {
-        kiln::init_with(|cache| {
+        kiln::cache::init_with(|cache| {
             for (name, fingerprint) in &definitions {
                 cache.define(name, *fingerprint);
             }
@@ -122,7 +123,9 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
                             Outcome::Image
                         }
                         Source::Memory => Outcome::Memory,
-                        Source::Tier => {
+                        // The disk or remote tier (or a source newer than
+                        // this program: `Source` may grow).
+                        _ => {
                             from_tier += 1;
                             Outcome::Tier
                         }
@@ -151,7 +154,7 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     );
 
     if args.compare_cold {
-        let fresh = kiln::Cache::new();
+        let fresh = kiln::cache::Cache::new();
         let started = Instant::now();
         for kernel in &wanted {
             kernel.get(&libraries, &fresh)?;

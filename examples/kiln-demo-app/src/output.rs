@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use kiln::{ImageOutcome, InitReport};
+use kiln::cache::{ImageOutcome, InitReport};
 use serde_json::json;
 
 use crate::kernels::SetupTimes;
@@ -76,6 +76,12 @@ impl Output {
                         "event": "image",
                         "source": image.source.to_string(),
                         "skipped": err.to_string(),
+                    }),
+                    // An outcome newer than this program.
+                    other => json!({
+                        "event": "image",
+                        "source": image.source.to_string(),
+                        "outcome": format!("{other:?}"),
                     }),
                 };
                 println!("{line}");

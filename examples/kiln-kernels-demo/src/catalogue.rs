@@ -1,8 +1,10 @@
 //! What the library compiles, and how: shared by the library and its build
 //! script (`#[path]`), so that both derive the same owners and keys.
 
+use kiln::Hit;
+use kiln::cache::Cache;
 use kiln::cuda::{Compiler, KernelRequest};
-use kiln::{Cache, Digest, Hit};
+use kiln::image::Digest;
 use kiln_kernel_set::KernelSpec;
 
 /// The environment variable that picks the arch the build script precompiles for.
@@ -22,7 +24,7 @@ pub fn common() -> Vec<KernelSpec> {
 /// name and fingerprint its cache entry records as a dependency.
 ///
 /// A program that redefines the name with another fingerprint before the
-/// images are merged (`kiln::init_with(|cache| cache.define(..))`) makes the
+/// images are merged (`kiln::cache::init_with(|cache| cache.define(..))`) makes the
 /// image's entries of that family stale: they are skipped, and recompiled
 /// when asked for.
 pub fn definition(spec: &KernelSpec) -> (String, Digest) {
@@ -52,10 +54,9 @@ pub fn fetch<'c>(
     let key = request.key()?;
     let (definition, fingerprint) = definition(spec);
     Ok(cache.get_or_compile(&owner, &key, || {
-        compiler.compile(request).map(|kernel| {
-            kernel
-                .into_compiled(spec.name())
-                .dep(definition, fingerprint)
-        })
+        Ok(compiler
+            .compile(request)?
+            .into_compiled(spec.name())
+            .dep(definition, fingerprint))
     })?)
 }

@@ -23,8 +23,9 @@ pub mod catalogue;
 
 pub use kiln_kernel_set::{Dtype, KernelSpec, ReduceOp};
 
+use kiln::Hit;
+use kiln::cache::Cache;
 use kiln::cuda::{Arch, Compiler, KernelRequest};
-use kiln::{Cache, Hit};
 
 kiln::include_image!("kiln-kernels-demo.kimg");
 

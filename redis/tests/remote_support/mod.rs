@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use kiln_core::disk::{DiskCache, DiskConfig};
 use kiln_core::{Artifact, ArtifactKind, Cache, Compiled, Key, KeyBuilder, Owner};
-use kiln_redis::{RemoteConfig, RemoteTier};
+use kiln_redis::{RemoteConfig, RemoteStats, RemoteTier};
 use kiln_test_support::child;
 
 /// A `redis-server` of this test alone.
@@ -227,7 +227,7 @@ pub fn code(i: u64) -> Vec<u8> {
 }
 
 /// "Compiles" kernel `i` on the CPU, counting compiles.
-pub fn compile(i: u64, compiles: &AtomicUsize) -> Result<Compiled, std::io::Error> {
+pub fn compile(i: u64, compiles: &AtomicUsize) -> Result<Compiled, kiln_core::BoxError> {
     compiles.fetch_add(1, Ordering::SeqCst);
     Ok(Compiled::new(format!("kernel{i}")).artifact(Artifact {
         kind: ArtifactKind::Object,
@@ -248,6 +248,13 @@ pub fn get(cache: &Cache, i: u64, compiles: &AtomicUsize) -> kiln_core::Source {
         "kernel {i} has the wrong bytes"
     );
     hit.source()
+}
+
+/// Counters set by `set`, every other one zero.
+pub fn counted(set: impl FnOnce(&mut RemoteStats)) -> RemoteStats {
+    let mut stats = RemoteStats::default();
+    set(&mut stats);
+    stats
 }
 
 /// A remote tier on `url` with a short timeout and a long back-off.

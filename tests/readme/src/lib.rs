@@ -1,0 +1,22 @@
+//! The README's code, and the facade's main path, compiled and run as doc
+//! tests (`cargo test --doc -p kiln-readme`).
+//!
+//! Their examples embed `my-kernels.kimg` with `include_image!`, which needs
+//! the image at compile time: this package's build script is the README's
+//! (`build.rs`, sharing `src/catalogue.rs` as the README shows), and cargo
+//! sets `OUT_DIR` for the doc tests of a package with a build script. Each
+//! example asserts that its kernel comes from that image, so an example whose
+//! owners or keys drift from the build script's fails.
+
+/// The shared module of the README's library, as its build script uses it.
+pub mod catalogue;
+
+/// The blocks of `README.md`.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct Readme;
+
+/// The main path of the facade's crate documentation (`src/main-path.md`).
+#[cfg(doctest)]
+#[doc = include_str!("../../../src/main-path.md")]
+pub struct FacadeMainPath;
