@@ -102,7 +102,9 @@
 //! # Fuzzing
 //!
 //! `fuzz/` (outside the workspace) holds a cargo-fuzz target,
-//! `open_image`, that feeds arbitrary bytes to [`fuzz_support::exercise`]:
+//! `open_image`, that feeds arbitrary bytes to `fuzz_support::exercise`
+//! (with the feature `fuzzing`, which only the fuzz targets, the tests and
+//! the reliability suites enable):
 //! open, iterate every entry, owner and dep group, look every entry up and
 //! read every payload. With cargo-fuzz installed:
 //!
@@ -122,6 +124,7 @@ mod deps;
 mod digest;
 mod entry;
 mod error;
+#[cfg(feature = "fuzzing")]
 pub mod fuzz_support;
 pub mod header;
 mod image;
