@@ -52,6 +52,37 @@ fn a_second_cache_gets_every_entry_from_the_remote_and_writes_it_to_its_disk() {
 }
 
 #[test]
+fn a_remote_hit_is_64_byte_aligned() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let compiles = AtomicUsize::new(0);
+    let (a, _) = cache_with(tempdir().path(), remote(&server.url()));
+    for i in 0..16 {
+        get(&a, i, &compiles);
+    }
+    // A cache whose only tier is the remote: every hit is its bytes, copied
+    // from the reply into an aligned buffer.
+    let tier = remote(&server.url());
+    let b = kiln_core::Cache::new();
+    b.add_tier(Box::new(tier.clone()));
+    for i in 0..16 {
+        assert_eq!(get(&b, i, &compiles), Source::Tier);
+        let hit = b.lookup(&owner().digest(), &key(i)).expect("recorded");
+        let bytes = hit
+            .artifact(&kiln_core::ArtifactKind::Object)
+            .expect("an object");
+        assert_eq!(
+            bytes.as_ptr() as usize % kiln_core::cache::PAYLOAD_ALIGN,
+            0,
+            "kernel {i}"
+        );
+    }
+    assert_eq!(tier.stats().hits, 16);
+    assert_eq!(compiles.load(Ordering::SeqCst), 16, "no compile in b");
+}
+
+#[test]
 fn values_are_one_entry_images_under_namespaced_keys() {
     let Some(server) = RedisServer::start() else {
         return;

@@ -1,14 +1,12 @@
-//! DESIGN rule 5: invalidation. `redefine` bumps the world and closes every
+//! Invariant 5 (ARCHITECTURE.md): invalidation. `redefine` bumps the world and closes every
 //! dependent entry, image-backed ones included; lookups in the current world
 //! never return a closed entry; older worlds still see what was valid then.
 
-mod cache_support;
-
-use cache_support::{build_image, compiled, fp, key, open, owner, payload, ptx};
+use crate::cache_support::{build_image, compiled, fp, key, open, owner, payload, ptx};
 use kiln_core::{Cache, Source};
 
 #[test]
-fn rule5_redefine_closes_memory_entries() {
+fn invariant5_redefine_closes_memory_entries() {
     let cache = Cache::new();
     let o = owner();
     cache.define("a.cu", fp("a.cu", 1));
@@ -29,7 +27,7 @@ fn rule5_redefine_closes_memory_entries() {
 }
 
 #[test]
-fn rule5_redefine_closes_image_backed_entries() {
+fn invariant5_redefine_closes_image_backed_entries() {
     let cache = Cache::new();
     let o = owner();
     let image = build_image(
@@ -55,7 +53,7 @@ fn rule5_redefine_closes_image_backed_entries() {
 }
 
 #[test]
-fn rule5_after_redefine_get_or_compile_recompiles() {
+fn invariant5_after_redefine_get_or_compile_recompiles() {
     let cache = Cache::new();
     let o = owner();
     cache.define("a.cu", fp("a.cu", 1));
@@ -71,7 +69,7 @@ fn rule5_after_redefine_get_or_compile_recompiles() {
 }
 
 #[test]
-fn rule5_an_entry_built_against_an_old_definition_arrives_closed() {
+fn invariant5_an_entry_built_against_an_old_definition_arrives_closed() {
     let cache = Cache::new();
     let o = owner();
     cache.define("a.cu", fp("a.cu", 2));
@@ -81,7 +79,7 @@ fn rule5_an_entry_built_against_an_old_definition_arrives_closed() {
 }
 
 #[test]
-fn rule5_redefining_to_the_same_fingerprint_changes_nothing() {
+fn invariant5_redefining_to_the_same_fingerprint_changes_nothing() {
     let cache = Cache::new();
     let o = owner();
     cache.define("a.cu", fp("a.cu", 1));
@@ -92,7 +90,7 @@ fn rule5_redefining_to_the_same_fingerprint_changes_nothing() {
 }
 
 #[test]
-fn rule5_an_entry_is_not_valid_before_it_was_recorded() {
+fn invariant5_an_entry_is_not_valid_before_it_was_recorded() {
     let cache = Cache::new();
     let o = owner();
     cache.define("a.cu", fp("a.cu", 1));

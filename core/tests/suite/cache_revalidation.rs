@@ -1,10 +1,8 @@
-//! DESIGN rule 4: revalidation at load. Image entries built against another
+//! Invariant 4 (ARCHITECTURE.md): revalidation at load. Image entries built against another
 //! fingerprint of a definition this process knows are stale; merged entries
 //! start at the current world.
 
-mod cache_support;
-
-use cache_support::{build_image, compiled, fp, key, open, owner, payload, ptx};
+use crate::cache_support::{build_image, compiled, fp, key, open, owner, payload, ptx};
 use kiln_core::{Cache, World};
 
 fn image_with_deps() -> Vec<u8> {
@@ -23,7 +21,7 @@ fn image_with_deps() -> Vec<u8> {
 }
 
 #[test]
-fn rule4_entries_with_a_changed_dep_are_stale_at_merge() {
+fn invariant4_entries_with_a_changed_dep_are_stale_at_merge() {
     let cache = Cache::new();
     cache.define("a.cu", fp("a.cu", 2)); // this process has another a.cu
     cache.define("b.cu", fp("b.cu", 1)); // and the same b.cu
@@ -41,7 +39,7 @@ fn rule4_entries_with_a_changed_dep_are_stale_at_merge() {
 }
 
 #[test]
-fn rule4_a_stale_entry_is_recompiled_not_served() {
+fn invariant4_a_stale_entry_is_recompiled_not_served() {
     let cache = Cache::new();
     cache.define("a.cu", fp("a.cu", 2));
     cache.merge_image(open(&image_with_deps()));
@@ -55,14 +53,14 @@ fn rule4_a_stale_entry_is_recompiled_not_served() {
 }
 
 #[test]
-fn rule4_unknown_definitions_do_not_make_entries_stale() {
+fn invariant4_unknown_definitions_do_not_make_entries_stale() {
     let cache = Cache::new();
     let report = cache.merge_image(open(&image_with_deps()));
     assert_eq!((report.inserted, report.stale), (4, 0));
 }
 
 #[test]
-fn rule4_a_later_definition_closes_disagreeing_image_entries() {
+fn invariant4_a_later_definition_closes_disagreeing_image_entries() {
     let cache = Cache::new();
     cache.merge_image(open(&image_with_deps()));
     let before = cache.world();
@@ -76,7 +74,7 @@ fn rule4_a_later_definition_closes_disagreeing_image_entries() {
 }
 
 #[test]
-fn rule4_merged_entries_start_at_the_current_world() {
+fn invariant4_merged_entries_start_at_the_current_world() {
     let cache = Cache::new();
     cache.define("x", fp("x", 1));
     cache.insert(&owner(), &key(99), compiled(99, "m").dep("x", fp("x", 1)));

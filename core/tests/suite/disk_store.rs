@@ -1,12 +1,10 @@
 //! The disk cache within one process: storing, finding, compaction,
 //! damaged files, the `Tier` integration, stats/ls/gc/clear/verify.
 
-mod disk_support;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use disk_support::{
+use crate::disk_support::{
     compacted, compile, compiled, config, default_len, entry, ids, key, owner, segment_files,
 };
 use kiln_core::disk::DiskCache;

@@ -1,9 +1,7 @@
-//! DESIGN rule 8: images are deterministic. The same delta gives
+//! Invariant 8 (ARCHITECTURE.md): images are deterministic. The same delta gives
 //! byte-identical images, whatever the insertion order or world ages.
 
-mod cache_support;
-
-use cache_support::{compiled, fp, image_bytes, key, other_owner, owner};
+use crate::cache_support::{compiled, fp, image_bytes, key, other_owner, owner};
 use kiln_core::Cache;
 
 fn fill(cache: &Cache, order: &[u64]) {
@@ -20,7 +18,7 @@ fn fill(cache: &Cache, order: &[u64]) {
 }
 
 #[test]
-fn rule8_same_delta_same_bytes() {
+fn invariant8_same_delta_same_bytes() {
     let a = Cache::new();
     let sa = a.snapshot();
     fill(&a, &[1, 2, 3, 4, 5, 6]);
@@ -48,7 +46,7 @@ fn rule8_same_delta_same_bytes() {
 }
 
 #[test]
-fn rule8_written_file_matches_the_bytes() {
+fn invariant8_written_file_matches_the_bytes() {
     let cache = Cache::new();
     let s = cache.snapshot();
     fill(&cache, &[1, 2, 3]);

@@ -8,22 +8,14 @@
 //! private user and mount namespaces with `unshare -rm`, which needs a
 //! kernel allowing user namespaces: they are opt-in (`--ignored`).
 
-mod disk_support;
-
 use std::path::Path;
 use std::process::Command;
 
-use disk_support::{
+use crate::disk_support::{
     WarnCounter, child_process, compile, compiled, config, default_len, entry, ids, key, owner,
 };
 use kiln_core::disk::{DiskCache, DiskTier};
 use kiln_core::{ArtifactKind, Cache, Source};
-
-#[test]
-#[ignore = "helper: run in a child process by the other tests"]
-fn child() {
-    disk_support::run_child_role();
-}
 
 #[test]
 fn a_cache_dir_that_cannot_be_created_is_one_warning_and_no_tier() {
@@ -135,11 +127,11 @@ fn assert_namespaces_work() {
 fn a_read_only_mount_serves_hits_and_compiles_the_rest_with_one_warning() {
     assert_namespaces_work();
     let dir = tempfile::tempdir().expect("temp dir");
-    let first = disk_support::run_for_result(&mut compile_run(dir.path(), 20));
+    let first = crate::disk_support::run_for_result(&mut compile_run(dir.path(), 20));
     assert_eq!(first["compiles"], "20");
 
     let read_only = "mount --bind \"$D\" \"$D\" && mount -o remount,bind,ro \"$D\"";
-    let result = disk_support::run_for_result(&mut in_namespace(
+    let result = crate::disk_support::run_for_result(&mut in_namespace(
         dir.path(),
         read_only,
         &compile_run(dir.path(), 30),
@@ -161,7 +153,7 @@ fn a_full_disk_compiles_everything_with_one_warning() {
     let dir = tempfile::tempdir().expect("temp dir");
     // 200 kernels of ~2.3 KiB on average do not fit in 128 KiB.
     let full = "mount -t tmpfs -o size=128k tmpfs \"$D\"";
-    let result = disk_support::run_for_result(&mut in_namespace(
+    let result = crate::disk_support::run_for_result(&mut in_namespace(
         dir.path(),
         full,
         &compile_run(dir.path(), 200),

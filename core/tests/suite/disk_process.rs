@@ -3,29 +3,21 @@
 //! no entry that serves wrong bytes.
 //!
 //! Children are this test binary re-run with `KILN_DISK_TEST_ROLE` set,
-//! running the ignored test `child`.
-
-mod disk_support;
+//! running the suite's ignored test `child`.
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::Duration;
 
-use disk_support::{child_process, compile, config, default_len, entry, ids};
+use crate::disk_support::{child_process, compile, config, default_len, entry, ids};
 use kiln_core::ArtifactKind;
 use kiln_core::disk::DiskCache;
-
-#[test]
-#[ignore = "helper: run in a child process by the other tests"]
-fn child() {
-    disk_support::run_child_role();
-}
 
 #[test]
 fn a_second_run_is_all_hits_from_disk() {
     let dir = tempfile::tempdir().expect("temp dir");
     let run = || {
-        disk_support::run_for_result(
+        crate::disk_support::run_for_result(
             child_process("compile")
                 .env("KILN_CACHE_DIR", dir.path())
                 .env("KILN_DISK_TEST_KEYS", "40"),
@@ -63,7 +55,7 @@ fn four_processes_of_two_threads_share_one_directory() {
     let mut compiles = 0;
     for child in children {
         let stdout = kiln_test_support::child::wait(child);
-        let result = disk_support::parse_result(&stdout).expect("RESULT line");
+        let result = crate::disk_support::parse_result(&stdout).expect("RESULT line");
         compiles += result["compiles"].parse::<u64>().expect("a number");
     }
     // Each key compiled at least once, at most once per process.
@@ -200,7 +192,7 @@ fn a_short_process_records_what_it_used_when_it_exits() {
 
     // A process that uses kernels 0..3 and exits without dropping its cache
     // (stamps are written once per minute, or at exit).
-    let result = disk_support::run_for_result(
+    let result = crate::disk_support::run_for_result(
         child_process("hit")
             .env("KILN_CACHE_DIR", dir.path())
             .env("KILN_DISK_TEST_KEYS", "3"),
@@ -237,7 +229,7 @@ fn a_process_that_only_reads_rewrites_a_bloated_stamps_file_at_exit() {
 
     // A reading process that exits without dropping its cache appends its
     // stamps and then rewrites the file: one record per entry.
-    let result = disk_support::run_for_result(
+    let result = crate::disk_support::run_for_result(
         child_process("hit")
             .env("KILN_CACHE_DIR", dir.path())
             .env("KILN_DISK_TEST_KEYS", "2"),

@@ -1,12 +1,10 @@
-//! DESIGN rule 9: bad input never crashes and never serves garbage. A corrupt
+//! Invariant 9 (ARCHITECTURE.md): bad input never crashes and never serves garbage. A corrupt
 //! payload is caught by its checksum when a hit first accesses it (payloads
 //! are checked lazily, per artifact): the access returns `None`, never the
 //! bytes; the entry is counted, excluded, and recompiled by the next
 //! `get_or_compile`; other images keep serving.
 
-mod cache_support;
-
-use cache_support::{build_image, compiled, key, open, owner, payload, ptx};
+use crate::cache_support::{build_image, compiled, key, open, owner, payload, ptx};
 use kiln_core::{Artifact, ArtifactKind, Cache, Compiled, Source};
 use kiln_image::{Image, Verification};
 
@@ -22,7 +20,7 @@ fn corrupt_payload(bytes: &[u8], n: u64) -> Vec<u8> {
 }
 
 #[test]
-fn rule9_a_corrupt_payload_is_never_returned_and_is_recompiled() {
+fn invariant9_a_corrupt_payload_is_never_returned_and_is_recompiled() {
     let o = owner();
     let bytes = build_image(&o, (0..3).map(|n| compiled(n, "img")), (0..3).map(key));
     let cache = Cache::new();
@@ -59,7 +57,7 @@ fn rule9_a_corrupt_payload_is_never_returned_and_is_recompiled() {
 }
 
 #[test]
-fn rule9_a_corrupt_layer_entry_falls_through_to_a_later_image() {
+fn invariant9_a_corrupt_layer_entry_falls_through_to_a_later_image() {
     let o = owner();
     let bytes = build_image(&o, [compiled(1, "img")], [key(1)]);
     let cache = Cache::new();
@@ -91,7 +89,7 @@ fn cubin_and_ptx(n: u64) -> Compiled {
 }
 
 #[test]
-fn rule7_payloads_are_checked_lazily_per_artifact() {
+fn invariant7_payloads_are_checked_lazily_per_artifact() {
     let o = owner();
     let bytes = build_image(&o, [cubin_and_ptx(1)], [key(1)]);
     let cache = Cache::new();
@@ -125,7 +123,7 @@ fn rule7_payloads_are_checked_lazily_per_artifact() {
 }
 
 #[test]
-fn rule9_bad_images_are_rejected_and_others_keep_loading() {
+fn invariant9_bad_images_are_rejected_and_others_keep_loading() {
     let o = owner();
     let good = build_image(&o, [compiled(1, "img")], [key(1)]);
     let cache = Cache::new();

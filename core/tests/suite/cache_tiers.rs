@@ -1,11 +1,9 @@
 //! Extra tiers and the always-compile switch.
 
-mod cache_support;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use cache_support::{build_image, compiled, fp, key, open, owner, payload, ptx};
+use crate::cache_support::{build_image, compiled, fp, key, open, owner, payload, ptx};
 use kiln_core::{ArtifactKind, Cache, CacheConfig, Error, Key, Owner, Source, Tier, TierEntry};
 use kiln_image::{Digest, EntryData, Image};
 

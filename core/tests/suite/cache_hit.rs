@@ -1,8 +1,6 @@
 //! A hit reads the same whether it is served from memory or from an image.
 
-mod cache_support;
-
-use cache_support::{fp, image_bytes, key, open, owner};
+use crate::cache_support::{fp, image_bytes, key, open, owner};
 use kiln_core::{Artifact, ArtifactKind, Cache, Compiled, Source, World};
 
 fn entry() -> Compiled {

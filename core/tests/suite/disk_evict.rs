@@ -1,12 +1,10 @@
 //! Eviction: the directory stays under `max_bytes`, least recently used
 //! entries go first, on the cache's own recency stamps.
 
-mod disk_support;
-
 use std::path::Path;
 use std::time::Duration;
 
-use disk_support::{config, entry, ids};
+use crate::disk_support::{config, entry, ids};
 use kiln_core::disk::{DiskCache, DiskConfig};
 
 const LEN: usize = 6 << 10;

@@ -1,9 +1,7 @@
-//! DESIGN rule 3: merging images, the first valid entry wins; and the merge
+//! Invariant 3 (ARCHITECTURE.md): merging images, the first valid entry wins; and the merge
 //! report (inserted, duplicate, stale, foreign owner, rejected).
 
-mod cache_support;
-
-use cache_support::{build_image, compiled, key, open, other_owner, owner, payload, ptx};
+use crate::cache_support::{build_image, compiled, key, open, other_owner, owner, payload, ptx};
 use kiln_core::{Cache, CacheConfig, Source};
 
 fn image_of(ns: std::ops::Range<u64>, tag: &str) -> Vec<u8> {
@@ -11,7 +9,7 @@ fn image_of(ns: std::ops::Range<u64>, tag: &str) -> Vec<u8> {
 }
 
 #[test]
-fn rule3_an_image_never_replaces_a_valid_memory_entry() {
+fn invariant3_an_image_never_replaces_a_valid_memory_entry() {
     let cache = Cache::new();
     let o = owner();
     cache.insert(&o, &key(1), compiled(1, "memory"));
@@ -25,7 +23,7 @@ fn rule3_an_image_never_replaces_a_valid_memory_entry() {
 }
 
 #[test]
-fn rule3_the_first_image_wins_over_later_ones() {
+fn invariant3_the_first_image_wins_over_later_ones() {
     // Both sides of the duplicate check: a small later image against a large
     // earlier one, and a large later image against a small earlier one.
     for (first, second) in [(0..50, 10..12), (10..12, 0..50)] {
@@ -46,7 +44,7 @@ fn rule3_the_first_image_wins_over_later_ones() {
 }
 
 #[test]
-fn rule3_a_memory_duplicate_is_found_from_either_side() {
+fn invariant3_a_memory_duplicate_is_found_from_either_side() {
     // Memory larger than the image, then the image larger than memory.
     for (memory, image) in [(0..40, 5..7), (5..7, 0..40)] {
         let cache = Cache::new();
@@ -67,19 +65,19 @@ fn rule3_a_memory_duplicate_is_found_from_either_side() {
 }
 
 #[test]
-fn rule3_a_closed_entry_does_not_block_a_merge() {
+fn invariant3_a_closed_entry_does_not_block_a_merge() {
     let cache = Cache::new();
     let o = owner();
-    cache.define("f.cu", cache_support::fp("f.cu", 1));
+    cache.define("f.cu", crate::cache_support::fp("f.cu", 1));
     cache.insert(
         &o,
         &key(1),
-        compiled(1, "old").dep("f.cu", cache_support::fp("f.cu", 1)),
+        compiled(1, "old").dep("f.cu", crate::cache_support::fp("f.cu", 1)),
     );
-    cache.redefine("f.cu", cache_support::fp("f.cu", 2));
+    cache.redefine("f.cu", crate::cache_support::fp("f.cu", 2));
     let image = build_image(
         &o,
-        [compiled(1, "new").dep("f.cu", cache_support::fp("f.cu", 2))],
+        [compiled(1, "new").dep("f.cu", crate::cache_support::fp("f.cu", 2))],
         [key(1)],
     );
     let report = cache.merge_image(open(&image));
@@ -91,7 +89,7 @@ fn rule3_a_closed_entry_does_not_block_a_merge() {
 }
 
 #[test]
-fn rule3_insert_after_merge_keeps_the_image_entry() {
+fn invariant3_insert_after_merge_keeps_the_image_entry() {
     let cache = Cache::new();
     let o = owner();
     cache.merge_image(open(&image_of(0..3, "image")));
@@ -102,7 +100,7 @@ fn rule3_insert_after_merge_keeps_the_image_entry() {
 }
 
 #[test]
-fn rule3_foreign_owners_are_counted_and_never_served() {
+fn invariant3_foreign_owners_are_counted_and_never_served() {
     let mine = owner();
     let theirs = other_owner();
     let accepted = mine.digest();
@@ -114,7 +112,7 @@ fn rule3_foreign_owners_are_counted_and_never_served() {
         producer.insert(&mine, &key(n), compiled(n, "mine"));
         producer.insert(&theirs, &key(n), compiled(n, "theirs"));
     }
-    let report = cache.merge_image(open(&cache_support::image_bytes(&producer, &start)));
+    let report = cache.merge_image(open(&crate::cache_support::image_bytes(&producer, &start)));
     assert_eq!((report.inserted, report.foreign_owner), (3, 3));
     assert!(cache.lookup(&mine.digest(), &key(0)).is_some());
     assert!(cache.lookup(&theirs.digest(), &key(0)).is_none());
@@ -123,14 +121,14 @@ fn rule3_foreign_owners_are_counted_and_never_served() {
 }
 
 #[test]
-fn rule3_owners_never_share_entries() {
+fn invariant3_owners_never_share_entries() {
     let cache = Cache::new();
     cache.insert(&owner(), &key(1), compiled(1, "x"));
     assert!(cache.lookup(&other_owner().digest(), &key(1)).is_none());
 }
 
 #[test]
-fn rule3_reports_sum_and_print() {
+fn invariant3_reports_sum_and_print() {
     let cache = Cache::new();
     let mut total = cache.merge_image(open(&image_of(0..3, "a")));
     total.absorb(cache.merge_image(open(&image_of(2..4, "b"))));

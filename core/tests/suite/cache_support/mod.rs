@@ -19,10 +19,7 @@ pub fn other_owner() -> Owner {
 
 /// The key of test function number `n`.
 pub fn key(n: u64) -> Key {
-    KeyBuilder::new("kiln-core-tests", 1)
-        .field("n", &n)
-        .expect("u64 encodes")
-        .finish()
+    KeyBuilder::new("kiln-core-tests", 1).u64("n", n).finish()
 }
 
 /// Fingerprint number `version` of definition `name`.

@@ -1,14 +1,12 @@
-//! DESIGN rule 1 (snapshot O(1), delta O(new)), rule 2 (only unbounded,
-//! locally compiled entries are exported) and rule 11 (nothing
-//! process-specific in an image).
+//! Invariants 1 (snapshot O(1), delta O(new)), 2 (only unbounded, locally
+//! compiled entries are exported) and 11 (nothing process-specific in an
+//! image) of ARCHITECTURE.md.
 
-mod cache_support;
-
-use cache_support::{compiled, fp, image_bytes, key, open, owner};
+use crate::cache_support::{compiled, fp, image_bytes, key, open, owner};
 use kiln_core::{Cache, Source, World};
 
 #[test]
-fn rule1_snapshot_is_a_position_in_the_insertion_log() {
+fn invariant1_snapshot_is_a_position_in_the_insertion_log() {
     let cache = Cache::new();
     let o = owner();
     for n in 0..1000 {
@@ -32,7 +30,7 @@ fn rule1_snapshot_is_a_position_in_the_insertion_log() {
 }
 
 #[test]
-fn rule1_snapshots_do_not_share_state() {
+fn invariant1_snapshots_do_not_share_state() {
     // The seed design copied the cache and diffed it; with shared vectors a
     // later insert showed up in both copies. Snapshots here are plain marks.
     let cache = Cache::new();
@@ -47,7 +45,7 @@ fn rule1_snapshots_do_not_share_state() {
 }
 
 #[test]
-fn rule2_an_entry_invalidated_after_the_snapshot_is_not_exported() {
+fn invariant2_an_entry_invalidated_after_the_snapshot_is_not_exported() {
     let cache = Cache::new();
     let o = owner();
     cache.define("add.cu", fp("add.cu", 1));
@@ -68,7 +66,7 @@ fn rule2_an_entry_invalidated_after_the_snapshot_is_not_exported() {
 }
 
 #[test]
-fn rule2_entries_merged_from_an_image_are_not_re_exported() {
+fn invariant2_entries_merged_from_an_image_are_not_re_exported() {
     let producer = Cache::new();
     let o = owner();
     let start = producer.snapshot();
@@ -93,7 +91,7 @@ fn rule2_entries_merged_from_an_image_are_not_re_exported() {
 }
 
 #[test]
-fn rule11_session_dependent_entries_are_never_exported() {
+fn invariant11_session_dependent_entries_are_never_exported() {
     let cache = Cache::new();
     let o = owner();
     let s = cache.snapshot();
@@ -106,7 +104,7 @@ fn rule11_session_dependent_entries_are_never_exported() {
 }
 
 #[test]
-fn rule2_the_delta_round_trips_through_an_image() {
+fn invariant2_the_delta_round_trips_through_an_image() {
     let cache = Cache::new();
     let o = owner();
     let s = cache.snapshot();

@@ -1,15 +1,13 @@
-//! DESIGN rule 10: concurrency. Concurrent `get_or_compile` callers for one
+//! Invariant 10 (ARCHITECTURE.md): concurrency. Concurrent `get_or_compile` callers for one
 //! key compile once; a failure reaches every waiter and is not cached; a
 //! panicking compile does not leave waiters hanging. Plus a stress test.
-
-mod cache_support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::thread;
 
-use cache_support::{build_image, compiled, fp, key, open, owner, ptx};
+use crate::cache_support::{build_image, compiled, fp, key, open, owner, ptx};
 use kiln_core::{Cache, Compiled, Digest, Error};
 
 const THREADS: usize = 6;
@@ -22,7 +20,7 @@ fn wait_for_followers(cache: &Cache) {
 }
 
 #[test]
-fn rule10_concurrent_callers_compile_once() {
+fn invariant10_concurrent_callers_compile_once() {
     let cache = Cache::new();
     let o = owner();
     let compiles = AtomicUsize::new(0);
@@ -55,7 +53,7 @@ fn rule10_concurrent_callers_compile_once() {
 }
 
 #[test]
-fn rule10_a_failure_reaches_every_waiter_and_is_not_cached() {
+fn invariant10_a_failure_reaches_every_waiter_and_is_not_cached() {
     let cache = Cache::new();
     let o = owner();
     let compiles = AtomicUsize::new(0);
@@ -91,7 +89,7 @@ fn rule10_a_failure_reaches_every_waiter_and_is_not_cached() {
 }
 
 #[test]
-fn rule10_a_panicking_compile_releases_its_waiters() {
+fn invariant10_a_panicking_compile_releases_its_waiters() {
     let cache = Cache::new();
     let o = owner();
     let barrier = Barrier::new(THREADS);
@@ -153,7 +151,7 @@ fn version_of(hit: &kiln_core::Hit<'_>) -> u64 {
 }
 
 #[test]
-fn rule10_stress_inserts_lookups_compiles_and_redefines() {
+fn invariant10_stress_inserts_lookups_compiles_and_redefines() {
     let cache = Cache::new();
     let o = owner();
     // Every definition version's fingerprint, to read versions back.
@@ -247,7 +245,7 @@ fn rule10_stress_inserts_lookups_compiles_and_redefines() {
             let hit = cache
                 .lookup(&o.digest(), &key(m))
                 .unwrap_or_else(|| panic!("f{m} lost"));
-            assert_eq!(ptx(&hit), cache_support::payload(m, "inserted"));
+            assert_eq!(ptx(&hit), crate::cache_support::payload(m, "inserted"));
         }
     }
     for (n, v) in log.keys() {

@@ -1,4 +1,4 @@
-//! DESIGN rule 6: keys are stable and complete.
+//! Invariant 6 (ARCHITECTURE.md): keys are stable and complete.
 
 use std::collections::BTreeMap;
 
@@ -31,7 +31,7 @@ fn reference_key() -> kiln_core::Key {
 }
 
 #[test]
-fn rule6_golden_key_digest_is_pinned() {
+fn invariant6_golden_key_digest_is_pinned() {
     // A silent change of the key encoding (field framing, postcard, BLAKE3
     // context) changes this digest and fails here: bump the context instead.
     assert_eq!(
@@ -45,7 +45,7 @@ fn rule6_golden_key_digest_is_pinned() {
 }
 
 #[test]
-fn rule6_golden_owner_digest_is_pinned() {
+fn invariant6_golden_owner_digest_is_pinned() {
     let owner = Owner::new("nvrtc", "13.0.48", "sm_90a", ["-O3", "-std=c++17"]).unwrap();
     assert_eq!(
         owner.digest().to_hex(),
@@ -55,12 +55,12 @@ fn rule6_golden_owner_digest_is_pinned() {
 }
 
 #[test]
-fn rule6_same_inputs_give_the_same_key() {
+fn invariant6_same_inputs_give_the_same_key() {
     assert_eq!(reference_key(), reference_key());
 }
 
 #[test]
-fn rule6_every_key_input_changes_the_key() {
+fn invariant6_every_key_input_changes_the_key() {
     let reference = reference_key();
     let mut changed_spec = vec![];
     let mut s = spec();
@@ -124,7 +124,7 @@ fn rule6_every_key_input_changes_the_key() {
 }
 
 #[test]
-fn rule6_every_owner_field_changes_the_digest() {
+fn invariant6_every_owner_field_changes_the_digest() {
     let base = Owner::new("nvrtc", "13.0", "sm_90a", ["-O3", "-lineinfo"]).unwrap();
     let variants = [
         Owner::new("nvcc", "13.0", "sm_90a", ["-O3", "-lineinfo"]).unwrap(),
@@ -147,7 +147,7 @@ fn rule6_every_owner_field_changes_the_digest() {
 }
 
 #[test]
-fn rule6_owner_options_are_canonical() {
+fn invariant6_owner_options_are_canonical() {
     let a = Owner::new("nvrtc", "13.0", "sm_90a", ["-O3", "", "  -lineinfo "]).unwrap();
     let b = Owner::new(" nvrtc", "13.0 ", "sm_90a", ["-O3", "-lineinfo"]).unwrap();
     assert_eq!(a.digest(), b.digest());
@@ -155,7 +155,7 @@ fn rule6_owner_options_are_canonical() {
 }
 
 #[test]
-fn rule6_an_owner_must_name_its_compiler_exactly() {
+fn invariant6_an_owner_must_name_its_compiler_exactly() {
     for (c, v, t, field) in [
         ("", "1", "x", "compiler"),
         ("cc", " ", "x", "version"),
@@ -169,7 +169,7 @@ fn rule6_an_owner_must_name_its_compiler_exactly() {
 }
 
 #[test]
-fn rule6_file_inputs_are_fingerprinted_by_contents() {
+fn invariant6_file_inputs_are_fingerprinted_by_contents() {
     let dir = tempfile::tempdir().unwrap();
     let a = dir.path().join("a.cuh");
     let b = dir.path().join("sub_b.cuh");
@@ -189,7 +189,7 @@ fn rule6_file_inputs_are_fingerprinted_by_contents() {
 }
 
 #[test]
-fn rule6_an_unobservable_input_is_refused() {
+fn invariant6_an_unobservable_input_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing.cuh");
     match KeyBuilder::new("k", 1).file("header", &missing) {
@@ -203,7 +203,7 @@ fn rule6_an_unobservable_input_is_refused() {
 }
 
 #[test]
-fn rule6_a_value_postcard_cannot_encode_is_refused() {
+fn invariant6_a_value_postcard_cannot_encode_is_refused() {
     /// A sequence whose length is unknown up front: postcard refuses it.
     struct Unsized;
     impl serde::Serialize for Unsized {
@@ -222,7 +222,7 @@ fn rule6_a_value_postcard_cannot_encode_is_refused() {
 }
 
 #[test]
-fn rule6_serde_field_equals_its_postcard_encoding() {
+fn invariant6_serde_field_equals_its_postcard_encoding() {
     // The streamed encoding is postcard's: the same as hashing the bytes of
     // `postcard::to_allocvec` under the serde tag. (Cross-check of the
     // allocation-free hasher flavor.)
@@ -242,7 +242,7 @@ fn rule6_serde_field_equals_its_postcard_encoding() {
 }
 
 #[test]
-fn rule6_a_value_that_encodes_differently_each_time_is_refused() {
+fn invariant6_a_value_that_encodes_differently_each_time_is_refused() {
     /// Serialises one more element on every call, as a value whose
     /// iteration order or contents change between two passes would.
     struct Drifting(std::cell::Cell<u8>);
@@ -264,5 +264,94 @@ fn rule6_a_value_that_encodes_differently_each_time_is_refused() {
         }
         Err(other) => panic!("expected KeyNondeterministic, got {other}"),
         Ok(_) => panic!("a drifting value made a key"),
+    }
+}
+
+#[test]
+fn invariant6_the_infallible_fields_give_the_keys_of_field() {
+    let field = |value: &dyn erased::Value| value.key();
+    let edges_u64 = [
+        0,
+        1,
+        127,
+        128,
+        300,
+        16_383,
+        16_384,
+        u64::from(u32::MAX),
+        u64::MAX,
+    ];
+    for v in edges_u64 {
+        assert_eq!(
+            KeyBuilder::new("k", 1).u64("v", v).finish(),
+            field(&v),
+            "u64 {v}"
+        );
+    }
+    for v in [0, 1, 127, 128, 65_535, u32::MAX] {
+        assert_eq!(
+            KeyBuilder::new("k", 1).u32("v", v).finish(),
+            field(&v),
+            "u32 {v}"
+        );
+    }
+    for v in [
+        0,
+        1,
+        -1,
+        63,
+        -64,
+        64,
+        -65,
+        i64::from(i32::MIN),
+        i64::MAX,
+        i64::MIN,
+    ] {
+        assert_eq!(
+            KeyBuilder::new("k", 1).i64("v", v).finish(),
+            field(&v),
+            "i64 {v}"
+        );
+    }
+    for v in [0, 1, -1, 1_000_000, -1_000_000, i32::MAX, i32::MIN] {
+        assert_eq!(
+            KeyBuilder::new("k", 1).i32("v", v).finish(),
+            field(&v),
+            "i32 {v}"
+        );
+    }
+    for v in [false, true] {
+        assert_eq!(
+            KeyBuilder::new("k", 1).bool("v", v).finish(),
+            field(&v),
+            "bool {v}"
+        );
+    }
+    // Distinct values, distinct keys.
+    assert_ne!(
+        KeyBuilder::new("k", 1).u64("v", 1).finish(),
+        KeyBuilder::new("k", 1).u64("v", 2).finish()
+    );
+    assert_ne!(
+        KeyBuilder::new("k", 1).bool("v", false).finish(),
+        KeyBuilder::new("k", 1).bool("v", true).finish()
+    );
+}
+
+/// `KeyBuilder::field` over a few value types, behind one trait object.
+mod erased {
+    use kiln_core::{Key, KeyBuilder};
+
+    pub trait Value {
+        fn key(&self) -> Key;
+    }
+
+    impl<T: serde::Serialize> Value for T {
+        fn key(&self) -> Key {
+            KeyBuilder::new("k", 1)
+                .field("v", self)
+                .expect("a primitive encodes")
+                .finish()
+        }
     }
 }

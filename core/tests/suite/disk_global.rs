@@ -3,7 +3,7 @@
 //! segment, not copied: ARCHITECTURE.md invariant 7 for the disk tier.
 //!
 //! Each process is this test binary re-run with `KILN_DISK_GLOBAL_ROLE` set,
-//! running the ignored test `child`: the first compiles an entry through
+//! running the suite's ignored test `child`: the first compiles an entry through
 //! `kiln_core::global()`, which stores it on disk; the second gets it again
 //! and checks where its payload bytes live.
 #![cfg(target_os = "linux")]
@@ -110,9 +110,9 @@ fn placement(bytes: &[u8], dir: &Path) -> String {
     format!("{mapped},{aligned}")
 }
 
-#[test]
-#[ignore = "helper: run in a child process by the other tests"]
-fn child() {
+/// The child's role named by `KILN_DISK_GLOBAL_ROLE` (nothing when unset),
+/// run by the suite's `child` test.
+pub fn run_child_role() {
     let role = match std::env::var(ROLE) {
         Ok(role) => role,
         Err(_) => return,

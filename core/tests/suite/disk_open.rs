@@ -3,12 +3,10 @@
 //! found again if it is replaced before the first lookup), and tier hits
 //! that borrow their bytes from the segment instead of copying them.
 
-mod disk_support;
-
 use std::fs;
 use std::sync::Arc;
 
-use disk_support::{
+use crate::disk_support::{
     compacted, compile, compiled, config, default_len, entry, ids, key, owner, segment_files,
 };
 use kiln_core::disk::{DiskCache, DiskConfig};

@@ -6,14 +6,12 @@
 //! otherwise.
 #![cfg(unix)]
 
-mod disk_support;
-
 use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use disk_support::{
+use crate::disk_support::{
     WarnCounter, compile, compiled, config, default_len, entry, ids, key, owner, segment_files,
 };
 use kiln_core::disk::{DiskCache, DiskConfig, DiskTier};
@@ -55,7 +53,7 @@ fn mkfifo(path: &Path) {
 /// A cache under `dir` holding kernels `0..n`, compacted (so there is a
 /// base segment), then dropped.
 fn filled(dir: &Path, n: u64) {
-    disk_support::compacted(dir, n);
+    crate::disk_support::compacted(dir, n);
 }
 
 /// The images subdirectory of the test cache at `dir`.

@@ -1,16 +1,14 @@
-//! DESIGN rule 7: zero-copy. Image-backed hits borrow their bytes from the
+//! Invariant 7 (ARCHITECTURE.md): zero-copy. Image-backed hits borrow their bytes from the
 //! image; merging touches the index, not the payloads; entries compiled in
 //! this process own their bytes.
 
-mod cache_support;
-
-use cache_support::{build_image, compiled, key, open, owner, payload};
+use crate::cache_support::{build_image, compiled, key, open, owner, payload};
 use kiln_core::{ArtifactKind, Cache, Source};
 use kiln_image::{Image, Verification};
 use kiln_test_support::leak_aligned;
 
 #[test]
-fn rule7_image_hits_borrow_bytes_from_the_image() {
+fn invariant7_image_hits_borrow_bytes_from_the_image() {
     let o = owner();
     let bytes = build_image(&o, (0..8).map(|n| compiled(n, "img")), (0..8).map(key));
     let embedded = leak_aligned(&bytes);
@@ -34,7 +32,7 @@ fn rule7_image_hits_borrow_bytes_from_the_image() {
 }
 
 #[test]
-fn rule7_merging_does_not_read_payloads() {
+fn invariant7_merging_does_not_read_payloads() {
     // Flip a byte inside one payload: a merge that read payloads would notice.
     // The merge accepts the entry (it touches the index only), and so does a
     // lookup (it checks the record only); the first access to the payload
@@ -68,7 +66,7 @@ fn rule7_merging_does_not_read_payloads() {
 }
 
 #[test]
-fn rule7_compiled_entries_are_served_from_memory() {
+fn invariant7_compiled_entries_are_served_from_memory() {
     let cache = Cache::new();
     let o = owner();
     let inserted = cache.insert(&o, &key(1), compiled(1, "mem"));
