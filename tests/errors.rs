@@ -32,7 +32,10 @@ fn a_backend_error_becomes_kiln_error_backend_with_its_source() {
 #[test]
 fn the_cache_error_a_backend_wraps_comes_back_unwrapped() {
     let wrapped = kiln::cuda::Error::from(kiln::Error::OutDirUnset);
-    assert!(matches!(wrapped, kiln::cuda::Error::Cache(_)), "{wrapped:?}");
+    assert!(
+        matches!(wrapped, kiln::cuda::Error::Cache(_)),
+        "{wrapped:?}"
+    );
     let back = kiln::Error::from(wrapped);
     assert!(matches!(back, kiln::Error::OutDirUnset), "{back:?}");
 }
