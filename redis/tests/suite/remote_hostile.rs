@@ -8,14 +8,12 @@
 //! correctness bound (an operation that hangs, or takes two deadlines),
 //! not a performance figure.
 
-mod remote_support;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::remote_support::{Answer, HostileServer, WarnCounter, child_process, get, run_child};
 use kiln_core::{Cache, Source};
 use kiln_redis::{RemoteConfig, RemoteStats, RemoteTier};
-use remote_support::{Answer, HostileServer, WarnCounter, child_process, get, run_child};
 
 /// The deadline of one operation in these tests.
 const DEADLINE: Duration = Duration::from_millis(300);
@@ -63,7 +61,7 @@ fn assert_one_outage(server: &HostileServer, url: &str, what: &str, why: &str) {
     let (stats, warnings) = two_kernels(url, what);
     assert_eq!(
         stats,
-        remote_support::counted(|s| {
+        crate::remote_support::counted(|s| {
             s.failures = 1;
             s.skipped = 3;
         }),
@@ -215,7 +213,7 @@ fn an_error_reply_is_a_refusal_without_backoff() {
     // Every GETRANGE and SET was asked and refused; one warning.
     assert_eq!(
         stats,
-        remote_support::counted(|s| {
+        crate::remote_support::counted(|s| {
             s.failures = 4;
         })
     );
@@ -256,10 +254,4 @@ fn threads_waiting_for_the_same_kernel_are_bounded_by_the_one_deadline() {
     assert_eq!(compiles.load(Ordering::SeqCst), 1);
     assert_eq!(cache.stats().compile_waits, 3);
     assert_eq!((tier.stats().failures, server.connections()), (1, 1));
-}
-
-#[test]
-#[ignore = "helper: run in a child process by the other tests"]
-fn child() {
-    remote_support::run_child_role();
 }

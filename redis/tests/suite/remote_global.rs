@@ -2,16 +2,14 @@
 //! `KILN_REMOTE_CACHE` is set, through the tier factory it registers: the
 //! wiring an application gets from `kiln::global()` with the feature
 //! `redis`. Each process is this test binary re-run with
-//! `KILN_REMOTE_GLOBAL_ROLE` set, running the ignored test `child`, which
+//! `KILN_REMOTE_GLOBAL_ROLE` set, running the suite's ignored test `child`, which
 //! uses nothing but `kiln_core::global()`.
-
-mod remote_support;
 
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::remote_support::{RedisServer, get};
 use kiln_test_support::child;
-use remote_support::{RedisServer, get};
 
 // The application links kiln-redis (with `kiln`, through the facade's
 // feature `redis`); this test names nothing else of it.
@@ -88,9 +86,9 @@ fn the_global_cache_asks_the_remote_tier_after_the_disk_and_writes_hits_through(
     );
 }
 
-#[test]
-#[ignore = "helper: run in a child process by the other tests"]
-fn child() {
+/// The child's role named by `KILN_REMOTE_GLOBAL_ROLE` (nothing when unset),
+/// run by the suite's `child` test.
+pub fn run_child_role() {
     match std::env::var(ROLE).as_deref() {
         Ok("global") => {}
         _ => return,

@@ -2,16 +2,16 @@
 //! Redis server: in one process, and across processes.
 //!
 //! Children are this test binary re-run with `KILN_REMOTE_TEST_ROLE` set,
-//! running the ignored test `child`.
-
-mod remote_support;
+//! running the suite's ignored test `child`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::remote_support::{
+    RedisServer, cache_with, child_process, get, key, owner, remote, run_child,
+};
 use kiln_core::Source;
 use kiln_core::disk::{DiskCache, DiskConfig};
 use kiln_image::{Image, Verification};
-use remote_support::{RedisServer, cache_with, child_process, get, key, owner, remote, run_child};
 
 #[test]
 fn a_second_cache_gets_every_entry_from_the_remote_and_writes_it_to_its_disk() {
@@ -139,12 +139,6 @@ fn two_processes_with_separate_disk_caches_share_entries() {
         third,
         "compiles=0 tier_hits=12 remote_hits=0 remote_stored=0 remote_failures=0"
     );
-}
-
-#[test]
-#[ignore = "helper: run in a child process by the other tests"]
-fn child() {
-    remote_support::run_child_role();
 }
 
 fn tempdir() -> tempfile::TempDir {

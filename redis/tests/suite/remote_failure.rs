@@ -2,16 +2,14 @@
 //! kernel is still compiled and correct, one warning is logged, and after
 //! the first failure the server is not asked again until the back-off ends.
 
-mod remote_support;
-
 use std::io::Read;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::remote_support::{RedisServer, WarnCounter, cache_with, free_port, get, remote};
 use kiln_core::{Cache, Source};
 use kiln_redis::{RemoteConfig, RemoteTier};
-use remote_support::{RedisServer, WarnCounter, cache_with, free_port, get, remote};
 
 #[test]
 fn server_stopped_mid_run_falls_back_to_compiling_and_warns_once() {
@@ -38,7 +36,7 @@ fn server_stopped_mid_run_falls_back_to_compiling_and_warns_once() {
     // were skipped while backing off.
     assert_eq!(
         tier.stats(),
-        remote_support::counted(|s| {
+        crate::remote_support::counted(|s| {
             s.misses = 1;
             s.stored = 1;
             s.failures = 1;

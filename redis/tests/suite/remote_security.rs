@@ -2,18 +2,12 @@
 //! or an untrusted certificate is a failure (compile, warn once), and the
 //! password never appears in a warning.
 
-mod remote_support;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::remote_support::{
+    RedisServer, WarnCounter, child_process, get, key, owner, remote, run_child,
+};
 use kiln_core::{Cache, Source};
-use remote_support::{RedisServer, WarnCounter, child_process, get, key, owner, remote, run_child};
-
-#[test]
-#[ignore = "helper: run in a child process by the other tests"]
-fn child() {
-    remote_support::run_child_role();
-}
 
 #[test]
 fn password_user_and_database_pass_through() {

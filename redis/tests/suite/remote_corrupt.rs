@@ -2,16 +2,14 @@
 //! short, or a valid image of another entry is rejected, the kernel is
 //! compiled, and the compile's store replaces the bad value.
 
-mod remote_support;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use std::time::Duration;
 
+use crate::remote_support::{RedisServer, WarnCounter, get, key, owner, remote};
 use kiln_core::{Cache, Source};
 use kiln_image::{Image, ImageMeta, ImageWriter, Verification};
 use kiln_redis::{RemoteConfig, RemoteTier};
-use remote_support::{RedisServer, WarnCounter, get, key, owner, remote};
 
 /// Kernel `i`'s value as a correct remote tier stores it.
 fn stored_value(server: &RedisServer, i: u64) -> Vec<u8> {
@@ -75,7 +73,7 @@ fn corrupt_values_are_rejected_and_replaced() {
     // The payload (the kernel's code) is at the end of the image.
     let at = good
         .windows(32)
-        .position(|w| w == &remote_support::code(1)[..32])
+        .position(|w| w == &crate::remote_support::code(1)[..32])
         .expect("the payload is stored verbatim");
     payload_flip[at + 5] ^= 0x01;
     let mut header_flip = good.clone();
