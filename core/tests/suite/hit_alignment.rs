@@ -24,7 +24,11 @@ const ENTRIES: u64 = 32;
 /// mapped rather than read).
 fn compiled(n: u64) -> Compiled {
     let len = usize::try_from(3 + n * 37 % 200).expect("small");
-    let cubin_len = if n.is_multiple_of(8) { 100_000 } else { len * 3 + 1 };
+    let cubin_len = if n.is_multiple_of(8) {
+        100_000
+    } else {
+        len * 3 + 1
+    };
     Compiled::new(format!("f{n}"))
         .artifact(Artifact {
             kind: ArtifactKind::Ptx,
