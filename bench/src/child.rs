@@ -14,7 +14,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use kiln::Cache;
+use kiln::cache::Cache;
 use kiln::env::Switches;
 use serde::{Deserialize, Serialize};
 
@@ -136,7 +136,7 @@ impl Lookups {
                 // A cache of the program's own, so that only the file image
                 // (KILN_IMAGE_PATH, set by the driver) is merged.
                 let cache = leak(Cache::new());
-                let report = kiln::load_images(cache, &Switches::from_env(), &[]);
+                let report = kiln::cache::load_images(cache, &Switches::from_env(), &[]);
                 if let Some((source, err)) = report.skipped().next() {
                     return Err(BenchError::FileImage(format!("{source}: {err}")));
                 }
@@ -149,11 +149,11 @@ impl Lookups {
                 Lookups::Kiln(cache)
             }
             Mode::KilnDisk => {
-                // The tiers of the global cache (`kiln::add_tiers`), the disk
+                // The tiers of the global cache (`kiln::cache::add_tiers`), the disk
                 // tier in the warmed directory; no image merged.
                 let cache = leak(Cache::new());
                 let dir = fixtures.disk_dir();
-                kiln::add_tiers(cache, |name| {
+                kiln::cache::add_tiers(cache, |name| {
                     (name == "KILN_CACHE_DIR").then(|| dir.clone().into_os_string())
                 });
                 Lookups::Kiln(cache)
@@ -174,8 +174,8 @@ impl Lookups {
             let len = match self {
                 Lookups::Kiln(cache) => {
                     // A warm mode that misses compiles here, and is refused after.
-                    let hit =
-                        cache.get_or_compile(&kernel.owner, &kernel.key, || kernel.compile())?;
+                    let hit = cache
+                        .get_or_compile(&kernel.owner, &kernel.key, || Ok(kernel.compile()?))?;
                     black_box(hit.artifact(&IN_HAND).ok_or_else(|| missing(kernel))?).len()
                 }
                 Lookups::Dir(dir) => {

@@ -52,6 +52,7 @@ pub const RUN_TIME: [&str; 10] = [
 
 /// The switches in force, as read from the environment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Switches {
     /// `KILN_DISABLE`: merge no image.
     pub disable: bool,

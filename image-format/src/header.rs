@@ -225,6 +225,9 @@ impl Header {
     /// Checks run in an order that gives the most useful message: magic,
     /// format version, header checksum, archive layout, rkyv version,
     /// reserved bytes (zero), then lengths and regions.
+    ///
+    /// # Errors
+    /// The [`ImageError`] of the first check that fails, in the order above.
     pub fn parse(bytes: &[u8], image_len: u64) -> Result<Header, ImageError> {
         let image = bytes;
         let file_len = image_len;
@@ -435,7 +438,9 @@ pub(crate) fn header_checksum(bytes: &[u8; HEADER_LEN]) -> Digest {
 
 /// Recomputes and stores the header checksum of `image` in place: for tests
 /// that patch header fields and want the field check, not the checksum
-/// check, to fire. Does nothing on a slice shorter than a header.
+/// check, to fire. Does nothing on a slice shorter than a header. With the
+/// feature `fuzzing` only.
+#[cfg(feature = "fuzzing")]
 pub fn reseal_header(image: &mut [u8]) {
     if let Some(bytes) = image.first_chunk_mut::<HEADER_LEN>() {
         let checksum = header_checksum(bytes);

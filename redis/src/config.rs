@@ -1,12 +1,5 @@
 //! The remote tier's settings: the server's URL, the timeout per operation,
-//! the back-off after a failure.
-//!
-//! | variable | effect |
-//! | --- | --- |
-//! | `KILN_REMOTE_CACHE=redis://host:port/db` | turn the remote tier on (`rediss://` for TLS; `redis://user:password@host:port/db` for AUTH) |
-//! | `KILN_REMOTE_TIMEOUT_MS=500` | the most one operation (connecting and the handshake included, `GETRANGE` or `SET` and its whole reply) may take, in milliseconds |
-//!
-//! An unset or empty `KILN_REMOTE_CACHE` leaves the remote tier off.
+//! the back-off after a failure ([`RemoteConfig`]).
 
 use std::ffi::OsString;
 use std::fmt;
@@ -20,6 +13,15 @@ pub const REMOTE_CACHE: &str = "KILN_REMOTE_CACHE";
 pub const REMOTE_TIMEOUT_MS: &str = "KILN_REMOTE_TIMEOUT_MS";
 
 /// Where the remote tier is and how long it may take.
+///
+/// From the environment ([`RemoteConfig::from_env`]):
+///
+/// | variable | effect |
+/// | --- | --- |
+/// | `KILN_REMOTE_CACHE=redis://host:port/db` | turn the remote tier on (`rediss://` for TLS; `redis://user:password@host:port/db` for AUTH) |
+/// | `KILN_REMOTE_TIMEOUT_MS=500` | the most one operation (connecting and the handshake included, `GETRANGE` or `SET` and its whole reply) may take, in milliseconds |
+///
+/// An unset or empty `KILN_REMOTE_CACHE` leaves the remote tier off.
 ///
 /// ```
 /// use std::time::Duration;

@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use kiln::cuda::{Arch, Device, Selection, SelectionStats};
-use kiln::{Digest, Source};
+use kiln::cache::Source;
+use kiln::image::Digest;
 
 use kernels::Wanted;
 use output::{Outcome, Output};
@@ -85,7 +86,7 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     let report = if definitions.is_empty() {
         kiln::init()
     } else {
-        kiln::init_with(|cache| {
+        kiln::cache::init_with(|cache| {
             for (name, fingerprint) in &definitions {
                 cache.define(name, *fingerprint);
             }
@@ -143,7 +144,9 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
                             Outcome::Image
                         }
                         Source::Memory => Outcome::Memory,
-                        Source::Tier => {
+                        // The disk or remote tier (or a source newer than
+                        // this program: `Source` may grow).
+                        _ => {
                             from_tier += 1;
                             Outcome::Tier
                         }
@@ -182,7 +185,7 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     );
 
     if args.compare_cold {
-        let fresh = kiln::Cache::new();
+        let fresh = kiln::cache::Cache::new();
         let started = Instant::now();
         for kernel in &wanted {
             let cold = kernel.get(&fresh, &device)?;
