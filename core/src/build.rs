@@ -330,12 +330,13 @@ impl<'a> Session<'a> {
     /// Compiles every specialization of `work` (a label and a compile each) on up
     /// to `jobs` threads (see [`jobs`]), each as [`Session::specialize`] does, and
     /// reports them in the order given. The image does not depend on the order in
-    /// which they finish: its entries are sorted.
+    /// which they finish: its entries are sorted. As with [`Session::specialize`],
+    /// a compile may return what borrows from the block's cache.
     pub fn specialize_all<T, E, F>(&mut self, jobs: usize, work: Vec<(String, F)>) -> Vec<Option<T>>
     where
         T: Send,
         E: Display + Send,
-        F: FnOnce(&Cache) -> Result<T, E> + Send,
+        F: FnOnce(&'a Cache) -> Result<T, E> + Send,
     {
         let cache = self.cache;
         let (labels, compiles): (Vec<String>, Vec<F>) = work.into_iter().unzip();
@@ -403,9 +404,9 @@ impl<'a> Session<'a> {
 type Finished<T> = (Duration, Result<T, String>);
 
 /// Runs one compile, catching a panic: its time and its value or failure.
-fn run_one<T, E: Display>(
-    cache: &Cache,
-    compile: impl FnOnce(&Cache) -> Result<T, E>,
+fn run_one<'c, T, E: Display>(
+    cache: &'c Cache,
+    compile: impl FnOnce(&'c Cache) -> Result<T, E>,
 ) -> Finished<T> {
     let started = Instant::now();
     let outcome = catch_unwind(AssertUnwindSafe(|| compile(cache)));
@@ -838,7 +839,7 @@ mod tests {
                         .collect();
                     let results = session.specialize_all(jobs, work);
                     assert_eq!(results.iter().filter(|r| r.is_some()).count(), 5);
-                    Ok::<(), Error>(())
+                    Ok(())
                 })
                 .unwrap();
             (report, String::from_utf8(output).unwrap())

@@ -112,6 +112,9 @@ pub fn device_arch(ctx: &CudaContext) -> Result<Arch, Error> {
 
 /// The context's device as [`select`](super::select) sees it: its plain arch and
 /// its driver's CUDA version.
+///
+/// # Errors
+/// The errors of [`device_arch`] and [`driver_version`].
 pub fn device(ctx: &CudaContext) -> Result<Device, Error> {
     Ok(Device::new(device_arch(ctx)?).with_driver(driver_version()?))
 }

@@ -538,7 +538,7 @@ impl Shipment {
         let owner = request.owner(release).expect("owner");
         let key = request.key().expect("key");
         cache
-            .get_or_compile(&owner, &key, || Ok::<_, std::io::Error>(entry))
+            .get_or_compile(&owner, &key, || Ok(entry))
             .expect("recorded");
         cache.delta(&start).write_image(at, meta()).expect("image");
         let digest = request.include_dirs()[0].digest();

@@ -17,8 +17,7 @@ fn main() -> Result<(), kiln::cuda::Error> {
 /// records no compiler (the library then compiles at run time).
 fn cuda_library() -> Result<(), kiln::cuda::Error> {
     // A CUBIN per target (in parallel, on cargo's NUM_JOBS), PTX for the lowest.
-    let mut plan =
-        kiln::cuda::ShipPlan::parse("sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120")?;
+    let mut plan = kiln::cuda::ShipPlan::parse("sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120")?;
     kiln::build::Precompile::new("my-cuda-kernels").run(|session| {
         session.uses_source("src/cuda_catalogue.rs");
         Ok(plan.precompile(session, &cuda_catalogue::common(), cuda_catalogue::request)?)

@@ -1,8 +1,8 @@
 //! The CUDA C++ generator, shared by the library and its build script
 //! (`#[path]`), so that both derive the same keys.
 
-use kiln::image::Digest;
 use kiln::cuda::{Arch, KernelRequest, Toolchain};
+use kiln::image::Digest;
 
 /// The archs shipped as CUBINs (the lowest also as PTX); the same as
 /// `kiln-kernels-demo`'s.

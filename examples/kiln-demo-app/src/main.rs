@@ -24,8 +24,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use kiln::cuda::{Arch, Device, Selection, SelectionStats};
 use kiln::cache::Source;
+use kiln::cuda::{Arch, Device, Selection, SelectionStats};
 use kiln::image::Digest;
 
 use kernels::Wanted;

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use kiln::cuda::{Arch, BuildRecord, Device, Selection, SelectionStats};
 use kiln::cache::{ImageOutcome, InitReport};
+use kiln::cuda::{Arch, BuildRecord, Device, Selection, SelectionStats};
 use serde_json::json;
 
 /// How one kernel was obtained.
