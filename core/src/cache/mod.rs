@@ -12,6 +12,7 @@
 //! | `single_flight` | one compile per key at a time                              |
 //! | `delta`         | [`Snapshot`], [`Delta`]                                    |
 //! | `hit`           | [`Hit`], [`Source`]                                        |
+//! | `record`        | [`Cache::record_into`]: what `get_or_compile` returns      |
 //! | `tier`          | the [`Tier`] trait                                         |
 //! | `stats`         | counters and [`Stats`]                                     |
 //! | `config`        | [`CacheConfig`]                                            |
@@ -55,6 +56,7 @@ mod instance;
 mod layers;
 mod lookup;
 mod merge;
+mod record;
 mod single_flight;
 mod stats;
 mod store;
@@ -62,7 +64,7 @@ mod tier;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 pub use config::{CacheConfig, OwnerFilter};
 pub use delta::{Delta, Snapshot};
@@ -119,6 +121,7 @@ pub struct Cache {
     flights: Flights,
     counters: Counters,
     lookups: LookupStripes,
+    recorder: OnceLock<Arc<crate::record::Recorder>>,
 }
 
 // The cache is shared by all threads.
@@ -167,6 +170,7 @@ impl Cache {
             flights: Flights::default(),
             counters: Counters::default(),
             lookups: LookupStripes::new(),
+            recorder: OnceLock::new(),
         }
     }
 
