@@ -5,8 +5,9 @@
 //! from an image, from the disk cache (`KILN_CACHE_DIR`) or was compiled, and the time until the compiled kernel was
 //! in hand; then the totals. `--compare-cold` compiles the same kernels from
 //! scratch for comparison; `--gpu` (or `KILN_DEMO_GPU=1`) also launches each
-//! kernel on GPU 0 and checks it against a CPU reference. `--json` prints one
-//! JSON object per line.
+//! kernel on GPU 0 and checks it against a CPU reference. `--extra` also
+//! asks for a few specializations the libraries do not ship. `--json` prints
+//! one JSON object per line.
 //!
 //! ```text
 //! cargo run -p kiln-demo-app --release -- --compare-cold
@@ -42,6 +43,10 @@ struct Args {
     /// The arch to ask for (default: the one the images were built for).
     #[arg(long)]
     arch: Option<String>,
+    /// Also ask for a few specializations that the libraries do not ship
+    /// (see `Wanted::extras`), as an application's own workload would.
+    #[arg(long)]
+    extra: bool,
     /// Ask only for the kernels whose name contains this text.
     #[arg(long, value_name = "TEXT")]
     only: Option<String>,
@@ -97,6 +102,9 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     out.setup(&arch.to_string(), &setup);
 
     let mut wanted = Wanted::all();
+    if args.extra {
+        wanted.extend(Wanted::extras());
+    }
     if let Some(only) = &args.only {
         wanted.retain(|kernel| kernel.name().contains(only.as_str()));
     }
