@@ -199,7 +199,7 @@ pub(crate) enum Acquired<'a> {
 /// One entry as a process records it: which `(owner, key)`, and whether the
 /// process found it in an image (image hits and in-memory hits of the same
 /// entry are counted apart).
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 struct Slot {
     owner: Digest,
     key: Digest,
@@ -210,6 +210,73 @@ impl Slot {
     fn shard(&self) -> usize {
         usize::from(self.key.as_bytes()[0]) % SHARDS
     }
+}
+
+/// Hashes 8 bytes of each digest (BLAKE3 outputs, so any 8 bytes spread
+/// well) into the map's keyed hasher; equality still compares them whole.
+impl std::hash::Hash for Slot {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let prefix = |digest: &Digest| {
+            let bytes = digest.as_bytes();
+            u64::from_le_bytes([
+                bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+            ])
+        };
+        state.write_u64(prefix(&self.key) ^ u64::from(self.image));
+        state.write_u64(prefix(&self.owner));
+    }
+}
+
+/// The entries a process recorded, by slot.
+type Slots = HashMap<Slot, Arc<Tally>>;
+
+/// The slots each thread has already counted, per recorder (at most
+/// [`SEEN_RECORDERS`] recorders, the oldest forgotten first): a hit of a
+/// known entry is counted without touching a lock that other threads touch.
+const SEEN_RECORDERS: usize = 4;
+
+thread_local! {
+    static SEEN: std::cell::RefCell<Vec<(u64, Slots)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Counts a hit of `slot` if this thread already holds its tally for
+/// recorder `id`; false if it does not.
+#[inline]
+fn count_seen(id: u64, slot: &Slot) -> bool {
+    SEEN.try_with(|seen| {
+        let Ok(seen) = seen.try_borrow() else {
+            return false;
+        };
+        let tally = seen
+            .iter()
+            .find(|(of, _)| *of == id)
+            .and_then(|(_, slots)| slots.get(slot));
+        if let Some(tally) = tally {
+            tally.hits.fetch_add(1, Ordering::Relaxed);
+        }
+        tally.is_some()
+    })
+    .unwrap_or(false)
+}
+
+/// Remembers in this thread that `slot` of recorder `id` is `tally`.
+fn remember(id: u64, slot: Slot, tally: Arc<Tally>) {
+    let _ = SEEN.try_with(|seen| {
+        let Ok(mut seen) = seen.try_borrow_mut() else {
+            return;
+        };
+        let at = match seen.iter().position(|(of, _)| *of == id) {
+            Some(at) => at,
+            None => {
+                if seen.len() == SEEN_RECORDERS {
+                    seen.remove(0);
+                }
+                seen.push((id, Slots::default()));
+                seen.len() - 1
+            }
+        };
+        seen[at].1.insert(slot, tally);
+    });
 }
 
 /// What a process knows of one recorded entry.
@@ -235,7 +302,9 @@ struct Tally {
 pub struct Recorder {
     path: PathBuf,
     file: File,
-    shards: Box<[RwLock<HashMap<Slot, Tally>>]>,
+    /// Tells this recorder's slots apart in the threads' [`SEEN`] sets.
+    id: u64,
+    shards: Box<[RwLock<Slots>]>,
     entries: AtomicUsize,
     /// A write failed: nothing more is written.
     broken: AtomicBool,
@@ -271,6 +340,10 @@ impl Recorder {
         let recorder = Arc::new(Recorder {
             path: path.to_owned(),
             file,
+            id: {
+                static NEXT: AtomicU64 = AtomicU64::new(0);
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            },
             shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
             entries: AtomicUsize::new(0),
             broken: AtomicBool::new(false),
@@ -350,15 +423,23 @@ impl Recorder {
         }
     }
 
-    /// Counts a hit of a known entry; false if the entry is new.
+    /// Counts a hit of a known entry; false if the entry is new. A thread
+    /// that counted the entry before finds it in its own set, without a
+    /// lock; otherwise the shard is read and the entry remembered.
     #[inline]
     fn count(&self, slot: &Slot) -> bool {
-        let shard = self.shards[slot.shard()]
+        if count_seen(self.id, slot) {
+            return true;
+        }
+        let tally = self.shards[slot.shard()]
             .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        match shard.get(slot) {
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(slot)
+            .cloned();
+        match tally {
             Some(tally) => {
                 tally.hits.fetch_add(1, Ordering::Relaxed);
+                remember(self.id, *slot, tally);
                 true
             }
             None => false,
@@ -387,16 +468,16 @@ impl Recorder {
             }
             return None;
         }
-        shard.insert(
-            slot,
-            Tally {
-                source,
-                hits: AtomicU64::new(1),
-                flushed: AtomicU64::new(1),
-                written: AtomicU32::new(bit),
-            },
-        );
+        let tally = Arc::new(Tally {
+            source,
+            hits: AtomicU64::new(1),
+            flushed: AtomicU64::new(1),
+            written: AtomicU32::new(bit),
+        });
+        shard.insert(slot, Arc::clone(&tally));
+        drop(shard);
         self.entries.fetch_add(1, Ordering::Relaxed);
+        remember(self.id, slot, tally);
         Some(1)
     }
 

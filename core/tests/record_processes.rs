@@ -1,7 +1,8 @@
 //! `KILN_RECORD` from many processes at once: each appends its records to
 //! one file with single `O_APPEND` writes of whole records; the file reads
 //! back with no damaged line, each entry recorded once per process and
-//! every hit counted.
+//! every hit counted. A process killed with SIGKILL has recorded every
+//! entry it used (only its hit counts, written at exit, are lost).
 
 use kiln_core::record::{DEFAULT_READ_LIMIT, Recorder, Recording, SourceKind};
 use kiln_core::{Artifact, ArtifactKind, Cache, Compiled, Key, KeyBuilder, Owner};
@@ -87,8 +88,32 @@ fn child() {
     ) else {
         return;
     };
-    assert_eq!(role, "record");
-    record(Path::new(&path), &me);
+    if role == "killed" {
+        record_then_wait(Path::new(&path), &me);
+    } else {
+        assert_eq!(role, "record");
+        record(Path::new(&path), &me);
+    }
+}
+
+/// Gets `OWN_KEYS` entries twice each, says so, and waits to be killed.
+fn record_then_wait(path: &Path, process: &str) {
+    let cache = Cache::new();
+    cache
+        .record_into(Recorder::open(path).expect("the record file opens"))
+        .expect("no recorder yet");
+    for _ in 0..2 {
+        for n in 0..OWN_KEYS {
+            let name = own_name(process, n);
+            cache
+                .get_or_compile(&owner(), &key(&name), || {
+                    Ok::<_, std::io::Error>(Compiled::new(name.clone()))
+                })
+                .expect("the compile succeeds");
+        }
+    }
+    println!("RESULT ready");
+    std::thread::sleep(std::time::Duration::from_secs(600));
 }
 
 #[test]
@@ -119,6 +144,13 @@ fn processes_appending_to_one_record_file_never_tear_a_record() {
     recording
         .read_file(&path, DEFAULT_READ_LIMIT)
         .expect("the record file reads");
+    let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+    println!(
+        "{PROCESSES} processes x {THREADS} threads: {} records, {bytes} bytes, {} entries, {:?}",
+        recording.records(),
+        recording.len(),
+        recording.damage()
+    );
     assert!(recording.damage().is_clean(), "{:?}", recording.damage());
     assert_eq!(recording.len(), SHARED_KEYS + PROCESSES * OWN_KEYS);
     let per_process = (THREADS * ROUNDS) as u64;
@@ -144,5 +176,42 @@ fn processes_appending_to_one_record_file_never_tear_a_record() {
                 .expect("every process's own key is recorded");
             assert_eq!((used.compiles(), used.hits()), (1, per_process));
         }
+    }
+}
+
+#[test]
+fn a_process_killed_has_recorded_every_entry_it_used() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("killed.rec");
+    let mut spawned = child::command(ROLE, "killed")
+        .env(FILE, &path)
+        .env(ME, "k")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the child starts");
+    let stdout = spawned.stdout.take().expect("piped stdout");
+    let ready = std::io::BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line.contains("RESULT ready"));
+    spawned.kill().expect("SIGKILL");
+    spawned.wait().expect("the child is reaped");
+    assert!(ready, "the child got its entries");
+
+    let mut recording = Recording::new();
+    recording
+        .read_file(&path, DEFAULT_READ_LIMIT)
+        .expect("the record file reads");
+    assert!(recording.damage().is_clean(), "{:?}", recording.damage());
+    assert_eq!(
+        recording.len(),
+        OWN_KEYS,
+        "every entry's record was written at once"
+    );
+    for used in recording.entries() {
+        // The second hit of each was to be counted at exit, which never came.
+        assert_eq!((used.compiles(), used.hits()), (1, 1));
     }
 }
