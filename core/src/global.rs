@@ -895,6 +895,24 @@ mod tests {
     }
 
     #[test]
+    fn kiln_record_records_into_a_file_and_an_unusable_one_records_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = new_cache(&Switches::default());
+        record_into(&cache, dir.path());
+        assert!(cache.recorder().is_none(), "a directory is no record file");
+        let path = dir.path().join("app.rec");
+        record_into(&cache, &path);
+        assert_eq!(cache.recorder().map(|r| r.path()), Some(path.as_path()));
+        get_or_compile(&cache, "x");
+        drop(cache);
+        let mut recording = crate::record::Recording::new();
+        recording
+            .read_file(&path, crate::record::DEFAULT_READ_LIMIT)
+            .unwrap();
+        assert_eq!(recording.len(), 1);
+    }
+
+    #[test]
     fn always_compile_reaches_the_cache_config() {
         let on = Switches {
             always_compile: true,
