@@ -4,7 +4,7 @@
 # and the Redis tier's tests against real loopback servers included).
 #
 #   KILN_FUZZ_SECONDS=N   seconds per fuzz target (default 20; 0 skips fuzzing)
-#   KILN_GPU_TESTS=1 scripts/test.sh -- --ignored    also the GPU tests
+#   KILN_GPU_TESTS=1 scripts/test.sh    also the GPU tests (needs a GPU)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # CI disks are small. A one-shot build gains nothing from incremental state,
@@ -23,6 +23,7 @@ esac
 
 scripts/install-cuda-wheels.sh      # NVRTC + CUB headers from PyPI wheels
 scripts/start-redis.sh --install    # redis-server (+ openssl for the TLS test)
+scripts/install-strace.sh           # strace, for tests/e2e_stripped.rs
 
 fuzz_seconds=${KILN_FUZZ_SECONDS:-20}
 if [ "$fuzz_seconds" != 0 ]; then

@@ -2,18 +2,22 @@
 //! (`examples/kiln-demo-app`, which links two kernel libraries that embed
 //! precompiled images) and run it in fresh processes.
 //!
-//! Needs NVRTC (installed by `scripts/install-cuda-wheels.sh`); without it
-//! the tests skip, except under `CI=true`, where they fail.
+//! Needs NVRTC (installed by `scripts/install-cuda-wheels.sh`) to build the
+//! images; without it the tests skip, except under `CI=true`, where they
+//! fail. `e2e_stripped.rs` runs the same application where NVRTC cannot be
+//! found.
 #![cfg(feature = "cuda")]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+mod demo_app;
+
+use std::path::Path;
+use std::process::Command;
 use std::sync::OnceLock;
 
-use serde_json::Value;
+use demo_app::{Run, demo_app, nvrtc_available};
 
 /// The switches the tests set themselves: never inherited.
-const SWITCHES: [&str; 8] = [
+const SWITCHES: [&str; 9] = [
     "KILN_DISABLE",
     "KILN_ALWAYS_COMPILE",
     "KILN_IMAGE_PATH",
@@ -22,6 +26,7 @@ const SWITCHES: [&str; 8] = [
     "KILN_CACHE",
     "KILN_CACHE_DIR",
     "KILN_CACHE_MAX_BYTES",
+    "KILN_STRICT_TOOLCHAIN",
 ];
 
 /// The disk tier off: for the tests about images, whose outcomes must not
@@ -30,89 +35,6 @@ const NO_DISK: (&str, &str) = ("KILN_CACHE", "0");
 
 /// Kernels of `kiln-kernels-demo` (11) and `kiln-activations-demo` (8).
 const KERNELS: usize = 19;
-
-/// Whether NVRTC is here; under `CI=true` its absence is a failure.
-fn nvrtc_available() -> bool {
-    let found = kiln::cuda::locate_nvrtc(&kiln::cuda::SearchConfig::from_env());
-    kiln_test_support::ci::required(
-        found,
-        "the NVRTC library (run scripts/install-cuda-wheels.sh)",
-    )
-    .is_some()
-}
-
-/// Builds the demo application once per test process; its executable.
-fn demo_app() -> &'static Path {
-    static APP: OnceLock<PathBuf> = OnceLock::new();
-    APP.get_or_init(|| {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let output = Command::new(cargo)
-            .args([
-                "build",
-                "-p",
-                "kiln-demo-app",
-                "--message-format=json-render-diagnostics",
-            ])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("cargo runs");
-        assert!(output.status.success(), "building kiln-demo-app failed");
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .filter(|message| message["target"]["name"] == "kiln-demo-app")
-            .find_map(|message| message["executable"].as_str().map(PathBuf::from))
-            .expect("cargo reports the kiln-demo-app executable")
-    })
-}
-
-/// One run of the application: its JSON lines and its stderr.
-struct Run {
-    lines: Vec<Value>,
-    stderr: String,
-}
-
-impl Run {
-    fn events(&self, event: &str) -> Vec<&Value> {
-        self.lines
-            .iter()
-            .filter(|line| line["event"] == event)
-            .collect()
-    }
-
-    fn one(&self, event: &str) -> &Value {
-        let events = self.events(event);
-        assert_eq!(
-            events.len(),
-            1,
-            "one {event} line expected: {:#?}",
-            self.lines
-        );
-        events[0]
-    }
-
-    /// The image line whose source mentions `name`.
-    fn image(&self, name: &str) -> &Value {
-        self.events("image")
-            .into_iter()
-            .find(|image| image["source"].as_str().is_some_and(|s| s.contains(name)))
-            .unwrap_or_else(|| panic!("no image {name}: {:#?}", self.lines))
-    }
-
-    /// Kernel name -> outcome.
-    fn outcomes(&self) -> Vec<(String, String)> {
-        self.events("kernel")
-            .into_iter()
-            .map(|k| {
-                (
-                    k["name"].as_str().unwrap_or("?").to_owned(),
-                    k["outcome"].as_str().unwrap_or("?").to_owned(),
-                )
-            })
-            .collect()
-    }
-}
 
 /// A disk-cache directory of this test process's own, never the user's:
 /// the default when a test does not set `KILN_CACHE_DIR`.
@@ -132,17 +54,19 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> Run {
     command.env("KILN_CACHE_DIR", scratch_cache_dir());
     command.envs(env.iter().copied());
     let output = command.output().expect("the demo application starts");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let run = Run::parse(&output);
     assert!(
-        output.status.success(),
-        "kiln-demo-app {args:?} failed:\n{stdout}\n{stderr}"
+        run.success,
+        "kiln-demo-app {args:?} failed:\n{}\n{}",
+        run.stdout, run.stderr
     );
-    let lines = stdout
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
-        .collect();
-    Run { lines, stderr }
+    run
+}
+
+/// How many targets each library ships (one entry per kernel and target).
+fn targets(run: &Run) -> (u64, u64) {
+    let count = |name| run.targets(name).len() as u64;
+    (count("kiln-kernels-demo"), count("kiln-activations-demo"))
 }
 
 #[test]
@@ -151,11 +75,19 @@ fn every_kernel_comes_from_the_embedded_images_without_compiling() {
         return;
     }
     let run = run(&[], &[NO_DISK]);
+    let (demo_targets, activation_targets) = targets(&run);
+    assert_eq!(
+        (demo_targets, activation_targets),
+        (7, 7),
+        "{:#?}",
+        run.lines
+    );
 
+    // One entry per kernel and target.
     let demo = run.image("kiln-kernels-demo.kimg");
     assert_eq!(
         (demo["entries"].as_u64(), demo["inserted"].as_u64()),
-        (Some(11), Some(11))
+        (Some(11 * demo_targets), Some(11 * demo_targets))
     );
     let activations = run.image("kiln-activations-demo.kimg");
     assert_eq!(
@@ -163,13 +95,16 @@ fn every_kernel_comes_from_the_embedded_images_without_compiling() {
             activations["entries"].as_u64(),
             activations["inserted"].as_u64()
         ),
-        (Some(8), Some(8))
+        (Some(8 * activation_targets), Some(8 * activation_targets))
     );
 
     let outcomes = run.outcomes();
     assert_eq!(outcomes.len(), KERNELS);
     for (name, outcome) in &outcomes {
         assert_eq!(outcome, "image", "{name}");
+    }
+    for (name, selection) in run.field_per_kernel("selection") {
+        assert_eq!(selection, "exact-cubin", "{name}");
     }
     let summary = run.one("summary");
     assert_eq!(summary["from_image"].as_u64(), Some(KERNELS as u64));
@@ -190,10 +125,12 @@ fn entries_built_against_a_redefined_dependency_are_skipped_and_recompile() {
         &[("KILN_LOG", "warn"), NO_DISK],
     );
 
+    // The four axpy kernels for every target are stale, the CUB ones not.
+    let (targets, _) = targets(&run);
     let demo = run.image("kiln-kernels-demo.kimg");
     assert_eq!(
         (demo["stale"].as_u64(), demo["inserted"].as_u64()),
-        (Some(4), Some(7))
+        (Some(4 * targets), Some(7 * targets))
     );
     assert!(
         run.stderr.contains("stale"),
@@ -239,9 +176,10 @@ fn kiln_always_compile_compiles_even_what_the_images_hold() {
         &["--only", "relu_f32"],
         &[("KILN_ALWAYS_COMPILE", "1"), NO_DISK],
     );
+    let (_, targets) = targets(&run);
     assert_eq!(
         run.image("kiln-activations-demo.kimg")["inserted"].as_u64(),
-        Some(8)
+        Some(8 * targets)
     );
     assert_eq!(
         run.outcomes(),
@@ -270,9 +208,10 @@ fn a_bad_image_in_kiln_image_path_is_skipped_and_the_rest_still_loads() {
         "no warning naming the image:\n{}",
         run.stderr
     );
+    let (targets, _) = targets(&run);
     assert_eq!(
         run.image("kiln-kernels-demo.kimg")["inserted"].as_u64(),
-        Some(11)
+        Some(11 * targets)
     );
     assert_eq!(
         run.outcomes(),
@@ -320,4 +259,24 @@ fn a_second_run_without_images_gets_every_kernel_from_the_disk_tier() {
     assert_eq!(summary["from_tier"].as_u64(), Some(KERNELS as u64));
     assert_eq!(summary["hits_tier"].as_u64(), Some(KERNELS as u64));
     assert_eq!(summary["nvrtc_compiles"].as_u64(), Some(0), "{summary}");
+}
+
+#[test]
+fn the_strict_toolchain_policy_serves_the_images_built_by_this_very_toolchain() {
+    if !nvrtc_available() {
+        return;
+    }
+    // The images were built here, by the NVRTC and headers this process
+    // finds: the strict policy compares them and serves every kernel.
+    let run = run(
+        &["--arch", "sm_86"],
+        &[("KILN_STRICT_TOOLCHAIN", "1"), NO_DISK],
+    );
+    for (name, outcome) in run.outcomes() {
+        assert_eq!(outcome, "image", "{name}");
+    }
+    for (name, selection) in run.field_per_kernel("selection") {
+        assert_eq!(selection, "exact-cubin", "{name}");
+    }
+    assert_eq!(run.one("summary")["nvrtc_compiles"].as_u64(), Some(0));
 }

@@ -237,6 +237,9 @@ fn spawn<T: DeserializeOwned>(
     if let Some(dir) = image_path {
         command.env(kiln::env::IMAGE_PATH, dir);
     }
+    // A PTX load would otherwise come from the driver's JIT cache
+    // (~/.nv/ComputeCache) from the second run on, not from a JIT.
+    command.env("CUDA_CACHE_DISABLE", "1");
     let output = command
         .output()
         .map_err(|e| fail(format!("starting: {e}")))?;

@@ -1,12 +1,17 @@
 //! `--gpu`: time to first launch on GPU 0 in a fresh process, by three paths to
 //! the module of `kiln_axpy<float>`:
 //!
-//! - `nvrtc`: compile with NVRTC, load the CUBIN, launch;
-//! - `cubin`: the CUBIN from the embedded image, load, launch;
+//! - `nvrtc`: compile with NVRTC for the GPU's arch, load the CUBIN, launch;
+//! - `cubin`: the CUBIN the embedded image serves this GPU (its arch's, or a
+//!   compatible one), load, launch;
 //! - `ptx`: the PTX from the embedded image, JIT-compiled by the driver at load,
 //!   launch.
 //!
-//! Each child also checks the launch's result against the CPU reference.
+//! Artifacts are checked as the loader checks them: a CUBIN only if it runs on
+//! the GPU's arch, PTX only if it can be JIT-compiled for it. The driver's JIT
+//! cache is off in the measured children (`CUDA_CACHE_DISABLE=1`), so every
+//! PTX run is a real JIT. Each child also checks the launch's result against
+//! the CPU reference.
 
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -14,9 +19,9 @@ use std::time::Instant;
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use kiln::ArtifactKind;
-use kiln::cuda::{Compiler, loader};
+use kiln::cuda::{Device, Toolchain, loader};
 use kiln_kernel_set::{Dtype, KernelSpec, reference};
-use kiln_kernels_demo::{Kernels, catalogue};
+use kiln_kernels_demo::catalogue;
 use serde::{Deserialize, Serialize};
 
 use crate::child::nanos;
@@ -84,33 +89,60 @@ pub fn measure(started: std::time::Instant, path: GpuPath) -> Result<GpuMeasurem
 
     let clock = Instant::now();
     let spec = KernelSpec::Axpy { dtype: Dtype::F32 };
-    let compiler = Compiler::new()?;
-    let request = spec.request(Kernels::precompiled_arch()?)?;
+    let gpu = loader::device(&ctx)?;
+    let (major, minor) = (gpu.arch().major(), gpu.arch().minor());
     let (image, entry_point) = match path {
         GpuPath::Nvrtc => {
+            let local = Toolchain::local()?;
+            let compiler = local
+                .compiler()
+                .copied()
+                .ok_or_else(|| gpu_error("compiling", &"no NVRTC in this process"))?;
+            let request = catalogue::request(&spec, &local, gpu.arch())?;
             let kernel = compiler.compile(&request)?;
             let entry = kernel.entry_points.first().cloned();
             (kernel.cubin, entry)
         }
         GpuPath::Cubin | GpuPath::Ptx => {
             let cache = kiln::global();
-            let hit = catalogue::fetch(&compiler, cache, &spec, &request)?;
+            let library = kiln_kernels_demo::library();
+            let (asked, kind) = if path == GpuPath::Cubin {
+                (gpu, ArtifactKind::Cubin)
+            } else {
+                // The entry that carries the PTX is the PTX target's.
+                let target = library
+                    .record()?
+                    .ptx_target()
+                    .ok_or_else(|| gpu_error("artifact", &"kiln-kernels-demo ships no PTX"))?;
+                (Device::new(target), ArtifactKind::Ptx)
+            };
+            let served = kiln_kernels_demo::get(cache, &asked, &spec)?;
             if cache.stats().compiles > 0 {
                 return Err(BenchError::Compiled {
                     mode: format!("gpu {}", path.name()),
                     compiles: cache.stats().compiles,
                 });
             }
-            let kind = if path == GpuPath::Cubin {
-                ArtifactKind::Cubin
-            } else {
-                ArtifactKind::Ptx
+            let target = served.target();
+            let runs = match kind {
+                ArtifactKind::Ptx => target.ptx_runs_on(major, minor),
+                _ => target.cubin_runs_on(major, minor),
             };
+            if !runs {
+                return Err(gpu_error(
+                    "artifact",
+                    &format!(
+                        "the image's {kind:?} for {target} does not run on {}",
+                        gpu.arch()
+                    ),
+                ));
+            }
             let missing = || BenchError::Missing {
                 mode: format!("gpu {}", path.name()),
                 kernel: format!("{} ({kind:?})", spec.name()),
             };
-            let artifact = hit
+            let artifact = served
+                .hit()
                 .artifacts()
                 .into_iter()
                 .find(|a| a.kind == kind)

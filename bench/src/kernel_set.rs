@@ -2,12 +2,13 @@
 //! library, whose image is embedded) or the synthetic one (embedded by this
 //! crate's build script).
 
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use kiln::cuda::Compiler;
+use kiln::cuda::{Arch, Toolchain};
 use kiln::registry::EmbeddedImage;
 use kiln::{ArtifactKind, Compiled, Key, Owner};
-use kiln_kernels_demo::{Kernels, catalogue};
+use kiln_kernels_demo::catalogue;
 
 use crate::error::BenchError;
 use crate::synthetic;
@@ -23,7 +24,7 @@ pub const IN_HAND: ArtifactKind = ArtifactKind::Cubin;
 #[serde(rename_all = "kebab-case")]
 pub enum Workload {
     /// `KernelSpec::all()`: axpy/axpby and CUB block reduce/scan, compiled by
-    /// NVRTC for the arch of `kiln-kernels-demo`'s image.
+    /// NVRTC for [`REAL_ARCH`] (one of `kiln-kernels-demo`'s targets).
     Real,
     /// The synthetic entries of this crate's embedded image (no NVRTC).
     Synthetic,
@@ -77,8 +78,9 @@ impl Workload {
     }
 
     /// Every kernel with its owner and key: what a program derives before its
-    /// first lookup. For the real set this learns NVRTC's exact version (in every
-    /// owner) and fingerprints the CCCL headers (part of the CUB kernels' keys).
+    /// first lookup. For the real set, from the toolchain `kiln-kernels-demo`'s
+    /// build recorded (NVRTC's exact release, the CCCL digest): nothing is
+    /// located, loaded or read.
     pub fn kernels(self) -> Result<KernelSet, BenchError> {
         match self {
             Workload::Real => real_kernels(),
@@ -91,44 +93,64 @@ impl Workload {
 pub struct KernelSet {
     /// The kernels, in the order they are asked for.
     pub kernels: Vec<Kernel>,
-    /// `Compiler::new()`: learning NVRTC's exact version (0 for the synthetic set).
+    /// Learning NVRTC's exact release: reading the build record (0 for the
+    /// synthetic set).
     pub nvrtc: Duration,
-    /// Locating and fingerprinting the CCCL headers (0 for the synthetic set).
+    /// The CCCL headers' digest: recorded too, so nothing to do (0).
     pub headers: Duration,
+}
+
+/// The arch the real set is asked for: Hopper (H100, H200).
+pub const REAL_ARCH: &str = "sm_90";
+
+/// This machine's toolchain, for the compiles of the cold mode and the
+/// fixtures: located on the first compile, once per process.
+fn local_toolchain() -> Result<&'static Toolchain, kiln::cuda::Error> {
+    static LOCAL: OnceLock<Toolchain> = OnceLock::new();
+    if let Some(local) = LOCAL.get() {
+        return Ok(local);
+    }
+    let local = Toolchain::local()?;
+    Ok(LOCAL.get_or_init(|| local))
 }
 
 fn real_kernels() -> Result<KernelSet, BenchError> {
     let clock = Instant::now();
-    let compiler = Compiler::new()?;
+    let record = kiln_kernels_demo::library().record()?;
+    let recorded = Toolchain::recorded(record).ok_or_else(|| BenchError::Missing {
+        mode: "real".to_owned(),
+        kernel: "every kernel: kiln-kernels-demo was built without NVRTC".to_owned(),
+    })?;
     let nvrtc = clock.elapsed();
-    let clock = Instant::now();
-    kiln_kernel_set::cccl_include_dir()?;
-    let headers = clock.elapsed();
-    let arch = Kernels::precompiled_arch()?;
+    let arch: Arch = REAL_ARCH.parse()?;
     let mut kernels = Vec::new();
     for spec in catalogue::common() {
-        let request = spec.request(arch)?;
-        let owner = compiler.owner(&request)?;
+        let request = catalogue::request(&spec, &recorded, arch)?;
+        let owner = request.owner(recorded.nvrtc())?;
         let key = request.key()?;
-        let (definition, fingerprint) = catalogue::definition(&spec);
-        let name = spec.name();
-        let entry_name = name.clone();
         kernels.push(Kernel {
-            name,
+            name: spec.name(),
             owner,
             key,
             compile: Box::new(move || {
+                let local = local_toolchain()?;
+                let request = catalogue::request(&spec, local, arch)?;
+                let compiler =
+                    local
+                        .compiler()
+                        .copied()
+                        .ok_or_else(|| kiln::cuda::Error::NoNvrtc {
+                            version: local.nvrtc().release.clone(),
+                        })?;
                 let kernel = compiler.compile(&request)?;
-                Ok(kernel
-                    .into_compiled(entry_name.clone())
-                    .dep(definition.clone(), fingerprint))
+                Ok(compiler.entry(kernel, &request))
             }),
         });
     }
     Ok(KernelSet {
         kernels,
         nvrtc,
-        headers,
+        headers: Duration::ZERO,
     })
 }
 

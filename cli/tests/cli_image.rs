@@ -89,8 +89,12 @@ fn inspect_shows_header_owners_and_entries() {
     let output = kiln(&["inspect", path_str(&image)]);
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
+    let format = format!(
+        "format    {} (rkyv 0.8.18, little-endian, 32-bit pointers, aligned primitives)",
+        kiln_image::header::FORMAT_VERSION
+    );
     for expected in [
-        "format    1 (rkyv 0.8.18, little-endian, 32-bit pointers, aligned primitives)",
+        format.as_str(),
         "producer  cli-test 1.0",
         "entries   3 in 2 owners",
         "labels    file=a.kimg",
@@ -114,7 +118,10 @@ fn inspect_json_describes_every_entry() {
     let output = kiln(&["inspect", "--json", path_str(&image)]);
     assert!(output.status.success(), "{}", stderr(&output));
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(json["header"]["format_version"], 1);
+    assert_eq!(
+        json["header"]["format_version"],
+        kiln_image::header::FORMAT_VERSION
+    );
     assert_eq!(json["header"]["rkyv_version"], "0.8.18");
     assert_eq!(json["header"]["entry_count"], 3);
     assert_eq!(json["meta"]["labels"]["file"], "a.kimg");

@@ -43,12 +43,17 @@
 //!   [`Session::uses_source`];
 //! - `cargo:rerun-if-env-changed=VAR` for the variables declared with
 //!   [`Session::uses_env`] and every `KILN_*` variable set now (such as
-//!   `KILN_NVRTC`), except the run-time switches of
-//!   [`env::RUN_TIME`](crate::env::RUN_TIME): those do not change what a
-//!   build script compiles, so toggling them never rebuilds an image;
+//!   `KILN_NVRTC`), except the run-time switches
+//!   ([`env::is_run_time`](crate::env::is_run_time): those of
+//!   [`env::RUN_TIME`](crate::env::RUN_TIME) and those other crates register
+//!   as [`RunTimeSwitch`](crate::registry::RunTimeSwitch)): they do not change
+//!   what a build script compiles, so toggling them never rebuilds an image;
 //! - `cargo:warning=` lines for each specialization that failed (the build
 //!   goes on without it: the application compiles it at run time), or for a
 //!   block that stopped early;
+//! - (with [`Session::specialize_all`], which compiles specializations on
+//!   [`jobs`] threads, cargo's `NUM_JOBS`, the lines come in the order the
+//!   specializations were given, once all are done);
 //! - one plain line per compiled specialization with its time, and one
 //!   summary line (cargo keeps these in the build script's output;
 //!   `cargo build -vv` shows them). The summary is a `cargo:warning` too when
@@ -60,6 +65,8 @@ use std::fmt::Display;
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use kiln_image::ImageMeta;
@@ -252,27 +259,110 @@ impl Session<'_> {
         label: &str,
         compile: impl FnOnce(&Cache) -> Result<T, E>,
     ) -> Option<T> {
-        let started = Instant::now();
+        let (elapsed, outcome) = run_one(self.cache, compile);
+        self.finish(label, elapsed, outcome)
+    }
+
+    /// Compiles every specialization of `work` (a label and a compile each) on up
+    /// to `jobs` threads (see [`jobs`]), each as [`Session::specialize`] does, and
+    /// reports them in the order given. The image does not depend on the order in
+    /// which they finish: its entries are sorted.
+    pub fn specialize_all<T, E, F>(&mut self, jobs: usize, work: Vec<(String, F)>) -> Vec<Option<T>>
+    where
+        T: Send,
+        E: Display + Send,
+        F: FnOnce(&Cache) -> Result<T, E> + Send,
+    {
         let cache = self.cache;
-        let outcome = catch_unwind(AssertUnwindSafe(|| compile(cache)));
-        let elapsed = started.elapsed();
-        let failure = match outcome {
-            Ok(Ok(value)) => {
+        let (labels, compiles): (Vec<String>, Vec<F>) = work.into_iter().unzip();
+        let queue: Vec<Mutex<Option<F>>> =
+            compiles.into_iter().map(|f| Mutex::new(Some(f))).collect();
+        let done: Vec<Mutex<Option<Finished<T>>>> =
+            queue.iter().map(|_| Mutex::new(None)).collect();
+        let next = AtomicUsize::new(0);
+        let threads = jobs.clamp(1, queue.len().max(1));
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| {
+                    loop {
+                        let index = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(slot) = queue.get(index) else { break };
+                        let compile = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+                        let Some(compile) = compile else { continue };
+                        let (elapsed, outcome) = run_one(cache, compile);
+                        *done[index].lock().unwrap_or_else(PoisonError::into_inner) =
+                            Some((elapsed, outcome));
+                    }
+                });
+            }
+        });
+        labels
+            .iter()
+            .zip(done)
+            .map(|(label, result)| {
+                let result = result.into_inner().unwrap_or_else(PoisonError::into_inner);
+                let (elapsed, outcome) = result.unwrap_or_else(|| {
+                    (Duration::ZERO, Err("its worker did not run it".to_owned()))
+                });
+                self.finish(label, elapsed, outcome)
+            })
+            .collect()
+    }
+
+    /// Prints and records the outcome of one specialization.
+    fn finish<T>(
+        &mut self,
+        label: &str,
+        elapsed: Duration,
+        outcome: Result<T, String>,
+    ) -> Option<T> {
+        match outcome {
+            Ok(value) => {
                 self.out
                     .line(format_args!("kiln: compiled {label} in {elapsed:.1?}"));
                 self.compiled.push((label.to_owned(), elapsed));
-                return Some(value);
+                Some(value)
             }
-            Ok(Err(err)) => err.to_string(),
-            Err(panic) => format!("panicked: {}", panic_message(panic.as_ref())),
-        };
-        self.out.line(format_args!(
-            "cargo:warning=kiln: {label} not precompiled ({}); it will compile at run time",
-            one_line(&failure)
-        ));
-        self.failed.push((label.to_owned(), failure));
-        None
+            Err(failure) => {
+                self.out.line(format_args!(
+                    "cargo:warning=kiln: {label} not precompiled ({}); it will compile at run time",
+                    one_line(&failure)
+                ));
+                self.failed.push((label.to_owned(), failure));
+                None
+            }
+        }
     }
+}
+
+/// How long one compile took, and its value or why it failed.
+type Finished<T> = (Duration, Result<T, String>);
+
+/// Runs one compile, catching a panic: its time and its value or failure.
+fn run_one<T, E: Display>(
+    cache: &Cache,
+    compile: impl FnOnce(&Cache) -> Result<T, E>,
+) -> Finished<T> {
+    let started = Instant::now();
+    let outcome = catch_unwind(AssertUnwindSafe(|| compile(cache)));
+    let elapsed = started.elapsed();
+    let outcome = match outcome {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(err)) => Err(err.to_string()),
+        Err(panic) => Err(format!("panicked: {}", panic_message(panic.as_ref()))),
+    };
+    (elapsed, outcome)
+}
+
+/// How many compiles a build script runs at once: cargo's `NUM_JOBS` (its `-j`),
+/// else the machine's parallelism; at least 1.
+pub fn jobs() -> usize {
+    std::env::var("NUM_JOBS")
+        .ok()
+        .and_then(|n| n.trim().parse::<usize>().ok())
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+        .unwrap_or(1)
+        .max(1)
 }
 
 /// Prints lines to the build script's output, keeping the first write error
@@ -321,16 +411,17 @@ pub struct PrecompileReport {
 
 /// The variables whose change must rerun the build script: `declared`, and
 /// of the variables `set` now, every `KILN_*` one (a backend's, such as
-/// `KILN_NVRTC`) except the run-time switches of [`crate::env::RUN_TIME`];
+/// `KILN_NVRTC`) except the run-time switches ([`crate::env::is_run_time`]);
 /// sorted.
 fn rerun_env_vars(
     declared: BTreeSet<String>,
     set: impl IntoIterator<Item = String>,
 ) -> BTreeSet<String> {
     let mut vars = declared;
-    vars.extend(set.into_iter().filter(|name| {
-        name.starts_with("KILN_") && !crate::env::RUN_TIME.contains(&name.as_str())
-    }));
+    vars.extend(
+        set.into_iter()
+            .filter(|name| name.starts_with("KILN_") && !crate::env::is_run_time(name)),
+    );
     vars
 }
 
@@ -486,12 +577,26 @@ mod tests {
         );
     }
 
+    inventory::submit! { crate::registry::RunTimeSwitch::new("KILN_TEST_BACKEND_STRICT") }
+
     #[test]
     fn reruns_follow_declared_and_backend_variables_not_run_time_switches() {
         let declared = BTreeSet::from(["DEMO_ARCH".to_owned()]);
-        let set = ["KILN_NVRTC", "KILN_DISABLE", "KILN_LOG", "PATH"].map(str::to_owned);
+        let set = [
+            "KILN_NVRTC",
+            "KILN_DISABLE",
+            "KILN_LOG",
+            "KILN_TEST_BACKEND_STRICT",
+            "KILN_TEST_BACKEND_OTHER",
+            "PATH",
+        ]
+        .map(str::to_owned);
         let vars: Vec<String> = rerun_env_vars(declared, set).into_iter().collect();
-        assert_eq!(vars, ["DEMO_ARCH", "KILN_NVRTC"]);
+        assert_eq!(
+            vars,
+            ["DEMO_ARCH", "KILN_NVRTC", "KILN_TEST_BACKEND_OTHER"],
+            "a registered run-time switch is left out like kiln-core's own"
+        );
     }
 
     #[test]
@@ -503,6 +608,59 @@ mod tests {
         assert_eq!(
             std::fs::read(a.path).unwrap(),
             std::fs::read(b.path).unwrap()
+        );
+    }
+
+    /// One compile of a test block.
+    type Work = Box<dyn FnOnce(&Cache) -> Result<(), Error> + Send>;
+
+    #[test]
+    fn specializations_compiled_in_parallel_write_the_image_of_a_sequential_run() {
+        let labels = ["a", "b", "c", "bad", "d", "panics", "e"];
+        let run = |jobs: usize, dir: &Path| {
+            let mut output = Vec::new();
+            let report = Precompile::new("parallel")
+                .out_dir(dir)
+                .output(&mut output)
+                .run(|session| {
+                    let work: Vec<(String, Work)> = labels
+                        .iter()
+                        .map(|&label| {
+                            let compile: Work = match label {
+                                "bad" => Box::new(|_| Err(Error::OutDirUnset)),
+                                "panics" => Box::new(|_| panic!("compiler crashed")),
+                                _ => Box::new(move |cache| compile(cache, label)),
+                            };
+                            (label.to_owned(), compile)
+                        })
+                        .collect();
+                    let results = session.specialize_all(jobs, work);
+                    assert_eq!(results.iter().filter(|r| r.is_some()).count(), 5);
+                    Ok::<(), Error>(())
+                })
+                .unwrap();
+            (report, String::from_utf8(output).unwrap())
+        };
+        let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (sequential, _) = run(1, one.path());
+        let (parallel, output) = run(4, two.path());
+        assert_eq!(
+            std::fs::read(&sequential.path).unwrap(),
+            std::fs::read(&parallel.path).unwrap()
+        );
+        let compiled: Vec<&str> = parallel.compiled.iter().map(|(l, _)| l.as_str()).collect();
+        assert_eq!(
+            compiled,
+            ["a", "b", "c", "d", "e"],
+            "reported in the order given"
+        );
+        let failed: Vec<&str> = parallel.failed.iter().map(|(l, _)| l.as_str()).collect();
+        assert_eq!(failed, ["bad", "panics"]);
+        assert!(
+            output.contains(
+                "cargo:warning=kiln: panics not precompiled (panicked: compiler crashed)"
+            ),
+            "{output}"
         );
     }
 

@@ -38,7 +38,10 @@ pub const RECORD: &str = "KILN_RECORD";
 /// cache that none of them changes (the disk cache directory only holds
 /// memos that speed up deriving the same owners), so [`crate::build`] does
 /// not rerun a build script when they change: `KILN_DISABLE=1 cargo run` or a
-/// new `KILN_CACHE_DIR` does not rebuild the images.
+/// new `KILN_CACHE_DIR` does not rebuild the images. Other crates' run-time
+/// switches (a backend's, such as `kiln-cuda`'s `KILN_STRICT_TOOLCHAIN`) are
+/// registered instead ([`RunTimeSwitch`](crate::registry::RunTimeSwitch));
+/// [`is_run_time`] asks both.
 pub const RUN_TIME: [&str; 11] = [
     DISABLE,
     ALWAYS_COMPILE,
@@ -101,8 +104,16 @@ impl Switches {
     }
 }
 
-/// Whether a boolean switch's value turns it on.
-fn is_on(value: &std::ffi::OsStr) -> bool {
+/// Whether the variable `name` acts at run time only: one of [`RUN_TIME`], or
+/// a [`RunTimeSwitch`](crate::registry::RunTimeSwitch) registered by a crate
+/// linked into this program.
+pub fn is_run_time(name: &str) -> bool {
+    RUN_TIME.contains(&name) || crate::registry::run_time_switches().contains(&name)
+}
+
+/// Whether a boolean switch's value turns it on: off when empty, `0`, `false`, `no`
+/// or `off` (any case, surrounding spaces ignored), on for anything else.
+pub fn is_on(value: &std::ffi::OsStr) -> bool {
     let value = value.to_string_lossy();
     let value = value.trim();
     !(value.is_empty()

@@ -5,8 +5,8 @@
 //! expected; an application asks for others (its shapes, dtypes, archs) and
 //! compiles them on first use in every fresh process. With
 //! `KILN_RECORD=path`, the global cache appends to `path` one record per
-//! distinct entry that [`Cache::get_or_compile`](crate::Cache::get_or_compile)
-//! returns, saying where it came from: an image (with the image's producer),
+//! distinct entry that [`Cache::lookup`](crate::Cache::lookup) or
+//! [`Cache::get_or_compile`](crate::Cache::get_or_compile) returns, saying where it came from: an image (with the image's producer),
 //! an extra tier (`disk`, `remote`), a compile (with its time), or memory.
 //! `kiln bake` turns record files into an image of exactly those entries,
 //! `kiln report` tells library authors what their images missed.
@@ -370,7 +370,7 @@ impl Recorder {
         self.write_hits(false);
     }
 
-    /// A hit that `get_or_compile` found in memory or an image.
+    /// A hit found in memory or an image (by `lookup` or `get_or_compile`).
     #[inline]
     pub(crate) fn found(&self, hit: &Hit<'_>) {
         let image = hit.source() == Source::Image;

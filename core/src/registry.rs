@@ -1,7 +1,9 @@
 //! Where images come from: those embedded by `include_image!` and registered
 //! with [`inventory`], and `*.kimg` files in the directories of
-//! `KILN_IMAGE_PATH`; and the extra tiers that other crates offer the global
-//! cache ([`TierFactory`], also registered with [`inventory`]).
+//! `KILN_IMAGE_PATH`; the extra tiers that other crates offer the global
+//! cache ([`TierFactory`], also registered with [`inventory`]); and the
+//! run-time switches of other crates ([`RunTimeSwitch`]), which a build
+//! script's precompile block ignores.
 //!
 //! Registration happens before `main` and does nothing but link a `&'static`
 //! [`EmbeddedImage`] into a list: no I/O, no allocation, nothing that can
@@ -412,6 +414,53 @@ pub fn tier_factories() -> Vec<&'static TierFactory> {
     let mut factories: Vec<&'static TierFactory> = inventory::iter::<TierFactory>().collect();
     factories.sort_by_key(|factory| factory.name);
     factories
+}
+
+/// A `KILN_*` variable of another crate (a backend, a tier) that acts at run
+/// time only, like those of [`env::RUN_TIME`](crate::env::RUN_TIME): a build
+/// script's [`Precompile`](crate::build::Precompile) does not rerun when it
+/// changes (see [`env::is_run_time`](crate::env::is_run_time)).
+///
+/// A crate registers one per switch with [`inventory::submit!`]. A build
+/// script sees the switches of the crates linked into it, which are those it
+/// compiles with: `kiln-cuda` registers `KILN_STRICT_TOOLCHAIN` this way, so
+/// that setting it for `cargo run` does not rebuild a kernel library's image.
+///
+/// ```
+/// use kiln_core::registry::RunTimeSwitch;
+///
+/// inventory::submit! { RunTimeSwitch::new("KILN_MY_BACKEND_VERBOSE") }
+///
+/// assert!(kiln_core::env::is_run_time("KILN_MY_BACKEND_VERBOSE"));
+/// ```
+#[derive(Debug)]
+pub struct RunTimeSwitch {
+    name: &'static str,
+}
+
+inventory::collect!(RunTimeSwitch);
+
+impl RunTimeSwitch {
+    /// The switch named `name` (a `KILN_*` variable).
+    pub const fn new(name: &'static str) -> RunTimeSwitch {
+        RunTimeSwitch { name }
+    }
+
+    /// The variable's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+/// The names of every [`RunTimeSwitch`] linked into this program, sorted and
+/// without duplicates.
+pub fn run_time_switches() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = inventory::iter::<RunTimeSwitch>()
+        .map(RunTimeSwitch::name)
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
 }
 
 #[cfg(test)]

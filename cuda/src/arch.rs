@@ -102,9 +102,11 @@ impl Arch {
     /// Whether a CUBIN built for `self` runs on a device of compute capability
     /// `(major, minor)`.
     ///
-    /// Plain archs run on the same major with an equal or newer minor; family archs
-    /// (`f`) likewise within their family; arch-specific ones (`a`) only on exactly
-    /// their arch.
+    /// CUDA's rules: a plain CUBIN (`sm_86`) runs on the same major with an equal or
+    /// newer minor (8.6, 8.7, 8.8, 8.9), never on another major; a family CUBIN
+    /// (`sm_100f`) runs on the members of its family, the same major with an equal or
+    /// newer minor (10.0 and 10.3); an arch-specific one (`sm_90a`) only on exactly
+    /// its compute capability.
     pub fn cubin_runs_on(&self, major: u32, minor: u32) -> bool {
         match self.suffix {
             ArchSuffix::Specific => (self.major, self.minor) == (major, minor),
@@ -216,5 +218,57 @@ mod tests {
         let specific: Arch = "sm_90a".parse().unwrap();
         assert!(specific.cubin_runs_on(9, 0));
         assert!(!specific.ptx_runs_on(10, 0));
+    }
+
+    #[test]
+    fn cubins_run_where_cuda_says_and_nowhere_else() {
+        let devices = [
+            (7, 5),
+            (8, 0),
+            (8, 6),
+            (8, 7),
+            (8, 9),
+            (9, 0),
+            (10, 0),
+            (10, 3),
+            (11, 0),
+            (12, 0),
+            (12, 1),
+        ];
+        // Each CUBIN and the devices it runs on.
+        let table: [(&str, &[(u32, u32)]); 10] = [
+            ("sm_75", &[(7, 5)]),
+            ("sm_80", &[(8, 0), (8, 6), (8, 7), (8, 9)]),
+            ("sm_86", &[(8, 6), (8, 7), (8, 9)]),
+            ("sm_90", &[(9, 0)]),
+            ("sm_90a", &[(9, 0)]),
+            ("sm_100", &[(10, 0), (10, 3)]),
+            ("sm_100a", &[(10, 0)]),
+            ("sm_100f", &[(10, 0), (10, 3)]),
+            ("sm_103f", &[(10, 3)]),
+            ("sm_120f", &[(12, 0), (12, 1)]),
+        ];
+        for (cubin, runs_on) in table {
+            let arch: Arch = cubin.parse().unwrap();
+            for device in devices {
+                assert_eq!(
+                    arch.cubin_runs_on(device.0, device.1),
+                    runs_on.contains(&device),
+                    "{cubin} on {}.{}",
+                    device.0,
+                    device.1
+                );
+            }
+        }
+        // PTX of a plain arch JITs for every newer arch, of any major.
+        let ptx: Arch = "sm_75".parse().unwrap();
+        assert!(
+            devices
+                .iter()
+                .all(|&(major, minor)| ptx.ptx_runs_on(major, minor))
+        );
+        assert!(!ptx.ptx_runs_on(7, 2));
+        let family: Arch = "sm_100f".parse().unwrap();
+        assert!(family.ptx_runs_on(10, 3) && !family.ptx_runs_on(12, 0));
     }
 }

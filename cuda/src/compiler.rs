@@ -110,6 +110,10 @@ impl Compiler {
     /// [`Compiler::recorded`]. With NVRTC installed the owners name it, not the
     /// recorded release: entries built by another release are then compiled again
     /// rather than passed off as its own.
+    ///
+    /// A kernel library rather uses [`KernelLibrary`](super::KernelLibrary), which
+    /// looks its shipped entries up under the recorded release and header digests
+    /// without locating anything, and finds NVRTC only on a miss.
     pub fn new_or_recorded(version: NvrtcVersion) -> Result<Self, Error> {
         match Self::new() {
             Err(Error::NvrtcNotFound { .. }) => Ok(Self::recorded(version)),
@@ -149,7 +153,7 @@ impl Compiler {
             .iter()
             .map(|h| (h.name.clone(), h.content.clone()))
             .collect();
-        let options = request.nvrtc_options();
+        let options = request.nvrtc_options()?;
         let program_name = format!("{}.cu", request.name());
         let output = nvrtc.compile(&CompileInput {
             program_name: &program_name,
@@ -173,8 +177,21 @@ impl Compiler {
         })
     }
 
+    /// The cache entry of `kernel`, compiled from `request` by this compiler: its
+    /// artifacts, and as deps the request's own plus the toolchain's
+    /// ([`KernelRequest::entry_deps`]: `cuda.nvrtc` and the named header sets).
+    pub fn entry(&self, kernel: CompiledKernel, request: &KernelRequest) -> Compiled {
+        request
+            .entry_deps(self.version())
+            .into_iter()
+            .fold(kernel.into_compiled(request.name()), |entry, dep| {
+                entry.dep(dep.name, dep.fingerprint)
+            })
+    }
+
     /// The cached entry of `request`: looked up under its owner and key, compiled
-    /// (once, even with concurrent callers) when missing.
+    /// (once, even with concurrent callers) when missing, with the deps of
+    /// [`Compiler::entry`].
     pub fn compile_cached<'c>(
         &self,
         cache: &'c Cache,
@@ -184,7 +201,7 @@ impl Compiler {
         let key: Key = request.key()?;
         Ok(cache.get_or_compile(&owner, &key, || {
             self.compile(request)
-                .map(|kernel| kernel.into_compiled(request.name()))
+                .map(|kernel| self.entry(kernel, request))
         })?)
     }
 }

@@ -178,10 +178,11 @@ pub enum Error {
         /// The library names tried.
         tried: Vec<String>,
     },
-    /// The CUDA driver is older than the CUDA version Kiln's bindings use.
+    /// The CUDA driver is older than the code Kiln loads needs: NVRTC 13 output
+    /// (CUBIN and PTX) needs a driver for CUDA 13.0, R580 or newer.
     #[error(
-        "the CUDA driver supports CUDA {found}, Kiln's CUDA bindings need {needed} or newer; \
-         update the GPU driver"
+        "the CUDA driver supports CUDA {found}, but code compiled by NVRTC 13 needs a \
+         driver for CUDA {needed} or newer (R580+); update the GPU driver"
     )]
     DriverTooOld {
         /// The driver's version (`cuDriverGetVersion`, 12080 for 12.8).
@@ -240,6 +241,78 @@ pub enum Error {
     /// [`kiln_core::Error::Compile`], whose source is this crate's error).
     #[error(transparent)]
     Cache(#[from] kiln_core::Error),
+    /// Shipped PTX was built by a newer compiler than the driver can JIT.
+    #[error(
+        "the PTX of {name} was produced by NVRTC {ptx_release}, which this driver (CUDA \
+         {driver}) cannot JIT (CUDA_ERROR_UNSUPPORTED_PTX_VERSION); update the GPU driver \
+         to one for CUDA {ptx_release} or newer, or ship a CUBIN for this GPU's arch"
+    )]
+    DriverTooOldForPtx {
+        /// The entry's name.
+        name: String,
+        /// The compiler release named in the PTX's banner (`13.0`).
+        ptx_release: String,
+        /// The driver's CUDA version (`cuDriverGetVersion`, 12080 for 12.8).
+        driver: i32,
+    },
+    /// A request holds an include directory known only by a recorded digest, and a
+    /// compile needs the directory itself.
+    #[error(
+        "{kernel} uses header set {set:?} known only by the digest its library's build \
+         recorded; compiling needs the headers on this machine (for cccl: the \
+         nvidia-cuda-cccl wheel, a CUDA toolkit, or KILN_CCCL_INCLUDE)"
+    )]
+    RecordedIncludeDir {
+        /// The request's name.
+        kernel: String,
+        /// The header set (`cccl`).
+        set: String,
+    },
+    /// A toolchain was asked for a header set it does not know.
+    #[error(
+        "header set {set:?} is not {why}; record it at build time (the build script's \
+         requests must name it) or give the directory to the toolchain"
+    )]
+    UnknownHeaderSet {
+        /// The set asked for.
+        set: String,
+        /// `recorded by this library's build` or `known on this machine`.
+        why: &'static str,
+    },
+    /// A kernel library's build record does not parse.
+    #[error(
+        "kernel library build record {given:?} is malformed ({why}); it is written by \
+         kiln::cuda::ShipPlan in the library's build script: rebuild the library"
+    )]
+    BadBuildRecord {
+        /// The record as embedded.
+        given: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A kernel is in no image for this device and this process cannot compile it.
+    #[error(
+        "kernel {kernel} for {arch} is not in the images ({tried}) and cannot be compiled \
+         here: {cause}. To compile it at run time install NVRTC (`pip install \
+         nvidia-cuda-nvrtc`, or a CUDA toolkit) or set KILN_NVRTC to libnvrtc.so.13 \
+         (CUB kernels also need the CCCL headers: nvidia-cuda-cccl or KILN_CCCL_INCLUDE); \
+         or add it to the library's precompiled set"
+    )]
+    NotShipped {
+        /// The kernel asked for.
+        kernel: String,
+        /// The device arch it was asked for.
+        arch: String,
+        /// What was looked up, and why other shipped code was not used.
+        tried: String,
+        /// Why no compile is possible (NVRTC or headers not found).
+        #[source]
+        cause: std::sync::Arc<Error>,
+    },
+    /// An error found once and given to every caller since (locating the headers of
+    /// a toolchain, or the toolchain itself).
+    #[error(transparent)]
+    Shared(std::sync::Arc<Error>),
     /// A function name is not an entry point of the loaded artifact.
     #[error("{function:?} is not an entry point of {name}; entry points: {entry_points:?}")]
     NoSuchEntryPoint {

@@ -18,13 +18,24 @@
 //!   [`Key`](kiln_core::Key).
 //! - [`Compiler`]: request → [`CompiledKernel`] → cache entry
 //!   ([`Compiler::compile_cached`]).
+//! - [`BuildRecord`] and [`Toolchain`]: what a kernel library's build compiled with
+//!   (NVRTC release, header-set digests, targets), carried to the library at compile
+//!   time; a recorded toolchain derives owners and keys without any file, a local one
+//!   compiles. [`ToolchainPolicy`]: `KILN_STRICT_TOOLCHAIN`.
+//! - [`ShipPlan`]: the build side of a kernel library (every spec for every target,
+//!   in parallel; PTX for the lowest target).
+//! - [`select`]: which shipped code runs on a [`Device`] (exact CUBIN, compatible
+//!   CUBIN, PTX), a pure function.
+//! - [`KernelLibrary`]: the run-time side: a shipped entry for the device found with
+//!   no toolchain, else a compile with the local one ([`Served`], [`Selection`]).
 //! - [`loader`]: cached artifacts → loaded modules and functions, once per context.
 //! - [`Error`]: the crate's one error enum.
 //!
-//! Compiling needs no GPU, only NVRTC; loading needs a GPU and its driver. The
-//! loader hands out cudarc's types ([`CudaContext`], [`CudaModule`],
-//! [`CudaFunction`]); to launch, depend on `cudarc` 0.19 as well, the version
-//! this crate is built with, so that they are the types of your `cudarc`.
+//! Compiling needs no GPU, only NVRTC; loading needs a GPU and its driver. Serving
+//! shipped kernels needs neither NVRTC nor headers. The loader hands out
+//! cudarc's types ([`CudaContext`], [`CudaModule`], [`CudaFunction`]); to
+//! launch, depend on `cudarc` 0.19 as well, the version this crate is built
+//! with, so that they are the types of your `cudarc`.
 //!
 //! ```no_run
 //! use cudarc::driver::{LaunchConfig, PushKernelArg};
@@ -70,12 +81,16 @@ mod compiler;
 mod error;
 mod identity;
 mod include_tree;
+mod library;
 pub mod loader;
 pub mod locate;
 mod memo;
 mod nvrtc;
 mod options;
 mod request;
+mod select;
+mod ship;
+mod toolchain;
 
 /// The cudarc types of the loader's API. Launching takes more of cudarc (streams,
 /// launch builders): depend on `cudarc` 0.19, the version of these types.
@@ -85,8 +100,17 @@ pub use arch::{Arch, ArchSuffix};
 pub use compiler::{CompiledKernel, Compiler};
 pub use error::{Error, SearchLog, Searched};
 pub use identity::{IdentityOrigin, NvrtcIdentity};
+pub use library::{KernelLibrary, RequestFn, SelectionStats, Served};
 pub use locate::{Located, SearchConfig, locate_cccl, locate_nvrtc};
 pub use memo::{DEFAULT_SETTLE, MemoDir};
 pub use nvrtc::{Nvrtc, NvrtcVersion};
 pub use options::CanonicalOptions;
-pub use request::{COMPILER_ID, Header, IncludeDir, KEY_SCHEMA, KernelRequest};
+pub use request::{
+    COMPILER_ID, HEADERS_DEP_PREFIX, Header, IncludeDir, KEY_SCHEMA, KernelRequest, NVRTC_DEP,
+    nvrtc_fingerprint,
+};
+pub use select::{Candidate, Candidates, Device, Selection, driver_needed_for_ptx, select};
+pub use ship::{ShipPlan, ship_one};
+pub use toolchain::{
+    BUILD_RECORD_VAR, BuildRecord, CCCL, STRICT_TOOLCHAIN, Toolchain, ToolchainPolicy,
+};

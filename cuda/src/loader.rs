@@ -8,6 +8,11 @@
 //!
 //! cudarc panics when `libcuda` is missing: [`context`] probes for the driver first
 //! and returns [`Error::DriverNotFound`] instead.
+//!
+//! PTX is loaded only when the driver can JIT it: a driver for CUDA `X.Y` takes PTX
+//! from compilers up to `X.Y` (the release is read from the PTX's banner); an older
+//! one is [`Error::DriverTooOldForPtx`], not the driver's
+//! `CUDA_ERROR_UNSUPPORTED_PTX_VERSION`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -17,14 +22,18 @@ use cudarc::nvrtc::Ptx;
 
 use kiln_core::{ArtifactKind, Digest, Hit, Key};
 
-use super::{Arch, Error, KernelRequest};
+use super::select::cuda_version_text;
+use super::{Arch, Device, Error, KernelRequest, Served};
 
-/// The CUDA version cudarc's driver bindings are built for (`cuda-13000`).
+/// The oldest driver (its CUDA version, `cuDriverGetVersion` form) that runs what
+/// Kiln compiles: NVRTC 13 emits CUBINs and PTX for CUDA 13.0, which need an R580
+/// or newer driver. (cudarc itself resolves driver symbols lazily, when each is
+/// first called, so an older driver would load; the modules would not.)
 pub const REQUIRED_DRIVER_VERSION: i32 = 13000;
 
 /// Opens the primary context of GPU `ordinal`, after checking that the driver
-/// library loads and speaks CUDA 13 (cudarc would panic on a missing library or
-/// symbol).
+/// library loads (cudarc would panic on a missing library) and is new enough for
+/// NVRTC 13's output ([`REQUIRED_DRIVER_VERSION`]).
 pub fn context(ordinal: usize) -> Result<Arc<CudaContext>, Error> {
     let found = driver_version()?;
     if found < REQUIRED_DRIVER_VERSION {
@@ -88,6 +97,12 @@ pub fn device_arch(ctx: &CudaContext) -> Result<Arch, Error> {
     Arch::from_capability(major, minor)
 }
 
+/// The context's device as [`select`](super::select) sees it: its plain arch and
+/// its driver's CUDA version.
+pub fn device(ctx: &CudaContext) -> Result<Device, Error> {
+    Ok(Device::new(device_arch(ctx)?).with_driver(driver_version()?))
+}
+
 fn driver(what: String) -> impl FnOnce(DriverError) -> Error {
     move |source| Error::Driver { what, source }
 }
@@ -96,6 +111,7 @@ fn driver(what: String) -> impl FnOnce(DriverError) -> Error {
 /// from.
 #[derive(Clone, Debug)]
 pub struct LoadedModule {
+    ctx: Arc<CudaContext>,
     module: Arc<CudaModule>,
     kind: ArtifactKind,
     name: String,
@@ -120,6 +136,9 @@ impl LoadedModule {
     }
 
     /// The function of a name expression of the request (`"kiln_axpy<float>"`).
+    ///
+    /// The module's context is made current on the calling thread first
+    /// (`cuModuleGetFunction` works in the current context), so any thread can ask.
     pub fn function(&self, name_expression: &str) -> Result<CudaFunction, Error> {
         let missing = || Error::NoSuchEntryPoint {
             name: self.name.clone(),
@@ -137,6 +156,9 @@ impl LoadedModule {
                 what: format!("entry point {lowered:?}"),
             });
         }
+        self.ctx
+            .bind_to_thread()
+            .map_err(driver("making the module's context current".to_owned()))?;
         self.module.load_function(lowered).map_err(driver(format!(
             "getting function {lowered} of {}",
             self.name
@@ -199,6 +221,16 @@ impl ModuleCache {
         Ok(self.lock().entry(id).or_insert(loaded).clone())
     }
 
+    /// The module of a kernel a [`KernelLibrary`](super::KernelLibrary) served, on
+    /// `ctx`: [`ModuleCache::load`] with the request of the entry's target.
+    pub fn load_served(
+        &self,
+        ctx: &Arc<CudaContext>,
+        served: &Served<'_>,
+    ) -> Result<LoadedModule, Error> {
+        self.load(ctx, served.request(), &served.hit())
+    }
+
     /// Shorthand: the function of `name_expression` in `hit` on `ctx`.
     pub fn function(
         &self,
@@ -255,6 +287,17 @@ fn load_module(
                 what: format!("the PTX of {}", hit.name()),
             });
         }
+        if let Some((major, minor)) = ptx_compiler_release(bytes) {
+            let needed = i32::try_from(major * 1000 + minor * 10).unwrap_or(i32::MAX);
+            let found = driver_version()?;
+            if found < needed {
+                return Err(Error::DriverTooOldForPtx {
+                    name: hit.name().to_owned(),
+                    ptx_release: cuda_version_text(needed),
+                    driver: found,
+                });
+            }
+        }
         // cuModuleLoadData reads PTX up to its NUL terminator.
         let mut text = Vec::with_capacity(bytes.len() + 1);
         text.extend_from_slice(bytes);
@@ -276,6 +319,7 @@ fn load_module(
             hit.name()
         )))?;
     Ok(LoadedModule {
+        ctx: Arc::clone(ctx),
         module,
         kind: artifact.kind.clone(),
         name: hit.name().to_owned(),
@@ -286,4 +330,32 @@ fn load_module(
             .collect(),
         name_expressions: request.name_expressions().to_vec(),
     })
+}
+
+/// The compiler release in the banner of PTX (`// Cuda compilation tools, release
+/// 13.0, V13.0.88`): `(13, 0)`.
+fn ptx_compiler_release(ptx: &[u8]) -> Option<(u32, u32)> {
+    let head = String::from_utf8_lossy(&ptx[..ptx.len().min(1024)]);
+    let at = head.find(", release ")? + ", release ".len();
+    let (major, rest) = head[at..].split_once('.')?;
+    let minor: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    Some((major.trim().parse().ok()?, minor.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ptx_banner_names_its_compiler_release() {
+        let ptx = b"//\n// Generated by NVIDIA NVVM Compiler\n//\n// Compiler Build ID: CL-36424714\n\
+                    // Cuda compilation tools, release 13.0, V13.0.88\n// Based on NVVM 7.0.1\n//\n\n\
+                    .version 9.0\n.target sm_75\n";
+        assert_eq!(ptx_compiler_release(ptx), Some((13, 0)));
+        assert_eq!(ptx_compiler_release(b".version 9.0\n"), None);
+        assert_eq!(
+            ptx_compiler_release(b"// Cuda compilation tools, release 12.10, V12.10.1"),
+            Some((12, 10))
+        );
+    }
 }

@@ -7,12 +7,24 @@
 //! configuration: NVRTC's exact version, the arch and the canonical options. Paths
 //! are in neither: an include directory is identified by what it holds, so the same
 //! headers give the same key on every machine.
+//!
+//! An include directory can also stand for a *recorded* digest ([`IncludeDir::recorded`]):
+//! the digest a kernel library's build script recorded (see
+//! [`BuildRecord`](super::BuildRecord)). A request built with one derives the same key
+//! without reading a file, so a process whose kernels are all in images never touches
+//! the headers; compiling it needs the real directory and is refused
+//! ([`Error::RecordedIncludeDir`]).
+//!
+//! Besides key and owner, a request carries the definitions its entry depends on
+//! ([`KernelRequest::dep`]), and the toolchain it is compiled with becomes two more
+//! ([`KernelRequest::entry_deps`]): `cuda.nvrtc` at the compiler's release and
+//! `cuda.headers.<set>` at the digest of each named header set (CCCL: `cccl`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
-use kiln_core::{Digest, Key, KeyBuilder, Owner};
+use kiln_core::{Dep, Digest, Key, KeyBuilder, Owner};
 
 use super::include_tree;
 use super::nvrtc::NvrtcVersion;
@@ -24,6 +36,22 @@ pub const KEY_SCHEMA: (&str, u32) = ("kiln.cuda.kernel", 1);
 
 /// The compiler id in every CUDA owner.
 pub const COMPILER_ID: &str = "nvrtc";
+
+/// The dependency name under which every CUDA entry records the NVRTC release it was
+/// compiled by (fingerprint: [`nvrtc_fingerprint`]).
+pub const NVRTC_DEP: &str = "cuda.nvrtc";
+
+/// The prefix of the dependency names under which a CUDA entry records the digest of
+/// each named header set it was compiled with: `cuda.headers.cccl`.
+pub const HEADERS_DEP_PREFIX: &str = "cuda.headers.";
+
+/// The fingerprint of NVRTC release `version` as entries record it under
+/// [`NVRTC_DEP`].
+pub fn nvrtc_fingerprint(version: &NvrtcVersion) -> Digest {
+    let mut hasher = blake3::Hasher::new_derive_key("kiln cuda nvrtc release v1");
+    hasher.update(version.release.as_bytes());
+    Digest(*hasher.finalize().as_bytes())
+}
 
 /// A header given by content, included by `#include "name"`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -50,10 +78,18 @@ pub struct Header {
 /// folder and file (no folder is listed, no file is read) and reuses the memoized
 /// digest only when every stamp is unchanged; any added, removed, renamed or written
 /// file changes a folder's or a file's stamp and makes it hash the tree again.
+///
+/// A directory may belong to a named *header set* ([`IncludeDir::named`]; the CCCL
+/// headers are the set `cccl`): entries compiled with it then record its digest as the
+/// dependency `cuda.headers.<set>`, and a kernel library's build records it, so that a
+/// process can stand for the directory by that digest alone
+/// ([`IncludeDir::recorded`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct IncludeDir {
-    path: PathBuf,
+    /// `None` for a recorded digest: no directory on this machine.
+    path: Option<PathBuf>,
     digest: Digest,
+    set: Option<String>,
 }
 
 impl IncludeDir {
@@ -78,7 +114,7 @@ impl IncludeDir {
                 digest
             }
         };
-        Ok(Self { path, digest })
+        Ok(Self::found(path, digest))
     }
 
     /// Fingerprints `path` through the memos of `memo`, ignoring this process's
@@ -87,7 +123,7 @@ impl IncludeDir {
     pub fn with_memo(path: impl AsRef<Path>, memo: &MemoDir) -> Result<Self, Error> {
         let path = canonical(path.as_ref())?;
         let digest = include_tree::memoized_digest(&path, memo)?;
-        Ok(Self { path, digest })
+        Ok(Self::found(path, digest))
     }
 
     /// Fingerprints `path` afresh by hashing every file, trusting neither this
@@ -96,12 +132,52 @@ impl IncludeDir {
     pub fn rescan(path: impl AsRef<Path>) -> Result<Self, Error> {
         let path = canonical(path.as_ref())?;
         let digest = include_tree::hash_tree(&path)?;
-        Ok(Self { path, digest })
+        Ok(Self::found(path, digest))
     }
 
-    /// The directory (canonical path).
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Stands for header set `set` by the digest a build recorded, without a
+    /// directory: a request built with it has the key of one built with the real
+    /// directory (the key holds only the digest), reads no file, and cannot be
+    /// compiled.
+    ///
+    /// ```
+    /// use kiln_core::Digest;
+    /// use kiln_cuda::IncludeDir;
+    /// let cccl = IncludeDir::recorded("cccl", Digest::of(b"the tree"));
+    /// assert_eq!((cccl.path(), cccl.set()), (None, Some("cccl")));
+    /// ```
+    pub fn recorded(set: impl Into<String>, digest: Digest) -> Self {
+        Self {
+            path: None,
+            digest,
+            set: Some(set.into()),
+        }
+    }
+
+    /// The same directory as a member of header set `set` (`cccl` for the CCCL
+    /// headers): entries compiled with it record its digest as the dependency
+    /// `cuda.headers.<set>`.
+    pub fn named(mut self, set: impl Into<String>) -> Self {
+        self.set = Some(set.into());
+        self
+    }
+
+    fn found(path: PathBuf, digest: Digest) -> Self {
+        Self {
+            path: Some(path),
+            digest,
+            set: None,
+        }
+    }
+
+    /// The directory (canonical path); `None` for a recorded digest.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The header set it belongs to, if named.
+    pub fn set(&self) -> Option<&str> {
+        self.set.as_deref()
     }
 
     /// The fingerprint of everything under it.
@@ -143,6 +219,7 @@ pub struct KernelRequest {
     params: BTreeMap<String, String>,
     arch: Arch,
     options: CanonicalOptions,
+    deps: Vec<Dep>,
 }
 
 impl KernelRequest {
@@ -157,6 +234,7 @@ impl KernelRequest {
             params: BTreeMap::new(),
             arch,
             options: CanonicalOptions::default(),
+            deps: Vec::new(),
         }
     }
 
@@ -200,6 +278,18 @@ impl KernelRequest {
     {
         self.options = CanonicalOptions::new(options)?;
         Ok(self)
+    }
+
+    /// Records that the entry is built from definition `name` at `fingerprint` (the
+    /// library's source of the kernel family, a generator version...). Not part of
+    /// the key (the source and parameters are): it lets a process that redefines
+    /// `name` ([`Cache::redefine`](kiln_core::Cache::redefine)) close the entries built
+    /// from the old definition. A second dep of the same name replaces the first.
+    pub fn dep(mut self, name: impl Into<String>, fingerprint: Digest) -> Self {
+        let name = name.into();
+        self.deps.retain(|d| d.name != name);
+        self.deps.push(Dep { name, fingerprint });
+        self
     }
 
     /// Changes the target arch.
@@ -249,6 +339,39 @@ impl KernelRequest {
         &self.options
     }
 
+    /// The definitions given with [`KernelRequest::dep`].
+    pub fn deps(&self) -> &[Dep] {
+        &self.deps
+    }
+
+    /// Every dependency the entry of this request records when NVRTC `nvrtc`
+    /// compiles it: the request's own ([`KernelRequest::dep`]), then `cuda.nvrtc`
+    /// ([`NVRTC_DEP`]) at the release, then `cuda.headers.<set>` at the digest of each
+    /// named include directory.
+    ///
+    /// A process that defines these names at its own toolchain's fingerprints
+    /// ([`Toolchain::define_in`](super::Toolchain::define_in)) makes the cache treat
+    /// entries of another toolchain as stale.
+    pub fn entry_deps(&self, nvrtc: &NvrtcVersion) -> Vec<Dep> {
+        let mut deps = self.deps.clone();
+        deps.push(Dep {
+            name: NVRTC_DEP.to_owned(),
+            fingerprint: nvrtc_fingerprint(nvrtc),
+        });
+        for dir in &self.include_dirs {
+            if let Some(set) = &dir.set {
+                let name = format!("{HEADERS_DEP_PREFIX}{set}");
+                if !deps.iter().any(|d| d.name == name) {
+                    deps.push(Dep {
+                        name,
+                        fingerprint: dir.digest,
+                    });
+                }
+            }
+        }
+        deps
+    }
+
     /// The key: everything about the kernel that changes its code, except what the
     /// owner covers (NVRTC version, arch, options).
     pub fn key(&self) -> Result<Key, crate::Error> {
@@ -262,6 +385,7 @@ impl KernelRequest {
             params,
             arch: _,    // in the owner
             options: _, // in the owner
+            deps: _,    // recorded by the entry; the source and params are keyed
         } = self;
         let mut headers: Vec<(&str, [u8; 32])> = headers
             .iter()
@@ -296,12 +420,21 @@ impl KernelRequest {
     }
 
     /// The full NVRTC option list: canonical options, the arch, include paths.
-    pub(crate) fn nvrtc_options(&self) -> Vec<String> {
+    ///
+    /// Fails with [`Error::RecordedIncludeDir`] for an include directory known only by
+    /// its recorded digest.
+    pub(crate) fn nvrtc_options(&self) -> Result<Vec<String>, Error> {
         let mut all = self.options.as_slice().to_vec();
         all.push(format!("--gpu-architecture={}", self.arch));
         for dir in &self.include_dirs {
-            all.push(format!("--include-path={}", dir.path.display()));
+            let Some(path) = &dir.path else {
+                return Err(Error::RecordedIncludeDir {
+                    kernel: self.name.clone(),
+                    set: dir.set.clone().unwrap_or_default(),
+                });
+            };
+            all.push(format!("--include-path={}", path.display()));
         }
-        all
+        Ok(all)
     }
 }

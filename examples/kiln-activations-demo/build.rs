@@ -1,36 +1,22 @@
-//! Precompiles every activation kernel into
-//! `$OUT_DIR/kiln-activations-demo.kimg`, which `src/lib.rs` embeds.
+//! Precompiles every activation kernel for every target arch into
+//! `$OUT_DIR/kiln-activations-demo.kimg`, which `src/lib.rs` embeds, and
+//! records the toolchain in `KILN_CUDA_BUILD`.
 
 #[path = "src/generate.rs"]
 mod generate;
 
 use kiln::build::Precompile;
-use kiln::cuda::{Arch, Compiler};
-
-/// Same variable and default as `kiln-kernels-demo`: one arch for the demo.
-const ARCH_VARIABLE: &str = "KILN_DEMO_ARCH";
+use kiln::cuda::ShipPlan;
 
 fn main() -> Result<(), kiln::cuda::Error> {
-    let arch_name = std::env::var(ARCH_VARIABLE).unwrap_or_else(|_| "sm_90".to_owned());
-    println!("cargo:rustc-env=KILN_ACTIVATIONS_DEMO_ARCH={arch_name}");
+    let targets =
+        std::env::var(generate::TARGETS_VARIABLE).unwrap_or_else(|_| generate::TARGETS.to_owned());
+    let mut plan = ShipPlan::parse(&targets)?;
     Precompile::new("kiln-activations-demo").run(|session| {
         session.uses_source("src/generate.rs");
-        session.uses_env(ARCH_VARIABLE);
-        // Where NVRTC is looked for first.
-        session.uses_env("KILN_NVRTC");
-        let arch: Arch = arch_name.parse()?;
-        let compiler = Compiler::new()?;
-        // A new NVRTC changes the owner: precompile again then.
-        let nvrtc = &compiler.nvrtc()?.location().path;
-        if nvrtc.is_absolute() {
-            session.uses_source(nvrtc);
-        }
-        for kernel in generate::Kernel::all() {
-            session.specialize(&kernel.name(), |cache| {
-                generate::fetch(&compiler, cache, &kernel, &kernel.request(arch)).map(|_| ())
-            });
-        }
-        Ok::<(), kiln::cuda::Error>(())
+        session.uses_env(generate::TARGETS_VARIABLE);
+        plan.precompile(session, &generate::Kernel::all(), generate::request)
     })?;
+    println!("{}", plan.record().cargo_directive());
     Ok(())
 }

@@ -1,39 +1,26 @@
-//! Precompiles the library's common specializations into
-//! `$OUT_DIR/kiln-kernels-demo.kimg`, which `src/lib.rs` embeds.
+//! Precompiles the library's common specializations for every target arch into
+//! `$OUT_DIR/kiln-kernels-demo.kimg`, which `src/lib.rs` embeds, and records the
+//! toolchain it used in `KILN_CUDA_BUILD`, which `src/lib.rs` reads back.
 
 #[path = "src/catalogue.rs"]
 mod catalogue;
 
 use kiln::build::Precompile;
-use kiln::cuda::{Arch, Compiler};
+use kiln::cuda::ShipPlan;
 
 fn main() -> Result<(), kiln::cuda::Error> {
-    let arch_name = std::env::var(catalogue::ARCH_VARIABLE)
-        .unwrap_or_else(|_| catalogue::DEFAULT_ARCH.to_owned());
-    // The library reads back which arch its image holds.
-    println!("cargo:rustc-env=KILN_KERNELS_DEMO_ARCH={arch_name}");
+    let targets = std::env::var(catalogue::TARGETS_VARIABLE)
+        .unwrap_or_else(|_| catalogue::TARGETS.to_owned());
+    let mut plan = ShipPlan::parse(&targets)?;
     Precompile::new("kiln-kernels-demo").run(|session| {
         session.uses_source("src/catalogue.rs");
-        session.uses_env(catalogue::ARCH_VARIABLE);
-        // Where NVRTC and the CUB headers are looked for first.
-        session.uses_env("KILN_NVRTC");
-        session.uses_env("KILN_CCCL_INCLUDE");
-        let arch: Arch = arch_name.parse()?;
-        let compiler = Compiler::new()?;
-        // A new NVRTC or new CUB headers change the owner or the keys:
-        // precompile again then.
-        let nvrtc = &compiler.nvrtc()?.location().path;
-        if nvrtc.is_absolute() {
-            session.uses_source(nvrtc);
-        }
-        session.uses_source(kiln_kernel_set::cccl_include_dir()?.path());
-        for spec in catalogue::common() {
-            session.specialize(&spec.name(), |cache| {
-                let request = spec.request(arch)?;
-                catalogue::fetch(&compiler, cache, &spec, &request).map(|_| ())
-            });
-        }
-        Ok::<(), kiln::cuda::Error>(())
+        session.uses_env(catalogue::TARGETS_VARIABLE);
+        // Every (kernel, target) on NUM_JOBS threads; declares NVRTC's file and
+        // the CCCL folder, so a new NVRTC or new headers precompile again.
+        plan.precompile(session, &catalogue::common(), catalogue::request)
     })?;
+    // Printed even when no NVRTC was found (then the library ships nothing and
+    // compiles at run time): the library reads it with env!.
+    println!("{}", plan.record().cargo_directive());
     Ok(())
 }

@@ -3,26 +3,36 @@
 //! the dependents of a redefined name in O(groups + matches).
 //!
 //! Its checks are proportional to what is read. The group table (name,
-//! fingerprint, member range and member checksum per group) is checked
-//! against `dep_groups_checksum` on first use, in O(groups), and never reads
-//! a member list. Each group's member list is checked against the group's
-//! own checksum the first time its entries are read, and remembered. Every
-//! member belongs to exactly one group (ranges are contiguous), so a flipped
-//! bit anywhere in the index fails one of the two checks before any entry
-//! index is returned.
+//! fingerprint, member range and member checksum per group) and the group
+//! names are checked against `dep_groups_checksum` on first use, in
+//! O(groups + names), and never read a member list. Each group's member
+//! list is checked against the group's own checksum the first time its
+//! entries are read, and remembered. Every member belongs to exactly one
+//! group (ranges are contiguous), so a flipped bit anywhere in the index
+//! fails one of the two checks before any entry index is returned.
+//!
+//! The index must agree with the entries' own deps, or revalidation and
+//! invalidation (which go by the index) would skip an entry. An entry's
+//! first access checks that the index lists it under each of its deps
+//! (`entry.rs`), so an entry the index leaves out is never served; that
+//! costs O(1) per dep (each dep record names its group and its position
+//! there), where checking the whole index against every entry at open
+//! would cost a pass over every entry. An index that lists an entry under a
+//! definition the entry does not carry can only make a cache drop or close
+//! that entry (a miss); [`Verification::Full`](crate::Verification::Full)
+//! rejects it ([`ImageError::DepNotCarried`]).
 
 use rkyv::primitive::ArchivedU32;
 
 use crate::checksum::{DepGroupsHasher, dep_members_checksum};
-use crate::layout::ArchivedDepGroupRecord;
+use crate::layout::{ArchivedDepGroupRecord, ArchivedIndex};
 use crate::{Digest, Image, ImageError};
 
 /// One distinct (dep name, fingerprint) and the entries that carry it.
 ///
 /// Its name, fingerprint and length come from the group table (checked when
 /// the dependency index is first used); its entry list is checked against
-/// its own checksum on the first [`entries`](DepGroup::entries) or
-/// [`entries`](DepGroup::entries) call.
+/// its own checksum on the first [`entries`](DepGroup::entries) call.
 #[derive(Clone, Copy)]
 pub struct DepGroup<'a> {
     image: &'a Image,
@@ -37,7 +47,7 @@ impl<'a> DepGroup<'a> {
             image,
             position,
             record,
-            name: image.str_at(&record.name).unwrap_or_default(),
+            name: image.group_str(&record.name).unwrap_or_default(),
         }
     }
 
@@ -65,8 +75,16 @@ impl<'a> DepGroup<'a> {
     /// entry list is checked against its checksum on first use (O(group
     /// size)) and the result remembered; an error when it is corrupt (a
     /// corrupt list is never returned, nor mistaken for an empty one).
+    ///
+    /// Every entry that carries this dep and passes its own check is listed:
+    /// an entry's check fails when the index leaves it out. A forged index
+    /// may also list entries that do not carry the dep; a cache then drops
+    /// or closes them (a miss). [`Verification::Full`](crate::Verification::Full)
+    /// rejects such an index.
     pub fn entries(&self) -> Result<impl ExactSizeIterator<Item = usize> + use<'a>, ImageError> {
-        let members = self.image.checked_members(self.position, self.record)?;
+        let members = self
+            .image
+            .checked_members(self.position, self.record, false)?;
         Ok(members.iter().map(|member| member.to_native() as usize))
     }
 }
@@ -84,8 +102,8 @@ impl std::fmt::Debug for DepGroup<'_> {
 impl Image {
     /// Every distinct (dep name, fingerprint), sorted by name then
     /// fingerprint. The group table is checked against its checksum on
-    /// first use, in O(groups); iterating the groups reads no entry list
-    /// (each group's list is checked when its entries are read).
+    /// first use, in O(groups + names); iterating the groups reads no entry
+    /// list (each group's list is checked when its entries are read).
     pub fn dep_groups(
         &self,
     ) -> Result<impl ExactSizeIterator<Item = DepGroup<'_>> + '_, ImageError> {
@@ -106,8 +124,7 @@ impl Image {
     ) -> Result<impl Iterator<Item = DepGroup<'s>> + 's, ImageError> {
         self.dep_index_checked()?;
         let groups = self.index().dep_groups.as_slice();
-        let first =
-            groups.partition_point(|group| self.str_at(&group.name).unwrap_or_default() < name);
+        let first = groups.partition_point(|group| self.group_name_bytes(group) < name.as_bytes());
         Ok(groups
             .get(first..)
             .unwrap_or_default()
@@ -142,31 +159,49 @@ impl Image {
         self.check_dep_groups()
     }
 
-    /// Checks the whole dependency index now: the group table and every
-    /// group's entry list.
+    /// Checks the whole dependency index now, whatever was remembered: the
+    /// group table and every group's entry list.
     pub(crate) fn check_dep_index(&self) -> Result<(), ImageError> {
         self.check_dep_groups()?;
         for (position, record) in self.index().dep_groups.iter().enumerate() {
-            self.checked_members(position, record)?;
+            self.checked_members(position, record, true)?;
         }
         Ok(())
     }
 
-    /// Checks the group table: names, order, contiguous member ranges
-    /// covering the member table, and the table checksum. O(groups); reads
-    /// no member list.
+    /// Checks the group table: names (each right after the previous one in
+    /// the name table, UTF-8), order, contiguous member ranges covering the
+    /// member table, and the table checksum. O(groups + names); reads no
+    /// member list.
     fn check_dep_groups(&self) -> Result<(), ImageError> {
         let index = self.index();
         let corrupt = |what: String| ImageError::DepIndex(what);
         let groups = &index.dep_groups;
+        let names = index.group_names.as_slice();
         let member_count = index.dep_members.len();
-        let mut hasher = DepGroupsHasher::new(groups.len() as u32, member_count as u32);
-        let mut previous: Option<(&str, &[u8; 32])> = None;
+        let mut previous: Option<(&[u8], &[u8; 32])> = None;
         let mut next_member = 0usize;
-        for group in groups.iter() {
-            let name = self.str_at(&group.name).ok_or_else(|| {
-                corrupt("a group name lies outside the string table or is not UTF-8".into())
-            })?;
+        let mut next_name = 0usize;
+        for (position, group) in groups.iter().enumerate() {
+            let (start, len) = (group.name.offset.to_native(), group.name.len.to_native());
+            if start as usize != next_name {
+                return Err(ImageError::Overlap(format!(
+                    "group {position}'s name is at {start}+{len}, where the group names continue at {next_name}"
+                )));
+            }
+            let Some(range) = group.name.range().filter(|range| range.end <= names.len()) else {
+                return Err(ImageError::OutOfRange {
+                    what: format!("group {position}'s name"),
+                    start: u64::from(start),
+                    len: u64::from(len),
+                    table: "group name table",
+                    limit: names.len() as u64,
+                });
+            };
+            next_name = range.end;
+            let name = &names[range];
+            let text = std::str::from_utf8(name)
+                .map_err(|_| corrupt(format!("group {position}'s name is not UTF-8")))?;
             let current = (name, &group.fingerprint);
             if previous.is_some_and(|previous| previous >= current) {
                 return Err(corrupt(
@@ -174,43 +209,63 @@ impl Image {
                 ));
             }
             previous = Some(current);
-            let range = group.members.range().unwrap_or(usize::MAX..usize::MAX);
-            if range.start != next_member || range.is_empty() || range.end > member_count {
+            let members = group.members.range().unwrap_or(usize::MAX..usize::MAX);
+            if members.start != next_member || members.is_empty() {
                 return Err(corrupt(format!(
-                    "the members of {name:?} are not the next non-empty range of the member table"
+                    "the members of {text:?} are not the next non-empty range of the member table"
                 )));
             }
-            next_member = range.end;
-            hasher.group(
-                name.as_bytes(),
-                &group.fingerprint,
-                group.members.start.to_native(),
-                group.members.len.to_native(),
-                &group.members_checksum,
-            );
+            if members.end > member_count {
+                return Err(ImageError::OutOfRange {
+                    what: format!("the members of group {position} ({text:?})"),
+                    start: group.members.start.to_native().into(),
+                    len: group.members.len.to_native().into(),
+                    table: "member table",
+                    limit: member_count as u64,
+                });
+            }
+            next_member = members.end;
         }
         if next_member != member_count {
             return Err(corrupt(format!(
                 "groups cover {next_member} members of {member_count}"
             )));
         }
-        if hasher.finish() != index.dep_groups_checksum {
+        if next_name != names.len() {
+            return Err(corrupt(format!(
+                "group names end at {next_name}, the name table at {}",
+                names.len()
+            )));
+        }
+        if dep_groups_checksum(index) != index.dep_groups_checksum {
             return Err(corrupt("group table checksum mismatch".into()));
         }
         self.dep_index_state.set(0);
         Ok(())
     }
 
+    /// The bytes of a group's name, or none if it lies outside the table
+    /// (the group table check rejects that).
+    fn group_name_bytes(&self, group: &ArchivedDepGroupRecord) -> &[u8] {
+        group
+            .name
+            .range()
+            .and_then(|range| self.index().group_names.as_slice().get(range))
+            .unwrap_or_default()
+    }
+
     /// The member list of group `position`, checked against the group's
-    /// checksum on first use (and remembered): ascending entry indices.
-    /// Callers reach a group only through the checked group table.
+    /// checksum on first use (and remembered; every time with `force`):
+    /// ascending entry indices. Callers reach a group only through the
+    /// checked group table.
     fn checked_members<'s>(
         &'s self,
         position: usize,
         record: &'s ArchivedDepGroupRecord,
+        force: bool,
     ) -> Result<&'s [ArchivedU32], ImageError> {
         let index = self.index();
-        let name = || self.str_at(&record.name).unwrap_or_default();
+        let name = || self.group_str(&record.name).unwrap_or_default();
         let members = record
             .members
             .range()
@@ -221,7 +276,7 @@ impl Image {
                     name()
                 ))
             })?;
-        if self.dep_group_state.is_set(position) {
+        if !force && self.dep_group_state.is_set(position) {
             return Ok(members);
         }
         if dep_members_checksum(members.iter().map(|member| member.to_native()))
@@ -236,10 +291,19 @@ impl Image {
         let mut previous: Option<u32> = None;
         for member in members {
             let member = member.to_native();
-            if member as usize >= entry_count || previous.is_some_and(|p| p >= member) {
+            if member as usize >= entry_count {
+                return Err(ImageError::OutOfRange {
+                    what: format!("a member of {:?}", name()),
+                    start: member.into(),
+                    len: 1,
+                    table: "entry table",
+                    limit: entry_count as u64,
+                });
+            }
+            if let Some(before) = previous.filter(|&before| before >= member) {
                 return Err(ImageError::DepIndex(format!(
-                    "the entry list of {:?} holds {member}, not an ascending entry index",
-                    name()
+                    "the entry list of {:?} holds {member} after {before}: entries must ascend",
+                    name(),
                 )));
             }
             previous = Some(member);
@@ -247,4 +311,27 @@ impl Image {
         self.dep_group_state.set(position);
         Ok(members)
     }
+}
+
+/// The checksum of the group table and the group names (see
+/// [`DepGroupsHasher`]): O(groups + names).
+pub(crate) fn dep_groups_checksum(index: &ArchivedIndex) -> [u8; 32] {
+    let groups = &index.dep_groups;
+    let mut hasher = DepGroupsHasher::new(
+        groups.len() as u32,
+        index.dep_members.len() as u32,
+        index.group_names.as_slice(),
+    );
+    for group in groups.iter() {
+        hasher.group(
+            (group.name.offset.to_native(), group.name.len.to_native()),
+            &group.fingerprint,
+            (
+                group.members.start.to_native(),
+                group.members.len.to_native(),
+            ),
+            &group.members_checksum,
+        );
+    }
+    hasher.finish()
 }

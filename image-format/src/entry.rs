@@ -1,13 +1,36 @@
 //! [`EntryRef`] and [`ArtifactRef`]: views of one entry and one artifact,
-//! read in place, checked against their checksums on first access.
+//! read in place, checked on first access.
+//!
+//! An entry's first access checks, in order and in time linear in what the
+//! entry owns:
+//!
+//! 1. its block (once per 64 entries, see `partition.rs`): the entries of
+//!    the block own consecutive, disjoint ranges of every table, of the
+//!    text and of the payload region;
+//! 2. its own layout: its text references follow each other through its
+//!    text region, its artifacts' entry points and payloads follow each
+//!    other through its ranges, its owner owns it;
+//! 3. its checksum;
+//! 4. its values: reserved flags, worlds, kinds, UTF-8 text; that a lookup
+//!    of its (owner, key) leads to it (so no two served entries share an
+//!    (owner, key), and iteration never serves what a lookup cannot reach);
+//!    and that the dependency index lists it under each of its deps (so
+//!    revalidation and invalidation, which go by the index, never miss it).
+//!
+//! A failure is an error and the entry is never returned.
 
-use crate::checksum::{ArtifactFields, EntryFields, EntryHasher};
+use std::ops::Range;
+
+use crate::checksum::{ArtifactFields, DepFields, EntryFields, EntryHasher};
 use crate::header::REGION_ALIGN;
-use crate::layout::{ArchivedArtifactRecord, ArchivedEntryRecord, ArchivedStrRef, CUSTOM_KIND};
+use crate::layout::{
+    ArchivedArtifactRecord, ArchivedEntryRecord, ArchivedIndex, ArchivedSpan, ArchivedStrRef,
+    CUSTOM_KIND,
+};
 use crate::{Artifact, ArtifactKind, Dep, Digest, EntryData, Image, ImageError};
 
 /// One entry of an [`Image`], read in place. Its record (and everything it
-/// references: name, deps, artifact descriptors) matched its checksum.
+/// owns: text, deps, artifact descriptors) passed its checks.
 #[derive(Clone, Copy)]
 pub struct EntryRef<'a> {
     image: &'a Image,
@@ -27,20 +50,26 @@ impl<'a> EntryRef<'a> {
                 record,
             });
         }
+        image.block_checked(index)?;
         EntryRef::check(image, index)
     }
 
-    /// The entry at `index`, checked now whatever was remembered.
+    /// The entry at `index`, checked now whatever was remembered. Its
+    /// block must have passed its check.
     pub(crate) fn check(image: &'a Image, index: usize) -> Result<EntryRef<'a>, ImageError> {
-        let entries = &image.index().entries;
-        let record = entries.get(index).ok_or(ImageError::EntryOutOfRange {
-            index,
-            len: entries.len(),
-        })?;
-        let stored = record.checksum;
-        if check_record(image, index, record)? != stored {
+        let tables = image.index();
+        let record = tables
+            .entries
+            .get(index)
+            .ok_or(ImageError::EntryOutOfRange {
+                index,
+                len: tables.entries.len(),
+            })?;
+        check_layout(tables, index, record, image.header.payload_len)?;
+        if entry_checksum(tables, record) != record.checksum {
             return Err(ImageError::EntryChecksum { index });
         }
+        check_values(image, index, record)?;
         image.entry_state.set(index);
         Ok(EntryRef {
             image,
@@ -71,7 +100,7 @@ impl<'a> EntryRef<'a> {
             .index()
             .owners
             .get(self.record.owner.to_native() as usize)
-            .and_then(|owner| image.str_at(&owner.label))
+            .and_then(|owner| image.meta_str(&owner.label))
             .unwrap_or_default()
     }
 
@@ -82,7 +111,7 @@ impl<'a> EntryRef<'a> {
 
     /// Human-readable name.
     pub fn name(&self) -> &'a str {
-        self.image.str_at(&self.record.name).unwrap_or_default()
+        self.image.entry_str(&self.record.name).unwrap_or_default()
     }
 
     /// First world the entry is valid in.
@@ -98,15 +127,10 @@ impl<'a> EntryRef<'a> {
     /// The deps, borrowed: (definition name, fingerprint).
     pub fn dep_iter(&self) -> impl ExactSizeIterator<Item = (&'a str, Digest)> + use<'a> {
         let image = self.image;
-        let records = self
-            .record
-            .deps
-            .range()
-            .and_then(|range| image.index().deps.as_slice().get(range))
-            .unwrap_or_default();
+        let records = slice(&image.index().deps, &self.record.deps);
         records.iter().map(move |dep| {
             (
-                image.str_at(&dep.name).unwrap_or_default(),
+                image.entry_str(&dep.name).unwrap_or_default(),
                 Digest(dep.fingerprint),
             )
         })
@@ -142,12 +166,7 @@ impl<'a> EntryRef<'a> {
         let image = self.image;
         let entry = self.index;
         let first = self.record.artifacts.start.to_native() as usize;
-        let records = self
-            .record
-            .artifacts
-            .range()
-            .and_then(|range| image.index().artifacts.as_slice().get(range))
-            .unwrap_or_default();
+        let records = slice(&image.index().artifacts, &self.record.artifacts);
         records
             .iter()
             .enumerate()
@@ -240,7 +259,10 @@ impl<'a> ArtifactRef<'a> {
     /// The kind's name (see [`ArtifactKind::name`]), borrowed.
     pub fn kind_name(&self) -> &'a str {
         match self.record.kind.to_native() {
-            CUSTOM_KIND => self.image.str_at(&self.record.custom).unwrap_or_default(),
+            CUSTOM_KIND => self
+                .image
+                .entry_str(&self.record.custom)
+                .unwrap_or_default(),
             tag => ArtifactKind::BUILT_IN
                 .get(tag as usize)
                 .map(|(_, name)| *name)
@@ -251,13 +273,9 @@ impl<'a> ArtifactRef<'a> {
     /// Entry-point names.
     pub fn entry_points(&self) -> Vec<&'a str> {
         let image = self.image;
-        self.record
-            .entry_points
-            .range()
-            .and_then(|range| image.index().entry_points.as_slice().get(range))
-            .unwrap_or_default()
+        slice(&image.index().entry_points, &self.record.entry_points)
             .iter()
-            .map(|name| image.str_at(name).unwrap_or_default())
+            .map(|name| image.entry_str(name).unwrap_or_default())
             .collect()
     }
 
@@ -332,28 +350,63 @@ impl std::fmt::Debug for ArtifactRef<'_> {
     }
 }
 
-/// Checks the structure of entry `index` and computes its checksum.
-fn check_record(
-    image: &Image,
+/// The records of `table` that `span` refers to, or none if it lies
+/// outside the table.
+fn slice<'t, T>(table: &'t rkyv::vec::ArchivedVec<T>, span: &ArchivedSpan) -> &'t [T] {
+    span.range()
+        .and_then(|range| table.as_slice().get(range))
+        .unwrap_or_default()
+}
+
+fn pair(reference: &ArchivedStrRef) -> (u32, u32) {
+    (reference.offset.to_native(), reference.len.to_native())
+}
+
+fn span_pair(span: &ArchivedSpan) -> (u32, u32) {
+    (span.start.to_native(), span.len.to_native())
+}
+
+/// Checks that entry `index` references only what it owns, each thing once
+/// (see `layout.rs`), in time linear in what it owns. Its block passed its
+/// check, so its ranges lie inside the tables and are its own.
+fn check_layout(
+    tables: &ArchivedIndex,
     index: usize,
     record: &ArchivedEntryRecord,
-) -> Result<[u8; 32], ImageError> {
-    let malformed = |what: &str| ImageError::EntryMalformed {
-        index,
-        what: what.to_owned(),
+    payload_len: u64,
+) -> Result<(), ImageError> {
+    let out_of_range =
+        |what: &str, span: (u32, u32), table: &'static str, limit: usize| ImageError::OutOfRange {
+            what: format!("entry {index}'s {what}"),
+            start: u64::from(span.0),
+            len: u64::from(span.1),
+            table,
+            limit: limit as u64,
+        };
+    let owned = |span: &ArchivedSpan, what: &str, table: &'static str, len: usize| {
+        span.range()
+            .filter(|range| range.end <= len)
+            .ok_or_else(|| out_of_range(what, span_pair(span), table, len))
     };
-    let tables = image.index();
-    let text = |text: &ArchivedStrRef, what: &str| -> Result<&[u8], ImageError> {
-        let bytes = text
-            .range()
-            .and_then(|range| tables.strings.as_slice().get(range))
-            .ok_or_else(|| malformed(&format!("its {what} lies outside the string table")))?;
-        std::str::from_utf8(bytes).map_err(|_| malformed(&format!("its {what} is not UTF-8")))?;
-        Ok(bytes)
-    };
-    if record.flags.to_native() != 0 {
-        return Err(malformed("reserved flags are set"));
-    }
+    let text = owned(
+        &record.strings,
+        "text region",
+        "entry text",
+        tables.strings.len(),
+    )?;
+    let deps = owned(&record.deps, "deps", "dep table", tables.deps.len())?;
+    let artifacts = owned(
+        &record.artifacts,
+        "artifacts",
+        "artifact table",
+        tables.artifacts.len(),
+    )?;
+    let entry_points = owned(
+        &record.entry_points,
+        "entry points",
+        "entry-point table",
+        tables.entry_points.len(),
+    )?;
     let owner = tables
         .owners
         .get(record.owner.to_native() as usize)
@@ -362,70 +415,292 @@ fn check_record(
                 .entries
                 .range()
                 .is_some_and(|range| range.contains(&index))
-        })
-        .ok_or_else(|| malformed("its owner does not own it"))?;
-    let (min_world, max_world) = (record.min_world.to_native(), record.max_world.to_native());
-    if min_world > max_world {
-        return Err(malformed("min_world > max_world"));
+        });
+    if owner.is_none() {
+        return Err(malformed(index, "its owner does not own it"));
     }
-    let deps = record
-        .deps
+
+    // Text: every reference starts where the previous one ended.
+    let mut text_at = TextCursor {
+        index,
+        at: text.start,
+        end: text.end,
+    };
+    text_at.next(&record.name, || "name".to_owned())?;
+    for (position, dep) in tables.deps.as_slice()[deps].iter().enumerate() {
+        text_at.next(&dep.name, || format!("dep {position}'s name"))?;
+    }
+    let mut next_entry_point = entry_points.start;
+    let payload_start = record.payloads.offset.to_native();
+    let payload_end = payload_start
+        .checked_add(record.payloads.len.to_native())
+        .filter(|&end| end <= payload_len)
+        .ok_or_else(|| ImageError::OutOfRange {
+            what: format!("entry {index}'s payloads"),
+            start: payload_start,
+            len: record.payloads.len.to_native(),
+            table: "payload region",
+            limit: payload_len,
+        })?;
+    let mut next_payload = payload_start;
+    for (position, artifact) in tables.artifacts.as_slice()[artifacts].iter().enumerate() {
+        text_at.next(&artifact.custom, || format!("artifact {position}'s kind"))?;
+        let own = artifact.entry_points.range();
+        let Some(own) = own.filter(|range| range.start == next_entry_point) else {
+            return Err(ImageError::Overlap(format!(
+                "entry {index}'s artifact {position} has entry points {}+{}, where its next ones start at {next_entry_point}",
+                artifact.entry_points.start.to_native(),
+                artifact.entry_points.len.to_native(),
+            )));
+        };
+        if own.end > entry_points.end {
+            return Err(out_of_range(
+                &format!("artifact {position}'s entry points"),
+                span_pair(&artifact.entry_points),
+                "entry's entry points",
+                entry_points.end,
+            ));
+        }
+        next_entry_point = own.end;
+        for name in &tables.entry_points.as_slice()[own] {
+            text_at.next(name, || format!("artifact {position}'s entry point"))?;
+        }
+        let (offset, len) = (artifact.offset.to_native(), artifact.len.to_native());
+        if offset % REGION_ALIGN as u64 != 0 || offset < next_payload {
+            return Err(ImageError::Overlap(format!(
+                "entry {index}'s artifact {position} has its payload at {offset}, where its next payload may start at {next_payload} (at a multiple of {REGION_ALIGN})"
+            )));
+        }
+        let Some(end) = offset.checked_add(len).filter(|&end| end <= payload_end) else {
+            return Err(ImageError::OutOfRange {
+                what: format!("entry {index}'s artifact {position}'s payload"),
+                start: offset,
+                len,
+                table: "entry's payloads",
+                limit: payload_end,
+            });
+        };
+        next_payload = end;
+    }
+    if next_entry_point != entry_points.end {
+        return Err(ImageError::Overlap(format!(
+            "entry {index}'s artifacts use entry points up to {next_entry_point}, its range ends at {}",
+            entry_points.end
+        )));
+    }
+    if text_at.at != text.end {
+        return Err(ImageError::Overlap(format!(
+            "entry {index}'s text ends at {}, its text region at {}",
+            text_at.at, text.end
+        )));
+    }
+    Ok(())
+}
+
+/// Walks an entry's text region: each reference must start where the
+/// previous one ended and stay inside the region.
+struct TextCursor {
+    index: usize,
+    at: usize,
+    end: usize,
+}
+
+impl TextCursor {
+    /// `what` names the reference, for the error (built only on failure:
+    /// this runs once per string of every entry checked).
+    fn next(
+        &mut self,
+        reference: &ArchivedStrRef,
+        what: impl Fn() -> String,
+    ) -> Result<(), ImageError> {
+        let (start, len) = pair(reference);
+        if start as usize != self.at {
+            return Err(ImageError::Overlap(format!(
+                "entry {}'s {} is at {start}+{len}, where its text continues at {}",
+                self.index,
+                what(),
+                self.at,
+            )));
+        }
+        match reference.range().filter(|range| range.end <= self.end) {
+            Some(range) => {
+                self.at = range.end;
+                Ok(())
+            }
+            None => Err(ImageError::OutOfRange {
+                what: format!("entry {}'s {}", self.index, what()),
+                start: u64::from(start),
+                len: u64::from(len),
+                table: "entry's text region",
+                limit: self.end as u64,
+            }),
+        }
+    }
+}
+
+fn malformed(index: usize, what: &str) -> ImageError {
+    ImageError::EntryMalformed {
+        index,
+        what: what.to_owned(),
+    }
+}
+
+/// The checksum of entry `record`: its fields, its text region once, and
+/// the fields of the dep, artifact and entry-point records it owns. Reads
+/// out-of-range references as empty (the reader checks the layout first;
+/// the writer and the forging tools seal whatever they were given).
+pub(crate) fn entry_checksum(tables: &ArchivedIndex, record: &ArchivedEntryRecord) -> [u8; 32] {
+    let owner = tables
+        .owners
+        .get(record.owner.to_native() as usize)
+        .map(|owner| &owner.digest)
+        .unwrap_or(&[0; 32]);
+    let text: &[u8] = record
+        .strings
         .range()
-        .and_then(|range| tables.deps.as_slice().get(range))
-        .ok_or_else(|| malformed("its deps lie outside the dep table"))?;
-    let artifacts = record
-        .artifacts
-        .range()
-        .and_then(|range| tables.artifacts.as_slice().get(range))
-        .ok_or_else(|| malformed("its artifacts lie outside the artifact table"))?;
+        .and_then(|range| tables.strings.as_slice().get(range))
+        .unwrap_or_default();
     let mut hasher = EntryHasher::new(&EntryFields {
-        owner: &owner.digest,
+        owner,
         key: &record.key,
-        name: text(&record.name, "name")?,
-        min_world,
-        max_world,
-        flags: 0,
-        dep_count: record.deps.count(),
-        artifact_count: record.artifacts.count(),
+        min_world: record.min_world.to_native(),
+        max_world: record.max_world.to_native(),
+        payloads: (
+            record.payloads.offset.to_native(),
+            record.payloads.len.to_native(),
+        ),
+        name: pair(&record.name),
+        strings: span_pair(&record.strings),
+        deps: span_pair(&record.deps),
+        artifacts: span_pair(&record.artifacts),
+        entry_points: span_pair(&record.entry_points),
+        flags: record.flags.to_native(),
+        text,
     });
-    for dep in deps {
-        hasher.dep(text(&dep.name, "dep name")?, &dep.fingerprint);
+    for dep in slice(&tables.deps, &record.deps) {
+        hasher.dep(&DepFields {
+            fingerprint: &dep.fingerprint,
+            name: pair(&dep.name),
+            group: dep.group.to_native(),
+            member: dep.member.to_native(),
+        });
     }
-    let payload_len = image.header.payload_len;
-    for artifact in artifacts {
+    for artifact in slice(&tables.artifacts, &record.artifacts) {
+        hasher.artifact(&ArtifactFields {
+            kind: artifact.kind.to_native(),
+            custom: pair(&artifact.custom),
+            entry_points: span_pair(&artifact.entry_points),
+            offset: artifact.offset.to_native(),
+            len: artifact.len.to_native(),
+            hash: &artifact.hash,
+            flags: artifact.flags.to_native(),
+        });
+        for name in slice(&tables.entry_points, &artifact.entry_points) {
+            hasher.entry_point(pair(name));
+        }
+    }
+    hasher.finish()
+}
+
+/// Checks the values of entry `index` (its layout and checksum passed):
+/// reserved fields, worlds, kinds, UTF-8 text, that a lookup leads to it,
+/// and that the dependency index lists it under each of its deps.
+fn check_values(
+    image: &Image,
+    index: usize,
+    record: &ArchivedEntryRecord,
+) -> Result<(), ImageError> {
+    let tables = image.index();
+    if record.flags.to_native() != 0 {
+        return Err(malformed(index, "reserved flags are set"));
+    }
+    if record.min_world.to_native() > record.max_world.to_native() {
+        return Err(malformed(index, "min_world > max_world"));
+    }
+    let text = |reference: &ArchivedStrRef, what: &str| -> Result<&str, ImageError> {
+        image
+            .entry_str(reference)
+            .ok_or_else(|| malformed(index, &format!("its {what} is not UTF-8")))
+    };
+    text(&record.name, "name")?;
+    for dep in slice(&tables.deps, &record.deps) {
+        let name = text(&dep.name, "dep name")?;
+        if !dep_is_listed(tables, index, name.as_bytes(), dep) {
+            return Err(ImageError::DepNotIndexed {
+                entry: index,
+                name: name.to_owned(),
+                fingerprint: Digest(dep.fingerprint),
+            });
+        }
+    }
+    for artifact in slice(&tables.artifacts, &record.artifacts) {
         let kind = artifact.kind.to_native();
         let custom = text(&artifact.custom, "artifact kind")?;
         if kind > CUSTOM_KIND || (kind == CUSTOM_KIND) == custom.is_empty() {
-            return Err(malformed("an artifact has an unknown kind"));
+            return Err(malformed(index, "an artifact has an unknown kind"));
         }
-        if artifact.flags.to_native() != 0 {
-            return Err(malformed("an artifact has reserved flags set"));
-        }
-        let (offset, len) = (artifact.offset.to_native(), artifact.len.to_native());
-        if offset % REGION_ALIGN as u64 != 0
-            || offset.checked_add(len).is_none_or(|end| end > payload_len)
-        {
+        if kind == CUSTOM_KIND && ArtifactKind::is_built_in_name(custom) {
             return Err(malformed(
-                "an artifact payload lies outside the payload region",
+                index,
+                "a custom artifact kind spells a built-in one",
             ));
         }
-        let entry_points = artifact
-            .entry_points
-            .range()
-            .and_then(|range| tables.entry_points.as_slice().get(range))
-            .ok_or_else(|| malformed("artifact entry points lie outside their table"))?;
-        hasher.artifact(&ArtifactFields {
-            kind,
-            custom,
-            entry_point_count: artifact.entry_points.count(),
-            offset,
-            len,
-            hash: &artifact.hash,
-            flags: 0,
-        });
-        for name in entry_points {
-            hasher.entry_point(text(name, "entry point name")?);
+        if artifact.flags.to_native() != 0 {
+            return Err(malformed(index, "an artifact has reserved flags set"));
+        }
+        for name in slice(&tables.entry_points, &artifact.entry_points) {
+            text(name, "entry point name")?;
         }
     }
-    Ok(hasher.finish())
+    if !reachable(tables, index, record) {
+        return Err(ImageError::EntryUnreachable { index });
+    }
+    Ok(())
+}
+
+/// Whether `dep` of entry `index` names a group of the dependency index
+/// with its (name, fingerprint) that lists `index` at the position the dep
+/// says: O(name length). The index is read as it is: if it is corrupt, every
+/// use of it through its checksums fails (merges reject the image,
+/// invalidation closes it), and if it is intact, it lists the entry.
+fn dep_is_listed(
+    tables: &ArchivedIndex,
+    index: usize,
+    name: &[u8],
+    dep: &crate::layout::ArchivedDepRecord,
+) -> bool {
+    let Some(group) = tables.dep_groups.get(dep.group.to_native() as usize) else {
+        return false;
+    };
+    let group_name = group
+        .name
+        .range()
+        .and_then(|range| tables.group_names.as_slice().get(range));
+    let member = dep.member.to_native();
+    let listed = (member < group.members.count())
+        .then(|| group.members.start.to_native().checked_add(member))
+        .flatten()
+        .and_then(|slot| tables.dep_members.get(slot as usize))
+        .map(|entry| entry.to_native() as usize);
+    group_name == Some(name) && group.fingerprint == dep.fingerprint && listed == Some(index)
+}
+
+/// Whether a lookup of the entry's own (owner, key) finds it.
+fn reachable(tables: &ArchivedIndex, index: usize, record: &ArchivedEntryRecord) -> bool {
+    let Some(owner) = tables.owners.get(record.owner.to_native() as usize) else {
+        return false;
+    };
+    let Some(range): Option<Range<usize>> = owner.entries.range() else {
+        return false;
+    };
+    let Some(entries) = tables.entries.as_slice().get(range.clone()) else {
+        return false;
+    };
+    let buckets = owner
+        .buckets
+        .range()
+        .and_then(|buckets| tables.key_buckets.as_slice().get(buckets))
+        .unwrap_or_default();
+    crate::search::find_key(entries, buckets, owner.bucket_bits.to_native(), &record.key)
+        .is_some_and(|found| range.start + found == index)
 }

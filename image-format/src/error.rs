@@ -206,6 +206,111 @@ pub enum ImageError {
     #[error("image dependency index is corrupt: {0}")]
     DepIndex(String),
 
+    /// Two entries of one owner have the same key: lookups would return
+    /// either (found by [`Verification::Full`](crate::Verification::Full)).
+    #[error(
+        "entries {first} and {second} have the same (owner, key) ({owner}, {key}): an image holds one entry per (owner, key); rebuild it"
+    )]
+    DuplicateKey {
+        /// The first entry.
+        first: usize,
+        /// The entry after it.
+        second: usize,
+        /// Owner digest.
+        owner: crate::Digest,
+        /// Key digest.
+        key: crate::Digest,
+    },
+
+    /// Two adjacent entries of one owner are not in ascending key order:
+    /// lookups would miss (found by
+    /// [`Verification::Full`](crate::Verification::Full)).
+    #[error(
+        "entries {first} and {second} of owner {owner} are out of order: keys must ascend within an owner, or lookups miss; rebuild the image"
+    )]
+    KeysOutOfOrder {
+        /// The first entry.
+        first: usize,
+        /// The entry after it, with a smaller key.
+        second: usize,
+        /// Owner digest.
+        owner: crate::Digest,
+    },
+
+    /// A lookup of the entry's own (owner, key) does not lead to it: its
+    /// owner's entries are out of order or hold its key twice. The entry is
+    /// not served, so that a lookup and an iteration never disagree.
+    #[error(
+        "entry {index} is not where a lookup of its (owner, key) leads: its owner's entries are out of order or hold its key twice; the entry is not served"
+    )]
+    EntryUnreachable {
+        /// Entry index.
+        index: usize,
+    },
+
+    /// An entry depends on a definition under which the dependency index
+    /// does not list it: revalidation and invalidation, which go by the
+    /// index, would miss it, so the entry is not served.
+    #[error(
+        "entry {entry} depends on {name:?} ({fingerprint}), but the dependency index does not list it there: the index disagrees with the entry, which is not served"
+    )]
+    DepNotIndexed {
+        /// Entry index.
+        entry: usize,
+        /// Name of the definition.
+        name: String,
+        /// Its fingerprint in the entry.
+        fingerprint: crate::Digest,
+    },
+
+    /// The dependency index lists an entry under a definition the entry
+    /// does not depend on (found by
+    /// [`Verification::Full`](crate::Verification::Full)).
+    #[error(
+        "the dependency index lists entry {entry} under {name:?} ({fingerprint}), but the entry does not depend on it"
+    )]
+    DepNotCarried {
+        /// Entry index.
+        entry: usize,
+        /// Name of the definition.
+        name: String,
+        /// Fingerprint of the group.
+        fingerprint: crate::Digest,
+    },
+
+    /// A reference (to records, text or payload bytes) points outside the
+    /// table or range it must lie in.
+    #[error("{what} at {start}+{len} ends past {limit}, the end of the {table}")]
+    OutOfRange {
+        /// What refers ("entry 5's deps", "group 2's name").
+        what: String,
+        /// First position referenced.
+        start: u64,
+        /// Length referenced.
+        len: u64,
+        /// What it must lie in ("dep table", "entry's text region").
+        table: &'static str,
+        /// The end of that table or range, in records or bytes.
+        limit: u64,
+    },
+
+    /// Two entries (or two strings, or two artifacts) would share records,
+    /// text or payload bytes. The format forbids it: a shared reference
+    /// would make a reader do the same work once per reference.
+    #[error("{0}: no two references may share records, text or payload bytes")]
+    Overlap(String),
+
+    /// The payload region the header describes is not in the image's bytes.
+    #[error("payload region {start}..{end} lies outside the {available} bytes of the image")]
+    PayloadRegion {
+        /// First byte of the region.
+        start: u64,
+        /// End of the region.
+        end: u64,
+        /// Bytes available.
+        available: u64,
+    },
+
     /// An entry index past the end.
     #[error("entry index {index} is out of range: the image has {len} entries")]
     EntryOutOfRange {
@@ -322,6 +427,14 @@ impl ImageError {
             ImageError::EntryMalformed { .. } => "entry.structure",
             ImageError::PayloadChecksum { .. } => "payload.checksum",
             ImageError::DepIndex(_) => "deps.index",
+            ImageError::DuplicateKey { .. } => "index.duplicate_key",
+            ImageError::KeysOutOfOrder { .. } => "index.key_order",
+            ImageError::EntryUnreachable { .. } => "entry.lookup",
+            ImageError::DepNotIndexed { .. } => "deps.unlisted",
+            ImageError::DepNotCarried { .. } => "deps.extra",
+            ImageError::OutOfRange { .. } => "index.range",
+            ImageError::Overlap(_) => "index.overlap",
+            ImageError::PayloadRegion { .. } => "payload.region",
             ImageError::EntryOutOfRange { .. } | ImageError::ArtifactOutOfRange { .. } => {
                 "argument.range"
             }
@@ -333,5 +446,90 @@ impl ImageError {
             | ImageError::Serialize(_) => "writer.input",
             ImageError::InvalidHex { .. } => "argument.hex",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ImageError;
+    use crate::Digest;
+
+    /// Check names are part of the interface (`kiln verify` prints them):
+    /// each new check has its own, and payload-range errors are not header
+    /// errors.
+    #[test]
+    fn consistency_checks_have_stable_names_of_their_own() {
+        let digest = Digest::default();
+        let errors = [
+            (
+                ImageError::DuplicateKey {
+                    first: 4,
+                    second: 5,
+                    owner: digest,
+                    key: digest,
+                },
+                "index.duplicate_key",
+            ),
+            (
+                ImageError::KeysOutOfOrder {
+                    first: 4,
+                    second: 5,
+                    owner: digest,
+                },
+                "index.key_order",
+            ),
+            (ImageError::EntryUnreachable { index: 5 }, "entry.lookup"),
+            (
+                ImageError::DepNotIndexed {
+                    entry: 5,
+                    name: "foo".into(),
+                    fingerprint: digest,
+                },
+                "deps.unlisted",
+            ),
+            (
+                ImageError::DepNotCarried {
+                    entry: 5,
+                    name: "foo".into(),
+                    fingerprint: digest,
+                },
+                "deps.extra",
+            ),
+            (
+                ImageError::OutOfRange {
+                    what: "entry 5's deps".into(),
+                    start: 12,
+                    len: 4,
+                    table: "dep table",
+                    limit: 10,
+                },
+                "index.range",
+            ),
+            (
+                ImageError::Overlap("entry 5's deps".into()),
+                "index.overlap",
+            ),
+            (
+                ImageError::PayloadRegion {
+                    start: 0,
+                    end: 10,
+                    available: 5,
+                },
+                "payload.region",
+            ),
+        ];
+        for (error, check) in &errors {
+            assert_eq!(error.check(), *check, "{error}");
+        }
+        assert_eq!(
+            errors[0].0.to_string(),
+            format!(
+                "entries 4 and 5 have the same (owner, key) ({digest}, {digest}): an image holds one entry per (owner, key); rebuild it"
+            )
+        );
+        assert_eq!(
+            errors[5].0.to_string(),
+            "entry 5's deps at 12+4 ends past 10, the end of the dep table"
+        );
     }
 }

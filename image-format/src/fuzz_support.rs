@@ -1,5 +1,7 @@
-//! The code path the fuzz target and the corpus test drive: everything a
-//! reader can do to an untrusted image.
+//! The code path the fuzz targets and the corpus test drive (everything a
+//! reader can do to an untrusted image), and tools that rewrite images on
+//! purpose: [`reseal`] recomputes the checksums of a mutated image,
+//! [`forge::Forge`] rebuilds an image from records a test chose.
 
 use crate::{Image, ImageError, Verification};
 
@@ -17,22 +19,31 @@ pub struct Exercised {
 }
 
 /// Opens `bytes` with structural verification, then reads everything:
-/// metadata, owners, dep groups, every entry (fields, deps, artifacts,
-/// lookup by (owner, key)) and every payload. Returns the open error, or
-/// counts of what was accepted and rejected. Must never panic.
+/// metadata, owners, dep groups (and the dependents of each distinct
+/// name), every entry (fields, deps, artifacts, lookup by (owner, key), an
+/// owned copy) and every payload; then verifies the image in full and opens
+/// it again with [`Verification::Full`]. Returns the open error, or counts
+/// of what was accepted and rejected. Must never panic, and its time and
+/// memory grow linearly with `bytes` (the `bounded_memory` fuzz target and
+/// `tests/hostile.rs` check the memory).
 pub fn exercise(bytes: &[u8]) -> Result<Exercised, ImageError> {
     let image = Image::from_bytes(bytes, Verification::Structural)?;
     let mut seen = Exercised::default();
     let _ = image.meta();
     let _ = (image.header(), image.owners(), image.owner_count());
     if let Ok(groups) = image.dep_groups() {
+        let mut previous: Option<&str> = None;
         for group in groups {
             let _ = (
                 group.name(),
                 group.fingerprint(),
                 group.entries().map(|e| e.count()).unwrap_or(0),
             );
-            let _ = image.dependents_of(group.name()).map(Iterator::count);
+            // Groups are sorted by name: once per distinct name.
+            if previous != Some(group.name()) {
+                let _ = image.dependents_of(group.name()).map(Iterator::count);
+                previous = Some(group.name());
+            }
         }
     }
     for entry in image.entries() {
@@ -47,6 +58,8 @@ pub fn exercise(bytes: &[u8]) -> Result<Exercised, ImageError> {
             entry.min_world(),
             entry.max_world(),
             entry.deps(),
+            entry.dep_iter().count(),
+            entry.failed_payload(),
         );
         let _ = image.find(&entry.owner(), &entry.key());
         for artifact in entry.artifacts() {
@@ -57,9 +70,12 @@ pub fn exercise(bytes: &[u8]) -> Result<Exercised, ImageError> {
             }
         }
         let _ = entry.artifact(entry.artifact_count());
+        let _ = entry.to_data();
     }
     let _ = image.entry(image.len());
     let _ = image.verify_full();
+    drop(image);
+    let _ = Image::from_bytes(bytes, Verification::Full);
     Ok(seen)
 }
 
@@ -91,8 +107,8 @@ pub fn reseal(image: &mut [u8]) {
         let aligned = copy.as_slice();
         if let Ok(index) =
             rkyv::access::<crate::layout::ArchivedIndex, rkyv::rancor::Error>(aligned)
-            && let Ok(checksum) = crate::verify::index_checksum(aligned, index)
         {
+            let checksum = crate::verify::index_checksum(aligned, index);
             image[offsets::INDEX_CHECKSUM..][..32].copy_from_slice(&checksum.0);
         }
     }
@@ -119,4 +135,180 @@ pub fn dep_index_ranges(image: &[u8]) -> Option<(std::ops::Range<usize>, std::op
         range_of(groups.as_ptr() as usize, size_of_val(groups))?,
         range_of(members.as_ptr() as usize, size_of_val(members))?,
     ))
+}
+
+/// Rebuilding images from chosen records, checksums and all.
+///
+/// Checksums are unkeyed: anyone can write an image whose checksums match
+/// whatever its records say. [`Forge`](forge::Forge) lets a test do that, so that what
+/// stops a hostile image is shown to be a structural check, not a
+/// checksum: take a valid image apart, change its records (reference one
+/// string a thousand times, swap two keys, drop an entry from the
+/// dependency index...), and put it back together with every checksum
+/// recomputed.
+///
+/// ```
+/// use kiln_image::fuzz_support::forge::Forge;
+/// use kiln_image::{Image, ImageMeta, ImageWriter, Verification};
+///
+/// let bytes = ImageWriter::new(ImageMeta::new("p", "1")).to_bytes()?;
+/// let mut forged = Forge::read(&bytes)?;
+/// assert_eq!(forged.to_bytes()?, bytes);
+/// forged.index.labels.clear();
+/// Image::from_bytes(&forged.to_bytes()?, Verification::Full)?;
+/// # Ok::<(), kiln_image::ImageError>(())
+/// ```
+pub mod forge {
+    pub use crate::layout::{
+        ArtifactRecord, BLOCK_ENTRIES, BlockRecord, CUSTOM_KIND, DepGroupRecord, DepRecord,
+        EntryRecord, Index, LabelRecord, OwnerRecord, PayloadSpan, Span, StrRef,
+    };
+
+    use crate::header::Header;
+    use crate::layout::ArchivedIndex;
+    use crate::{Digest, ImageError};
+
+    /// An image taken apart: its index as owned records, its payload
+    /// region and its producer.
+    #[derive(Clone, Debug)]
+    pub struct Forge {
+        /// Every table of the index.
+        pub index: Index,
+        /// The payload region (artifact offsets are relative to its start).
+        pub payloads: Vec<u8>,
+        /// The producer string of the header.
+        pub producer: String,
+    }
+
+    impl Forge {
+        /// Takes `image` apart. Only the header and the rkyv structure of the
+        /// index are checked, not the checksums or the records' values.
+        ///
+        /// # Errors
+        ///
+        /// A header check fails, or the index is not a valid archive.
+        pub fn read(image: &[u8]) -> Result<Forge, ImageError> {
+            let header = Header::parse(image, image.len() as u64)?;
+            let region = |offset: u64, len: u64| {
+                let start = usize::try_from(offset).ok()?;
+                image.get(start..start.checked_add(usize::try_from(len).ok()?)?)
+            };
+            let index_bytes = region(header.index_offset, header.index_len)
+                .ok_or_else(|| ImageError::Layout("the index lies outside the image".into()))?;
+            let payloads = region(header.payload_offset, header.payload_len).ok_or(
+                ImageError::PayloadRegion {
+                    start: header.payload_offset,
+                    end: header.payload_offset.saturating_add(header.payload_len),
+                    available: image.len() as u64,
+                },
+            )?;
+            let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(index_bytes.len());
+            aligned.extend_from_slice(index_bytes);
+            let archived = rkyv::access::<ArchivedIndex, rkyv::rancor::Error>(&aligned)
+                .map_err(|error| ImageError::IndexValidation(error.to_string()))?;
+            let index = rkyv::deserialize::<Index, rkyv::rancor::Error>(archived)
+                .map_err(|error| ImageError::IndexValidation(error.to_string()))?;
+            Ok(Forge {
+                index,
+                payloads: payloads.to_vec(),
+                producer: header.producer,
+            })
+        }
+
+        /// The image with these records, every checksum recomputed: member
+        /// lists, group table, entries, index, body and header. The header's
+        /// entry count follows the entry table. Records are written as they
+        /// are, valid or not.
+        ///
+        /// # Errors
+        ///
+        /// The index does not serialize, or the image would not fit in
+        /// memory.
+        pub fn to_bytes(&self) -> Result<Vec<u8>, ImageError> {
+            crate::writer::assemble(
+                &self.index,
+                [(0, self.payloads.as_slice())],
+                self.payloads.len() as u64,
+                self.producer.clone(),
+            )
+        }
+
+        /// The BLAKE3 of `bytes`, for artifact records that point at new
+        /// payloads.
+        pub fn payload_hash(bytes: &[u8]) -> [u8; 32] {
+            Digest::of(bytes).0
+        }
+
+        /// The position in the group table of the dependency group of
+        /// (`name`, `fingerprint`), if there is one.
+        pub fn group_of(&self, name: &str, fingerprint: &Digest) -> Option<usize> {
+            let index = &self.index;
+            index.dep_groups.iter().position(|group| {
+                let start = group.name.offset as usize;
+                let text = index
+                    .group_names
+                    .get(start..start + group.name.len as usize);
+                text == Some(name.as_bytes()) && group.fingerprint == fingerprint.0
+            })
+        }
+
+        /// Removes `entry` from the member list of group `group`, as a
+        /// forger keeping everything else consistent would: the later lists
+        /// move down one slot and the deps that name a later position of
+        /// this group follow. The entry's own deps are left as they were.
+        /// Returns whether the entry was listed.
+        pub fn remove_member(&mut self, group: usize, entry: u32) -> bool {
+            let index = &mut self.index;
+            let Some(members) = index.dep_groups.get(group).map(|g| g.members) else {
+                return false;
+            };
+            let (start, len) = (members.start as usize, members.len as usize);
+            let Some(position) = index
+                .dep_members
+                .get(start..start + len)
+                .and_then(|list| list.iter().position(|&member| member == entry))
+            else {
+                return false;
+            };
+            index.dep_members.remove(start + position);
+            index.dep_groups[group].members.len -= 1;
+            for later in &mut index.dep_groups[group + 1..] {
+                later.members.start -= 1;
+            }
+            for dep in &mut index.deps {
+                if dep.group as usize == group && dep.member as usize > position {
+                    dep.member -= 1;
+                }
+            }
+            true
+        }
+
+        /// Adds `entry` to the member list of group `group`, in order,
+        /// moving what follows as [`Forge::remove_member`] does. The
+        /// entry's own deps are left as they were.
+        pub fn add_member(&mut self, group: usize, entry: u32) {
+            let index = &mut self.index;
+            let Some(members) = index.dep_groups.get(group).map(|g| g.members) else {
+                return;
+            };
+            let (start, len) = (members.start as usize, members.len as usize);
+            let Some(position) = index
+                .dep_members
+                .get(start..start + len)
+                .map(|list| list.partition_point(|&member| member < entry))
+            else {
+                return;
+            };
+            index.dep_members.insert(start + position, entry);
+            index.dep_groups[group].members.len += 1;
+            for later in &mut index.dep_groups[group + 1..] {
+                later.members.start += 1;
+            }
+            for dep in &mut index.deps {
+                if dep.group as usize == group && dep.member as usize >= position {
+                    dep.member += 1;
+                }
+            }
+        }
+    }
 }

@@ -34,7 +34,7 @@ use crate::{Digest, ImageError};
 /// Magic bytes every image starts with.
 pub const MAGIC: [u8; 8] = *b"KILNIMG\0";
 /// The image format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Length of the header in bytes.
 pub const HEADER_LEN: usize = 256;
 /// Alignment of the index and of every payload, relative to the image start.
@@ -45,7 +45,10 @@ pub const RKYV_VERSION: &str = "0.8.18";
 pub const MAX_PRODUCER_LEN: usize = 64;
 
 const REGION_ALIGN_LOG2: u8 = 6;
-const CHECKSUMMED_LEN: usize = 224;
+/// Length of the rkyv version field.
+const RKYV_VERSION_LEN: usize = 16;
+/// The header bytes its own checksum covers: everything before it.
+const CHECKSUMMED_LEN: usize = offsets::HEADER_CHECKSUM;
 
 /// Byte order of the rkyv archive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -162,26 +165,54 @@ impl Header {
     /// Encodes the header, computing its checksum.
     pub(crate) fn encode(&self) -> [u8; HEADER_LEN] {
         let mut out = [0u8; HEADER_LEN];
-        put(&mut out, 0, &MAGIC);
-        put(&mut out, 8, &self.format_version.to_le_bytes());
-        put(&mut out, 12, &(HEADER_LEN as u32).to_le_bytes());
-        out[16] = match self.layout.endianness {
+        put(&mut out, offsets::MAGIC, &MAGIC);
+        put(
+            &mut out,
+            offsets::FORMAT_VERSION,
+            &self.format_version.to_le_bytes(),
+        );
+        put(
+            &mut out,
+            offsets::HEADER_LEN,
+            &(HEADER_LEN as u32).to_le_bytes(),
+        );
+        out[offsets::ENDIANNESS] = match self.layout.endianness {
             Endianness::Little => 1,
             Endianness::Big => 2,
         };
-        out[17] = self.layout.pointer_width;
-        out[18] = u8::from(self.layout.aligned_primitives);
-        out[19] = REGION_ALIGN_LOG2;
-        put(&mut out, 20, self.rkyv_version.as_bytes());
-        put(&mut out, 36, self.producer.as_bytes());
-        put(&mut out, 104, &self.entry_count.to_le_bytes());
-        put(&mut out, 112, &self.index_offset.to_le_bytes());
-        put(&mut out, 120, &self.index_len.to_le_bytes());
-        put(&mut out, 128, &self.payload_offset.to_le_bytes());
-        put(&mut out, 136, &self.payload_len.to_le_bytes());
-        put(&mut out, 144, &self.body_len.to_le_bytes());
-        put(&mut out, 152, &self.body_checksum.0);
-        put(&mut out, 184, &self.index_checksum.0);
+        out[offsets::POINTER_WIDTH] = self.layout.pointer_width;
+        out[offsets::ALIGNED_PRIMITIVES] = u8::from(self.layout.aligned_primitives);
+        out[offsets::REGION_ALIGN_LOG2] = REGION_ALIGN_LOG2;
+        put(
+            &mut out,
+            offsets::RKYV_VERSION,
+            self.rkyv_version.as_bytes(),
+        );
+        put(&mut out, offsets::PRODUCER, self.producer.as_bytes());
+        put(
+            &mut out,
+            offsets::ENTRY_COUNT,
+            &self.entry_count.to_le_bytes(),
+        );
+        put(
+            &mut out,
+            offsets::INDEX_OFFSET,
+            &self.index_offset.to_le_bytes(),
+        );
+        put(&mut out, offsets::INDEX_LEN, &self.index_len.to_le_bytes());
+        put(
+            &mut out,
+            offsets::PAYLOAD_OFFSET,
+            &self.payload_offset.to_le_bytes(),
+        );
+        put(
+            &mut out,
+            offsets::PAYLOAD_LEN,
+            &self.payload_len.to_le_bytes(),
+        );
+        put(&mut out, offsets::BODY_LEN, &self.body_len.to_le_bytes());
+        put(&mut out, offsets::BODY_CHECKSUM, &self.body_checksum.0);
+        put(&mut out, offsets::INDEX_CHECKSUM, &self.index_checksum.0);
         let checksum = header_checksum(&out);
         put(&mut out, CHECKSUMMED_LEN, &checksum.0);
         out
@@ -207,10 +238,10 @@ impl Header {
                 needed: HEADER_LEN as u64,
             });
         };
-        if field::<8>(bytes, 0) != MAGIC {
+        if field::<8>(bytes, offsets::MAGIC) != MAGIC {
             return Err(bad_magic(image));
         }
-        let format_version = u32::from_le_bytes(field(bytes, 8));
+        let format_version = u32::from_le_bytes(field(bytes, offsets::FORMAT_VERSION));
         if format_version != FORMAT_VERSION {
             return Err(ImageError::FormatVersion {
                 found: format_version,
@@ -221,7 +252,7 @@ impl Header {
         if header_checksum(bytes) != stored_checksum {
             return Err(ImageError::HeaderChecksum);
         }
-        let header_len = u32::from_le_bytes(field(bytes, 12));
+        let header_len = u32::from_le_bytes(field(bytes, offsets::HEADER_LEN));
         if header_len as usize != HEADER_LEN {
             return Err(ImageError::HeaderLength {
                 found: header_len,
@@ -230,9 +261,11 @@ impl Header {
             });
         }
         let layout = check_layout(bytes)?;
-        let rkyv_version = text_field(&bytes[20..36]).ok_or_else(|| {
-            ImageError::Layout("the rkyv version field is not NUL-padded UTF-8".into())
-        })?;
+        let rkyv_version =
+            text_field(&bytes[offsets::RKYV_VERSION..offsets::RKYV_VERSION + RKYV_VERSION_LEN])
+                .ok_or_else(|| {
+                    ImageError::Layout("the rkyv version field is not NUL-padded UTF-8".into())
+                })?;
         if rkyv_version != RKYV_VERSION {
             return Err(ImageError::RkyvVersion {
                 found: rkyv_version,
@@ -240,23 +273,24 @@ impl Header {
             });
         }
         check_reserved(bytes)?;
-        let producer = text_field(&bytes[36..100]).ok_or_else(|| {
-            ImageError::Layout("the producer field is not NUL-padded UTF-8".into())
-        })?;
+        let producer = text_field(&bytes[offsets::PRODUCER..offsets::PRODUCER + MAX_PRODUCER_LEN])
+            .ok_or_else(|| {
+                ImageError::Layout("the producer field is not NUL-padded UTF-8".into())
+            })?;
         let header = Header {
             format_version,
             rkyv_version,
             layout,
             region_alignment: REGION_ALIGN,
             producer,
-            entry_count: u64::from_le_bytes(field(bytes, 104)),
-            index_offset: u64::from_le_bytes(field(bytes, 112)),
-            index_len: u64::from_le_bytes(field(bytes, 120)),
-            payload_offset: u64::from_le_bytes(field(bytes, 128)),
-            payload_len: u64::from_le_bytes(field(bytes, 136)),
-            body_len: u64::from_le_bytes(field(bytes, 144)),
-            body_checksum: Digest(field(bytes, 152)),
-            index_checksum: Digest(field(bytes, 184)),
+            entry_count: u64::from_le_bytes(field(bytes, offsets::ENTRY_COUNT)),
+            index_offset: u64::from_le_bytes(field(bytes, offsets::INDEX_OFFSET)),
+            index_len: u64::from_le_bytes(field(bytes, offsets::INDEX_LEN)),
+            payload_offset: u64::from_le_bytes(field(bytes, offsets::PAYLOAD_OFFSET)),
+            payload_len: u64::from_le_bytes(field(bytes, offsets::PAYLOAD_LEN)),
+            body_len: u64::from_le_bytes(field(bytes, offsets::BODY_LEN)),
+            body_checksum: Digest(field(bytes, offsets::BODY_CHECKSUM)),
+            index_checksum: Digest(field(bytes, offsets::INDEX_CHECKSUM)),
             header_checksum: stored_checksum,
         };
         header.check_regions(file_len)?;
@@ -346,7 +380,7 @@ fn bad_magic(image: &[u8]) -> ImageError {
 
 fn check_layout(bytes: &[u8; HEADER_LEN]) -> Result<ArchiveLayout, ImageError> {
     let native = ArchiveLayout::native();
-    let endianness = match bytes[16] {
+    let endianness = match bytes[offsets::ENDIANNESS] {
         1 => Endianness::Little,
         2 => Endianness::Big,
         other => {
@@ -362,14 +396,14 @@ fn check_layout(bytes: &[u8; HEADER_LEN]) -> Result<ArchiveLayout, ImageError> {
             expected: native.endianness.to_string(),
         });
     }
-    if bytes[17] != native.pointer_width {
+    if bytes[offsets::POINTER_WIDTH] != native.pointer_width {
         return Err(ImageError::PointerWidth {
-            found: bytes[17],
+            found: bytes[offsets::POINTER_WIDTH],
             expected: native.pointer_width,
         });
     }
     let alignment_name = |aligned: bool| if aligned { "aligned" } else { "unaligned" };
-    let aligned_primitives = match bytes[18] {
+    let aligned_primitives = match bytes[offsets::ALIGNED_PRIMITIVES] {
         0 => false,
         1 => true,
         other => {
@@ -385,10 +419,10 @@ fn check_layout(bytes: &[u8; HEADER_LEN]) -> Result<ArchiveLayout, ImageError> {
             expected: alignment_name(native.aligned_primitives).into(),
         });
     }
-    if bytes[19] != REGION_ALIGN_LOG2 {
+    if bytes[offsets::REGION_ALIGN_LOG2] != REGION_ALIGN_LOG2 {
         return Err(ImageError::Layout(format!(
             "region alignment 2^{}, format {FORMAT_VERSION} uses 2^{REGION_ALIGN_LOG2}",
-            bytes[19]
+            bytes[offsets::REGION_ALIGN_LOG2]
         )));
     }
     Ok(native)
@@ -409,8 +443,29 @@ pub fn reseal_header(image: &mut [u8]) {
     }
 }
 
-/// Byte offsets of header fields, for tools and tests that patch headers.
+// The fields tile the header: each ends where the next one starts.
+const _: () = {
+    use offsets::*;
+    assert!(MAGIC + 8 == FORMAT_VERSION && FORMAT_VERSION + 4 == HEADER_LEN);
+    assert!(HEADER_LEN + 4 == ENDIANNESS && ENDIANNESS + 1 == POINTER_WIDTH);
+    assert!(POINTER_WIDTH + 1 == ALIGNED_PRIMITIVES);
+    assert!(ALIGNED_PRIMITIVES + 1 == REGION_ALIGN_LOG2 && REGION_ALIGN_LOG2 + 1 == RKYV_VERSION);
+    assert!(RKYV_VERSION + RKYV_VERSION_LEN == PRODUCER);
+    assert!(PRODUCER + MAX_PRODUCER_LEN == RESERVED && RESERVED + 4 == ENTRY_COUNT);
+    assert!(ENTRY_COUNT + 8 == INDEX_OFFSET && INDEX_OFFSET + 8 == INDEX_LEN);
+    assert!(INDEX_LEN + 8 == PAYLOAD_OFFSET && PAYLOAD_OFFSET + 8 == PAYLOAD_LEN);
+    assert!(PAYLOAD_LEN + 8 == BODY_LEN && BODY_LEN + 8 == BODY_CHECKSUM);
+    assert!(BODY_CHECKSUM + 32 == INDEX_CHECKSUM && INDEX_CHECKSUM + 32 == RESERVED_TAIL);
+    assert!(
+        RESERVED_TAIL + 8 == HEADER_CHECKSUM && HEADER_CHECKSUM + 32 == crate::header::HEADER_LEN
+    );
+};
+
+/// Byte offsets of header fields: the one definition the reader, the writer
+/// and the tools and tests that patch headers all use.
 pub mod offsets {
+    /// Magic bytes (8).
+    pub const MAGIC: usize = 0;
     /// Format version (u32 LE).
     pub const FORMAT_VERSION: usize = 8;
     /// Header length (u32 LE).
@@ -427,7 +482,7 @@ pub mod offsets {
     pub const RKYV_VERSION: usize = 20;
     /// Producer (64 bytes, NUL-padded).
     pub const PRODUCER: usize = 36;
-    /// Reserved, zero in format 1 (4 bytes); nonzero bytes are rejected.
+    /// Reserved, zero (4 bytes); nonzero bytes are rejected.
     pub const RESERVED: usize = 100;
     /// Entry count (u64 LE).
     pub const ENTRY_COUNT: usize = 104;
@@ -445,7 +500,7 @@ pub mod offsets {
     pub const BODY_CHECKSUM: usize = 152;
     /// Index checksum (32 bytes).
     pub const INDEX_CHECKSUM: usize = 184;
-    /// Reserved, zero in format 1 (8 bytes); nonzero bytes are rejected.
+    /// Reserved, zero (8 bytes); nonzero bytes are rejected.
     pub const RESERVED_TAIL: usize = 216;
     /// Header checksum (32 bytes).
     pub const HEADER_CHECKSUM: usize = 224;

@@ -14,13 +14,20 @@ use crate::{Digest, ImageError, ImageMeta};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verification {
     /// Everything at open: header, body checksum, index structure, every
-    /// entry record and every payload checksum. Cost grows with the image
-    /// size.
+    /// entry record and every payload checksum, and the consistency of the
+    /// whole index (keys strictly ascending within each owner, the
+    /// dependency index exactly what the entries' deps imply, nothing
+    /// shared). Cost linear in the image size.
     Full,
-    /// Header and index structure at open, in time independent of payload
-    /// size; each entry record is checked on its first access and each
+    /// Header and index structure at open, in time linear in the owners and
+    /// the metadata, not in the entries or the payloads; each entry is
+    /// checked on its first access
+    /// (its block of 64 entries, its own layout, checksum and values, that
+    /// a lookup leads to it and that the dependency index lists it), each
     /// payload's checksum on its first [`bytes`](crate::ArtifactRef::bytes)
-    /// call, and the result is remembered.
+    /// call, and the results are remembered. An entry that fails is never
+    /// returned, so every entry a reader gets is one [`Verification::Full`]
+    /// would accept on its own.
     Structural,
 }
 
@@ -32,6 +39,14 @@ pub enum Verification {
 /// payload bytes are borrowed from the image. No input makes a reader
 /// method panic; corrupt data is reported as an [`ImageError`], never
 /// returned.
+///
+/// No input makes a reader's work grow faster than the input: no two
+/// references may share records, text or payload bytes (see the crate
+/// docs), each check is done once and remembered, and checksums stream
+/// through a fixed-size buffer. A reader allocates at most a few times the
+/// input's length (the bound the tests and the `bounded_memory` fuzz target
+/// assert is 8× plus 64 KiB, with the copy [`Image::from_bytes`] makes
+/// counted).
 pub struct Image {
     pub(crate) storage: Storage,
     pub(crate) header: Header,
@@ -45,6 +60,14 @@ pub struct Image {
     pub(crate) dep_index_state: CheckState,
     /// One bit per dependency group: its member list passed its checksum.
     pub(crate) dep_group_state: CheckState,
+    /// One bit: the first level of the block table passed its check.
+    pub(crate) block_table_state: CheckState,
+    /// One bit per group of 64 block records: it passed its check.
+    pub(crate) block_group_state: CheckState,
+    /// One bit per block of 64 entries: its entries tile its ranges.
+    pub(crate) block_state: CheckState,
+    /// Where the block table's and the blocks' checks failed.
+    pub(crate) block_failures: crate::partition::Failures,
     pub(crate) trusted: bool,
 }
 
@@ -140,12 +163,17 @@ impl Image {
             }
         };
         let index_range = to_range(header.index_offset, header.index_len, head.len() as u64)?;
-        let payload_range = to_range(header.payload_offset, header.payload_len, image_len)?;
+        let payload_range = to_range(header.payload_offset, header.payload_len, image_len)
+            .map_err(|_| ImageError::PayloadRegion {
+                start: header.payload_offset,
+                end: header.payload_offset.saturating_add(header.payload_len),
+                available: image_len,
+            })?;
         if mode == Mode::Full {
             crate::verify::check_body(head, storage.payloads(&payload_range)?, &header)?;
         }
         let index_bytes = &head[index_range.clone()];
-        let (entry_count, artifact_count, dep_group_count) = if mode == Mode::Trusted {
+        let (entry_count, artifact_count, dep_group_count, block_count) = if mode == Mode::Trusted {
             crate::verify::trusted_counts(index_bytes, &header)?
         } else {
             crate::verify::check_index(index_bytes, &header)?
@@ -157,6 +185,10 @@ impl Image {
             artifact_failed: CheckState::new(artifact_count, false),
             dep_index_state: CheckState::new(1, trusted),
             dep_group_state: CheckState::new(dep_group_count, trusted),
+            block_table_state: CheckState::new(1, trusted),
+            block_group_state: CheckState::new(crate::partition::group_count(block_count), trusted),
+            block_state: CheckState::new(block_count, trusted),
+            block_failures: crate::partition::Failures::new(block_count),
             storage,
             header,
             index_range,
@@ -180,9 +212,11 @@ impl Image {
         // SAFETY: at open, the index bytes passed rkyv validation as an
         // `ArchivedIndex` (`verify::check_index`) or, for a trusted image,
         // the caller of `from_static_trusted` guaranteed that they did
-        // earlier. The storage is immutable and owned by `self` (see the
-        // SAFETY note in `storage.rs` about mapped files), and the range is
-        // the validated one.
+        // earlier. The storage is owned by `self` and never written by this
+        // process, and the range is the validated one. A mapped file
+        // rewritten in place by another process breaks this (see the
+        // module docs of `storage.rs`: image files are replaced, never
+        // edited).
         unsafe { rkyv::access_unchecked::<ArchivedIndex>(self.index_bytes()) }
     }
 
@@ -191,11 +225,22 @@ impl Image {
         self.storage.payloads(&self.payload_range)
     }
 
-    /// A string from the string blob, or `None` if the reference is out of
-    /// bounds or not UTF-8.
-    pub(crate) fn str_at(&self, text: &ArchivedStrRef) -> Option<&str> {
-        let bytes = self.index().strings.as_slice().get(text.range()?)?;
-        std::str::from_utf8(bytes).ok()
+    /// A string of the entry text, or `None` if the reference is out of
+    /// bounds or not UTF-8. O(its length).
+    pub(crate) fn entry_str(&self, text: &ArchivedStrRef) -> Option<&str> {
+        str_in(self.index().strings.as_slice(), text)
+    }
+
+    /// A group name, or `None` if the reference is out of bounds or not
+    /// UTF-8. O(its length).
+    pub(crate) fn group_str(&self, text: &ArchivedStrRef) -> Option<&str> {
+        str_in(self.index().group_names.as_slice(), text)
+    }
+
+    /// A string of the metadata text, or `None` if the reference is out of
+    /// bounds or not UTF-8. O(its length).
+    pub(crate) fn meta_str(&self, text: &ArchivedStrRef) -> Option<&str> {
+        str_in(self.index().meta_strings.as_slice(), text)
     }
 
     /// The parsed header.
@@ -252,7 +297,7 @@ impl Image {
     /// The image metadata (checked at open).
     pub fn meta(&self) -> ImageMeta {
         let index = self.index();
-        let text = |r: &ArchivedStrRef| self.str_at(r).unwrap_or_default().to_owned();
+        let text = |r: &ArchivedStrRef| self.meta_str(r).unwrap_or_default().to_owned();
         ImageMeta {
             producer_name: text(&index.producer_name),
             producer_version: text(&index.producer_version),
@@ -289,7 +334,11 @@ impl Image {
     /// search for the owner, then its radix table over the keys' top bits
     /// (keys are uniform digests: one or two candidates per bucket).
     /// `Ok(None)` when the image has no such entry; an error when the entry
-    /// found is corrupt.
+    /// found fails its check. Never an entry with another (owner, key), and
+    /// the entry found is the only one of its (owner, key) that passes its
+    /// check (an entry a lookup does not lead to fails with
+    /// [`ImageError::EntryUnreachable`]), so a lookup and an iteration agree
+    /// even on an image whose keys are out of order or repeated.
     pub fn find(&self, owner: &Digest, key: &Digest) -> Result<Option<EntryRef<'_>>, ImageError> {
         let index = self.index();
         let owners = index.owners.as_slice();
@@ -335,12 +384,17 @@ impl Image {
             .map(|owner| {
                 (
                     Digest(owner.digest),
-                    self.str_at(&owner.label).unwrap_or_default().to_owned(),
+                    self.meta_str(&owner.label).unwrap_or_default().to_owned(),
                     owner.entries.range().unwrap_or_default(),
                 )
             })
             .collect()
     }
+}
+
+/// The string `text` refers to in `blob`, if in bounds and UTF-8.
+fn str_in<'a>(blob: &'a [u8], text: &ArchivedStrRef) -> Option<&'a str> {
+    std::str::from_utf8(blob.get(text.range()?)?).ok()
 }
 
 impl std::fmt::Debug for Image {

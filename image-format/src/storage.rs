@@ -9,6 +9,50 @@
 //! ([`FileAccess`]): one map of the whole file (one map to set up and tear
 //! down instead of two, for callers that read payloads anyway), or one
 //! `read` into memory (no map at all, for small files).
+//!
+//! # A file changed under a live mapping
+//!
+//! The maps are `PROT_READ` + `MAP_SHARED` (`memmap2::Mmap`): read-only,
+//! but shared with the page cache, so whatever another process writes into
+//! the file shows through them at once. Kiln never writes an image in place
+//! (`ImageWriter::write_atomic` writes a temporary file and renames it over
+//! the path; a mapped file, and the handle a lazily mapped image keeps,
+//! keep the old inode and its bytes). A file rewritten or truncated *in
+//! place* while an image over it is open (`cp new.kimg old.kimg`, a shell
+//! `>` redirection, `truncate`, `dd conv=notrunc`, a program that opens it
+//! for writing) breaks the assumption every check rests on, that checked
+//! bytes stay as they were. On Linux, exactly:
+//!
+//! - **Payload bytes rewritten** (same length): the map shows the new
+//!   bytes. A payload whose checksum already passed is served without being
+//!   hashed again ([`ArtifactRef::bytes`](crate::ArtifactRef::bytes)
+//!   remembers the pass), and a slice handed out earlier (a cache hit
+//!   borrowing the image) changes under its holder: the new bytes are
+//!   served as if checked. A payload not yet checked is hashed on its first
+//!   access, but can still change between the hash and its use.
+//! - **File truncated** (shorter, or `O_TRUNC` then rewritten): the kernel
+//!   drops the truncated pages from every map of the file. The next read of
+//!   a map past the new end of file (rounded up to a page; the rest of the
+//!   last page reads as zeros) raises `SIGBUS`, also for pages read before,
+//!   and kills the process: no Rust code sees an error. A lazily mapped
+//!   payload region is mapped against the length found at open, so a file
+//!   truncated before the first payload access maps fine and faults on the
+//!   first read.
+//! - **Index rewritten**: rkyv validated the index once, at open, and every
+//!   later access goes through `rkyv::access_unchecked`, trusting that
+//!   validation. A rewritten root makes table accesses compute slices from
+//!   unchecked relative pointers and lengths, which can point anywhere in
+//!   the address space: reads outside the map raise `SIGSEGV`, or return
+//!   other memory of the process as image data. Entry records rewritten
+//!   after they passed their check are served as they now are (the pass is
+//!   remembered). References inside the tables (text, payload offsets) are
+//!   still bounds-checked against their table on every access.
+//!
+//! [`FileAccess::Read`] and [`Image::from_bytes`](crate::Image::from_bytes)
+//! copy the bytes and are immune to all three. Image files must be
+//! replaced, never edited in place: a tool that installs an image writes a
+//! temporary file in the destination's directory and renames it over the
+//! destination ([`write_file_atomic`](crate::write_file_atomic)).
 
 use std::fs::{File, Metadata};
 use std::ops::Range;
@@ -139,8 +183,11 @@ impl Storage {
     /// The bytes of the payload region `range` (checked against the image
     /// length at open), mapping it first for a mapped file.
     pub(crate) fn payloads(&self, range: &Range<usize>) -> Result<&[u8], ImageError> {
-        let outside =
-            || ImageError::Layout(format!("payload region {range:?} lies outside the image"));
+        let outside = || ImageError::PayloadRegion {
+            start: range.start as u64,
+            end: range.end as u64,
+            available: self.len(),
+        };
         match self {
             Storage::Static(bytes) => bytes.get(range.clone()).ok_or_else(outside),
             Storage::Owned(vec) => vec.as_slice().get(range.clone()).ok_or_else(outside),
@@ -182,8 +229,9 @@ impl Storage {
             return read_aligned(&file, whole).map_err(io("read"));
         }
         if access == FileAccess::MapWhole {
-            // SAFETY: see `MappedFile::map`: the map is read-only and
-            // private to this `MappedFile`; `whole` is the file's length.
+            // SAFETY: the contract of `MappedFile::map`: a read-only shared
+            // map owned by this `MappedFile`, which nothing in this process
+            // writes; `whole` is the file's length at open.
             let head = unsafe { MappedFile::map(&file, 0, whole) }.map_err(io("map"))?;
             return Ok(Storage::Mapped(MappedFile {
                 path,
@@ -208,8 +256,9 @@ impl Storage {
             size: head_len,
             limit: usize::MAX as u64,
         })?;
-        // SAFETY: see `MappedFile::map`: the map is read-only and private to
-        // this `MappedFile`, which keeps the file open.
+        // SAFETY: the contract of `MappedFile::map`: a read-only shared map
+        // owned by this `MappedFile` (which keeps the file open), which
+        // nothing in this process writes.
         let head = unsafe { MappedFile::map(&file, 0, head_len) }.map_err(io("map"))?;
         Ok(Storage::Mapped(MappedFile {
             path,
@@ -237,10 +286,11 @@ impl MappedFile {
     ///
     /// # Safety
     ///
-    /// `Mmap::map` is unsafe because the mapped file may be changed or
-    /// truncated by another process while the map is alive, which would
-    /// change bytes behind shared references. The caller keeps the map
-    /// private and read-only. The argument for images:
+    /// `Mmap::map` is unsafe because the map is `MAP_SHARED`: the file may
+    /// be changed or truncated by another process while the map is alive,
+    /// which changes bytes behind shared references (or unmaps them). The
+    /// caller keeps the map read-only and owned by one `MappedFile`, and
+    /// never writes the file itself. The argument for images:
     /// - Kiln never modifies an image in place: `ImageWriter::write_atomic`
     ///   writes a temporary file and renames it over the path, so a mapped
     ///   image (and the file handle a lazily mapped image keeps, to map its
@@ -249,12 +299,13 @@ impl MappedFile {
     ///   access are caught by their checksums, checked on first access
     ///   (Structural) or at open (Full).
     ///
-    /// What remains, as for any memory-mapped file: a process that rewrites
-    /// or truncates an image file *in place* while it is mapped can change
-    /// bytes after they were checked (a payload already returned, or the
-    /// index tables validated at open), or raise SIGBUS on access past a
-    /// truncated end. Image files must be replaced, never edited in place;
-    /// `Image::from_bytes` copies when that cannot be guaranteed.
+    /// What remains, as for any memory-mapped file, is a file rewritten or
+    /// truncated *in place* while mapped: checked bytes served changed,
+    /// `SIGBUS` past a truncated end, `SIGSEGV` or other memory read through
+    /// a rewritten index (each case is spelled out in the module docs).
+    /// Image files must be replaced, never edited in place;
+    /// `FileAccess::Read` and `Image::from_bytes` copy when that cannot be
+    /// guaranteed.
     unsafe fn map(file: &File, offset: u64, len: usize) -> std::io::Result<memmap2::Mmap> {
         // SAFETY: the contract above, which every caller upholds.
         unsafe {
@@ -272,12 +323,18 @@ impl MappedFile {
         let Some(lazy) = &self.lazy else {
             // The whole file is mapped; the range was checked against its
             // length at open.
-            return self.head.get(range.clone()).ok_or_else(|| {
-                ImageError::Layout(format!("payload region {range:?} lies outside the image"))
-            });
+            return self
+                .head
+                .get(range.clone())
+                .ok_or(ImageError::PayloadRegion {
+                    start: range.start as u64,
+                    end: range.end as u64,
+                    available: self.len,
+                });
         };
         let mapped = lazy.map.get_or_init(|| {
-            // SAFETY: see `MappedFile::map`; the range was checked against
+            // SAFETY: the contract of `MappedFile::map` (a read-only shared
+            // map owned by this `MappedFile`); the range was checked against
             // the file length at open.
             unsafe { MappedFile::map(&lazy.file, range.start as u64, range.len()) }
                 .map_err(|error| (error.kind(), error.to_string()))

@@ -1,18 +1,15 @@
 //! [`ImageWriter`]: entries and metadata in, deterministic image bytes out.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
-use crate::checksum::{
-    ArtifactFields, DepGroupsHasher, EntryFields, EntryHasher, dep_members_checksum,
-};
 use crate::header::{
     ArchiveLayout, FORMAT_VERSION, HEADER_LEN, Header, MAX_PRODUCER_LEN, REGION_ALIGN, RKYV_VERSION,
 };
 use crate::layout::{
-    ArchivedIndex, ArtifactRecord, CUSTOM_KIND, DepGroupRecord, DepRecord, EntryRecord, Index,
-    LabelRecord, OwnerRecord, Span, StrRef,
+    ArchivedIndex, ArtifactRecord, BLOCK_ENTRIES, BlockRecord, CUSTOM_KIND, DepGroupRecord,
+    DepRecord, EntryRecord, Index, LabelRecord, OwnerRecord, PayloadSpan, Span, StrRef,
 };
 use crate::{ArtifactKind, Digest, EntryData, ImageError, ImageMeta};
 
@@ -86,7 +83,7 @@ impl ImageWriter {
             }
         }
         let tables = Tables::build(&order, &self.meta)?;
-        assemble(&tables, producer, order.len() as u64)
+        assemble(&tables.index, tables.payloads, tables.payload_len, producer)
     }
 
     /// Writes the image to `path` atomically: a temporary file in the same
@@ -181,47 +178,74 @@ fn align_up(value: u64) -> Option<u64> {
     value.checked_add(align - 1).map(|v| v / align * align)
 }
 
-/// The string blob, with identical strings stored once.
-#[derive(Default)]
-struct Strings<'a> {
-    blob: Vec<u8>,
-    seen: HashMap<&'a str, StrRef>,
+/// A string blob: each string appended where the previous one ended, once
+/// per use (references may not share bytes, see `layout.rs`).
+struct Blob {
+    bytes: Vec<u8>,
+    what: &'static str,
 }
 
-impl<'a> Strings<'a> {
-    fn add(&mut self, text: &'a str) -> Result<StrRef, ImageError> {
-        if let Some(found) = self.seen.get(text) {
-            return Ok(*found);
+impl Blob {
+    fn new(what: &'static str) -> Blob {
+        Blob {
+            bytes: Vec::new(),
+            what,
         }
+    }
+
+    fn add(&mut self, text: &str) -> Result<StrRef, ImageError> {
         let reference = StrRef {
-            offset: fit_u32(self.blob.len(), "the string table")?,
+            offset: fit_u32(self.bytes.len(), self.what)?,
             len: fit_u32(text.len(), "a string")?,
         };
-        fit_u32(self.blob.len() + text.len(), "the string table")?;
-        self.blob.extend_from_slice(text.as_bytes());
-        self.seen.insert(text, reference);
+        fit_u32(self.bytes.len() + text.len(), self.what)?;
+        self.bytes.extend_from_slice(text.as_bytes());
         Ok(reference)
+    }
+
+    fn len_u32(&self) -> Result<u32, ImageError> {
+        fit_u32(self.bytes.len(), self.what)
     }
 }
 
-/// Everything the image holds, laid out: the index and the payloads in
-/// order with their offsets in the payload region.
+/// Everything the image holds, laid out: the index (checksums not yet
+/// sealed) and the payloads in order with their offsets in the payload
+/// region.
 struct Tables<'a> {
     index: Index,
     payloads: Vec<(u64, &'a [u8])>,
     payload_len: u64,
 }
 
+/// Each distinct (dep name, fingerprint) and the entries that carry it, in
+/// ascending order.
+type Groups<'a> = BTreeMap<(&'a str, Digest), Vec<u32>>;
+
 impl<'a> Tables<'a> {
     fn build(order: &[&'a EntryData], meta: &'a ImageMeta) -> Result<Tables<'a>, ImageError> {
-        let mut strings = Strings::default();
+        fit_u32(order.len(), "the number of entries")?;
+        let groups = dep_groups(order);
+        let positions: BTreeMap<(&str, Digest), u32> = groups
+            .keys()
+            .enumerate()
+            .map(|(position, key)| (*key, position as u32))
+            .collect();
+        let mut strings = Blob::new("the entry text");
+        let mut meta_strings = Blob::new("the metadata text");
         let mut index = Index::default();
         let mut payloads = Vec::new();
         let mut payload_end = 0u64;
-        let mut groups: BTreeMap<(&str, Digest), Vec<u32>> = BTreeMap::new();
-        fit_u32(order.len(), "the number of entries")?;
         for (position, entry) in order.iter().enumerate() {
             let entry_index = position as u32;
+            if position % BLOCK_ENTRIES == 0 {
+                index.blocks.push(BlockRecord {
+                    payload: payload_end,
+                    strings: strings.len_u32()?,
+                    deps: fit_u32(index.deps.len(), "the dep table")?,
+                    artifacts: fit_u32(index.artifacts.len(), "the artifact table")?,
+                    entry_points: fit_u32(index.entry_points.len(), "the entry-point table")?,
+                });
+            }
             if entry.min_world > entry.max_world {
                 return Err(ImageError::InvalidWorlds {
                     name: entry.name.clone(),
@@ -229,7 +253,8 @@ impl<'a> Tables<'a> {
                     max_world: entry.max_world,
                 });
             }
-            let owner = owner_of(&mut index, &mut strings, entry, entry_index)?;
+            let owner = owner_of(&mut index, &mut meta_strings, entry, entry_index)?;
+            let text_start = strings.len_u32()?;
             let deps = Span {
                 start: fit_u32(index.deps.len(), "the dep table")?,
                 len: fit_u32(entry.deps.len(), "an entry's deps")?,
@@ -238,94 +263,89 @@ impl<'a> Tables<'a> {
                 start: fit_u32(index.artifacts.len(), "the artifact table")?,
                 len: fit_u32(entry.artifacts.len(), "an entry's artifacts")?,
             };
+            let entry_points_start = fit_u32(index.entry_points.len(), "the entry-point table")?;
             let name = strings.add(&entry.name)?;
-            let mut hasher = EntryHasher::new(&EntryFields {
-                owner: &entry.owner.0,
-                key: &entry.key.0,
-                name: entry.name.as_bytes(),
-                min_world: entry.min_world,
-                max_world: entry.max_world,
-                flags: 0,
-                dep_count: deps.len,
-                artifact_count: artifacts.len,
-            });
             for dep in &entry.deps {
-                hasher.dep(dep.name.as_bytes(), &dep.fingerprint.0);
+                let key = (dep.name.as_str(), dep.fingerprint);
+                let group = positions.get(&key).copied().unwrap_or_default();
+                let member = groups
+                    .get(&key)
+                    .and_then(|members| members.binary_search(&entry_index).ok())
+                    .unwrap_or_default();
                 index.deps.push(DepRecord {
                     fingerprint: dep.fingerprint.0,
                     name: strings.add(&dep.name)?,
+                    group,
+                    member: member as u32,
                 });
-                let members = groups
-                    .entry((dep.name.as_str(), dep.fingerprint))
-                    .or_default();
-                if members.last() != Some(&entry_index) {
-                    members.push(entry_index);
-                }
             }
             fit_u32(index.deps.len(), "the dep table")?;
+            let payloads_start = payload_end;
+            let mut first_payload = None;
             for artifact in &entry.artifacts {
                 let (kind, custom) = kind_tag(&artifact.kind)?;
                 let offset = align_up(payload_end).ok_or(too_large_payloads())?;
+                first_payload.get_or_insert(offset);
                 let len = artifact.bytes.len() as u64;
                 payload_end = offset.checked_add(len).ok_or(too_large_payloads())?;
-                let hash = *blake3::hash(&artifact.bytes).as_bytes();
+                let custom = strings.add(custom)?;
                 let entry_points = Span {
                     start: fit_u32(index.entry_points.len(), "the entry-point table")?,
                     len: fit_u32(artifact.entry_points.len(), "an artifact's entry points")?,
                 };
-                hasher.artifact(&ArtifactFields {
-                    kind,
-                    custom: custom.as_bytes(),
-                    entry_point_count: entry_points.len,
-                    offset,
-                    len,
-                    hash: &hash,
-                    flags: 0,
-                });
                 for entry_point in &artifact.entry_points {
-                    hasher.entry_point(entry_point.as_bytes());
                     index.entry_points.push(strings.add(entry_point)?);
                 }
                 index.artifacts.push(ArtifactRecord {
                     offset,
                     len,
-                    hash,
+                    hash: *blake3::hash(&artifact.bytes).as_bytes(),
                     kind,
-                    custom: if custom.is_empty() {
-                        StrRef::default()
-                    } else {
-                        strings.add(custom)?
-                    },
+                    custom,
                     entry_points,
                     flags: 0,
                 });
                 payloads.push((offset, artifact.bytes.as_slice()));
             }
             fit_u32(index.artifacts.len(), "the artifact table")?;
-            fit_u32(index.entry_points.len(), "the entry-point table")?;
+            let entry_points_end = fit_u32(index.entry_points.len(), "the entry-point table")?;
+            let payload_start = first_payload.unwrap_or(payloads_start);
             index.entries.push(EntryRecord {
                 min_world: entry.min_world,
                 max_world: entry.max_world,
+                payloads: PayloadSpan {
+                    offset: payload_start,
+                    len: payload_end - payload_start,
+                },
                 key: entry.key.0,
-                checksum: hasher.finish(),
+                checksum: [0; 32],
                 name,
+                strings: Span {
+                    start: text_start,
+                    len: strings.len_u32()? - text_start,
+                },
                 deps,
                 artifacts,
+                entry_points: Span {
+                    start: entry_points_start,
+                    len: entry_points_end - entry_points_start,
+                },
                 owner,
                 flags: 0,
             });
         }
         build_key_buckets(&mut index, order)?;
-        build_dep_index(&mut index, &mut strings, groups)?;
-        index.producer_name = strings.add(&meta.producer_name)?;
-        index.producer_version = strings.add(&meta.producer_version)?;
+        build_dep_index(&mut index, groups)?;
+        index.producer_name = meta_strings.add(&meta.producer_name)?;
+        index.producer_version = meta_strings.add(&meta.producer_version)?;
         for (key, value) in &meta.labels {
             index.labels.push(LabelRecord {
-                key: strings.add(key)?,
-                value: strings.add(value)?,
+                key: meta_strings.add(key)?,
+                value: meta_strings.add(value)?,
             });
         }
-        index.strings = strings.blob;
+        index.strings = strings.bytes;
+        index.meta_strings = meta_strings.bytes;
         Ok(Tables {
             index,
             payloads,
@@ -342,18 +362,36 @@ fn too_large_payloads() -> ImageError {
     }
 }
 
+/// The dependency groups of entries in image order: each entry listed once
+/// per distinct (name, fingerprint) it carries.
+fn dep_groups<'a>(order: &[&'a EntryData]) -> Groups<'a> {
+    let mut groups: Groups<'a> = BTreeMap::new();
+    for (position, entry) in order.iter().enumerate() {
+        for dep in &entry.deps {
+            let members = groups
+                .entry((dep.name.as_str(), dep.fingerprint))
+                .or_default();
+            if members.last() != Some(&(position as u32)) {
+                members.push(position as u32);
+            }
+        }
+    }
+    groups
+}
+
 /// The owner index of `entry`, adding the owner when it is new (entries
-/// arrive sorted by owner, so an owner's entries are contiguous).
-fn owner_of<'a>(
+/// arrive sorted by owner, so an owner's entries are contiguous and owner
+/// labels follow each other in the metadata text).
+fn owner_of(
     index: &mut Index,
-    strings: &mut Strings<'a>,
-    entry: &'a EntryData,
+    meta_strings: &mut Blob,
+    entry: &EntryData,
     entry_index: u32,
 ) -> Result<u32, ImageError> {
     if let Some(last) = index.owners.last_mut()
         && last.digest == entry.owner.0
     {
-        let label = &strings.blob[last.label.offset as usize..][..last.label.len as usize];
+        let label = &meta_strings.bytes[last.label.offset as usize..][..last.label.len as usize];
         if label != entry.owner_label.as_bytes() {
             return Err(ImageError::OwnerLabelConflict {
                 owner: entry.owner,
@@ -366,7 +404,7 @@ fn owner_of<'a>(
     }
     index.owners.push(OwnerRecord {
         digest: entry.owner.0,
-        label: strings.add(&entry.owner_label)?,
+        label: meta_strings.add(&entry.owner_label)?,
         entries: Span {
             start: entry_index,
             len: 1,
@@ -432,58 +470,49 @@ fn build_key_buckets(index: &mut Index, order: &[&EntryData]) -> Result<(), Imag
     Ok(())
 }
 
-fn build_dep_index<'a>(
-    index: &mut Index,
-    strings: &mut Strings<'a>,
-    groups: BTreeMap<(&'a str, Digest), Vec<u32>>,
-) -> Result<(), ImageError> {
+/// The dependency group table, member lists and group names; checksums are
+/// sealed later, from the archived bytes.
+fn build_dep_index(index: &mut Index, groups: Groups<'_>) -> Result<(), ImageError> {
+    let mut names = Blob::new("the dependency group names");
     for ((name, fingerprint), members) in groups {
         let start = fit_u32(index.dep_members.len(), "the dependency index")?;
         index.dep_members.extend_from_slice(&members);
         index.dep_groups.push(DepGroupRecord {
             fingerprint: fingerprint.0,
-            members_checksum: dep_members_checksum(members.iter().copied()),
-            name: strings.add(name)?,
+            members_checksum: [0; 32],
+            name: names.add(name)?,
             members: Span {
                 start,
                 len: fit_u32(members.len(), "a dependency group")?,
             },
         });
     }
-    let mut hasher = DepGroupsHasher::new(
-        fit_u32(index.dep_groups.len(), "the dependency index")?,
-        fit_u32(index.dep_members.len(), "the dependency index")?,
-    );
-    for group in &index.dep_groups {
-        let name = &strings.blob[group.name.offset as usize..][..group.name.len as usize];
-        hasher.group(
-            name,
-            &group.fingerprint,
-            group.members.start,
-            group.members.len,
-            &group.members_checksum,
-        );
-    }
-    index.dep_groups_checksum = hasher.finish();
+    fit_u32(index.dep_members.len(), "the dependency index")?;
+    fit_u32(index.dep_groups.len(), "the dependency index")?;
+    index.group_names = names.bytes;
     Ok(())
 }
 
-/// Serializes the index and lays out header, index and payloads.
-fn assemble(
-    tables: &Tables<'_>,
+/// Serializes `index` (checksums sealed here) and lays out header, index
+/// and payloads. `payloads` places each payload at its offset in the
+/// payload region of `payload_len` bytes.
+pub(crate) fn assemble<'p>(
+    index: &Index,
+    payloads: impl IntoIterator<Item = (u64, &'p [u8])>,
+    payload_len: u64,
     producer: String,
-    entry_count: u64,
 ) -> Result<Vec<u8>, ImageError> {
-    let index_bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&tables.index)
+    let mut index_bytes = rkyv::to_bytes::<rkyv::rancor::Error>(index)
         .map_err(|error| ImageError::Serialize(error.to_string()))?;
+    crate::seal::seal(&mut index_bytes)?;
     let archived = rkyv::access::<ArchivedIndex, rkyv::rancor::Error>(&index_bytes)
         .map_err(|error| ImageError::Serialize(error.to_string()))?;
-    let index_checksum = crate::verify::index_checksum(&index_bytes, archived)?;
+    let index_checksum = crate::verify::index_checksum(&index_bytes, archived);
     let index_offset = HEADER_LEN as u64;
     let index_len = index_bytes.len() as u64;
     let payload_offset = align_up(index_offset + index_len).ok_or(too_large_payloads())?;
     let total = payload_offset
-        .checked_add(tables.payload_len)
+        .checked_add(payload_len)
         .ok_or(too_large_payloads())?;
     let total_len = usize::try_from(total).map_err(|_| ImageError::TooLarge {
         what: "the image",
@@ -493,8 +522,16 @@ fn assemble(
     let mut out = vec![0u8; total_len];
     out[HEADER_LEN..][..index_bytes.len()].copy_from_slice(&index_bytes);
     let payload_region = &mut out[payload_offset as usize..];
-    for (offset, bytes) in &tables.payloads {
-        payload_region[*offset as usize..][..bytes.len()].copy_from_slice(bytes);
+    for (offset, bytes) in payloads {
+        let place = usize::try_from(offset)
+            .ok()
+            .and_then(|start| payload_region.get_mut(start..start.checked_add(bytes.len())?))
+            .ok_or(ImageError::PayloadRegion {
+                start: offset,
+                end: offset.saturating_add(bytes.len() as u64),
+                available: payload_len,
+            })?;
+        place.copy_from_slice(bytes);
     }
     let header = Header {
         format_version: FORMAT_VERSION,
@@ -502,11 +539,11 @@ fn assemble(
         layout: ArchiveLayout::native(),
         region_alignment: REGION_ALIGN,
         producer,
-        entry_count,
+        entry_count: archived.entries.len() as u64,
         index_offset,
         index_len,
         payload_offset,
-        payload_len: tables.payload_len,
+        payload_len,
         body_len: total - HEADER_LEN as u64,
         body_checksum: Digest::of(&out[HEADER_LEN..]),
         index_checksum,

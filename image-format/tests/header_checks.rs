@@ -6,7 +6,7 @@
 mod common;
 
 use common::{meta, sample_entries};
-use kiln_image::header::{HEADER_LEN, offsets, reseal_header};
+use kiln_image::header::{FORMAT_VERSION, HEADER_LEN, offsets, reseal_header};
 use kiln_image::{Digest, Image, ImageError, ImageWriter, Verification};
 
 fn image_bytes() -> Vec<u8> {
@@ -53,7 +53,7 @@ fn format_version_is_checked_before_the_header_checksum() {
             error,
             ImageError::FormatVersion {
                 found: 3,
-                expected: 1
+                expected: FORMAT_VERSION
             }
         ),
         "{error}"
@@ -61,9 +61,15 @@ fn format_version_is_checked_before_the_header_checksum() {
     assert!(
         error
             .to_string()
-            .contains("image format 3, this kiln reads 1"),
+            .contains(&format!("image format 3, this kiln reads {FORMAT_VERSION}")),
         "{error}"
     );
+    // An image of the previous format, checksums and all, is refused by
+    // its version.
+    let mut previous = image_bytes();
+    previous[offsets::FORMAT_VERSION..][..4].copy_from_slice(&(FORMAT_VERSION - 1).to_le_bytes());
+    reseal_header(&mut previous);
+    assert_eq!(open(&previous).check(), "header.format_version");
 }
 
 #[test]
@@ -288,15 +294,15 @@ fn reserved_bytes_must_be_zero() {
             assert_eq!(*offset, offsets::RESERVED);
             assert_eq!(found, &[0, 0, 0x5a, 0]);
             assert_eq!(expected, &[0; 4]);
-            assert_eq!(*version, 1);
+            assert_eq!(*version, FORMAT_VERSION);
         }
         other => panic!("expected ReservedBytes, got {other}"),
     }
     assert_eq!(error.check(), "header.reserved");
     assert!(
-        error
-            .to_string()
-            .contains("header bytes 100..104 are reserved in format 1"),
+        error.to_string().contains(&format!(
+            "header bytes 100..104 are reserved in format {FORMAT_VERSION}"
+        )),
         "{error}"
     );
     assert!(

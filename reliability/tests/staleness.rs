@@ -11,6 +11,13 @@
 //! the baseline's compile output, and the row asserts that the cache asked
 //! for a compile at all. The table is printed with
 //! `cargo test -p kiln-reliability --test staleness -- --nocapture`.
+//!
+//! The last rows are the toolchain policy of a shipped kernel library
+//! (`KernelLibrary` over a `BuildRecord`): with the local toolchain absent,
+//! of another NVRTC release, or with other headers, a shipped entry is served
+//! by default (it is valid code for its arch) and, under
+//! `KILN_STRICT_TOOLCHAIN=1`, compiled again by a local toolchain that
+//! differs (an absent one differs from nothing).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,7 +25,10 @@ use std::process::Command;
 use kiln_core::disk::{DiskCache, DiskConfig};
 use kiln_core::env::Switches;
 use kiln_core::{ArtifactKind, Cache, Compiled, Digest, Key, Owner, Source, load_images};
-use kiln_cuda::{CompiledKernel, Compiler, IncludeDir, KernelRequest, NvrtcVersion};
+use kiln_cuda::{
+    Arch, BuildRecord, CompiledKernel, Compiler, Device, IncludeDir, KernelLibrary, KernelRequest,
+    NvrtcVersion, SearchConfig, Selection, Toolchain, ToolchainPolicy, nvrtc_fingerprint,
+};
 use kiln_image::header::{FORMAT_VERSION, offsets, reseal_header};
 use kiln_image::{Image, ImageMeta, Verification};
 use kiln_reliability::Table;
@@ -473,11 +483,181 @@ fn every_codegen_input_misses_and_every_other_input_hits() {
         "disk entry served, bytes equal",
     );
 
+    toolchain_rows(&compiler, dir, &mut matrix);
+
     println!(
         "\nStaleness matrix (NVRTC {}, {} NVRTC compiles in this test, 3 helper processes)\n\n{}",
         real.release, matrix.nvrtc_compiles, matrix.table
     );
-    assert_eq!(matrix.table.rows().len(), 17);
+    assert_eq!(matrix.table.rows().len(), 23);
+}
+
+/// The header set the shipped kernel of the toolchain rows includes.
+const OFFSETS: &str = "offsets";
+
+/// The shipped kernel of the toolchain rows: `kiln_offset`, its header from
+/// the header set [`OFFSETS`] of `toolchain` (by recorded digest, or the local
+/// directory).
+fn offset_request(
+    _: &(),
+    toolchain: &Toolchain,
+    arch: Arch,
+) -> Result<KernelRequest, kiln_cuda::Error> {
+    Ok(KernelRequest::new("kiln_offset", INCLUDING_SOURCE, arch)
+        .include_dir(toolchain.header_set(OFFSETS)?)
+        .name_expression("kiln_offset"))
+}
+
+/// A local toolchain on the real NVRTC whose header set [`OFFSETS`] is `dir`.
+fn local(compiler: &Compiler, dir: &Path) -> Toolchain {
+    Toolchain::with_compiler(*compiler, SearchConfig::empty())
+        .with_header_set(OFFSETS, IncludeDir::rescan(dir).expect("fingerprint"))
+}
+
+/// The toolchain policy rows: a library ships `kiln_offset` (header set
+/// [`OFFSETS`] at offset 1) built by `release`; a process with `local` asks
+/// for it under `policy`.
+struct Shipment {
+    image: PathBuf,
+    record: BuildRecord,
+    cubin: Vec<u8>,
+}
+
+impl Shipment {
+    /// Compiles the kernel with the real NVRTC and files it as NVRTC
+    /// `release` would have (its owner and `cuda.nvrtc` dep), with the
+    /// headers of `headers`.
+    fn build(compiler: &Compiler, headers: &Path, release: &NvrtcVersion, at: &Path) -> Shipment {
+        let arch: Arch = kernels::ARCH.parse().expect("arch");
+        let toolchain = local(compiler, headers);
+        let request = offset_request(&(), &toolchain, arch).expect("request");
+        let kernel = compiler.compile(&request).expect("compiles");
+        let mut entry = compiler.entry(kernel.clone(), &request);
+        for dep in &mut entry.deps {
+            if dep.name == kiln_cuda::NVRTC_DEP {
+                dep.fingerprint = nvrtc_fingerprint(release);
+            }
+        }
+        let cache = Cache::new();
+        let start = cache.snapshot();
+        let owner = request.owner(release).expect("owner");
+        let key = request.key().expect("key");
+        cache
+            .get_or_compile(&owner, &key, || Ok::<_, std::io::Error>(entry))
+            .expect("recorded");
+        cache.delta(&start).write_image(at, meta()).expect("image");
+        let digest = request.include_dirs()[0].digest();
+        Shipment {
+            image: at.to_path_buf(),
+            record: BuildRecord::new(release.clone())
+                .with_cubin_targets([arch])
+                .with_ptx_target(Some(arch))
+                .with_header_set(OFFSETS, digest),
+            cubin: kernel.cubin,
+        }
+    }
+
+    /// Asks for the kernel in a fresh process-like cache (the image merged)
+    /// with `local` under `policy`.
+    fn ask(&self, policy: ToolchainPolicy, local: Result<Toolchain, kiln_cuda::Error>) -> Outcome {
+        let cache = Cache::new();
+        let image = Image::open(&self.image, Verification::Structural).expect("image opens");
+        assert_eq!(cache.merge_image(image).inserted, 1);
+        let library = KernelLibrary::with_record(self.record.clone(), offset_request)
+            .with_policy(policy)
+            .with_local_toolchain(local);
+        let device = Device::new(kernels::ARCH.parse().expect("arch"));
+        let served = library.get(&cache, &device, &()).expect("served");
+        let shipped = served.selection() != Selection::Compiled;
+        Outcome {
+            hit: shipped.then_some(served.hit().source()),
+            compiled: cache.stats().compiles > 0,
+            cubin: served
+                .hit()
+                .artifact(&ArtifactKind::Cubin)
+                .expect("a CUBIN")
+                .to_vec(),
+        }
+    }
+}
+
+fn toolchain_rows(compiler: &Compiler, dir: &Path, matrix: &mut Matrix) {
+    let headers_v1 = include_dir(&dir.join("toolchain-offsets-v1"), 1);
+    let headers_v2 = include_dir(&dir.join("toolchain-offsets-v2"), 2);
+    let real = compiler.version().clone();
+    let other = NvrtcVersion {
+        release: format!("{}.{}.9999", real.major, real.minor),
+        ..real.clone()
+    };
+    let same_release = Shipment::build(compiler, &headers_v1, &real, &dir.join("ship-real.kimg"));
+    let other_release =
+        Shipment::build(compiler, &headers_v1, &other, &dir.join("ship-other.kimg"));
+    matrix.nvrtc_compiles += 2;
+    let absent =
+        || Err(kiln_cuda::locate_nvrtc(&SearchConfig::empty()).expect_err("nothing to find"));
+    use ToolchainPolicy::{Shipped, Strict};
+    let served = |outcome: &Outcome, input: &str, shipment: &Shipment| {
+        assert_eq!(
+            (outcome.hit, outcome.compiled),
+            (Some(Source::Image), false),
+            "{input}"
+        );
+        assert_eq!(outcome.cubin, shipment.cubin, "{input}");
+    };
+
+    // No NVRTC, no headers here: the shipped entry is what there is.
+    for (policy, setting) in [(Shipped, "default"), (Strict, "KILN_STRICT_TOOLCHAIN=1")] {
+        let input = format!("local toolchain absent ({setting})");
+        served(&same_release.ask(policy, absent()), &input, &same_release);
+        matrix.hit(&input, "shipped entry served: nothing local to prefer");
+    }
+
+    // The entry was built by another NVRTC release than the local one.
+    let input = format!(
+        "local NVRTC {} vs shipped {} (default)",
+        real.release, other.release
+    );
+    served(
+        &other_release.ask(Shipped, Ok(local(compiler, &headers_v1))),
+        &input,
+        &other_release,
+    );
+    matrix.hit(&input, "shipped entry served: valid code for its arch");
+    let input = format!(
+        "local NVRTC {} vs shipped {} (KILN_STRICT_TOOLCHAIN=1)",
+        real.release, other.release
+    );
+    let outcome = other_release.ask(Strict, Ok(local(compiler, &headers_v1)));
+    matrix.nvrtc_compiles += 1;
+    matrix.miss(
+        &input,
+        "strict policy: release differs",
+        &outcome,
+        "no (same code)",
+    );
+
+    // The entry was built with other headers than the local ones.
+    let input = "local headers differ from the shipped entry's (default)";
+    served(
+        &same_release.ask(Shipped, Ok(local(compiler, &headers_v2))),
+        input,
+        &same_release,
+    );
+    matrix.hit(input, "shipped entry served, keyed by the recorded digest");
+    let input = "local headers differ from the shipped entry's (KILN_STRICT_TOOLCHAIN=1)";
+    let outcome = same_release.ask(Strict, Ok(local(compiler, &headers_v2)));
+    matrix.nvrtc_compiles += 1;
+    let differs = if outcome.cubin != same_release.cubin {
+        "yes"
+    } else {
+        "no"
+    };
+    matrix.miss(
+        input,
+        "strict policy: header digest differs",
+        &outcome,
+        differs,
+    );
 }
 
 /// The compile of a lookup that must hit: never called when the matrix

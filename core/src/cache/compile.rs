@@ -64,7 +64,7 @@ impl Cache {
         let cached = !self.config.always_compile;
         let leader = loop {
             if cached && let Some(hit) = self.lookup(&digest, key) {
-                return Ok(self.note_found(hit));
+                return Ok(hit); // noted by `lookup`
             }
             match self.flights.join(SlotKey::new(&digest, key)) {
                 Join::Leader(leader) => break leader,

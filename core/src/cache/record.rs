@@ -1,6 +1,6 @@
-//! Recording what `get_or_compile` returns (see [`crate::record`]): the
-//! cache's side, a few calls in `compile.rs` that cost one branch when no
-//! recorder is set.
+//! Recording what `lookup` and `get_or_compile` return (see
+//! [`crate::record`]): the cache's side, a few calls in `lookup.rs` and
+//! `compile.rs` that cost one branch when no recorder is set.
 
 use std::sync::Arc;
 
@@ -10,8 +10,8 @@ use crate::record::{Acquired, Recorder};
 use crate::{Key, Owner};
 
 impl Cache {
-    /// Records from now on every entry [`Cache::get_or_compile`] returns
-    /// into `recorder`: once per distinct entry and source, with its hits
+    /// Records from now on every entry [`Cache::lookup`] and
+    /// [`Cache::get_or_compile`] return into `recorder`: once per distinct entry and source, with its hits
     /// counted (see [`crate::record`]). The global cache does this when
     /// `KILN_RECORD` names a file.
     ///
@@ -27,7 +27,8 @@ impl Cache {
         self.recorder.get()
     }
 
-    /// Notes a hit found in memory or an image; returns it.
+    /// Notes a hit found in memory or an image (by a lookup, or by
+    /// `get_or_compile` after waiting for a compile); returns it.
     #[inline]
     pub(super) fn note_found<'c>(&self, hit: Hit<'c>) -> Hit<'c> {
         if let Some(recorder) = self.recorder.get() {

@@ -1,8 +1,15 @@
 //! The CUDA C++ generator, shared by the library and its build script
 //! (`#[path]`), so that both derive the same keys.
 
-use kiln::cuda::{Arch, Compiler, KernelRequest};
-use kiln::{Cache, Digest, Hit};
+use kiln::Digest;
+use kiln::cuda::{Arch, KernelRequest, Toolchain};
+
+/// The archs shipped as CUBINs (the lowest also as PTX); the same as
+/// `kiln-kernels-demo`'s.
+pub const TARGETS: &str = "sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120";
+
+/// Replaces [`TARGETS`] at build time (`KILN_DEMO_ARCHS=sm_90`).
+pub const TARGETS_VARIABLE: &str = "KILN_DEMO_ARCHS";
 
 /// Version of the generator below: recorded as the fingerprint of the
 /// definition every kernel depends on. Bump it when the generated code changes.
@@ -95,27 +102,21 @@ impl Kernel {
         )
     }
 
-    /// The compile request for `arch`.
+    /// The compile request for `arch`, recording the generator's version as a
+    /// dependency.
     pub fn request(&self, arch: Arch) -> KernelRequest {
-        KernelRequest::new(self.name(), self.source(), arch).name_expression(self.name())
+        KernelRequest::new(self.name(), self.source(), arch)
+            .name_expression(self.name())
+            .dep(DEFINITION, Digest::of(GENERATOR_VERSION.as_bytes()))
     }
 }
 
-/// The cached kernel of `request` (an instance of `kernel`): from the cache
-/// when there, else compiled with NVRTC and recorded.
-pub fn fetch<'c>(
-    compiler: &Compiler,
-    cache: &'c Cache,
+/// The compile request of `kernel` for `arch` (the generated code uses no
+/// header set, so any toolchain gives the same request).
+pub fn request(
     kernel: &Kernel,
-    request: &KernelRequest,
-) -> Result<Hit<'c>, kiln::cuda::Error> {
-    let owner = compiler.owner(request)?;
-    let key = request.key()?;
-    Ok(cache.get_or_compile(&owner, &key, || {
-        compiler.compile(request).map(|compiled| {
-            compiled
-                .into_compiled(kernel.name())
-                .dep(DEFINITION, Digest::of(GENERATOR_VERSION.as_bytes()))
-        })
-    })?)
+    _toolchain: &Toolchain,
+    arch: Arch,
+) -> Result<KernelRequest, kiln::cuda::Error> {
+    Ok(kernel.request(arch))
 }

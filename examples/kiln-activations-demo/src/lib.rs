@@ -4,68 +4,49 @@
 //! images merged into the one global cache.
 //!
 //! ```no_run
-//! use kiln_activations_demo::{Activation, Activations, Float, Kernel};
+//! use kiln::cuda::{Arch, Device};
+//! use kiln_activations_demo::{Activation, Float, Kernel};
 //!
-//! let activations = Activations::new(Activations::precompiled_arch()?)?;
+//! let device = Device::new("sm_90".parse::<Arch>()?);
 //! let relu = Kernel { activation: Activation::Relu, float: Float::F32 };
-//! let hit = activations.get(kiln::global(), &relu)?;
-//! assert_eq!(hit.name(), "kiln_relu_f32");
-//! # Ok::<(), kiln::cuda::Error>(())
+//! let served = kiln_activations_demo::get(kiln::global(), &device, &relu)?;
+//! assert_eq!(served.hit().name(), "kiln_relu_f32");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 mod generate;
 
-pub use generate::{Activation, DEFINITION, Float, GENERATOR_VERSION, Kernel};
+pub use generate::{
+    Activation, DEFINITION, Float, GENERATOR_VERSION, Kernel, TARGETS, TARGETS_VARIABLE,
+};
 
-use kiln::cuda::{Arch, Compiler, KernelRequest};
-use kiln::{Cache, Hit};
+use kiln::Cache;
+use kiln::cuda::{Device, KernelLibrary, Served};
 
 kiln::include_image!("kiln-activations-demo.kimg");
 
-/// The arch the embedded image was built for.
-pub const PRECOMPILED_ARCH: &str = env!("KILN_ACTIVATIONS_DEMO_ARCH");
+/// The library's kernels, shipped under the toolchain its build recorded.
+static ACTIVATIONS: KernelLibrary<Kernel> =
+    KernelLibrary::new(env!("KILN_CUDA_BUILD"), generate::request);
 
-/// The library's kernels for one arch.
-#[derive(Clone, Copy, Debug)]
-pub struct Activations {
-    compiler: Compiler,
-    arch: Arch,
+/// The library's [`KernelLibrary`]: its build record and selection counts.
+pub fn library() -> &'static KernelLibrary<Kernel> {
+    &ACTIVATIONS
 }
 
-impl Activations {
-    /// The kernels for `arch`, compiled (when not cached) by this process's NVRTC.
-    ///
-    /// # Errors
-    /// When NVRTC cannot be found or loaded.
-    pub fn new(arch: Arch) -> Result<Activations, kiln::cuda::Error> {
-        Ok(Activations {
-            compiler: Compiler::new()?,
-            arch,
-        })
-    }
-
-    /// [`PRECOMPILED_ARCH`], parsed.
-    ///
-    /// # Errors
-    /// When the build script was given an arch that is not one.
-    pub fn precompiled_arch() -> Result<Arch, kiln::cuda::Error> {
-        PRECOMPILED_ARCH.parse()
-    }
-
-    /// The compile request of `kernel`.
-    pub fn request(&self, kernel: &Kernel) -> KernelRequest {
-        kernel.request(self.arch)
-    }
-
-    /// The compiled `kernel`: from `cache` when there, else compiled now.
-    ///
-    /// # Errors
-    /// When the kernel is not cached and does not compile.
-    pub fn get<'c>(&self, cache: &'c Cache, kernel: &Kernel) -> Result<Hit<'c>, kiln::cuda::Error> {
-        generate::fetch(&self.compiler, cache, kernel, &self.request(kernel))
-    }
+/// The compiled `kernel` for `device`: shipped, or compiled now.
+///
+/// # Errors
+/// When the kernel is not shipped for this device and cannot be compiled
+/// here, or does not compile.
+pub fn get<'c>(
+    cache: &'c Cache,
+    device: &Device,
+    kernel: &Kernel,
+) -> Result<Served<'c>, kiln::cuda::Error> {
+    ACTIVATIONS.get(cache, device, kernel)
 }
 
 /// CPU references of the activations, for checking GPU results.

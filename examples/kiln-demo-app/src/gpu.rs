@@ -4,9 +4,8 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
-use kiln::Hit;
 use kiln::cuda::loader::{self, ModuleCache};
-use kiln::cuda::{Arch, KernelRequest};
+use kiln::cuda::{Device, Served};
 use kiln_activations_demo::{Float, Kernel as Activation};
 use kiln_kernel_set::{Dtype, Element, KernelSpec, reference};
 
@@ -15,10 +14,10 @@ use crate::kernels::Wanted;
 /// Elements per launch: a partial last block exercises the bounds checks.
 const N: usize = 10_000 + 77;
 
-/// GPU 0, its arch and the modules loaded on it.
+/// GPU 0, its arch and driver, and the modules loaded on it.
 pub struct Gpu {
     ctx: Arc<CudaContext>,
-    arch: Arch,
+    device: Device,
     modules: ModuleCache,
 }
 
@@ -26,32 +25,32 @@ impl Gpu {
     /// Opens GPU 0 (an error, not a panic, without a driver).
     pub fn open() -> Result<Gpu, kiln::cuda::Error> {
         let ctx = loader::context(0)?;
-        let arch = loader::device_arch(&ctx)?;
+        let device = loader::device(&ctx)?;
         Ok(Gpu {
             ctx,
-            arch,
+            device,
             modules: ModuleCache::new(),
         })
     }
 
-    /// The device's arch.
-    pub fn arch(&self) -> Arch {
-        self.arch
+    /// The device: its arch and its driver's CUDA version.
+    pub fn device(&self) -> Device {
+        self.device
     }
 
-    /// Launches `kernel` (compiled as `hit`) and checks its output; the kind
-    /// of artifact that ran (`Cubin`, `Ptx`) on success.
-    pub fn check(
-        &self,
-        kernel: &Wanted,
-        request: &KernelRequest,
-        hit: &Hit<'_>,
-    ) -> Result<String, String> {
+    /// Launches `kernel` (served as `served`: a CUBIN of its arch or a
+    /// compatible one, or PTX) and checks its output; the kind of artifact
+    /// that ran (`Cubin`, `Ptx`) on success.
+    pub fn check(&self, kernel: &Wanted, served: &Served<'_>) -> Result<String, String> {
         let module = self
             .modules
-            .load(&self.ctx, request, hit)
+            .load_served(&self.ctx, served)
             .map_err(|e| e.to_string())?;
-        let entry = &request.name_expressions()[0];
+        let entry = served
+            .request()
+            .name_expressions()
+            .first()
+            .ok_or_else(|| format!("{} has no entry point", served.hit().name()))?;
         let function = module.function(entry).map_err(|e| e.to_string())?;
         let launch = Launch {
             gpu: self,

@@ -1,41 +1,11 @@
 //! Every kernel the application asks for, from both libraries.
 
-use std::time::{Duration, Instant};
-
-use kiln::cuda::{Arch, KernelRequest};
-use kiln::{Cache, Hit};
-use kiln_activations_demo::{Activations, Kernel as Activation};
-use kiln_kernels_demo::{KernelSpec, Kernels};
-
-/// The two kernel libraries, set up for one arch.
-pub struct Libraries {
-    pub kernels: Kernels,
-    pub activations: Activations,
-}
-
-/// What setting the libraries up cost.
-pub struct SetupTimes {
-    /// Loading NVRTC to learn its exact version (part of every owner).
-    pub nvrtc: Duration,
-    /// Fingerprinting the CUB headers (part of the CUB kernels' keys).
-    pub cub_headers: Duration,
-}
-
-impl Libraries {
-    /// Both libraries for `arch`.
-    pub fn new(arch: Arch) -> Result<(Libraries, SetupTimes), kiln::cuda::Error> {
-        let started = Instant::now();
-        let libraries = Libraries {
-            kernels: Kernels::new(arch)?,
-            activations: Activations::new(arch)?,
-        };
-        let nvrtc = started.elapsed();
-        let started = Instant::now();
-        kiln_kernel_set::cccl_include_dir()?;
-        let cub_headers = started.elapsed();
-        Ok((libraries, SetupTimes { nvrtc, cub_headers }))
-    }
-}
+use kiln::Cache;
+use kiln::cuda::Device;
+use kiln::cuda::Served;
+use kiln_activations_demo::Kernel as Activation;
+use kiln_kernel_set::Dtype;
+use kiln_kernels_demo::KernelSpec;
 
 /// One kernel the application uses.
 #[derive(Clone, Copy, Debug)]
@@ -47,13 +17,19 @@ pub enum Wanted {
 }
 
 impl Wanted {
-    /// Everything the application uses: all of both libraries' common kernels.
-    pub fn all() -> Vec<Wanted> {
+    /// Everything the application uses: all of both libraries' common kernels;
+    /// with `uncatalogued`, also `axpy_i32`, which `kiln-kernels-demo` does not
+    /// precompile (so it is in no image and must be compiled).
+    pub fn all(uncatalogued: bool) -> Vec<Wanted> {
         let demo = kiln_kernels_demo::catalogue::common()
             .into_iter()
             .map(Wanted::Demo);
         let activations = Activation::all().into_iter().map(Wanted::Activation);
-        demo.chain(activations).collect()
+        let mut all: Vec<Wanted> = demo.chain(activations).collect();
+        if uncatalogued {
+            all.push(Wanted::Demo(KernelSpec::Axpy { dtype: Dtype::I32 }));
+        }
+        all
     }
 
     /// A few specializations of `kiln-kernels-demo` that its precompile
@@ -61,7 +37,7 @@ impl Wanted {
     /// application's own workload adds, compiled on first use unless an
     /// image of the application's holds them (`--extra`).
     pub fn extras() -> Vec<Wanted> {
-        use kiln_kernels_demo::{Dtype, ReduceOp};
+        use kiln_kernel_set::ReduceOp;
         [
             KernelSpec::Axpy { dtype: Dtype::I32 },
             KernelSpec::Axpby { dtype: Dtype::U32 },
@@ -92,23 +68,15 @@ impl Wanted {
         }
     }
 
-    /// The kernel's compile request.
-    pub fn request(&self, libraries: &Libraries) -> Result<KernelRequest, kiln::cuda::Error> {
-        match self {
-            Wanted::Demo(spec) => libraries.kernels.request(spec),
-            Wanted::Activation(kernel) => Ok(libraries.activations.request(kernel)),
-        }
-    }
-
-    /// The compiled kernel, from `cache` or compiled now.
+    /// The kernel for `device`, from `cache` (shipped) or compiled now.
     pub fn get<'c>(
         &self,
-        libraries: &Libraries,
         cache: &'c Cache,
-    ) -> Result<Hit<'c>, kiln::cuda::Error> {
+        device: &Device,
+    ) -> Result<Served<'c>, kiln::cuda::Error> {
         match self {
-            Wanted::Demo(spec) => libraries.kernels.get(cache, spec),
-            Wanted::Activation(kernel) => libraries.activations.get(cache, kernel),
+            Wanted::Demo(spec) => kiln_kernels_demo::get(cache, device, spec),
+            Wanted::Activation(kernel) => kiln_activations_demo::get(cache, device, kernel),
         }
     }
 }

@@ -1,16 +1,20 @@
 //! An end application using two kernel libraries that ship precompiled
 //! images (`kiln-kernels-demo`, `kiln-activations-demo`).
 //!
-//! It asks for every kernel of both and prints, per kernel, whether it came
-//! from an image, from the disk cache (`KILN_CACHE_DIR`) or was compiled, and the time until the compiled kernel was
-//! in hand; then the totals. `--compare-cold` compiles the same kernels from
-//! scratch for comparison; `--gpu` (or `KILN_DEMO_GPU=1`) also launches each
-//! kernel on GPU 0 and checks it against a CPU reference. `--extra` also
-//! asks for a few specializations the libraries do not ship. `--json` prints
-//! one JSON object per line.
+//! It asks for every kernel of both, for one device arch, and prints per
+//! kernel where it came from (an image, the disk cache (`KILN_CACHE_DIR`) or
+//! a compile), which code it is (the CUBIN of the exact arch, a compatible
+//! CUBIN, PTX, or compiled here), and the time until it was in hand; then the
+//! totals. It needs no NVRTC and no CUDA headers when the images serve every
+//! kernel. `--arch` picks the device arch to ask for (no GPU needed);
+//! `--compare-cold` compiles the same kernels from scratch for comparison;
+//! `--gpu` (or `KILN_DEMO_GPU=1`) also launches each kernel on GPU 0 and checks
+//! it against a CPU reference. `--extra` also asks for a few specializations
+//! the libraries do not ship. `--json` prints one JSON object per line.
 //!
 //! ```text
 //! cargo run -p kiln-demo-app --release -- --compare-cold
+//! cargo run -p kiln-demo-app -- --arch sm_87     # served by the sm_86 CUBINs
 //! ```
 
 mod gpu;
@@ -21,11 +25,14 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use kiln::cuda::Arch;
+use kiln::cuda::{Arch, Device, Selection, SelectionStats};
 use kiln::{Digest, Source};
 
-use kernels::{Libraries, Wanted};
+use kernels::Wanted;
 use output::{Outcome, Output};
+
+/// The arch asked for without `--arch` and without a GPU: Hopper (H100, H200).
+const DEFAULT_ARCH: &str = "sm_90";
 
 /// Asks two kernel libraries for all their kernels and reports where each came from.
 #[derive(Parser, Debug)]
@@ -40,7 +47,8 @@ struct Args {
     /// Also launch every kernel on GPU 0 and check the results (also KILN_DEMO_GPU=1).
     #[arg(long)]
     gpu: bool,
-    /// The arch to ask for (default: the one the images were built for).
+    /// The device arch to ask for (`sm_87`): with no GPU, the device this run
+    /// stands for. Default: GPU 0's with `--gpu`, else sm_90.
     #[arg(long)]
     arch: Option<String>,
     /// Also ask for a few specializations that the libraries do not ship
@@ -50,6 +58,10 @@ struct Args {
     /// Ask only for the kernels whose name contains this text.
     #[arg(long, value_name = "TEXT")]
     only: Option<String>,
+    /// Also ask for `axpy_i32`, which no library precompiles: it must be
+    /// compiled (and without NVRTC fails, saying what to install).
+    #[arg(long)]
+    uncatalogued: bool,
     /// Declare definition NAME at the fingerprint of TEXT before the images
     /// are merged, as a redefinition would: image entries built against
     /// another fingerprint of NAME are skipped as stale and compile again.
@@ -85,6 +97,11 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         })?
     };
     out.init(report, started.elapsed());
+    out.library("kiln-kernels-demo", kiln_kernels_demo::library().record());
+    out.library(
+        "kiln-activations-demo",
+        kiln_activations_demo::library().record(),
+    );
     let cache = kiln::global();
 
     let gpu_wanted = args.gpu || std::env::var_os("KILN_DEMO_GPU").is_some_and(|v| v == "1");
@@ -93,17 +110,24 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     } else {
         None
     };
-    let arch: Arch = match (&args.arch, &gpu) {
-        (Some(arch), _) => arch.parse()?,
-        (None, Some(gpu)) => gpu.arch(),
-        (None, None) => kiln_kernels_demo::Kernels::precompiled_arch()?,
+    let arch: Option<Arch> = args.arch.as_deref().map(str::parse).transpose()?;
+    let device = match (arch, &gpu) {
+        (Some(arch), Some(gpu)) => gpu.device().driver().map_or(Device::new(arch), |driver| {
+            Device::new(arch).with_driver(driver)
+        }),
+        (Some(arch), None) => Device::new(arch),
+        (None, Some(gpu)) => gpu.device(),
+        (None, None) => Device::new(DEFAULT_ARCH.parse()?),
     };
-    let (libraries, setup) = Libraries::new(arch)?;
-    out.setup(&arch.to_string(), &setup);
+    out.device(&device, gpu.is_some());
 
-    let mut wanted = Wanted::all();
+    let mut wanted = Wanted::all(args.uncatalogued);
     if args.extra {
-        wanted.extend(Wanted::extras());
+        for extra in Wanted::extras() {
+            if !wanted.iter().any(|kernel| kernel.name() == extra.name()) {
+                wanted.push(extra);
+            }
+        }
     }
     if let Some(only) = &args.only {
         wanted.retain(|kernel| kernel.name().contains(only.as_str()));
@@ -111,15 +135,16 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     let mut ok = true;
     let (mut from_image, mut from_tier, mut compiled) = (0, 0, 0);
     let mut total = Duration::ZERO;
-    let mut hits = Vec::new();
+    let mut served = Vec::new();
     for kernel in &wanted {
         let compiles_before = cache.stats().compiles;
         let started = Instant::now();
-        let result = kernel.get(&libraries, cache);
+        let result = kernel.get(cache, &device);
         let elapsed = started.elapsed();
         match result {
-            Ok(hit) => {
+            Ok(kernel_served) => {
                 total += elapsed;
+                let hit = kernel_served.hit();
                 let outcome = if cache.stats().compiles > compiles_before {
                     compiled += 1;
                     Outcome::Compiled
@@ -136,8 +161,17 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
                         }
                     }
                 };
-                out.kernel(kernel.library(), &kernel.name(), outcome, elapsed);
-                hits.push((kernel, hit));
+                out.kernel(
+                    output::Kernel {
+                        library: kernel.library(),
+                        name: &kernel.name(),
+                        outcome,
+                        selection: kernel_served.selection(),
+                        target: kernel_served.target(),
+                    },
+                    elapsed,
+                );
+                served.push((kernel, kernel_served));
             }
             Err(err) => {
                 ok = false;
@@ -154,6 +188,7 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
             compiled,
             nvrtc_compiles: stats.compiles,
             hits_tier: stats.hits_tier,
+            selections: SelectionStats::process(),
         },
         total,
     );
@@ -162,17 +197,15 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         let fresh = kiln::Cache::new();
         let started = Instant::now();
         for kernel in &wanted {
-            kernel.get(&libraries, &fresh)?;
+            let cold = kernel.get(&fresh, &device)?;
+            debug_assert_eq!(cold.selection(), Selection::Compiled);
         }
         out.cold(wanted.len(), started.elapsed(), total);
     }
 
     if let Some(gpu) = &gpu {
-        for (kernel, hit) in &hits {
-            let result = kernel
-                .request(&libraries)
-                .map_err(|err| err.to_string())
-                .and_then(|request| gpu.check(kernel, &request, hit));
+        for (kernel, kernel_served) in &served {
+            let result = gpu.check(kernel, kernel_served);
             ok &= result.is_ok();
             out.gpu(&kernel.name(), &result);
         }

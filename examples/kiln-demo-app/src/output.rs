@@ -3,10 +3,9 @@
 
 use std::time::Duration;
 
+use kiln::cuda::{Arch, BuildRecord, Device, Selection, SelectionStats};
 use kiln::{ImageOutcome, InitReport};
 use serde_json::json;
-
-use crate::kernels::SetupTimes;
 
 /// How one kernel was obtained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,6 +31,20 @@ impl Outcome {
     }
 }
 
+/// One kernel served.
+pub struct Kernel<'a> {
+    /// The library it comes from.
+    pub library: &'a str,
+    /// Its name.
+    pub name: &'a str,
+    /// Where it came from.
+    pub outcome: Outcome,
+    /// Which code it is.
+    pub selection: Selection,
+    /// The arch the code was compiled for.
+    pub target: Arch,
+}
+
 /// The counts of the summary line.
 pub struct Summary {
     /// Kernels asked for.
@@ -46,6 +59,8 @@ pub struct Summary {
     pub nvrtc_compiles: u64,
     /// Hits the global cache's extra tiers answered (`Stats::hits_tier`).
     pub hits_tier: u64,
+    /// How the kernels were served (every kernel library of the process).
+    pub selections: SelectionStats,
 }
 
 /// Prints in the chosen format.
@@ -93,31 +108,76 @@ impl Output {
         }
     }
 
-    pub fn setup(&self, arch: &str, setup: &SetupTimes) {
+    /// What a kernel library's build recorded: the compiler, the targets.
+    pub fn library(&self, name: &str, record: Result<&BuildRecord, kiln::cuda::Error>) {
+        let (text, nvrtc, targets, ptx) = match &record {
+            Ok(record) => (
+                record.to_string(),
+                record.nvrtc().map(|v| v.release.clone()),
+                record.cubin_targets().iter().map(Arch::to_string).collect(),
+                record.ptx_target().map(|a| a.to_string()),
+            ),
+            Err(error) => (error.to_string(), None, Vec::new(), None),
+        };
         if self.json {
             println!(
                 "{}",
                 json!({
-                    "event": "setup",
-                    "arch": arch,
-                    "nvrtc_micros": micros(setup.nvrtc),
-                    "cub_headers_micros": micros(setup.cub_headers),
+                    "event": "library",
+                    "name": name,
+                    "record": text,
+                    "nvrtc": nvrtc,
+                    "cubin_targets": targets,
+                    "ptx_target": ptx,
                 })
             );
         } else {
+            let shipped = match &nvrtc {
+                Some(nvrtc) => format!(
+                    "CUBINs for {} and PTX for {} by NVRTC {nvrtc}",
+                    targets.join(", "),
+                    ptx.as_deref().unwrap_or("none")
+                ),
+                None => format!("nothing shipped ({text})"),
+            };
+            println!("{name}: {shipped}");
+        }
+    }
+
+    pub fn device(&self, device: &Device, gpu: bool) {
+        let arch = device.arch().to_string();
+        if self.json {
             println!(
-                "setup for {arch}: NVRTC identified (exact release, for the owner) in {:.1?}, CUB headers \
-                 fingerprinted in {:.1?}",
-                setup.nvrtc, setup.cub_headers
+                "{}",
+                json!({
+                    "event": "device",
+                    "arch": arch,
+                    "driver": device.driver(),
+                    "gpu": gpu,
+                })
             );
+        } else {
+            let what = if gpu {
+                "GPU 0"
+            } else {
+                "asked for (no GPU used)"
+            };
+            println!("device: {arch}, {what}");
             println!(
-                "{:<28} {:<22} {:<9} {:>12}",
-                "kernel", "library", "from", "time"
+                "{:<28} {:<22} {:<9} {:<17} {:<7} {:>12}",
+                "kernel", "library", "from", "code", "arch", "time"
             );
         }
     }
 
-    pub fn kernel(&self, library: &str, name: &str, outcome: Outcome, elapsed: Duration) {
+    pub fn kernel(&self, kernel: Kernel<'_>, elapsed: Duration) {
+        let Kernel {
+            library,
+            name,
+            outcome,
+            selection,
+            target,
+        } = kernel;
         if self.json {
             println!(
                 "{}",
@@ -126,13 +186,17 @@ impl Output {
                     "library": library,
                     "name": name,
                     "outcome": outcome.as_str(),
+                    "selection": selection.as_str(),
+                    "target": target.to_string(),
                     "micros": micros(elapsed),
                 })
             );
         } else {
             println!(
-                "{name:<28} {library:<22} {:<9} {:>12}",
+                "{name:<28} {library:<22} {:<9} {:<17} {:<7} {:>12}",
                 outcome.as_str(),
+                selection.as_str(),
+                target.to_string(),
                 format!("{elapsed:.1?}")
             );
         }
@@ -157,6 +221,7 @@ impl Output {
             compiled,
             nvrtc_compiles,
             hits_tier,
+            selections,
         } = counts;
         if self.json {
             println!(
@@ -169,6 +234,10 @@ impl Output {
                     "compiled": compiled,
                     "nvrtc_compiles": nvrtc_compiles,
                     "hits_tier": hits_tier,
+                    "exact_cubin": selections.exact_cubin,
+                    "compatible_cubin": selections.compatible_cubin,
+                    "ptx": selections.ptx,
+                    "compiled_here": selections.compiled,
                     "micros": micros(total),
                 })
             );
@@ -176,6 +245,13 @@ impl Output {
             println!(
                 "total: {kernels} kernels in {total:.1?}: {from_image} from images, {from_tier} from \
                  the disk cache, {compiled} compiled (NVRTC compiles: {nvrtc_compiles})"
+            );
+            println!(
+                "code: {} exact CUBIN, {} compatible CUBIN, {} PTX, {} compiled here",
+                selections.exact_cubin,
+                selections.compatible_cubin,
+                selections.ptx,
+                selections.compiled
             );
         }
     }

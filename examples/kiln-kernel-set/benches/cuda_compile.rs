@@ -21,7 +21,15 @@
 //!     identity memos;
 //!   - `warm_memo`: a warm `KILN_CACHE_DIR`: NVRTC is not loaded, CCCL not read;
 //!   - `recorded_no_nvrtc`: no NVRTC installed (`KILN_NVRTC` points nowhere), owners
-//!     from the recorded release, CCCL from the warm memo.
+//!     from the recorded release, CCCL from the warm memo;
+//!   - `build_record`: owners and keys from a kernel library's `BuildRecord` (the
+//!     recorded release and CCCL digest): nothing located, loaded or read.
+//!
+//! - `library/*`: `KernelLibrary::get` for one specialization on a cache holding
+//!   its shipped entries: `remembered` is a repeated call (the answer remembered
+//!   per cache, device and specialization: one hash lookup and one cache lookup),
+//!   `derived` the first call (request, owner and key from the record, then the
+//!   lookups), on a fresh library each time.
 //!
 //! Compare `hit` and `lookup` with `nvrtc`, and the `fresh_process` variants with
 //! each other, measured in the same run.
@@ -30,15 +38,20 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, criterion_group};
+use criterion::{BatchSize, Criterion, criterion_group};
 use kiln_core::Cache;
-use kiln_cuda::{Arch, Compiler, IncludeDir, MemoDir, NvrtcIdentity, SearchConfig};
+use kiln_cuda::{
+    Arch, BuildRecord, CCCL, Compiler, Device, IncludeDir, KernelLibrary, KernelRequest, MemoDir,
+    NvrtcIdentity, SearchConfig, Toolchain, ToolchainPolicy, ship_one,
+};
 use kiln_kernel_set::{Dtype, KernelSpec, ReduceOp, cccl_include_dir};
 
 /// Set in a child process: what it derives.
 const CHILD: &str = "KILN_BENCH_CUDA_CHILD";
 /// The recorded release a `recorded` child names.
 const RECORDED: &str = "KILN_BENCH_CUDA_RECORDED";
+/// The build record a `build_record` child derives from.
+const RECORD: &str = "KILN_BENCH_CUDA_RECORD";
 
 fn bench(c: &mut Criterion) {
     let compiler = match Compiler::new() {
@@ -86,23 +99,20 @@ fn bench(c: &mut Criterion) {
         group.finish();
     }
     let cccl = cccl_include_dir().expect("CCCL headers");
+    let cccl_path = cccl.path().expect("a located folder");
     let memo_dir = tempfile::tempdir().expect("temporary folder");
     // Settled files only (the installed trees are old): the default settle time.
     let memo = MemoDir::at(memo_dir.path());
-    IncludeDir::with_memo(cccl.path(), &memo).expect("fingerprint");
+    IncludeDir::with_memo(cccl_path, &memo).expect("fingerprint");
     NvrtcIdentity::resolve(&SearchConfig::from_env(), &memo).expect("identity");
     let mut group = c.benchmark_group("cuda_compile");
     group.sample_size(10);
     group.bench_function("cccl_fingerprint", |b| {
-        b.iter(|| {
-            IncludeDir::rescan(cccl.path())
-                .expect("fingerprint")
-                .digest()
-        })
+        b.iter(|| IncludeDir::rescan(cccl_path).expect("fingerprint").digest())
     });
     group.bench_function("cccl_memo", |b| {
         b.iter(|| {
-            IncludeDir::with_memo(cccl.path(), &memo)
+            IncludeDir::with_memo(cccl_path, &memo)
                 .expect("fingerprint")
                 .digest()
         })
@@ -115,11 +125,85 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.finish();
-    fresh_process(c, &compiler);
+    let record = BuildRecord::new(compiler.version().clone())
+        .with_cubin_targets([arch])
+        .with_ptx_target(Some(arch))
+        .with_header_set(CCCL, cccl.digest());
+    library(c, &compiler, &record);
+    fresh_process(c, &compiler, &record);
+}
+
+/// The request function of the benchmarked library.
+fn request(
+    spec: &KernelSpec,
+    toolchain: &Toolchain,
+    arch: Arch,
+) -> Result<KernelRequest, kiln_cuda::Error> {
+    spec.request_with(toolchain, arch)
+}
+
+/// `KernelLibrary::get`, remembered and derived, on a cache holding the entries.
+fn library(c: &mut Criterion, compiler: &Compiler, record: &BuildRecord) {
+    let arch = record.cubin_targets()[0];
+    let cache = Cache::new();
+    let local = Toolchain::with_compiler(*compiler, SearchConfig::from_env());
+    let mut group = c.benchmark_group("cuda_compile/library");
+    for spec in [
+        KernelSpec::Axpy { dtype: Dtype::F32 },
+        KernelSpec::BlockReduce {
+            dtype: Dtype::F32,
+            op: ReduceOp::Sum,
+            block: 256,
+        },
+    ] {
+        ship_one(
+            compiler,
+            &cache,
+            &request(&spec, &local, arch).expect("request"),
+            true,
+        )
+        .expect("compiles");
+        let new_library = || {
+            KernelLibrary::with_record(record.clone(), request)
+                .with_policy(ToolchainPolicy::Shipped)
+        };
+        let device = Device::new(arch);
+        let library = new_library();
+        assert_eq!(
+            library
+                .get(&cache, &device, &spec)
+                .expect("shipped")
+                .hit()
+                .source(),
+            kiln_core::Source::Memory
+        );
+        let family = spec.name();
+        group.bench_function(format!("remembered/{family}"), |b| {
+            b.iter(|| {
+                library
+                    .get(&cache, &device, &spec)
+                    .expect("shipped")
+                    .selection()
+            })
+        });
+        group.bench_function(format!("derived/{family}"), |b| {
+            b.iter_batched(
+                new_library,
+                |fresh| {
+                    fresh
+                        .get(&cache, &device, &spec)
+                        .expect("shipped")
+                        .selection()
+                },
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    group.finish();
 }
 
 /// Owner + key derivation of the whole kernel set in new processes.
-fn fresh_process(c: &mut Criterion, compiler: &Compiler) {
+fn fresh_process(c: &mut Criterion, compiler: &Compiler, record: &BuildRecord) {
     let exe = std::env::current_exe().expect("the bench binary");
     let cache_dir = tempfile::tempdir().expect("temporary folder");
     let nowhere = cache_dir.path().join("no-nvrtc/libnvrtc.so.13");
@@ -129,6 +213,7 @@ fn fresh_process(c: &mut Criterion, compiler: &Compiler) {
         command
             .env(CHILD, mode)
             .env(RECORDED, &release)
+            .env(RECORD, record.to_string())
             .env("KILN_CACHE_DIR", cache_dir.path())
             .env_remove("KILN_CACHE")
             .env_remove("KILN_NVRTC");
@@ -158,6 +243,7 @@ fn fresh_process(c: &mut Criterion, compiler: &Compiler) {
             Some(nowhere.as_path()),
             false,
         ),
+        ("build_record", "record", Some(nowhere.as_path()), false),
     ];
     for (name, mode, nvrtc, no_memo) in variants {
         group.bench_function(name, |b| {
@@ -180,6 +266,16 @@ fn fresh_process(c: &mut Criterion, compiler: &Compiler) {
 fn child(mode: &str) -> Result<(), Box<dyn std::error::Error>> {
     let compiler = match mode {
         "nothing" => return Ok(()),
+        "record" => {
+            let record: BuildRecord = std::env::var(RECORD)?.parse()?;
+            let recorded = Toolchain::recorded(&record).ok_or("a record without NVRTC")?;
+            let arch: Arch = "sm_90a".parse()?;
+            for spec in KernelSpec::all() {
+                let request = spec.request_with(&recorded, arch)?;
+                std::hint::black_box((request.owner(recorded.nvrtc())?.digest(), request.key()?));
+            }
+            return Ok(());
+        }
         "derive" => Compiler::new()?,
         "recorded" => {
             let release = std::env::var(RECORDED)?;

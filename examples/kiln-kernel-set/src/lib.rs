@@ -19,7 +19,9 @@
 
 use std::sync::OnceLock;
 
-use kiln_cuda::{Arch, Error, IncludeDir, KernelRequest, SearchConfig, locate_cccl};
+use kiln_cuda::{
+    Arch, CCCL, Error, IncludeDir, KernelRequest, SearchConfig, Toolchain, locate_cccl,
+};
 
 /// Element types of the kernel set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -291,9 +293,23 @@ impl KernelSpec {
         }
     }
 
-    /// The compile request for `arch`, with the CCCL headers (located once per
-    /// process, see [`cccl_include_dir`]) when the kernel uses CUB.
+    /// The compile request for `arch`, with this machine's CCCL headers (located
+    /// once per process, see [`cccl_include_dir`]) when the kernel uses CUB.
     pub fn request(&self, arch: Arch) -> Result<KernelRequest, Error> {
+        self.build_request(arch, cccl_include_dir)
+    }
+
+    /// The compile request for `arch` under `toolchain`: its CCCL header set when the
+    /// kernel uses CUB (for a recorded toolchain, the recorded digest: no file read).
+    pub fn request_with(&self, toolchain: &Toolchain, arch: Arch) -> Result<KernelRequest, Error> {
+        self.build_request(arch, || toolchain.cccl())
+    }
+
+    fn build_request(
+        &self,
+        arch: Arch,
+        cccl: impl FnOnce() -> Result<IncludeDir, Error>,
+    ) -> Result<KernelRequest, Error> {
         let mut request = KernelRequest::new(self.name(), self.source(), arch)
             .name_expression(self.name_expression())
             .param("dtype", self.dtype().short_name())
@@ -304,23 +320,23 @@ impl KernelSpec {
                 .header("kiln_ops.cuh", OPS_SOURCE);
         }
         if self.needs_cccl() {
-            request = request.include_dir(cccl_include_dir()?);
+            request = request.include_dir(cccl()?);
         }
         Ok(request)
     }
 }
 
-/// The CCCL include folder (holding `cub/`), located from the environment and
-/// fingerprinted once per process: from its identity memo when no file changed since
-/// an earlier process hashed it (a stat walk), else by hashing every file (see
-/// [`IncludeDir`]).
+/// The CCCL include folder (holding `cub/`) as the header set [`CCCL`], located from
+/// the environment and fingerprinted once per process: from its identity memo when no
+/// file changed since an earlier process hashed it (a stat walk), else by hashing
+/// every file (see [`IncludeDir`]).
 pub fn cccl_include_dir() -> Result<IncludeDir, Error> {
-    static CCCL: OnceLock<IncludeDir> = OnceLock::new();
-    if let Some(dir) = CCCL.get() {
+    static FOUND: OnceLock<IncludeDir> = OnceLock::new();
+    if let Some(dir) = FOUND.get() {
         return Ok(dir.clone());
     }
-    let dir = IncludeDir::new(locate_cccl(&SearchConfig::from_env())?)?;
-    Ok(CCCL.get_or_init(|| dir).clone())
+    let dir = IncludeDir::new(locate_cccl(&SearchConfig::from_env())?)?.named(CCCL);
+    Ok(FOUND.get_or_init(|| dir).clone())
 }
 
 /// Element types the CPU references compute over.

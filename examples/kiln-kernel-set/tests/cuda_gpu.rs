@@ -1,15 +1,22 @@
 //! GPU tests: each kernel of the set is compiled (through the cache), loaded from the
 //! cached CUBIN (or PTX), launched, and compared with its CPU reference.
 //!
-//! Opt-in, they need a GPU and its driver:
-//! `KILN_GPU_TESTS=1 cargo test -p kiln-kernel-set --test cuda_gpu -- --ignored`
+//! Opt-in, they need a GPU, its driver (R580 or newer) and NVRTC. Either
+//! `KILN_GPU_TESTS=1 cargo test -p kiln-kernel-set --test cuda_gpu`
+//! (one test, `gpu_tests_with_kiln_gpu_tests`, runs them all; without the
+//! variable it only says how to run them), or
+//! `cargo test -p kiln-kernel-set --test cuda_gpu -- --ignored`
+//! (each as its own test).
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
 use kiln_core::{ArtifactKind, Cache, Hit};
 use kiln_cuda::loader::{self, ModuleCache};
-use kiln_cuda::{Arch, ArchSuffix, Compiler, KernelRequest};
+use kiln_cuda::{
+    Arch, ArchSuffix, Compiler, KernelLibrary, KernelRequest, Selection, ShipPlan, Toolchain,
+    ToolchainPolicy,
+};
 use kiln_image::{Image, ImageMeta, Verification};
 use kiln_kernel_set::{Dtype, Element, KernelSpec, ReduceOp, reference};
 
@@ -193,8 +200,6 @@ fn run_any(
     }
 }
 
-#[test]
-#[ignore = "needs a GPU: KILN_GPU_TESTS=1 cargo test -p kiln-kernel-set --test cuda_gpu -- --ignored"]
 fn every_kernel_of_the_set_matches_its_cpu_reference_from_the_cubin() {
     let gpu = gpu();
     let cache = Cache::new();
@@ -207,13 +212,13 @@ fn every_kernel_of_the_set_matches_its_cpu_reference_from_the_cubin() {
     }
 }
 
-#[test]
-#[ignore = "needs a GPU: KILN_GPU_TESTS=1 cargo test -p kiln-kernel-set --test cuda_gpu -- --ignored"]
 fn arch_specific_cubins_run_where_the_device_has_such_an_arch() {
     let gpu = gpu();
+    // The archs with an `a` variant (CUDA 13: Hopper, Blackwell, Thor, and the
+    // GB10/RTX Blackwell parts).
     if !matches!(
         (gpu.arch.major(), gpu.arch.minor()),
-        (9, 0) | (10, 0) | (10, 3) | (12, 0)
+        (9, 0) | (10, 0) | (10, 3) | (11, 0) | (12, 0) | (12, 1)
     ) {
         eprintln!(
             "no arch-specific (a) variant for {}: nothing to check",
@@ -235,12 +240,17 @@ fn arch_specific_cubins_run_where_the_device_has_such_an_arch() {
     );
 }
 
-#[test]
-#[ignore = "needs a GPU: KILN_GPU_TESTS=1 cargo test -p kiln-kernel-set --test cuda_gpu -- --ignored"]
 fn ptx_is_the_fallback_when_no_cubin_runs_on_the_device() {
     let gpu = gpu();
-    // A plain arch of an older major: its CUBIN cannot run here, its PTX can.
-    let older = Arch::new(gpu.arch.major() - 1, 0, ArchSuffix::None).unwrap();
+    // A plain arch of an older major (one NVRTC 13 compiles for): its CUBIN
+    // cannot run here, its PTX can.
+    let Some(older) = older_major(gpu.arch) else {
+        eprintln!(
+            "no older major than {} to compile for: nothing to check",
+            gpu.arch
+        );
+        return;
+    };
     let cache = Cache::new();
     let modules = ModuleCache::new();
     for spec in [
@@ -258,8 +268,6 @@ fn ptx_is_the_fallback_when_no_cubin_runs_on_the_device() {
     }
 }
 
-#[test]
-#[ignore = "needs a GPU: KILN_GPU_TESTS=1 cargo test -p kiln-kernel-set --test cuda_gpu -- --ignored"]
 fn each_module_loads_once_per_context() {
     let gpu = gpu();
     let cache = Cache::new();
@@ -275,11 +283,17 @@ fn each_module_loads_once_per_context() {
     assert_eq!(modules.len(), 2);
 }
 
+/// The newest plain arch NVRTC 13 compiles for whose major is below `arch`'s.
+fn older_major(arch: Arch) -> Option<Arch> {
+    ["sm_120", "sm_110", "sm_100", "sm_90", "sm_89", "sm_75"]
+        .into_iter()
+        .map(|name| name.parse::<Arch>().expect("an arch"))
+        .find(|older| older.major() < arch.major())
+}
+
 /// The precompile round trip: compile into a cache, write the delta as an image,
 /// merge it into a fresh cache, and launch from the image-backed CUBIN without
 /// compiling.
-#[test]
-#[ignore = "needs a GPU: KILN_GPU_TESTS=1 cargo test -p kiln-kernel-set --test cuda_gpu -- --ignored"]
 fn kernels_launch_from_an_image_without_compiling() {
     let gpu = gpu();
     let specs = [
@@ -321,3 +335,152 @@ fn kernels_launch_from_an_image_without_compiling() {
     }
     assert_eq!(run.stats().compiles, 0);
 }
+
+/// The test library of `kernels_launch_from_whatever_a_library_shipped`.
+fn kernel_request(
+    spec: &KernelSpec,
+    toolchain: &Toolchain,
+    arch: Arch,
+) -> Result<KernelRequest, kiln_cuda::Error> {
+    spec.request_with(toolchain, arch)
+}
+
+/// A library that ships `targets` (PTX with the lowest) serves this GPU, from
+/// a CUBIN of its arch, a compatible CUBIN or PTX, and every kernel launches
+/// and matches its reference.
+fn kernels_launch_from_whatever_a_library_shipped() {
+    let gpu = gpu();
+    let device = loader::device(&gpu.ctx).unwrap();
+    let (major, minor) = (gpu.arch.major(), gpu.arch.minor());
+    let specs = [
+        KernelSpec::Axpy { dtype: Dtype::F32 },
+        KernelSpec::BlockScan {
+            dtype: Dtype::I32,
+            op: ReduceOp::Max,
+            block: 256,
+        },
+    ];
+    // Its own arch; an older minor of its major if there is one; only a
+    // PTX of an older major.
+    let mut plans = vec![(gpu.arch.to_string(), Selection::ExactCubin)];
+    if minor > 0 {
+        let lower = Arch::new(major, 0, ArchSuffix::None).unwrap();
+        plans.push((lower.to_string(), Selection::CompatibleCubin));
+    }
+    if let Some(older) = older_major(gpu.arch) {
+        plans.push((older.to_string(), Selection::Ptx));
+    }
+    for (targets, expected) in plans {
+        let dir = tempfile::tempdir().unwrap();
+        let mut plan = ShipPlan::parse(&targets).unwrap();
+        let report = kiln_core::build::Precompile::new("gpu-test")
+            .out_dir(dir.path())
+            .output(std::io::sink())
+            .run(|session| plan.precompile(session, &specs, kernel_request))
+            .unwrap();
+        assert!(report.failed.is_empty(), "{:?}", report.failed);
+        let cache = Cache::new();
+        cache.merge_image(Image::open(&report.path, Verification::Full).unwrap());
+        let library = KernelLibrary::with_record(plan.record().clone(), kernel_request)
+            .with_policy(ToolchainPolicy::Shipped);
+        let modules = ModuleCache::new();
+        for spec in specs {
+            let served = library.get(&cache, &device, &spec).unwrap();
+            assert_eq!(
+                served.selection(),
+                expected,
+                "{} from {targets}",
+                spec.name()
+            );
+            let kind = match spec.dtype() {
+                Dtype::F32 => launch_and_check::<f32>(
+                    &gpu,
+                    &modules,
+                    spec,
+                    served.request(),
+                    &served.hit(),
+                    3000,
+                ),
+                Dtype::I32 => launch_and_check::<i32>(
+                    &gpu,
+                    &modules,
+                    spec,
+                    served.request(),
+                    &served.hit(),
+                    3000,
+                ),
+                other => unreachable!("{other:?} is not in this test"),
+            };
+            let want = if expected == Selection::Ptx {
+                ArtifactKind::Ptx
+            } else {
+                ArtifactKind::Cubin
+            };
+            assert_eq!(kind, want, "{} from {targets}", spec.name());
+        }
+        assert_eq!(cache.stats().compiles, 0);
+    }
+}
+
+/// A function looked up from another thread than the one that loaded its
+/// module still launches: the lookup makes the module's context current.
+fn functions_are_found_from_any_thread() {
+    let gpu = gpu();
+    let cache = Cache::new();
+    let modules = ModuleCache::new();
+    let spec = KernelSpec::Axpy { dtype: Dtype::F32 };
+    let request = spec.request(gpu.arch).unwrap();
+    let hit = gpu.compiler.compile_cached(&cache, &request).unwrap();
+    let module = modules.load(&gpu.ctx, &request, &hit).unwrap();
+    let found = std::thread::spawn(move || module.function(&spec.name_expression()).is_ok())
+        .join()
+        .unwrap();
+    assert!(found);
+}
+
+/// Whether `KILN_GPU_TESTS` asks for the GPU tests (off when unset, empty, `0`,
+/// `false`, `no` or `off`).
+fn gpu_tests_enabled() -> bool {
+    std::env::var_os("KILN_GPU_TESTS").is_some_and(|v| kiln_core::env::is_on(&v))
+}
+
+/// Each GPU test twice: all of them in `gpu_tests_with_kiln_gpu_tests`, which
+/// runs them when `KILN_GPU_TESTS=1` (and otherwise only says how), and each
+/// as an ignored test of its own, for `-- --ignored`.
+macro_rules! gpu_tests {
+    ($($name:ident),* $(,)?) => {
+        #[test]
+        fn gpu_tests_with_kiln_gpu_tests() {
+            if !gpu_tests_enabled() {
+                eprintln!(
+                    "GPU tests not run: set KILN_GPU_TESTS=1, or pass -- --ignored (needs a GPU)"
+                );
+                return;
+            }
+            $(
+                eprintln!(concat!("GPU test ", stringify!($name)));
+                $name();
+            )*
+        }
+
+        mod one_by_one {
+            $(
+                #[test]
+                #[ignore = "needs a GPU: KILN_GPU_TESTS=1, or -- --ignored"]
+                fn $name() {
+                    super::$name()
+                }
+            )*
+        }
+    };
+}
+
+gpu_tests!(
+    every_kernel_of_the_set_matches_its_cpu_reference_from_the_cubin,
+    arch_specific_cubins_run_where_the_device_has_such_an_arch,
+    ptx_is_the_fallback_when_no_cubin_runs_on_the_device,
+    each_module_loads_once_per_context,
+    kernels_launch_from_an_image_without_compiling,
+    kernels_launch_from_whatever_a_library_shipped,
+    functions_are_found_from_any_thread,
+);

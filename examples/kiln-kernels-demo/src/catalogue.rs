@@ -1,15 +1,18 @@
 //! What the library compiles, and how: shared by the library and its build
 //! script (`#[path]`), so that both derive the same owners and keys.
 
-use kiln::cuda::{Compiler, KernelRequest};
-use kiln::{Cache, Digest, Hit};
+use kiln::Digest;
+use kiln::cuda::{Arch, KernelRequest, Toolchain};
 use kiln_kernel_set::KernelSpec;
 
-/// The environment variable that picks the arch the build script precompiles for.
-pub const ARCH_VARIABLE: &str = "KILN_DEMO_ARCH";
+/// The archs the build script ships a CUBIN for: Turing to Blackwell (the
+/// oldest CUDA 13 supports to the newest). The lowest also ships its PTX,
+/// which the driver compiles for any newer GPU.
+pub const TARGETS: &str = "sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120";
 
-/// The arch precompiled for when [`ARCH_VARIABLE`] is unset: Hopper (H100, H200).
-pub const DEFAULT_ARCH: &str = "sm_90";
+/// Replaces [`TARGETS`] at build time, e.g. `KILN_DEMO_ARCHS=sm_90` for a
+/// quicker build for one GPU.
+pub const TARGETS_VARIABLE: &str = "KILN_DEMO_ARCHS";
 
 /// The specializations the library precompiles: saxpy/daxpy and axpby over
 /// `f32` and `f64`, CUB block reductions over several (dtype, op) pairs and
@@ -37,22 +40,17 @@ pub fn definition(spec: &KernelSpec) -> (String, Digest) {
     )
 }
 
-/// The cached kernel of `request` (an instance of `spec`): from the cache
-/// (an image, memory) when there, else compiled with NVRTC and recorded.
-pub fn fetch<'c>(
-    compiler: &Compiler,
-    cache: &'c Cache,
+/// The compile request of `spec` for `arch` under `toolchain`: the recorded
+/// one (CCCL by its recorded digest: nothing read) when looking up shipped
+/// entries, this machine's when compiling. It records the family's
+/// definition as a dependency.
+pub fn request(
     spec: &KernelSpec,
-    request: &KernelRequest,
-) -> Result<Hit<'c>, kiln::cuda::Error> {
-    let owner = compiler.owner(request)?;
-    let key = request.key()?;
+    toolchain: &Toolchain,
+    arch: Arch,
+) -> Result<KernelRequest, kiln::cuda::Error> {
     let (definition, fingerprint) = definition(spec);
-    Ok(cache.get_or_compile(&owner, &key, || {
-        compiler.compile(request).map(|kernel| {
-            kernel
-                .into_compiled(spec.name())
-                .dep(definition, fingerprint)
-        })
-    })?)
+    Ok(spec
+        .request_with(toolchain, arch)?
+        .dep(definition, fingerprint))
 }

@@ -1,0 +1,494 @@
+//! The toolchain a kernel's owner and key are derived for: the one a library's build
+//! recorded ([`BuildRecord`]), or this machine's ([`Toolchain::local`]).
+//!
+//! An owner names NVRTC's exact release, and the key of a CUB kernel hashes the
+//! content of the CCCL include tree. A process that had to learn both from its own
+//! machine before its first lookup would need NVRTC (to read its release) and the
+//! headers (to hash them), which a production machine with only a GPU driver does not
+//! have. So the build records them: the kernel library's build script runs its
+//! precompile block through [`ShipPlan`](super::ShipPlan), which leaves a
+//! [`BuildRecord`] (NVRTC release, the digest of each named header set, the targets
+//! shipped) in a `cargo:rustc-env` variable ([`BUILD_RECORD_VAR`]); the library reads
+//! it back with `env!` and derives the owners and keys of its shipped entries from
+//! [`Toolchain::recorded`], without reading a file.
+//!
+//! The local toolchain is needed only to compile, that is on a miss, and is located
+//! then ([`KernelLibrary`](super::KernelLibrary) does this).
+//!
+//! # Policy
+//!
+//! [`ToolchainPolicy::Shipped`] (the default): a shipped entry is valid code for its
+//! arch, and is served whatever toolchain is, or is not, installed here. With
+//! `KILN_STRICT_TOOLCHAIN=1` ([`ToolchainPolicy::Strict`]) a process whose local
+//! NVRTC release, or the digest of a header set a kernel uses, differs from the
+//! recorded one compiles the kernel with its own toolchain instead; a toolchain (or
+//! header set) that is absent differs from nothing, so shipped entries are then still
+//! served. Entries compiled at run time always name the local compiler and headers.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Arc, OnceLock};
+
+use kiln_core::{Cache, Digest};
+
+use super::request::{HEADERS_DEP_PREFIX, NVRTC_DEP, nvrtc_fingerprint};
+use super::{Arch, Compiler, Error, IncludeDir, NvrtcVersion, SearchConfig, locate_cccl};
+
+/// The `cargo:rustc-env` variable a kernel library's build script sets to its
+/// [`BuildRecord`]: the library reads it with `env!("KILN_CUDA_BUILD")`.
+pub const BUILD_RECORD_VAR: &str = "KILN_CUDA_BUILD";
+
+/// `KILN_STRICT_TOOLCHAIN`: serve shipped kernels only when the local NVRTC and
+/// headers are the ones they were built with ([`ToolchainPolicy::Strict`]). A
+/// run-time switch: registered with kiln-core
+/// ([`RunTimeSwitch`](kiln_core::registry::RunTimeSwitch)), so that setting it
+/// never reruns a build script.
+pub const STRICT_TOOLCHAIN: &str = "KILN_STRICT_TOOLCHAIN";
+
+inventory::submit! { kiln_core::registry::RunTimeSwitch::new(STRICT_TOOLCHAIN) }
+
+/// The header set of the CCCL headers (CUB, Thrust, libcu++).
+pub const CCCL: &str = "cccl";
+
+/// The first word of every build record; a new layout gets a new version.
+const RECORD_MAGIC: &str = "kiln-cuda-build/1";
+
+/// What a kernel library's build compiled its shipped entries with, and for which
+/// targets: NVRTC's exact release, the digest of each named header set, the CUBIN
+/// targets and the target whose entries also carry PTX.
+///
+/// Its text form is one line (a `cargo:rustc-env` value):
+///
+/// ```
+/// use kiln_cuda::BuildRecord;
+/// let record: BuildRecord = "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_80,sm_90 ptx=sm_80".parse()?;
+/// assert_eq!(record.nvrtc().map(|v| v.release.as_str()), Some("13.0.88"));
+/// assert_eq!(record.cubin_targets().len(), 2);
+/// assert_eq!(record.to_string().parse::<BuildRecord>()?, record);
+/// // A build that found no NVRTC shipped nothing:
+/// assert!("kiln-cuda-build/1".parse::<BuildRecord>()?.nvrtc().is_none());
+/// # Ok::<(), kiln_cuda::Error>(())
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BuildRecord {
+    nvrtc: Option<NvrtcVersion>,
+    cubins: Vec<Arch>,
+    ptx: Option<Arch>,
+    headers: BTreeMap<String, Digest>,
+}
+
+impl BuildRecord {
+    /// A record of a build that compiled with NVRTC `nvrtc` (no target yet).
+    pub fn new(nvrtc: NvrtcVersion) -> BuildRecord {
+        BuildRecord {
+            nvrtc: Some(nvrtc),
+            ..BuildRecord::default()
+        }
+    }
+
+    /// The record with these CUBIN targets (sorted, duplicates dropped).
+    pub fn with_cubin_targets(mut self, targets: impl IntoIterator<Item = Arch>) -> Self {
+        self.cubins = targets.into_iter().collect();
+        self.cubins.sort();
+        self.cubins.dedup();
+        self
+    }
+
+    /// The record with the entries of `target` carrying PTX.
+    pub fn with_ptx_target(mut self, target: Option<Arch>) -> Self {
+        self.ptx = target;
+        self
+    }
+
+    /// The record with header set `set` at `digest`.
+    pub fn with_header_set(mut self, set: impl Into<String>, digest: Digest) -> Self {
+        self.headers.insert(set.into(), digest);
+        self
+    }
+
+    /// The NVRTC release the shipped entries were compiled by; `None` when the build
+    /// had no NVRTC (nothing was shipped).
+    pub fn nvrtc(&self) -> Option<&NvrtcVersion> {
+        self.nvrtc.as_ref()
+    }
+
+    /// The archs shipped as CUBINs, sorted.
+    pub fn cubin_targets(&self) -> &[Arch] {
+        &self.cubins
+    }
+
+    /// The target whose entries also carry PTX.
+    pub fn ptx_target(&self) -> Option<Arch> {
+        self.ptx
+    }
+
+    /// The digest of header set `set` the entries were compiled with.
+    pub fn header_set(&self, set: &str) -> Option<Digest> {
+        self.headers.get(set).copied()
+    }
+
+    /// Every recorded header set and its digest, by name.
+    pub fn header_sets(&self) -> impl Iterator<Item = (&str, Digest)> {
+        self.headers.iter().map(|(name, d)| (name.as_str(), *d))
+    }
+
+    /// The `cargo:rustc-env` line a build script prints for this record.
+    pub fn cargo_directive(&self) -> String {
+        format!("cargo:rustc-env={BUILD_RECORD_VAR}={self}")
+    }
+}
+
+impl fmt::Display for BuildRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(RECORD_MAGIC)?;
+        if let Some(nvrtc) = &self.nvrtc {
+            write!(f, " nvrtc={nvrtc}")?;
+        }
+        if !self.cubins.is_empty() {
+            let list: Vec<String> = self.cubins.iter().map(Arch::to_string).collect();
+            write!(f, " cubin={}", list.join(","))?;
+        }
+        if let Some(ptx) = self.ptx {
+            write!(f, " ptx={ptx}")?;
+        }
+        for (set, digest) in &self.headers {
+            write!(f, " headers.{set}={}", digest.to_hex())?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for BuildRecord {
+    type Err = Error;
+
+    /// Parses the text form ([`BuildRecord`]'s `Display`).
+    fn from_str(text: &str) -> Result<Self, Error> {
+        let bad = |why: String| Error::BadBuildRecord {
+            given: text.to_owned(),
+            why,
+        };
+        let mut words = text.split_whitespace();
+        if words.next() != Some(RECORD_MAGIC) {
+            return Err(bad(format!("it does not start with {RECORD_MAGIC}")));
+        }
+        let mut record = BuildRecord::default();
+        for word in words {
+            let (field, value) = word
+                .split_once('=')
+                .ok_or_else(|| bad(format!("{word:?} is not field=value")))?;
+            let arch = |s: &str| s.parse::<Arch>().map_err(|e| bad(e.to_string()));
+            match field {
+                "nvrtc" => {
+                    record.nvrtc = Some(value.parse().map_err(|e: Error| bad(e.to_string()))?)
+                }
+                "cubin" => {
+                    let targets = value.split(',').map(arch).collect::<Result<Vec<_>, _>>()?;
+                    record = record.with_cubin_targets(targets);
+                }
+                "ptx" => record.ptx = Some(arch(value)?),
+                _ => {
+                    let Some(set) = field.strip_prefix("headers.").filter(|s| !s.is_empty()) else {
+                        return Err(bad(format!("unknown field {field:?}")));
+                    };
+                    let digest = Digest::from_hex(value)
+                        .map_err(|_| bad(format!("the digest of {set} is not 64 hex digits")))?;
+                    record.headers.insert(set.to_owned(), digest);
+                }
+            }
+        }
+        if record.nvrtc.is_none() && !(record.cubins.is_empty() && record.ptx.is_none()) {
+            return Err(bad(
+                "targets without the NVRTC release they were built by".into()
+            ));
+        }
+        Ok(record)
+    }
+}
+
+/// Whether shipped entries built by another toolchain are served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum ToolchainPolicy {
+    /// Serve every shipped entry that runs on the device, whatever toolchain is (or
+    /// is not) installed here: it is valid code for its arch. The default.
+    #[default]
+    Shipped,
+    /// Serve a shipped entry only when the local NVRTC release and the digests of
+    /// the header sets it uses are those it was built with (or are not installed);
+    /// otherwise compile it here. `KILN_STRICT_TOOLCHAIN=1`.
+    Strict,
+}
+
+impl ToolchainPolicy {
+    /// The policy `KILN_STRICT_TOOLCHAIN` names in this process, read once.
+    pub fn process() -> ToolchainPolicy {
+        static PROCESS: OnceLock<ToolchainPolicy> = OnceLock::new();
+        *PROCESS.get_or_init(|| Self::from_value(std::env::var_os(STRICT_TOOLCHAIN).as_deref()))
+    }
+
+    /// The policy a value of `KILN_STRICT_TOOLCHAIN` names (off when unset, empty,
+    /// `0`, `false`, `no`, `off`).
+    pub fn from_value(value: Option<&std::ffi::OsStr>) -> ToolchainPolicy {
+        if value.is_some_and(kiln_core::env::is_on) {
+            ToolchainPolicy::Strict
+        } else {
+            ToolchainPolicy::Shipped
+        }
+    }
+}
+
+/// The header sets of a toolchain.
+#[derive(Debug)]
+enum Headers {
+    /// Digests only, as a build recorded them.
+    Recorded(BTreeMap<String, Digest>),
+    /// This machine's: given directories, and CCCL located on first use.
+    Local(Box<LocalHeaders>),
+}
+
+/// The header sets of a local toolchain.
+#[derive(Debug)]
+struct LocalHeaders {
+    given: BTreeMap<String, IncludeDir>,
+    search: SearchConfig,
+    cccl: OnceLock<Result<IncludeDir, Arc<Error>>>,
+}
+
+/// The NVRTC release and header sets that kernel requests are built for.
+///
+/// A *recorded* toolchain ([`Toolchain::recorded`]) stands for the one a library's
+/// build used: its header sets are digests ([`IncludeDir::recorded`]) and it cannot
+/// compile; deriving owners and keys with it touches no file. A *local* one
+/// ([`Toolchain::local`]) is this machine's: its [`Compiler`] and header directories,
+/// located and fingerprinted when first asked for.
+#[derive(Debug)]
+pub struct Toolchain {
+    nvrtc: NvrtcVersion,
+    compiler: Option<Compiler>,
+    headers: Headers,
+}
+
+impl Toolchain {
+    /// The toolchain `record` names; `None` when its build had no NVRTC.
+    pub fn recorded(record: &BuildRecord) -> Option<Toolchain> {
+        Some(Toolchain {
+            nvrtc: record.nvrtc()?.clone(),
+            compiler: None,
+            headers: Headers::Recorded(record.headers.clone()),
+        })
+    }
+
+    /// This machine's toolchain: the process's NVRTC ([`Compiler::new`]: located,
+    /// its release from the identity memo when possible), and header sets located
+    /// from the environment when first asked for.
+    ///
+    /// # Errors
+    /// [`Error::NvrtcNotFound`] (listing every place searched) and the errors of
+    /// loading NVRTC to read its release.
+    pub fn local() -> Result<Toolchain, Error> {
+        Ok(Self::with_compiler(
+            Compiler::new()?,
+            SearchConfig::from_env(),
+        ))
+    }
+
+    /// A local toolchain on `compiler`, finding header sets through `search`.
+    pub fn with_compiler(compiler: Compiler, search: SearchConfig) -> Toolchain {
+        Toolchain {
+            nvrtc: compiler.version().clone(),
+            compiler: Some(compiler),
+            headers: Headers::Local(Box::new(LocalHeaders {
+                given: BTreeMap::new(),
+                search,
+                cccl: OnceLock::new(),
+            })),
+        }
+    }
+
+    /// The same local toolchain with header set `set` at `dir` (instead of locating
+    /// it). On a recorded toolchain this changes nothing.
+    pub fn with_header_set(mut self, set: impl Into<String>, dir: IncludeDir) -> Toolchain {
+        if let Headers::Local(local) = &mut self.headers {
+            let set = set.into();
+            local.given.insert(set.clone(), dir.named(set));
+        }
+        self
+    }
+
+    /// The NVRTC release owners name.
+    pub fn nvrtc(&self) -> &NvrtcVersion {
+        &self.nvrtc
+    }
+
+    /// The compiler; `None` for a recorded toolchain.
+    pub fn compiler(&self) -> Option<&Compiler> {
+        self.compiler.as_ref()
+    }
+
+    /// Whether this is a recorded toolchain.
+    pub fn is_recorded(&self) -> bool {
+        matches!(self.headers, Headers::Recorded(_))
+    }
+
+    /// Header set `set` as an include directory, named `set`: the recorded digest, or
+    /// the local directory (CCCL located and fingerprinted once, on first use).
+    ///
+    /// # Errors
+    /// [`Error::UnknownHeaderSet`] for a set neither recorded nor known here;
+    /// [`Error::CcclNotFound`] (or an I/O error) when CCCL cannot be located or read.
+    pub fn header_set(&self, set: &str) -> Result<IncludeDir, Error> {
+        match &self.headers {
+            Headers::Recorded(digests) => digests
+                .get(set)
+                .map(|digest| IncludeDir::recorded(set, *digest))
+                .ok_or_else(|| Error::UnknownHeaderSet {
+                    set: set.to_owned(),
+                    why: "recorded by this library's build",
+                }),
+            Headers::Local(local) => {
+                let LocalHeaders {
+                    given,
+                    search,
+                    cccl,
+                } = &**local;
+                if let Some(dir) = given.get(set) {
+                    return Ok(dir.clone());
+                }
+                if set != CCCL {
+                    return Err(Error::UnknownHeaderSet {
+                        set: set.to_owned(),
+                        why: "known on this machine",
+                    });
+                }
+                let found = cccl.get_or_init(|| {
+                    locate_cccl(search)
+                        .and_then(IncludeDir::new)
+                        .map(|dir| dir.named(CCCL))
+                        .map_err(Arc::new)
+                });
+                found.clone().map_err(Error::Shared)
+            }
+        }
+    }
+
+    /// The CCCL headers ([`Toolchain::header_set`] of [`CCCL`]).
+    ///
+    /// # Errors
+    /// As [`Toolchain::header_set`].
+    pub fn cccl(&self) -> Result<IncludeDir, Error> {
+        self.header_set(CCCL)
+    }
+
+    /// Defines, in `cache`, `cuda.nvrtc` and `cuda.headers.<set>` at this toolchain's
+    /// fingerprints (header sets that cannot be found here are left undefined): entries
+    /// recorded with other values become stale (at merge) or are closed (already
+    /// merged), so that only this toolchain's entries are served. What
+    /// `KILN_STRICT_TOOLCHAIN=1` does; an application can also call it in
+    /// `kiln::init_with` to see such entries counted as stale in the init report.
+    pub fn define_in(&self, cache: &Cache) {
+        cache.define(NVRTC_DEP, nvrtc_fingerprint(&self.nvrtc));
+        let sets: Vec<String> = match &self.headers {
+            Headers::Recorded(digests) => digests.keys().cloned().collect(),
+            Headers::Local(local) => local
+                .given
+                .keys()
+                .cloned()
+                .chain(std::iter::once(CCCL.to_owned()))
+                .collect(),
+        };
+        for set in sets {
+            if let Ok(dir) = self.header_set(&set) {
+                cache.define(&format!("{HEADERS_DEP_PREFIX}{set}"), dir.digest());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_refuse_what_they_cannot_mean() {
+        let digest = Digest::of(b"headers");
+        let record = BuildRecord::new("13.0.88".parse().unwrap())
+            .with_cubin_targets(["sm_90", "sm_75", "sm_80", "sm_90"].map(|a| a.parse().unwrap()))
+            .with_ptx_target(Some("sm_75".parse().unwrap()))
+            .with_header_set(CCCL, digest);
+        let text = record.to_string();
+        assert_eq!(
+            text,
+            format!(
+                "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_75,sm_80,sm_90 ptx=sm_75 headers.cccl={}",
+                digest.to_hex()
+            )
+        );
+        assert_eq!(text.parse::<BuildRecord>().unwrap(), record);
+        assert_eq!(
+            record.cargo_directive(),
+            format!("cargo:rustc-env=KILN_CUDA_BUILD={text}")
+        );
+        for bad in [
+            "",
+            "kiln-cuda-build/2 nvrtc=13.0.88",
+            "kiln-cuda-build/1 nvrtc=13",
+            "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_75,compute_80",
+            "kiln-cuda-build/1 nvrtc=13.0.88 arch=sm_75",
+            "kiln-cuda-build/1 nvrtc=13.0.88 headers.cccl=abc",
+            "kiln-cuda-build/1 nvrtc=13.0.88 headers.=00",
+            "kiln-cuda-build/1 cubin=sm_75",
+            "kiln-cuda-build/1 nvrtc",
+        ] {
+            assert!(
+                matches!(
+                    bad.parse::<BuildRecord>(),
+                    Err(Error::BadBuildRecord { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_recorded_toolchain_knows_only_recorded_header_sets_and_cannot_compile() {
+        let digest = Digest::of(b"cccl tree");
+        let record = BuildRecord::new("13.0.88".parse().unwrap()).with_header_set(CCCL, digest);
+        let toolchain = Toolchain::recorded(&record).unwrap();
+        assert!(toolchain.is_recorded() && toolchain.compiler().is_none());
+        let cccl = toolchain.cccl().unwrap();
+        assert_eq!(
+            (cccl.digest(), cccl.path(), cccl.set()),
+            (digest, None, Some(CCCL))
+        );
+        assert!(matches!(
+            toolchain.header_set("other"),
+            Err(Error::UnknownHeaderSet { .. })
+        ));
+        assert!(Toolchain::recorded(&BuildRecord::default()).is_none());
+    }
+
+    #[test]
+    fn the_policy_switch_is_a_run_time_switch_for_build_scripts() {
+        assert!(kiln_core::registry::run_time_switches().contains(&STRICT_TOOLCHAIN));
+        assert!(kiln_core::env::is_run_time(STRICT_TOOLCHAIN));
+        assert!(!kiln_core::env::is_run_time("KILN_NVRTC"));
+    }
+
+    #[test]
+    fn the_policy_switch_reads_like_every_kiln_switch() {
+        use std::ffi::OsStr;
+        assert_eq!(ToolchainPolicy::from_value(None), ToolchainPolicy::Shipped);
+        for off in ["", "0", "false", "No", "off"] {
+            assert_eq!(
+                ToolchainPolicy::from_value(Some(OsStr::new(off))),
+                ToolchainPolicy::Shipped
+            );
+        }
+        for on in ["1", "true", "yes", "strict"] {
+            assert_eq!(
+                ToolchainPolicy::from_value(Some(OsStr::new(on))),
+                ToolchainPolicy::Strict
+            );
+        }
+    }
+}
