@@ -6,7 +6,7 @@
 //! turns the record into one image, taken from the libraries' images and
 //! the disk tier; a fresh process with that image in `KILN_IMAGE_PATH` and
 //! no disk tier then compiles nothing, the extras coming from the baked
-//! image. `kiln report` lists the extras as in no shipped image.
+//! image, also with an otherwise empty environment (no NVRTC to be found). `kiln report` lists the extras as in no shipped image.
 //!
 //! Needs NVRTC for the first run's compiles; without it the test skips,
 //! except under `CI=true`, where it fails.
@@ -125,10 +125,16 @@ fn programs() -> &'static Programs {
 /// Runs the demo application with `--extra --json` and `env`; its JSON lines.
 fn run_app(env: &[(&str, &Path)]) -> Vec<Value> {
     let mut command = Command::new(&programs().app);
-    command.args(["--extra", "--json"]);
     for switch in SWITCHES {
         command.env_remove(switch);
     }
+    run_command(command, env)
+}
+
+/// Runs the demo application with `--extra --json`, `command`'s environment
+/// and `env`; its JSON lines.
+fn run_command(mut command: Command, env: &[(&str, &Path)]) -> Vec<Value> {
+    command.args(["--extra", "--json"]);
     command.envs(env.iter().copied());
     let output = command.output().expect("the demo application starts");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -278,6 +284,21 @@ fn a_baked_image_makes_the_next_fresh_process_compile_nothing() {
         .unwrap_or_else(|| panic!("the baked image is merged: {second:#?}"));
     assert_eq!(baked_merge["inserted"], 3, "the embedded images come first");
     assert_eq!(baked_merge["duplicate"], SHIPPED);
+
+    // With nothing else in its environment (no NVRTC found, no headers, no
+    // cache directory), the same: the baked image names the toolchain the
+    // libraries' build recorded, which compiled the extras here too.
+    let mut stripped = Command::new(&programs().app);
+    stripped.env_clear();
+    let stripped = run_command(
+        stripped,
+        &[("KILN_IMAGE_PATH", &ship), ("KILN_CACHE", Path::new("0"))],
+    );
+    assert_eq!(
+        with_outcome(&stripped, "image").len(),
+        SHIPPED + 3,
+        "{stripped:#?}"
+    );
 
     // Its record says where each came from: the extras from the baked image.
     let report = kiln(&["report", s(&second_record), "--json"]);

@@ -1227,6 +1227,12 @@ mod tests {
             assert!(!get(&cache, "on-disk"));
         }
         get(&cache, "inserted");
+        // A backend may look entries up directly: those hits count too, a
+        // miss records nothing.
+        for _ in 0..2 {
+            assert!(cache.lookup(&owner().digest(), &key("shipped")).is_some());
+        }
+        assert!(cache.lookup(&owner().digest(), &key("absent")).is_none());
         let recorder = Arc::clone(cache.recorder().unwrap());
         assert_eq!(recorder.entries(), 4);
 
@@ -1250,7 +1256,7 @@ mod tests {
         assert_eq!(shipped.name, "shipped");
         assert_eq!(shipped.owner_label, owner().label());
         let image_use = &shipped.sources[&SourceKind::Image];
-        assert_eq!((image_use.processes, image_use.hits), (1, 5));
+        assert_eq!((image_use.processes, image_use.hits), (1, 7));
         assert_eq!(
             image_use.producers.iter().collect::<Vec<_>>(),
             ["lib-a 1.0"]
