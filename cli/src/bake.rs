@@ -116,7 +116,7 @@ pub(crate) fn sources(used: &Used) -> String {
 
 /// Where an entry can be found.
 enum Store {
-    Image { path: PathBuf, image: Image },
+    Image { path: PathBuf, image: Box<Image> },
     Disk { dir: PathBuf, cache: DiskCache },
 }
 
@@ -194,7 +194,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
         let image = Image::open(path, Verification::Structural).map_err(CliError::image(path))?;
         stores.push(Store::Image {
             path: path.clone(),
-            image,
+            image: Box::new(image),
         });
     }
     for dir in &args.cache_dirs {
