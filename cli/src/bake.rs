@@ -114,9 +114,11 @@ pub(crate) fn sources(used: &Used) -> String {
         .join(",")
 }
 
-/// Where an entry can be found.
+/// Where an entry can be found (a few, each kept for the whole run: their
+/// sizes do not matter).
+#[allow(clippy::large_enum_variant)]
 enum Store {
-    Image { path: PathBuf, image: Box<Image> },
+    Image { path: PathBuf, image: Image },
     Disk { dir: PathBuf, cache: DiskCache },
 }
 
@@ -194,7 +196,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
         let image = Image::open(path, Verification::Structural).map_err(CliError::image(path))?;
         stores.push(Store::Image {
             path: path.clone(),
-            image: Box::new(image),
+            image,
         });
     }
     for dir in &args.cache_dirs {
