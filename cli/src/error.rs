@@ -20,9 +20,19 @@ pub(crate) enum CliError {
         source: Box<ImageError>,
     },
 
-    /// The disk cache could not be opened or maintained.
+    /// The disk cache could not be opened or maintained, or a record file
+    /// read.
     #[error(transparent)]
     Cache(#[from] kiln_core::Error),
+
+    /// A file other than an image (`report --svg`) could not be written.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// What the operating system reported.
+        source: std::io::Error,
+    },
 
     /// Writing to standard output failed.
     #[error("writing the output failed: {0}")]
@@ -77,6 +87,16 @@ pub(crate) enum CliError {
     /// `install`: the last argument is not a directory.
     #[error("{path} is not a directory: give an existing directory as the last argument")]
     NotADirectory {
+        /// The argument.
+        path: PathBuf,
+    },
+
+    /// `bake --cache-dir`: the directory does not exist.
+    #[error(
+        "{path} is not a directory: give the disk cache directory (KILN_CACHE_DIR) of a machine \
+         that ran the application"
+    )]
+    NoCacheDir {
         /// The argument.
         path: PathBuf,
     },

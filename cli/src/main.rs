@@ -1,8 +1,10 @@
 //! `kiln`: inspect, verify, compare, merge, extract and install Kiln package
-//! images.
+//! images; bake an application's image from its record files and report
+//! what the libraries' images missed.
 //!
 //! Exit status: 0 on success, 1 when `verify` finds a bad image, `install`
-//! refuses one or `diff` finds differences, 2 on any other error
+//! refuses one, `diff` finds differences or `bake` misses recorded entries
+//! (the image is written all the same), 2 on any other error
 //! (unreadable input, bad arguments).
 //!
 //! Images and cache directories are untrusted: text from them is printed
@@ -11,6 +13,7 @@
 //! Kiln's `tracing` events (a disk cache that cannot be written, say) go to
 //! stderr, filtered by `KILN_LOG` (default `warn`).
 
+mod bake;
 mod cache_cmd;
 mod common;
 mod diff;
@@ -20,6 +23,7 @@ mod extract;
 mod inspect;
 mod install;
 mod merge;
+mod report;
 mod verify;
 
 use std::io::IsTerminal;
@@ -53,6 +57,12 @@ enum Command {
     /// Verify images fully, then put each into a directory by rename (never
     /// in place), so programs that mapped the old file keep reading it.
     Install(install::Args),
+    /// Bake one image of the entries that record files (KILN_RECORD) say an
+    /// application used, from the images and disk caches given.
+    Bake(bake::Args),
+    /// What record files (KILN_RECORD) say an application used: per library
+    /// and owner, compiles at run time, and what no shipped image holds.
+    Report(report::Args),
     /// Look after the disk cache of run-time compiled entries
     /// (KILN_CACHE_DIR): stats, ls, gc, clear, verify.
     #[command(subcommand)]
@@ -76,6 +86,8 @@ fn run(command: Command) -> Result<Outcome, CliError> {
         Command::Merge(args) => merge::run(args),
         Command::Extract(args) => extract::run(args),
         Command::Install(args) => install::run(args),
+        Command::Bake(args) => bake::run(args),
+        Command::Report(args) => report::run(args),
         Command::Cache(command) => cache_cmd::run(command),
     }
 }

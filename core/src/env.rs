@@ -6,6 +6,7 @@
 //! | `KILN_ALWAYS_COMPILE=1` | skip every cached tier (memory, images, extra tiers) and compile; results are still recorded |
 //! | `KILN_IMAGE_PATH=dir1:dir2` | also memory-map and merge every `*.kimg` file in these directories |
 //! | `KILN_LOG=info` | in a program with no `tracing` subscriber, kiln prints the init's report on stderr itself: `warn` or `error` only images skipped and entries stale or rejected, any other value also every image merged and the tiers added, `off` nothing; a program with a subscriber gets kiln's `tracing` events there instead (the `kiln` tool's subscriber takes `KILN_LOG` as its filter) |
+//! | `KILN_RECORD=path` | append one record per distinct entry the process gets from the global cache (and where from: image, disk, remote, compiled) to `path`, for `kiln bake` and `kiln report` (see [`crate::record`]) |
 //! | `KILN_CACHE=0`, `KILN_CACHE_DIR`, `KILN_CACHE_MAX_BYTES`, `KILN_CACHE_TRUST_DIR` | the disk tier of the global cache: off, where, how large, whether to use a directory others may write to (see [`crate::disk::config`]) |
 //!
 //! A boolean switch is off when unset, empty, `0`, `false`, `no` or `off`
@@ -27,6 +28,10 @@ pub const IMAGE_PATH: &str = "KILN_IMAGE_PATH";
 /// with no `tracing` subscriber (`warn`, `info`...).
 pub const LOG: &str = "KILN_LOG";
 
+/// `KILN_RECORD`: the record file that the global cache appends what it
+/// returns to.
+pub const RECORD: &str = "KILN_RECORD";
+
 /// Every variable that acts at run time only: the switches this module
 /// reads, and those of the disk tier (`KILN_CACHE*`) and the remote tier
 /// (`KILN_REMOTE_*`). A build script's precompile block compiles into a fresh
@@ -37,11 +42,12 @@ pub const LOG: &str = "KILN_LOG";
 /// switches (a backend's, such as `kiln-cuda`'s `KILN_STRICT_TOOLCHAIN`) are
 /// registered instead ([`RunTimeSwitch`](crate::registry::RunTimeSwitch));
 /// [`is_run_time`] asks both.
-pub const RUN_TIME: [&str; 10] = [
+pub const RUN_TIME: [&str; 11] = [
     DISABLE,
     ALWAYS_COMPILE,
     IMAGE_PATH,
     LOG,
+    RECORD,
     crate::disk::config::CACHE,
     crate::disk::config::CACHE_DIR,
     crate::disk::config::CACHE_MAX_BYTES,
@@ -63,6 +69,8 @@ pub struct Switches {
     /// `KILN_LOG`: how much of the init report kiln prints on stderr (no
     /// `tracing` subscriber installed), when set and not empty.
     pub log: Option<String>,
+    /// `KILN_RECORD`: the record file, when set and not empty.
+    pub record: Option<PathBuf>,
 }
 
 impl Switches {
@@ -84,11 +92,15 @@ impl Switches {
         let log = lookup(LOG)
             .map(|value| value.to_string_lossy().trim().to_owned())
             .filter(|filter| !filter.is_empty());
+        let record = lookup(RECORD)
+            .filter(|path| !path.is_empty())
+            .map(PathBuf::from);
         Switches {
             disable: flag(DISABLE),
             always_compile: flag(ALWAYS_COMPILE),
             image_path,
             log,
+            record,
         }
     }
 }
@@ -149,6 +161,16 @@ mod tests {
     fn image_path_splits_like_path_and_drops_empty_parts() {
         let s = switches(&[(IMAGE_PATH, "/a/b::/c")]);
         assert_eq!(s.image_path, [PathBuf::from("/a/b"), PathBuf::from("/c")]);
+    }
+
+    #[test]
+    fn record_names_a_file_and_empty_means_unset() {
+        assert_eq!(
+            switches(&[(RECORD, "/tmp/app.rec")]).record,
+            Some(PathBuf::from("/tmp/app.rec"))
+        );
+        assert_eq!(switches(&[(RECORD, "")]).record, None);
+        assert!(RUN_TIME.contains(&RECORD));
     }
 
     #[test]

@@ -173,6 +173,22 @@ pub enum Error {
         source: BoxError,
     },
 
+    // ----- recording (record.rs) -----
+    /// A record file (`KILN_RECORD`, or one given to `kiln bake` or
+    /// `kiln report`) could not be opened or read.
+    #[error(
+        "record file {path}: cannot {action}: {source} (give a regular file in a directory \
+         you can write to; a symbolic link is not followed)"
+    )]
+    RecordIo {
+        /// What was being done, e.g. "open for appending".
+        action: &'static str,
+        /// The record file.
+        path: PathBuf,
+        /// What the operating system reported.
+        source: std::io::Error,
+    },
+
     // ----- init and build-script helpers (global.rs, registry.rs, build.rs) -----
     /// A directory of `KILN_IMAGE_PATH` could not be listed.
     #[error(

@@ -118,6 +118,9 @@ impl Global {
         let switches = Switches::from_env();
         let log = stderr_report::detail(switches.log.as_deref());
         let cache = new_cache(&switches);
+        if let Some(path) = &switches.record {
+            record_into(&cache, path);
+        }
         let tiers = add_tiers(&cache, |name| std::env::var_os(name));
         if let Some(setup) = setup {
             setup(&cache);
@@ -164,6 +167,18 @@ impl Global {
 /// The global cache's configuration under `switches`.
 fn new_cache(switches: &Switches) -> Cache {
     Cache::with_config(CacheConfig::default().always_compile(switches.always_compile))
+}
+
+/// `KILN_RECORD`: records what `cache` returns into `path`; a file that
+/// cannot be opened gives one warning and nothing is recorded.
+fn record_into(cache: &Cache, path: &std::path::Path) {
+    match crate::record::Recorder::open(path) {
+        Ok(recorder) => {
+            tracing::info!(path = %path.display(), "KILN_RECORD: recording what the process uses");
+            let _ = cache.record_into(recorder);
+        }
+        Err(error) => tracing::warn!("KILN_RECORD: {error}; nothing is recorded"),
+    }
 }
 
 /// Adds to `cache` the extra tiers that [`global()`] has, configured through
@@ -880,6 +895,24 @@ mod tests {
         );
         assert!(everything[1].contains("merged image ") && everything[1].contains("a.kimg"));
         assert_eq!(everything[2..], problems[..]);
+    }
+
+    #[test]
+    fn kiln_record_records_into_a_file_and_an_unusable_one_records_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = new_cache(&Switches::default());
+        record_into(&cache, dir.path());
+        assert!(cache.recorder().is_none(), "a directory is no record file");
+        let path = dir.path().join("app.rec");
+        record_into(&cache, &path);
+        assert_eq!(cache.recorder().map(|r| r.path()), Some(path.as_path()));
+        get_or_compile(&cache, "x");
+        drop(cache);
+        let mut recording = crate::record::Recording::new();
+        recording
+            .read_file(&path, crate::record::DEFAULT_READ_LIMIT)
+            .unwrap();
+        assert_eq!(recording.len(), 1);
     }
 
     #[test]

@@ -49,6 +49,8 @@
 //! - [`env`](mod@env): the `KILN_*` switches.
 //! - [`build`]: build-script helpers (precompile into `OUT_DIR`).
 //! - [`disk`]: the on-disk cache tier.
+//! - [`record`]: what a process asked its cache for (`KILN_RECORD`), and
+//!   reading record files back (for `kiln bake` and `kiln report`).
 //!
 //! Backends and other tiers are crates of their own, clients of this API:
 //! `kiln-cuda` (the NVRTC backend) and `kiln-redis` (the remote tier, which
@@ -62,6 +64,7 @@ pub mod error;
 mod global;
 pub mod key;
 pub mod owner;
+pub mod record;
 pub mod registry;
 #[cfg(test)]
 mod test_support;

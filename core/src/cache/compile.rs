@@ -15,6 +15,7 @@ use super::stats::bump;
 use super::store::SlotKey;
 use super::tier::TierEntry;
 use crate::error::{BoxError, CompileFailure};
+use crate::record::Acquired;
 use crate::{Digest, Error, Key, Owner};
 
 impl Cache {
@@ -69,6 +70,10 @@ impl Cache {
     /// # Ok(()) }
     /// ```
     ///
+    /// With a recorder set ([`Cache::record_into`], `KILN_RECORD` for the
+    /// global cache), the entry returned is noted there, with where it came
+    /// from (see [`crate::record`]).
+    ///
     /// # Errors
     /// [`Error::Compile`] with `compile`'s error, or
     /// [`Error::CompilePanicked`] if the compile this call waited for panicked
@@ -83,7 +88,7 @@ impl Cache {
         let cached = !self.config.always_compile;
         let leader = loop {
             if cached && let Some(hit) = self.lookup(&digest, key) {
-                return Ok(hit);
+                return Ok(hit); // noted by `lookup`
             }
             match self.flights.join(SlotKey::new(&digest, key)) {
                 Join::Leader(leader) => break leader,
@@ -94,7 +99,7 @@ impl Cache {
                             // The leader's result is in the cache (unless a
                             // redefinition closed it meanwhile: then go again).
                             if let Some(hit) = self.find(self.world().0, &digest, key) {
-                                return Ok(hit);
+                                return Ok(self.note_found(hit));
                             }
                         }
                         Outcome::Failed(source) => {
@@ -113,7 +118,7 @@ impl Cache {
         // A flight that ended just before this one started may have cached it.
         if cached && let Some(hit) = self.find(self.world().0, &digest, key) {
             leader.end(Outcome::Succeeded);
-            return Ok(hit);
+            return Ok(self.note_found(hit));
         }
         if cached && let Some(hit) = self.load_from_tiers(owner, key) {
             leader.end(Outcome::Succeeded);
@@ -121,10 +126,11 @@ impl Cache {
         }
         let started = Instant::now();
         let result = compile();
-        self.counters
-            .record_compile(started.elapsed(), result.is_ok());
+        let took = started.elapsed();
+        self.counters.record_compile(took, result.is_ok());
         match result {
             Ok(compiled) => {
+                self.note_acquired(owner, key, &compiled.name, Acquired::Compiled(took));
                 let store = !compiled.session_dependent && self.tiers.count() > 0;
                 let hit = self.record(owner, key, compiled, Origin::Compiled, cached);
                 leader.end(Outcome::Succeeded);
@@ -144,7 +150,7 @@ impl Cache {
     /// The first usable entry an extra tier has for `(owner, key)`, recorded
     /// in memory (borrowed from the tier's image when it hands one over).
     fn load_from_tiers(&self, owner: &Owner, key: &Key) -> Option<Hit<'_>> {
-        for (_, tier) in self.tiers.iter() {
+        for (index, tier) in self.tiers.iter() {
             let found = tier.load_entry(owner, key).and_then(|found| {
                 found
                     .map(|found| parts_of(found, &self.counters.corrupt))
@@ -167,6 +173,8 @@ impl Cache {
                 continue;
             }
             bump(&self.counters.hits_tier);
+            let name = tier.name();
+            self.note_acquired(owner, key, &parts.name, Acquired::Tier { index, name });
             return Some(self.record_parts(owner, key, parts, Origin::Tier, true));
         }
         None

@@ -213,6 +213,15 @@ impl<'c> Hit<'c> {
         }
     }
 
+    /// The producer of the image an image-backed hit's entry comes from
+    /// (its header's producer string); `None` for other hits.
+    pub(crate) fn image_producer(&self) -> Option<&'c str> {
+        match &self.inner {
+            Inner::Image { layer, .. } => Some(layer.image.producer()),
+            Inner::Memory(_) => None,
+        }
+    }
+
     /// Where the entry came from.
     pub fn source(&self) -> Source {
         match &self.inner {

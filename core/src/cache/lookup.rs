@@ -18,7 +18,8 @@ impl Cache {
     /// foreign or excluded entry, nor one whose record is corrupt. An image
     /// entry's payloads are not read here: each is checked when the hit's
     /// caller accesses it, and one that fails is never returned (see [`Hit`]).
-    /// Extra tiers are not consulted (see [`Cache::get_or_compile`]).
+    /// Extra tiers are not consulted (see [`Cache::get_or_compile`]). With a
+    /// recorder set ([`Cache::record_into`]), a hit is noted there.
     pub fn lookup(&self, owner: &Digest, key: &Key) -> Option<Hit<'_>> {
         self.lookup_in(self.world(), owner, key)
     }
@@ -32,7 +33,7 @@ impl Cache {
             Some(_) => bump(&counters.hits_memory),
             None => bump(&counters.misses),
         }
-        found
+        found.map(|hit| self.note_found(hit))
     }
 
     /// Like `lookup_in`, without counting.

@@ -13,6 +13,7 @@
 //! | `single_flight` | one compile per key at a time                              |
 //! | `delta`         | [`Snapshot`], [`Delta`]                                    |
 //! | `hit`           | [`Hit`], [`Source`]                                        |
+//! | `record`        | [`Cache::record_into`]: what `get_or_compile` returns      |
 //! | `tier`          | the [`Tier`] trait                                         |
 //! | `stats`         | counters and [`Stats`]                                     |
 //! | `config`        | [`CacheConfig`]                                            |
@@ -56,6 +57,7 @@ mod instance;
 mod layers;
 mod lookup;
 mod merge;
+mod record;
 mod single_flight;
 mod stats;
 mod store;
@@ -63,7 +65,7 @@ mod tier;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 pub use config::{CacheConfig, OwnerFilter};
 pub use delta::{Delta, Snapshot};
@@ -120,6 +122,7 @@ pub struct Cache {
     flights: Flights,
     counters: Counters,
     lookups: LookupStripes,
+    recorder: OnceLock<Arc<crate::record::Recorder>>,
 }
 
 // The cache is shared by all threads.
@@ -168,6 +171,7 @@ impl Cache {
             flights: Flights::default(),
             counters: Counters::default(),
             lookups: LookupStripes::new(),
+            recorder: OnceLock::new(),
         }
     }
 

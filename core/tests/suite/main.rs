@@ -4,7 +4,8 @@
 //! `cargo test -p kiln-core --all-features --test suite disk_store::`.
 //!
 //! `cache_*` check the cache's invariants (ARCHITECTURE.md, tests named
-//! `invariantN_*` after the invariant they check), `disk_*` the disk tier.
+//! `invariantN_*` after the invariant they check), `disk_*` the disk tier,
+//! `record_processes` `KILN_RECORD` across processes.
 //! Tests that need several processes re-run this binary as a child running
 //! the ignored test [`child`] (see `kiln_test_support::child`).
 
@@ -30,16 +31,19 @@ mod disk_process;
 mod disk_readonly;
 mod disk_store;
 mod hit_alignment;
+mod record_processes;
 
 /// The child process of the tests that need several: this binary re-run
 /// with `--ignored --exact child` and a role variable set. Each module's
 /// role runs only when its own variable is set (`KILN_DISK_TEST_ROLE` for
 /// `disk_process` and `disk_readonly`, `KILN_DISK_GLOBAL_ROLE` for
-/// `disk_global`), so in a normal run this test does nothing.
+/// `disk_global`, `KILN_RECORD_TESTS_ROLE` for `record_processes`), so in a
+/// normal run this test does nothing.
 #[test]
 #[ignore = "helper: run in a child process by the other tests"]
 fn child() {
     disk_support::run_child_role();
     #[cfg(target_os = "linux")]
     disk_global::run_child_role();
+    record_processes::run_child_role();
 }

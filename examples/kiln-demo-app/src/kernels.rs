@@ -32,6 +32,26 @@ impl Wanted {
         all
     }
 
+    /// A few specializations of `kiln-kernels-demo` that its precompile
+    /// block does not ship (other dtypes and block sizes): what an
+    /// application's own workload adds, compiled on first use unless an
+    /// image of the application's holds them (`--extra`).
+    pub fn extras() -> Vec<Wanted> {
+        use kiln_kernel_set::ReduceOp;
+        [
+            KernelSpec::Axpy { dtype: Dtype::I32 },
+            KernelSpec::Axpby { dtype: Dtype::U32 },
+            KernelSpec::BlockReduce {
+                dtype: Dtype::F32,
+                op: ReduceOp::Min,
+                block: 128,
+            },
+        ]
+        .into_iter()
+        .map(Wanted::Demo)
+        .collect()
+    }
+
     /// The library the kernel comes from.
     pub fn library(&self) -> &'static str {
         match self {

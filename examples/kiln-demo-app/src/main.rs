@@ -9,7 +9,8 @@
 //! kernel. `--arch` picks the device arch to ask for (no GPU needed);
 //! `--compare-cold` compiles the same kernels from scratch for comparison;
 //! `--gpu` (or `KILN_DEMO_GPU=1`) also launches each kernel on GPU 0 and checks
-//! it against a CPU reference. `--json` prints one JSON object per line.
+//! it against a CPU reference. `--extra` also asks for a few specializations
+//! the libraries do not ship. `--json` prints one JSON object per line.
 //!
 //! ```text
 //! cargo run -p kiln-demo-app --release -- --compare-cold
@@ -51,6 +52,10 @@ struct Args {
     /// stands for. Default: GPU 0's with `--gpu`, else sm_90.
     #[arg(long)]
     arch: Option<String>,
+    /// Also ask for a few specializations that the libraries do not ship
+    /// (see `Wanted::extras`), as an application's own workload would.
+    #[arg(long)]
+    extra: bool,
     /// Ask only for the kernels whose name contains this text.
     #[arg(long, value_name = "TEXT")]
     only: Option<String>,
@@ -118,6 +123,13 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     out.device(&device, gpu.is_some());
 
     let mut wanted = Wanted::all(args.uncatalogued);
+    if args.extra {
+        for extra in Wanted::extras() {
+            if !wanted.iter().any(|kernel| kernel.name() == extra.name()) {
+                wanted.push(extra);
+            }
+        }
+    }
     if let Some(only) = &args.only {
         wanted.retain(|kernel| kernel.name().contains(only.as_str()));
     }

@@ -1,0 +1,369 @@
+//! `kiln bake RECORD... -o OUT.kimg [--image FILE]... [--cache-dir DIR]...
+//! [--only-compiled] [--producer TEXT] [--json]`: one image of exactly the
+//! entries that record files (written by processes run with
+//! `KILN_RECORD`) say an application used, taken from the images and disk
+//! caches given, so that a fresh process with the image in its
+//! `KILN_IMAGE_PATH` compiles nothing for the same workload.
+//!
+//! Each recorded `(owner, key)` is looked for in the `--image` files (in
+//! the order given: the libraries' images, images already shipped), then in
+//! the `--cache-dir` disk caches (the `KILN_CACHE_DIR` of the machines that
+//! ran the application). Every artifact is checked against its checksum
+//! before it is baked. `--only-compiled` leaves out the entries some
+//! process got from an image: what no shipped image held.
+//!
+//! There is no `--remote`: the remote tier (`kiln-redis`) fetches an entry
+//! for an `Owner`, which a record holds only as a digest, and a remote hit
+//! is written through to the disk tier of the machine that got it, so that
+//! machine's `--cache-dir` holds it.
+//!
+//! The image is deterministic (entries sorted, no timestamps, no paths) and
+//! written atomically, also when some recorded entries were not found;
+//! those are listed, and the exit status is then 1.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use kiln_core::disk::{DiskCache, DiskConfig, config};
+use kiln_core::record::{DEFAULT_READ_LIMIT, Damage, Recording, Used};
+use kiln_image::{Digest, EntryData, Image, ImageMeta, ImageWriter, Verification};
+use serde_json::{Value, json};
+
+use crate::common::{Table, print_json, short};
+use crate::escape;
+use crate::{CliError, Outcome};
+
+/// Arguments of `kiln bake`.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// Record files, written by processes run with KILN_RECORD=FILE.
+    #[arg(required = true)]
+    records: Vec<PathBuf>,
+    /// The image to write.
+    #[arg(short, long)]
+    output: PathBuf,
+    /// An image file that may hold recorded entries (a library's image, an
+    /// image already shipped); searched first, in the order given.
+    #[arg(long = "image", value_name = "FILE")]
+    images: Vec<PathBuf>,
+    /// A disk cache directory (the KILN_CACHE_DIR of a machine that ran the
+    /// application) that may hold the entries it compiled or fetched;
+    /// searched after the images.
+    #[arg(long = "cache-dir", value_name = "DIR")]
+    cache_dirs: Vec<PathBuf>,
+    /// Bake only the entries no process got from an image: what no shipped
+    /// image held.
+    #[arg(long)]
+    only_compiled: bool,
+    /// The producer written into the image's header, e.g. your application's
+    /// name and version [default: kiln bake <version>].
+    #[arg(long, value_name = "TEXT")]
+    producer: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Reads and merges the record files at `paths`, each up to
+/// [`DEFAULT_READ_LIMIT`] bytes.
+pub(crate) fn read_records(paths: &[PathBuf]) -> Result<Recording, CliError> {
+    let mut recording = Recording::new();
+    for path in paths {
+        recording.read_file(path, DEFAULT_READ_LIMIT)?;
+    }
+    Ok(recording)
+}
+
+/// What was skipped in the record files, as one line; `None` when nothing.
+pub(crate) fn damage_line(damage: &Damage) -> Option<String> {
+    if damage.is_clean() {
+        return None;
+    }
+    let parts: Vec<String> = [
+        (damage.torn, "torn records"),
+        (damage.corrupt, "corrupt lines"),
+        (damage.too_long, "lines too long"),
+        (damage.unknown_version, "records of another format version"),
+        (damage.unread_bytes, "bytes past the read limit"),
+    ]
+    .iter()
+    .filter(|(count, _)| *count > 0)
+    .map(|(count, what)| format!("{count} {what}"))
+    .collect();
+    Some(format!("skipped in the record files: {}", parts.join(", ")))
+}
+
+/// The JSON form of a [`Damage`].
+pub(crate) fn damage_json(damage: &Damage) -> Value {
+    json!({
+        "torn": damage.torn,
+        "corrupt": damage.corrupt,
+        "too_long": damage.too_long,
+        "unknown_version": damage.unknown_version,
+        "unread_bytes": damage.unread_bytes,
+    })
+}
+
+/// The sources a recorded entry came from, comma-separated.
+pub(crate) fn sources(used: &Used) -> String {
+    used.sources
+        .keys()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Where an entry can be found (a few, each kept for the whole run: their
+/// sizes do not matter).
+#[allow(clippy::large_enum_variant)]
+enum Store {
+    Image { path: PathBuf, image: Image },
+    Disk { dir: PathBuf, cache: DiskCache },
+}
+
+impl Store {
+    fn name(&self) -> String {
+        match self {
+            Store::Image { path, .. } => format!("image {}", path.display()),
+            Store::Disk { dir, .. } => format!("disk cache {}", dir.display()),
+        }
+    }
+
+    /// The entry of `(owner, key)`, every payload checked; `Err` when the
+    /// store has it but it is damaged.
+    fn get(&self, owner: &Digest, key: &Digest) -> Result<Option<EntryData>, String> {
+        match self {
+            Store::Image { image, .. } => match image.find(owner, key) {
+                Ok(Some(entry)) => entry.to_data().map(Some).map_err(|e| e.to_string()),
+                Ok(None) => Ok(None),
+                Err(error) => Err(error.to_string()),
+            },
+            // A disk hit's payloads passed their checksums.
+            Store::Disk { cache, .. } => match cache.get(owner, key) {
+                Some(hit) => hit
+                    .entry()
+                    .and_then(|entry| Ok(entry.to_data()?))
+                    .map(Some)
+                    .map_err(|e| e.to_string()),
+                None => Ok(None),
+            },
+        }
+    }
+}
+
+/// Opens the disk cache in `dir`, which must exist; its other settings come
+/// from the environment (`KILN_CACHE_TRUST_DIR`), `KILN_CACHE=0` ignored.
+fn open_disk(dir: &Path) -> Result<DiskCache, CliError> {
+    if !dir.is_dir() {
+        return Err(CliError::NoCacheDir {
+            path: dir.to_owned(),
+        });
+    }
+    let config = DiskConfig::from_lookup(|name| {
+        if name == config::CACHE_DIR {
+            Some(dir.as_os_str().to_owned())
+        } else if name == config::CACHE {
+            None
+        } else {
+            std::env::var_os(name)
+        }
+    })?
+    .unwrap_or_else(|| DiskConfig::new(dir));
+    Ok(DiskCache::open(config)?)
+}
+
+/// One entry baked, and where it came from.
+struct Baked {
+    name: String,
+    owner_label: String,
+    owner: Digest,
+    key: Digest,
+    from: String,
+}
+
+/// One recorded entry not found, and why.
+struct Missing<'r> {
+    used: &'r Used,
+    /// Stores that held it damaged.
+    damaged: Vec<String>,
+}
+
+pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
+    let recording = read_records(&args.records)?;
+    let mut stores = Vec::new();
+    for path in &args.images {
+        let image = Image::open(path, Verification::Structural).map_err(CliError::image(path))?;
+        stores.push(Store::Image {
+            path: path.clone(),
+            image,
+        });
+    }
+    for dir in &args.cache_dirs {
+        stores.push(Store::Disk {
+            dir: dir.clone(),
+            cache: open_disk(dir)?,
+        });
+    }
+
+    let mut owner_labels: HashMap<Digest, String> = HashMap::new();
+    let mut entries = Vec::new();
+    let mut baked = Vec::new();
+    let mut missing = Vec::new();
+    let mut left_out = 0usize;
+    for used in recording.entries() {
+        if args.only_compiled && used.from_image() {
+            left_out += 1;
+            continue;
+        }
+        let mut damaged = Vec::new();
+        let found = stores
+            .iter()
+            .find_map(|store| match store.get(&used.owner, &used.key) {
+                Ok(found) => found.map(|data| (store, data)),
+                Err(why) => {
+                    damaged.push(format!("{}: {why}", store.name()));
+                    None
+                }
+            });
+        let Some((store, mut data)) = found else {
+            missing.push(Missing { used, damaged });
+            continue;
+        };
+        // As an image entry: valid from the world it is merged in on.
+        data.min_world = 1;
+        data.max_world = u64::MAX;
+        // One label per owner: the first one found.
+        data.owner_label = owner_labels
+            .entry(data.owner)
+            .or_insert(data.owner_label)
+            .clone();
+        baked.push(Baked {
+            name: data.name.clone(),
+            owner_label: data.owner_label.clone(),
+            owner: data.owner,
+            key: data.key,
+            from: store.name(),
+        });
+        entries.push(data);
+    }
+
+    let producer = args
+        .producer
+        .clone()
+        .unwrap_or_else(|| format!("kiln bake {}", env!("CARGO_PKG_VERSION")));
+    let mut meta = ImageMeta::new(producer.clone(), "");
+    if let Some(stem) = args.output.file_stem() {
+        meta.labels
+            .insert("image".to_owned(), stem.to_string_lossy().into_owned());
+    }
+    let mut writer = ImageWriter::new(meta);
+    for entry in entries {
+        writer.push(entry);
+    }
+    let bytes = writer.to_bytes().map_err(CliError::image(&args.output))?;
+    publish(&args.output, &bytes)?;
+
+    if args.json {
+        print_json(&to_json(
+            &args, &producer, &recording, &baked, &missing, left_out,
+        ))?;
+    } else {
+        print_text(&args, &producer, &recording, &baked, &missing, left_out)?;
+    }
+    Ok(if missing.is_empty() {
+        Outcome::Clean
+    } else {
+        Outcome::Findings
+    })
+}
+
+/// Writes the baked image's bytes to `path` atomically. These bytes are
+/// final here: a signature over them (the operator's key, so that
+/// processes can check where the image comes from) is to be made and
+/// written beside them at this point, once kiln signs images.
+fn publish(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    kiln_image::write_file_atomic(path, bytes).map_err(CliError::image(path))
+}
+
+fn to_json(
+    args: &Args,
+    producer: &str,
+    recording: &Recording,
+    baked: &[Baked],
+    missing: &[Missing<'_>],
+    left_out: usize,
+) -> Value {
+    json!({
+        "output": args.output.display().to_string(),
+        "producer": producer,
+        "signed": false,
+        "recorded": recording.len(),
+        "records": recording.records(),
+        "damage": damage_json(&recording.damage()),
+        "left_out_from_images": left_out,
+        "baked": baked.iter().map(|b| json!({
+            "name": b.name,
+            "owner": b.owner.to_hex(),
+            "owner_label": b.owner_label,
+            "key": b.key.to_hex(),
+            "from": b.from,
+        })).collect::<Vec<_>>(),
+        "missing": missing.iter().map(|m| json!({
+            "name": m.used.name,
+            "owner": m.used.owner.to_hex(),
+            "owner_label": m.used.owner_label,
+            "key": m.used.key.to_hex(),
+            "recorded_from": m.used.sources.keys().map(ToString::to_string).collect::<Vec<_>>(),
+            "damaged_in": m.damaged,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn print_text(
+    args: &Args,
+    producer: &str,
+    recording: &Recording,
+    baked: &[Baked],
+    missing: &[Missing<'_>],
+    left_out: usize,
+) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "baked {} of {} recorded entries into {} (producer {:?})",
+        baked.len(),
+        recording.len(),
+        escape::path(&args.output),
+        escape::escape(producer),
+    )?;
+    if left_out > 0 {
+        writeln!(
+            out,
+            "left out {left_out} entries that came from an image (--only-compiled)"
+        )?;
+    }
+    if let Some(line) = damage_line(&recording.damage()) {
+        writeln!(out, "{line}")?;
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "\nnot found in the images and disk caches given ({}):",
+        missing.len()
+    )?;
+    let mut table = Table::new(&["NAME", "OWNER", "KEY", "RECORDED FROM", "DAMAGED IN"]);
+    for m in missing {
+        table.row(vec![
+            m.used.name.clone(),
+            m.used.owner_label.clone(),
+            short(&m.used.key),
+            sources(m.used),
+            m.damaged.join("; "),
+        ]);
+    }
+    table.write(&mut out, "  ")?;
+    Ok(())
+}

@@ -1,0 +1,340 @@
+//! `kiln bake` and `kiln report` on record files written by real caches
+//! (`kiln_core::record::Recorder`), with a real image and a real disk
+//! cache: what is baked, what is missing, determinism, and what a report
+//! says library authors missed.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use kiln_core::record::Recorder;
+use kiln_core::{Artifact, ArtifactKind, Cache, Compiled, Key, KeyBuilder, Owner};
+use kiln_image::{Image, ImageMeta, Verification};
+use serde_json::Value;
+
+fn kiln(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .env_remove("KILN_LOG")
+        .output()
+        .expect("run kiln")
+}
+
+fn json(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+fn owner() -> Owner {
+    Owner::new("bake-compiler", "2.0", "bake-target", ["-O3"]).unwrap()
+}
+
+fn key(name: &str) -> Key {
+    KeyBuilder::new("kiln-cli bake tests", 1)
+        .str("name", name)
+        .finish()
+}
+
+fn compiled(name: &str) -> Compiled {
+    Compiled::new(name).artifact(Artifact {
+        kind: ArtifactKind::Ptx,
+        entry_points: vec![name.to_owned()],
+        bytes: format!("code of {name}").into_bytes(),
+    })
+}
+
+fn get(cache: &Cache, name: &str) -> bool {
+    let mut ran = false;
+    cache
+        .get_or_compile(&owner(), &key(name), || {
+            ran = true;
+            Ok::<_, std::io::Error>(compiled(name))
+        })
+        .unwrap();
+    ran
+}
+
+fn s(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// A library's image of `shipped-a` and `shipped-b`; a process that uses
+/// `shipped-a` from it and compiles `extra-c` and `extra-d` (kept in the
+/// disk cache); another that compiles `lost-e` with no disk cache. Both
+/// record into one file.
+struct Setup {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    library: PathBuf,
+    cache_dir: PathBuf,
+    record: PathBuf,
+}
+
+fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let library = root.join("lib.kimg");
+    let builder = Cache::new();
+    let before = builder.snapshot();
+    for name in ["shipped-a", "shipped-b"] {
+        builder.insert(&owner(), &key(name), compiled(name));
+    }
+    builder
+        .delta(&before)
+        .write_image(&library, ImageMeta::new("lib-a", "1.0"))
+        .unwrap();
+
+    let cache_dir = root.join("cache");
+    let record = root.join("app.rec");
+    let app = Cache::new();
+    kiln_core::add_tiers(&app, |name| {
+        (name == "KILN_CACHE_DIR").then(|| OsString::from(&cache_dir))
+    });
+    app.merge_image(Image::open(&library, Verification::Structural).unwrap());
+    app.record_into(Recorder::open(&record).unwrap()).unwrap();
+    assert!(!get(&app, "shipped-a"));
+    assert!(!get(&app, "shipped-a"));
+    assert!(get(&app, "extra-c"));
+    assert!(get(&app, "extra-d"));
+    assert!(!get(&app, "extra-c"));
+    drop(app);
+
+    let other = Cache::new();
+    other.record_into(Recorder::open(&record).unwrap()).unwrap();
+    assert!(get(&other, "lost-e"));
+    assert!(get(&other, "extra-c"));
+    drop(other);
+    Setup {
+        _dir: dir,
+        root,
+        library,
+        cache_dir,
+        record,
+    }
+}
+
+fn names(image: &Path) -> Vec<String> {
+    let image = Image::open(image, Verification::Full).unwrap();
+    image
+        .entries()
+        .map(|entry| entry.unwrap().name().to_owned())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+#[test]
+fn bake_takes_every_recorded_entry_it_finds_and_lists_the_others() {
+    let t = setup();
+    let out = t.root.join("app.kimg");
+    let args = [
+        "bake",
+        s(&t.record),
+        "-o",
+        s(&out),
+        "--image",
+        s(&t.library),
+        "--cache-dir",
+        s(&t.cache_dir),
+        "--producer",
+        "my-app 3.1",
+    ];
+    let text = kiln(&args);
+    assert_eq!(text.status.code(), Some(1), "lost-e is missing: {text:?}");
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(stdout.contains("baked 3 of 4 recorded entries"), "{stdout}");
+    assert!(stdout.contains("lost-e"), "{stdout}");
+    assert_eq!(names(&out), ["extra-c", "extra-d", "shipped-a"]);
+    let image = Image::open(&out, Verification::Full).unwrap();
+    assert_eq!(image.producer(), "my-app 3.1");
+    let first = std::fs::read(&out).unwrap();
+
+    let mut with_json = args.to_vec();
+    with_json.push("--json");
+    let report = json(&kiln(&with_json));
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        first,
+        "baking is deterministic"
+    );
+    let missing = report["missing"].as_array().unwrap();
+    assert_eq!(missing.len(), 1, "{report:#}");
+    assert_eq!(missing[0]["name"], "lost-e");
+    assert_eq!(missing[0]["recorded_from"], serde_json::json!(["compiled"]));
+    assert_eq!(report["signed"], false);
+    let from: Vec<(&str, &str)> = report["baked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["name"].as_str().unwrap(), b["from"].as_str().unwrap()))
+        .collect();
+    assert!(from.contains(&("shipped-a", &*format!("image {}", t.library.display()))));
+    assert!(from.contains(&("extra-c", &*format!("disk cache {}", t.cache_dir.display()))));
+
+    // A fresh process with the baked image compiles nothing of what the
+    // first one compiled and kept.
+    let fresh = Cache::new();
+    fresh.merge_image(Image::open(&out, Verification::Structural).unwrap());
+    for name in ["shipped-a", "extra-c", "extra-d"] {
+        assert!(!get(&fresh, name), "{name} compiled again");
+    }
+}
+
+#[test]
+fn only_compiled_leaves_out_what_came_from_an_image() {
+    let t = setup();
+    let out = t.root.join("extras.kimg");
+    let output = kiln(&[
+        "bake",
+        s(&t.record),
+        "-o",
+        s(&out),
+        "--cache-dir",
+        s(&t.cache_dir),
+        "--only-compiled",
+        "--json",
+    ]);
+    let report = json(&output);
+    assert_eq!(report["left_out_from_images"], 1);
+    assert_eq!(names(&out), ["extra-c", "extra-d"]);
+    // Without the library's image, shipped-a would be missing: but it
+    // came from an image, so --only-compiled does not ask for it.
+    let missing: Vec<&str> = report["missing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(missing, ["lost-e"]);
+}
+
+#[test]
+fn bake_refuses_a_cache_dir_that_does_not_exist() {
+    let t = setup();
+    let output = kiln(&[
+        "bake",
+        s(&t.record),
+        "-o",
+        s(&t.root.join("x.kimg")),
+        "--cache-dir",
+        s(&t.root.join("nowhere")),
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("is not a directory"),
+        "{output:?}"
+    );
+    assert!(!t.root.join("nowhere").exists(), "nothing is created");
+}
+
+#[test]
+fn report_lists_what_no_shipped_image_holds() {
+    let t = setup();
+    let svg = t.root.join("compile.svg");
+    let output = kiln(&["report", s(&t.record), "--json", "--svg", s(&svg)]);
+    assert!(output.status.success(), "{output:?}");
+    let report = json(&output);
+    assert_eq!(report["entries"], 4);
+    let libraries = report["libraries"].as_array().unwrap();
+    assert_eq!(libraries.len(), 1);
+    assert_eq!(libraries[0]["producer"], "lib-a 1.0");
+    assert_eq!(
+        (
+            libraries[0]["entries"].as_u64(),
+            libraries[0]["hits"].as_u64()
+        ),
+        (Some(1), Some(2))
+    );
+    let owners = report["owners"].as_array().unwrap();
+    assert_eq!(owners.len(), 1);
+    assert_eq!(owners[0]["owner_label"], owner().label());
+    assert_eq!(owners[0]["image_hits"], 2);
+    assert_eq!(owners[0]["compiles"], 4, "extra-c twice, extra-d, lost-e");
+    let missed: Vec<&str> = report["not_in_any_shipped_image"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(missed.len(), 3);
+    for name in ["extra-c", "extra-d", "lost-e"] {
+        assert!(missed.contains(&name), "{missed:?}");
+    }
+    let extra_c = report["compiled"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "extra-c")
+        .unwrap();
+    assert_eq!(extra_c["compiles"], 2);
+    assert_eq!(extra_c["hits"], 3);
+    assert_eq!(extra_c["in_shipped_image"], false);
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(chart.starts_with("<svg"));
+    for name in ["extra-c", "extra-d", "lost-e"] {
+        assert!(chart.contains(name), "{chart}");
+    }
+
+    // Once the extras ship in an image, only lost-e is left to report.
+    let out = t.root.join("app.kimg");
+    kiln(&[
+        "bake",
+        s(&t.record),
+        "-o",
+        s(&out),
+        "--cache-dir",
+        s(&t.cache_dir),
+    ]);
+    let report = json(&kiln(&[
+        "report",
+        s(&t.record),
+        "--image",
+        s(&out),
+        "--json",
+    ]));
+    let missed: Vec<&str> = report["not_in_any_shipped_image"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(missed, ["lost-e"]);
+
+    let text = kiln(&["report", s(&t.record)]);
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(stdout.contains("not in any shipped image (3)"), "{stdout}");
+    assert!(stdout.contains("lib-a 1.0"), "{stdout}");
+}
+
+#[test]
+fn damaged_record_files_are_read_as_far_as_they_are_whole() {
+    let t = setup();
+    let mut bytes = std::fs::read(&t.record).unwrap();
+    let whole = bytes.len();
+    bytes.extend_from_slice(b"\x1b[31mnot a record\n");
+    bytes.extend_from_slice(&std::fs::read(&t.record).unwrap()[..50]);
+    let damaged = t.root.join("damaged.rec");
+    std::fs::write(&damaged, &bytes).unwrap();
+    assert!(bytes.len() > whole);
+
+    let report = json(&kiln(&["report", s(&damaged), "--json"]));
+    assert_eq!(report["entries"], 4);
+    assert_eq!(report["damage"]["corrupt"], 1);
+    assert_eq!(report["damage"]["torn"], 1);
+    let text = kiln(&["report", s(&damaged)]);
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        stdout.contains("1 torn records, 1 corrupt lines"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains('\u{1b}'));
+
+    let missing = kiln(&["report", s(&t.root.join("absent.rec"))]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("absent.rec"));
+}
