@@ -57,13 +57,11 @@ fn record(path: &Path, process: &str) {
                     for name in &names {
                         cache
                             .get_or_compile(&owner(), &key(name), || {
-                                Ok(Compiled::new(name.clone()).artifact(
-                                    Artifact {
-                                        kind: ArtifactKind::Object,
-                                        entry_points: Vec::new(),
-                                        bytes: name.as_bytes().to_vec(),
-                                    },
-                                ))
+                                Ok(Compiled::new(name.clone()).artifact(Artifact {
+                                    kind: ArtifactKind::Object,
+                                    entry_points: Vec::new(),
+                                    bytes: name.as_bytes().to_vec(),
+                                }))
                             })
                             .expect("the compile succeeds");
                     }
@@ -106,9 +104,7 @@ fn record_then_wait(path: &Path, process: &str) {
         for n in 0..OWN_KEYS {
             let name = own_name(process, n);
             cache
-                .get_or_compile(&owner(), &key(&name), || {
-                    Ok(Compiled::new(name.clone()))
-                })
+                .get_or_compile(&owner(), &key(&name), || Ok(Compiled::new(name.clone())))
                 .expect("the compile succeeds");
         }
     }
