@@ -804,6 +804,8 @@ mod tests {
         assert!(!dir.exists(), "building the cache touched the disk");
         assert_eq!(get_or_compile(&first, "x"), (Source::Memory, true));
         assert!(dir.exists());
+        // The store runs on the background writer: wait for it.
+        first.flush();
 
         // A new process with the same directory: a hit from the disk tier.
         let second = cache_with_disk(&[("KILN_CACHE_DIR", &dir)]);

@@ -29,6 +29,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use kiln_image::EntryData;
+use tracing::Dispatch;
 
 use super::instance::{Body, EntryMeta};
 use super::stats::bump;
@@ -81,7 +82,10 @@ pub(crate) struct StoreQueue {
 
 #[derive(Default)]
 struct QueueState {
-    jobs: VecDeque<(Job, u64)>,
+    /// Each job with its payload bytes and the `tracing` dispatcher in
+    /// force where it was queued (its events go there, as if the store
+    /// had run on the caller's thread).
+    jobs: VecDeque<(Job, u64, Dispatch)>,
     /// Payload bytes of the queued jobs and the one running.
     bytes: u64,
     /// Jobs ever queued, and jobs finished (run, failed or panicked).
@@ -159,7 +163,8 @@ impl StoreQueue {
             self.run(job);
             return;
         }
-        state.jobs.push_back((job, bytes));
+        let dispatch = tracing::dispatcher::get_default(Dispatch::clone);
+        state.jobs.push_back((job, bytes, dispatch));
         state.bytes += bytes;
         state.queued += 1;
         drop(state);
@@ -188,11 +193,11 @@ impl StoreQueue {
     /// and empty.
     fn writer(&self) {
         loop {
-            let job = {
+            let (job, bytes, dispatch) = {
                 let mut state = self.state();
                 loop {
-                    if let Some((job, _)) = state.jobs.pop_front() {
-                        break job;
+                    if let Some(queued) = state.jobs.pop_front() {
+                        break queued;
                     }
                     if state.closed {
                         return;
@@ -203,8 +208,8 @@ impl StoreQueue {
                         .unwrap_or_else(PoisonError::into_inner);
                 }
             };
-            let bytes = job.entry.bytes();
-            self.run(job);
+            tracing::dispatcher::with_default(&dispatch, || self.run(job));
+            drop(dispatch);
             let mut state = self.state();
             state.bytes = state.bytes.saturating_sub(bytes);
             state.finished += 1;
