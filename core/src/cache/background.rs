@@ -8,12 +8,15 @@
 //! [`Cache::background`] whose stores are queued the same way.
 //!
 //! The queue is bounded: at most [`MAX_JOBS`] stores, and at most
-//! [`MAX_QUEUED_BYTES`] of payloads (or the memory cap, if lower). A store
-//! that does not fit is **dropped** and counted
+//! [`MAX_QUEUED_BYTES`] of payloads. A store that does not fit is
+//! **dropped** and counted
 //! ([`Stats::stores_dropped`](crate::Stats::stores_dropped)): the caller
 //! never waits for the disk, and an entry not persisted is compiled again
 //! by a later process, as if the store had failed. A queued store holds the
-//! entry's payloads (shared with the cache while it is resident).
+//! entry's payloads, shared with the cache while the entry is resident: an
+//! entry evicted before its store ran keeps its payloads until then, so
+//! the process holds at most the memory cap plus [`MAX_QUEUED_BYTES`] of
+//! payloads.
 //!
 //! [`Cache::flush`] waits until every store queued before it has run. A
 //! cache flushes when dropped, and every live cache flushes when the
@@ -38,8 +41,7 @@ use crate::{Error, Key, Owner};
 
 /// The most stores queued at once.
 pub const MAX_JOBS: usize = 1024;
-/// The most payload bytes queued at once (lowered to the memory cap when
-/// that is lower): 64 MiB.
+/// The most payload bytes queued at once (the job running included): 64 MiB.
 pub const MAX_QUEUED_BYTES: u64 = 64 << 20;
 /// How long the exit hook waits for the queue to drain.
 const EXIT_FLUSH_LIMIT: Duration = Duration::from_secs(60);
@@ -110,12 +112,12 @@ pub(crate) struct StoreCounters {
 }
 
 impl StoreQueue {
-    pub(crate) fn new(memory_cap: Option<u64>) -> Arc<StoreQueue> {
+    pub(crate) fn new() -> Arc<StoreQueue> {
         Arc::new(StoreQueue {
             state: Mutex::new(QueueState::default()),
             work: Condvar::new(),
             progress: Condvar::new(),
-            max_bytes: memory_cap.map_or(MAX_QUEUED_BYTES, |cap| cap.min(MAX_QUEUED_BYTES)),
+            max_bytes: MAX_QUEUED_BYTES,
             counters: StoreCounters::default(),
         })
     }
