@@ -8,15 +8,16 @@
 //! [`Cache::background`] whose stores are queued the same way.
 //!
 //! The queue is bounded: at most [`MAX_JOBS`] stores, and at most
-//! [`MAX_QUEUED_BYTES`] of payloads. A store that does not fit is
+//! [`MAX_QUEUED_BYTES`] of payloads, or the memory cap when that is lower
+//! (one store always fits in an empty queue). A store that does not fit is
 //! **dropped** and counted
 //! ([`Stats::stores_dropped`](crate::Stats::stores_dropped)): the caller
 //! never waits for the disk, and an entry not persisted is compiled again
 //! by a later process, as if the store had failed. A queued store holds the
 //! entry's payloads, shared with the cache while the entry is resident: an
 //! entry evicted before its store ran keeps its payloads until then, so
-//! the process holds at most the memory cap plus [`MAX_QUEUED_BYTES`] of
-//! payloads.
+//! the process holds at most twice the memory cap of payloads (the cap
+//! plus [`MAX_QUEUED_BYTES`] when the cap is larger).
 //!
 //! [`Cache::flush`] waits until every store queued before it has run. A
 //! cache flushes when dropped, and every live cache flushes when the
@@ -41,7 +42,8 @@ use crate::{Error, Key, Owner};
 
 /// The most stores queued at once.
 pub const MAX_JOBS: usize = 1024;
-/// The most payload bytes queued at once (the job running included): 64 MiB.
+/// The most payload bytes queued at once (the job running included), unless
+/// the memory cap is lower: 64 MiB.
 pub const MAX_QUEUED_BYTES: u64 = 64 << 20;
 /// How long the exit hook waits for the queue to drain.
 const EXIT_FLUSH_LIMIT: Duration = Duration::from_secs(60);
@@ -112,12 +114,13 @@ pub(crate) struct StoreCounters {
 }
 
 impl StoreQueue {
-    pub(crate) fn new() -> Arc<StoreQueue> {
+    /// A queue for a cache with the memory cap `memory_cap`.
+    pub(crate) fn new(memory_cap: Option<u64>) -> Arc<StoreQueue> {
         Arc::new(StoreQueue {
             state: Mutex::new(QueueState::default()),
             work: Condvar::new(),
             progress: Condvar::new(),
-            max_bytes: MAX_QUEUED_BYTES,
+            max_bytes: memory_cap.map_or(MAX_QUEUED_BYTES, |cap| cap.min(MAX_QUEUED_BYTES)),
             counters: StoreCounters::default(),
         })
     }

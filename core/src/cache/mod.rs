@@ -177,7 +177,7 @@ impl Cache {
     /// An empty cache with `config`, in [`World::FIRST`].
     pub fn with_config(config: CacheConfig) -> Cache {
         Cache {
-            queue: StoreQueue::new(),
+            queue: StoreQueue::new(config.memory_max_bytes),
             config,
             world: AtomicU64::new(World::FIRST.0),
             store: MemoryStore::new(),
