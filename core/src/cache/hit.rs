@@ -42,11 +42,11 @@ pub enum Source {
 /// # Image payloads are checked lazily, per artifact
 ///
 /// An image-backed hit is served once its entry record matched its checksum;
-/// its payloads are not read then (DESIGN rule 7: an entry with a CUBIN and
+/// its payloads are not read then (ARCHITECTURE.md invariant 7: an entry with a CUBIN and
 /// a PTX fallback pages in only the one that is used). Each payload is checked
 /// against its BLAKE3 checksum the first time it is accessed through
 /// [`Hit::artifact`] or [`ArtifactView::bytes`] (the image remembers a
-/// success). A payload that fails is never returned (DESIGN rule 9): the
+/// success). A payload that fails is never returned (ARCHITECTURE.md invariant 9): the
 /// accessor gives `None`, the failure is counted in
 /// [`Stats::corrupt`](crate::Stats::corrupt), and the entry is excluded from
 /// its layer, so the next lookup misses and the next
