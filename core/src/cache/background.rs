@@ -45,6 +45,9 @@ pub const MAX_JOBS: usize = 1024;
 /// The most payload bytes queued at once (the job running included), unless
 /// the memory cap is lower: 64 MiB.
 pub const MAX_QUEUED_BYTES: u64 = 64 << 20;
+/// The writer thread's nice value (Linux).
+#[cfg(target_os = "linux")]
+const WRITER_NICE: i32 = 10;
 /// How long the exit hook waits for the queue to drain.
 const EXIT_FLUSH_LIMIT: Duration = Duration::from_secs(60);
 
@@ -195,8 +198,14 @@ impl StoreQueue {
     }
 
     /// The writer thread: runs jobs in order until the queue is closed
-    /// and empty.
+    /// and empty, at a lower scheduling priority than the threads that
+    /// compile (on Linux, where the nice value is per thread): persistence
+    /// yields the CPU to callers.
     fn writer(&self) {
+        #[cfg(target_os = "linux")]
+        if let Err(error) = rustix::process::setpriority_process(None, WRITER_NICE) {
+            tracing::debug!(%error, "kiln store thread keeps its priority");
+        }
         loop {
             let (job, bytes, dispatch) = {
                 let mut state = self.state();
