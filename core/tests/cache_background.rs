@@ -200,7 +200,11 @@ fn failed_and_panicking_stores_are_counted_and_the_writer_goes_on() {
     cache.flush();
     let stats = cache.stats();
     assert_eq!((stats.store_failures, stats.stores), (6, 3), "{stats:?}");
-    assert_eq!(good.stored(), 3, "the tier after the failing ones got every store");
+    assert_eq!(
+        good.stored(),
+        3,
+        "the tier after the failing ones got every store"
+    );
 }
 
 #[test]
@@ -219,8 +223,17 @@ fn a_background_handle_queues_stores_and_loads_directly() {
         artifacts: compiled(7).artifacts,
     };
     handle.store(&owner(), &entry).expect("queued");
-    assert_eq!(tier.stored(), 0, "the store waits at the gate, the caller does not");
-    assert!(handle.load_entry(&owner(), &key(7)).expect("load").is_none());
+    assert_eq!(
+        tier.stored(),
+        0,
+        "the store waits at the gate, the caller does not"
+    );
+    assert!(
+        handle
+            .load_entry(&owner(), &key(7))
+            .expect("load")
+            .is_none()
+    );
     tier.open();
     cache.flush();
     assert_eq!(tier.stored(), 1);

@@ -92,7 +92,11 @@ fn past_the_cap_the_least_recently_used_entry_is_evicted() {
     assert_eq!(stats.evictions, 2);
     assert_eq!(stats.memory_entries, 3);
     assert_eq!(stats.bytes_held, 3 * LEN as u64);
-    assert_eq!(stats.peak_bytes_held, 4 * LEN as u64, "cap plus the new entry");
+    assert_eq!(
+        stats.peak_bytes_held,
+        4 * LEN as u64,
+        "cap plus the new entry"
+    );
     assert_eq!(stats.memory_max_bytes, Some(3 * LEN as u64));
 
     // Asked for again: compiled again (no tier), and something else goes.
@@ -165,7 +169,11 @@ fn entries_recorded_after_a_live_snapshot_are_pinned_for_its_delta() {
     let stats = cache.stats();
     assert_eq!(stats.evictions, 3);
     assert_eq!(stats.memory_entries, 10);
-    assert_eq!(stats.bytes_held, 10 * LEN as u64, "over the cap while pinned");
+    assert_eq!(
+        stats.bytes_held,
+        10 * LEN as u64,
+        "over the cap while pinned"
+    );
 
     let delta = cache.delta(&before);
     assert_eq!(delta.len(), 10);
@@ -185,7 +193,11 @@ fn entries_recorded_after_a_live_snapshot_are_pinned_for_its_delta() {
     let copy = before.clone();
     drop(before);
     get(&cache, 30, LEN, &compiles);
-    assert_eq!(cache.stats().memory_entries, 11, "still pinned by the clone");
+    assert_eq!(
+        cache.stats().memory_entries,
+        11,
+        "still pinned by the clone"
+    );
     drop(copy);
     get(&cache, 31, LEN, &compiles);
     let stats = cache.stats();
@@ -219,7 +231,10 @@ fn an_evicted_entry_is_never_served_against_a_changed_definition() {
     let again = cache
         .get_or_compile(&o, &key(0), || Ok::<_, Error>(compile_with(0, b"ops v1")))
         .expect("compiles");
-    assert_eq!(again.artifact(&ArtifactKind::Cubin).map(|b| b[0]), Some(b'1'));
+    assert_eq!(
+        again.artifact(&ArtifactKind::Cubin).map(|b| b[0]),
+        Some(b'1')
+    );
     drop(again);
     cache
         .get_or_compile(&o, &key(1), || Ok::<_, Error>(compiled(1, LEN)))
@@ -233,7 +248,10 @@ fn an_evicted_entry_is_never_served_against_a_changed_definition() {
     let fresh = cache
         .get_or_compile(&o, &key(0), || Ok::<_, Error>(compile_with(0, b"ops v2")))
         .expect("compiles");
-    assert_eq!(fresh.artifact(&ArtifactKind::Cubin).map(|b| b[0]), Some(b'2'));
+    assert_eq!(
+        fresh.artifact(&ArtifactKind::Cubin).map(|b| b[0]),
+        Some(b'2')
+    );
     assert!(fresh.is_valid_in(world));
     assert_eq!(fresh.deps()[0].fingerprint, Digest::of(b"ops v2"));
     assert_eq!(cache.stats().invalidated, 1);
@@ -285,7 +303,11 @@ fn an_evicted_entry_comes_back_from_a_tier_without_compiling() {
         assert!(!resident(&cache, n), "{n} evicted");
         assert_eq!(get(&cache, n, LEN, &compiles), Source::Tier, "{n}");
     }
-    assert_eq!(compiles.load(Ordering::Relaxed), 6, "nothing compiled again");
+    assert_eq!(
+        compiles.load(Ordering::Relaxed),
+        6,
+        "nothing compiled again"
+    );
     let stats = cache.stats();
     assert_eq!(stats.hits_tier, 4);
     assert!(stats.bytes_held <= 2 * LEN as u64, "{stats:?}");

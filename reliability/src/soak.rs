@@ -122,7 +122,9 @@ impl Figures {
                 .split_once('=')
                 .and_then(|(name, value)| Some((name, value.parse::<u64>().ok()?)));
             let Some((name, value)) = parsed else {
-                return Err(Error::Child(format!("not name=number: {field:?} in {line:?}")));
+                return Err(Error::Child(format!(
+                    "not name=number: {field:?} in {line:?}"
+                )));
             };
             figures.set(name, value);
         }

@@ -29,7 +29,10 @@ fn a_few_seconds_of_soak_serve_no_error_and_no_wrong_byte() {
     assert_eq!(figures.get("disk_segments_bad"), 0, "{line}");
     // Every way of answering was exercised.
     for answered in ["memory", "image", "disk", "compiled"] {
-        assert!(figures.get(answered) > 0, "no answer from {answered}: {line}");
+        assert!(
+            figures.get(answered) > 0,
+            "no answer from {answered}: {line}"
+        );
     }
     assert_eq!(
         figures.get("requests"),

@@ -244,15 +244,17 @@ impl StoreQueue {
             JobEntry::Body { meta, body } => match meta.to_entry_data(&body) {
                 Some(data) => data,
                 None => {
-                    tracing::debug!(name = meta.name, "entry not stored: a payload failed its checksum");
+                    tracing::debug!(
+                        name = meta.name,
+                        "entry not stored: a payload failed its checksum"
+                    );
                     return;
                 }
             },
             JobEntry::Data(data) => data,
         };
         for tier in tiers {
-            let stored =
-                std::panic::catch_unwind(AssertUnwindSafe(|| tier.store(&owner, &data)));
+            let stored = std::panic::catch_unwind(AssertUnwindSafe(|| tier.store(&owner, &data)));
             match stored {
                 Ok(Ok(())) => bump(&self.counters.stored),
                 Ok(Err(error)) => {
@@ -261,7 +263,11 @@ impl StoreQueue {
                 }
                 Err(_) => {
                     bump(&self.counters.failures);
-                    tracing::warn!(tier = tier.name(), name = data.name, "cache tier panicked while storing; ignored");
+                    tracing::warn!(
+                        tier = tier.name(),
+                        name = data.name,
+                        "cache tier panicked while storing; ignored"
+                    );
                 }
             }
         }

@@ -171,7 +171,11 @@ impl Cache {
                 meta: instance.meta(),
                 body: Arc::clone(body),
             },
-            tiers: self.tiers.iter().map(|(_, tier)| Arc::clone(tier)).collect(),
+            tiers: self
+                .tiers
+                .iter()
+                .map(|(_, tier)| Arc::clone(tier))
+                .collect(),
         });
     }
 

@@ -185,7 +185,8 @@ impl Cache {
                     continue;
                 };
                 let key = Key::from_digest(entry.key());
-                if self.store.find_resident(&owner.digest, &key, now).is_some() && layer.exclude(index)
+                if self.store.find_resident(&owner.digest, &key, now).is_some()
+                    && layer.exclude(index)
                 {
                     excluded += 1;
                 }

@@ -252,7 +252,10 @@ impl std::fmt::Debug for Cache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cache")
             .field("world", &self.world())
-            .field("memory_entries", &self.memory.resident.load(Ordering::Relaxed))
+            .field(
+                "memory_entries",
+                &self.memory.resident.load(Ordering::Relaxed),
+            )
             .field("images", &self.layers.count())
             .field("tiers", &self.tiers.count())
             .field("config", &self.config)

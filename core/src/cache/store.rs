@@ -200,12 +200,7 @@ impl MemoryStore {
 
     /// The newest instance of `(owner, key)` valid in `world` that holds
     /// its payloads (not evicted).
-    pub(crate) fn find_resident(
-        &self,
-        owner: &Digest,
-        key: &Key,
-        world: u64,
-    ) -> Option<&Instance> {
+    pub(crate) fn find_resident(&self, owner: &Digest, key: &Key, world: u64) -> Option<&Instance> {
         let mut found = None;
         for target in self.targets(owner, key) {
             if let Target::Memory(index) = target

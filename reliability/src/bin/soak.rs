@@ -184,10 +184,7 @@ fn parent(options: &Options) -> Result<bool, Error> {
                 total.add(&figures);
                 per_process.push(figures);
             }
-            _ => failed.push(format!(
-                "process {id}: {}\n{stdout}{stderr}",
-                output.status
-            )),
+            _ => failed.push(format!("process {id}: {}\n{stdout}{stderr}", output.status)),
         }
         // The process's own report at exit (KILN_LOG=info).
         for line in stderr.lines().filter(|l| l.starts_with("kiln: at exit")) {
@@ -253,7 +250,10 @@ fn parent(options: &Options) -> Result<bool, Error> {
         "memory cap / disk cap".to_string(),
         format!("{} / {}", mib(memory_max), mib(disk_max)),
     ]);
-    table.row(["requests served".to_string(), total.get("requests").to_string()]);
+    table.row([
+        "requests served".to_string(),
+        total.get("requests").to_string(),
+    ]);
     table.row([
         "answered from memory / image / disk / compiled".to_string(),
         format!(
@@ -272,7 +272,10 @@ fn parent(options: &Options) -> Result<bool, Error> {
         ),
     ]);
     table.row(["compiles".to_string(), total.get("compiles").to_string()]);
-    table.row(["evictions (memory)".to_string(), total.get("evictions").to_string()]);
+    table.row([
+        "evictions (memory)".to_string(),
+        total.get("evictions").to_string(),
+    ]);
     table.row([
         "payload bytes held, peak (largest process) / at the end".to_string(),
         format!(
@@ -320,7 +323,11 @@ fn parent(options: &Options) -> Result<bool, Error> {
             mib(stats.bytes),
             stats.entries,
             verify.segments.len(),
-            if verify.is_clean() { "all clean" } else { "DAMAGED" }
+            if verify.is_clean() {
+                "all clean"
+            } else {
+                "DAMAGED"
+            }
         ),
     ]);
     table.row(["errors".to_string(), total.get("errors").to_string()]);
