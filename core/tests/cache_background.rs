@@ -237,6 +237,11 @@ fn a_background_handle_queues_stores_and_loads_directly() {
     tier.open();
     cache.flush();
     assert_eq!(tier.stored(), 1);
+
+    // A handle that outlives its cache stores on the caller's thread.
+    drop(cache);
+    handle.store(&owner(), &entry).expect("stored");
+    assert_eq!(tier.stored(), 2);
 }
 
 /// The child process: compiles `KILN_TEST_ENTRIES` entries through

@@ -165,8 +165,9 @@ impl StoreQueue {
             state.started = true;
             state.failed_start = !self.start();
         }
-        if state.failed_start {
-            // No thread could be started: store on the caller's thread.
+        if state.failed_start || state.closed {
+            // No thread could be started, or the cache is gone and a
+            // `background` handle outlived it: store on the caller's thread.
             drop(state);
             self.run(job);
             return;
