@@ -74,7 +74,7 @@ pub use kiln_core::{
     Artifact, ArtifactKind, ArtifactView, Cache, CacheConfig, Compiled, Delta, Dep, Digest, Error,
     Hit, ImageOutcome, ImageReport, InitReport, Key, KeyBuilder, MergeReport, Owner, OwnerFilter,
     Rejection, Snapshot, Source, Stats, Tier, TierEntry, TierFactory, TierSetup, World, add_tiers,
-    global, init, init_with, load_images,
+    flush, global, init, init_with, load_images,
 };
 pub use kiln_core::{build, cache, disk, env, key, owner, registry, world};
 /// The image format: header, zero-copy index, checksummed payloads.

@@ -145,7 +145,9 @@ impl<'out> Precompile<'out> {
         let path = self.image_path()?;
         let meta = self.meta();
         let started = Instant::now();
-        let cache = Cache::new();
+        // No memory cap: every entry the block compiles must reach the
+        // image (the snapshot would pin them anyway).
+        let cache = Cache::with_config(crate::CacheConfig::default().memory_max_bytes(None));
         let snapshot = cache.snapshot();
         let mut session = Session {
             cache: &cache,

@@ -146,10 +146,7 @@ fn image_writers_killed_at_random_points_leave_only_whole_images() {
     // nothing skipped, every entry answering with its bytes.
     let cache = Cache::new();
     let switches = Switches {
-        disable: false,
-        always_compile: false,
         image_path: vec![dir.path().to_path_buf()],
-        log: None,
         ..Switches::default()
     };
     let report = load_images(&cache, &switches, &[]);

@@ -331,10 +331,7 @@ fn every_codegen_input_misses_and_every_other_input_hits() {
     let cache = Cache::new();
     cache.define(DEP, fingerprint(1));
     let switches = Switches {
-        disable: false,
-        always_compile: false,
         image_path: vec![future.clone()],
-        log: None,
         ..Switches::default()
     };
     let report = load_images(&cache, &switches, &[]);

@@ -1,11 +1,12 @@
 //! [`Hit`]: an entry found in the cache, borrowed from it.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use kiln_image::{ArtifactRef, EntryData, EntryRef};
 
-use super::instance::{Artifacts, Instance, Origin};
+use super::instance::{Artifacts, Body, Instance, Origin};
 use super::layers::Layer;
 use crate::{ArtifactKind, Dep, Digest, Key, World};
 
@@ -22,18 +23,30 @@ pub enum Source {
 
 /// A valid entry found in (or just added to) a [`Cache`](crate::Cache).
 ///
-/// A hit borrows from the cache: it clones nothing, and artifact bytes are
+/// A hit borrows from the cache and copies no payload: artifact bytes are
 /// borrowed from memory (entries compiled in this process own their bytes) or
 /// from the image (image-backed entries: no copy).
+///
+/// # A hit keeps its payloads alive
+///
+/// The cache may evict an in-memory entry to stay under its memory cap
+/// ([`CacheConfig::memory_max_bytes`](crate::CacheConfig::memory_max_bytes)).
+/// A hit on such an entry holds a reference-counted handle on the entry's
+/// payloads (cloned when the hit is made: one atomic increment), so the
+/// bytes it lends stay valid for as long as the hit lives, whatever the
+/// cache evicts meanwhile. That is why payloads are borrowed from the hit
+/// ([`Hit::artifact`], [`Hit::artifacts`]) rather than from the cache: keep
+/// the hit while using its bytes. Names, deps and the owner's label are
+/// never evicted and are borrowed from the cache.
 ///
 /// # Image payloads are checked lazily, per artifact
 ///
 /// An image-backed hit is served once its entry record matched its checksum;
-/// its payloads are not read then (DESIGN rule 7: an entry with a CUBIN and
+/// its payloads are not read then (ARCHITECTURE.md invariant 7: an entry with a CUBIN and
 /// a PTX fallback pages in only the one that is used). Each payload is checked
 /// against its BLAKE3 checksum the first time it is accessed through
 /// [`Hit::artifact`] or [`ArtifactView::bytes`] (the image remembers a
-/// success). A payload that fails is never returned (DESIGN rule 9): the
+/// success). A payload that fails is never returned (ARCHITECTURE.md invariant 9): the
 /// accessor gives `None`, the failure is counted in
 /// [`Stats::corrupt`](crate::Stats::corrupt), and the entry is excluded from
 /// its layer, so the next lookup misses and the next
@@ -43,55 +56,65 @@ pub enum Source {
 /// mapped ([`TierEntry::Image`](crate::TierEntry), the disk tier's hits): its
 /// payloads are checked on first access, and one that fails closes the entry
 /// for good (the tier then refuses it too).
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct Hit<'c> {
     inner: Inner<'c>,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum Inner<'c> {
-    Memory(&'c Instance),
+    Memory {
+        index: usize,
+        instance: &'c Instance,
+        body: Arc<Body>,
+    },
     Image {
         layer: &'c Layer,
         entry: EntryRef<'c>,
     },
 }
 
-/// One artifact of a [`Hit`]; its bytes are read (and, for an image-backed
-/// entry, checked) only when [`ArtifactView::bytes`] is called.
+/// One artifact of a [`Hit`], borrowed from the hit; its bytes are read
+/// (and, for an image-backed entry, checked) only when
+/// [`ArtifactView::bytes`] is called.
 #[derive(Clone)]
-pub struct ArtifactView<'c> {
+pub struct ArtifactView<'h> {
     /// What the bytes are.
     pub kind: ArtifactKind,
     /// Entry-point names.
-    pub entry_points: Vec<&'c str>,
-    payload: Payload<'c>,
+    pub entry_points: Vec<&'h str>,
+    payload: Payload<'h>,
 }
 
 #[derive(Clone, Copy)]
-enum Payload<'c> {
-    Memory(&'c [u8]),
+enum Payload<'h> {
+    Memory(&'h [u8]),
     /// A payload of an in-memory entry borrowed from a tier's image.
     Tier {
-        instance: &'c Instance,
-        artifact: ArtifactRef<'c>,
+        instance: &'h Instance,
+        body: &'h Body,
+        artifact: ArtifactRef<'h>,
     },
     Image {
-        layer: &'c Layer,
-        entry: EntryRef<'c>,
-        artifact: ArtifactRef<'c>,
+        layer: &'h Layer,
+        entry: EntryRef<'h>,
+        artifact: ArtifactRef<'h>,
     },
 }
 
-impl<'c> ArtifactView<'c> {
-    /// The compiled code, borrowed from the cache; `None` if it is an image
+impl<'h> ArtifactView<'h> {
+    /// The compiled code, borrowed from the hit; `None` if it is an image
     /// payload that fails its checksum (the entry is then excluded and counted
     /// as corrupt; see [`Hit`]). An image payload is checked on its first
     /// access only.
-    pub fn bytes(&self) -> Option<&'c [u8]> {
+    pub fn bytes(&self) -> Option<&'h [u8]> {
         match self.payload {
             Payload::Memory(bytes) => Some(bytes),
-            Payload::Tier { instance, artifact } => tier_payload(instance, &artifact),
+            Payload::Tier {
+                instance,
+                body,
+                artifact,
+            } => tier_payload(instance, body, &artifact),
             Payload::Image {
                 layer,
                 entry,
@@ -106,12 +129,16 @@ impl<'c> ArtifactView<'c> {
 /// returned: the instance is closed for good, so the next lookup misses and
 /// `get_or_compile` asks the tiers again (which refuse the entry now known bad)
 /// and then compiles.
-fn tier_payload<'c>(instance: &'c Instance, artifact: &ArtifactRef<'c>) -> Option<&'c [u8]> {
+fn tier_payload<'h>(
+    instance: &Instance,
+    body: &Body,
+    artifact: &ArtifactRef<'h>,
+) -> Option<&'h [u8]> {
     match artifact.bytes() {
         Ok(bytes) => Some(bytes),
         Err(error) => {
             if instance.close(instance.min_world.saturating_sub(1)) {
-                if let Artifacts::Image { corrupt, .. } = &instance.artifacts {
+                if let Artifacts::Image { corrupt, .. } = &body.artifacts {
                     corrupt.fetch_add(1, Ordering::Relaxed);
                 }
                 tracing::warn!(
@@ -142,9 +169,26 @@ impl std::fmt::Debug for ArtifactView<'_> {
 }
 
 impl<'c> Hit<'c> {
-    pub(crate) fn memory(instance: &'c Instance) -> Hit<'c> {
+    /// A hit on the instance at arena index `index`, holding `body`.
+    pub(crate) fn memory(index: usize, instance: &'c Instance, body: Arc<Body>) -> Hit<'c> {
         Hit {
-            inner: Inner::Memory(instance),
+            inner: Inner::Memory {
+                index,
+                instance,
+                body,
+            },
+        }
+    }
+
+    /// The arena index, instance and payloads of a memory hit.
+    pub(crate) fn resident(&self) -> Option<(usize, &'c Instance, &Arc<Body>)> {
+        match &self.inner {
+            Inner::Memory {
+                index,
+                instance,
+                body,
+            } => Some((*index, instance, body)),
+            Inner::Image { .. } => None,
         }
     }
 
@@ -157,7 +201,7 @@ impl<'c> Hit<'c> {
     /// The entry's human name.
     pub fn name(&self) -> &'c str {
         match &self.inner {
-            Inner::Memory(i) => &i.name,
+            Inner::Memory { instance: i, .. } => &i.name,
             Inner::Image { entry, .. } => entry.name(),
         }
     }
@@ -165,7 +209,7 @@ impl<'c> Hit<'c> {
     /// The owner's digest.
     pub fn owner(&self) -> Digest {
         match &self.inner {
-            Inner::Memory(i) => i.owner,
+            Inner::Memory { instance: i, .. } => i.owner,
             Inner::Image { entry, .. } => entry.owner(),
         }
     }
@@ -173,7 +217,7 @@ impl<'c> Hit<'c> {
     /// The owner's label (e.g. `nvrtc-13.0/sm_90a`).
     pub fn owner_label(&self) -> &'c str {
         match &self.inner {
-            Inner::Memory(i) => &i.owner_label,
+            Inner::Memory { instance: i, .. } => &i.owner_label,
             Inner::Image { layer, entry } => {
                 layer.owner(&entry.owner()).map_or("", |o| o.label.as_str())
             }
@@ -183,7 +227,7 @@ impl<'c> Hit<'c> {
     /// The key.
     pub fn key(&self) -> Key {
         match &self.inner {
-            Inner::Memory(i) => i.key,
+            Inner::Memory { instance: i, .. } => i.key,
             Inner::Image { entry, .. } => Key::from_digest(entry.key()),
         }
     }
@@ -200,8 +244,8 @@ impl<'c> Hit<'c> {
     /// Where the entry came from.
     pub fn source(&self) -> Source {
         match &self.inner {
-            Inner::Memory(i) if i.origin == Origin::Tier => Source::Tier,
-            Inner::Memory(_) => Source::Memory,
+            Inner::Memory { body, .. } if body.origin == Origin::Tier => Source::Tier,
+            Inner::Memory { .. } => Source::Memory,
             Inner::Image { .. } => Source::Image,
         }
     }
@@ -210,7 +254,7 @@ impl<'c> Hit<'c> {
     /// world its image was merged in).
     pub fn min_world(&self) -> World {
         match &self.inner {
-            Inner::Memory(i) => World(i.min_world),
+            Inner::Memory { instance: i, .. } => World(i.min_world),
             Inner::Image { layer, .. } => World(layer.min_world),
         }
     }
@@ -219,7 +263,7 @@ impl<'c> Hit<'c> {
     /// unbounded). An excluded image entry reports its layer's world minus one.
     pub fn max_world(&self) -> World {
         match &self.inner {
-            Inner::Memory(i) => World(i.max_world()),
+            Inner::Memory { instance: i, .. } => World(i.max_world()),
             Inner::Image { layer, entry } => World(
                 layer
                     .max_world(entry.index())
@@ -236,16 +280,17 @@ impl<'c> Hit<'c> {
     /// The definitions the entry was built from.
     pub fn deps(&self) -> Cow<'c, [Dep]> {
         match &self.inner {
-            Inner::Memory(i) => Cow::Borrowed(&i.deps),
+            Inner::Memory { instance: i, .. } => Cow::Borrowed(&i.deps),
             Inner::Image { entry, .. } => Cow::Owned(entry.deps()),
         }
     }
 
-    /// All artifacts, in the order they were compiled. No payload is read
-    /// until [`ArtifactView::bytes`] is called on its view.
-    pub fn artifacts(&self) -> Vec<ArtifactView<'c>> {
+    /// All artifacts, in the order they were compiled, borrowed from the
+    /// hit. No payload is read until [`ArtifactView::bytes`] is called on
+    /// its view.
+    pub fn artifacts(&self) -> Vec<ArtifactView<'_>> {
         match &self.inner {
-            Inner::Memory(i) => match &i.artifacts {
+            Inner::Memory { instance, body, .. } => match &body.artifacts {
                 Artifacts::Owned(list) => list
                     .iter()
                     .map(|a| ArtifactView {
@@ -257,14 +302,15 @@ impl<'c> Hit<'c> {
                 // Borrowed from a tier's mapped image, each payload checked on
                 // its first access (see `tier_payload`).
                 Artifacts::Image { .. } => {
-                    i.artifacts.image_entry().map_or_else(Vec::new, |entry| {
+                    body.artifacts.image_entry().map_or_else(Vec::new, |entry| {
                         (0..entry.artifact_count())
                             .filter_map(|n| entry.artifact(n).ok())
                             .map(|artifact| ArtifactView {
                                 kind: artifact.kind(),
                                 entry_points: artifact.entry_points(),
                                 payload: Payload::Tier {
-                                    instance: i,
+                                    instance,
+                                    body,
                                     artifact,
                                 },
                             })
@@ -288,25 +334,27 @@ impl<'c> Hit<'c> {
         }
     }
 
-    /// The bytes of the first artifact of `kind`, borrowed from the cache.
+    /// The bytes of the first artifact of `kind`, borrowed from the hit
+    /// (valid as long as the hit lives, even if the cache evicts the entry
+    /// meanwhile).
     ///
     /// `None` if the entry has no artifact of `kind`, or if it is an image
     /// payload that fails its checksum (checked on first access only); in
     /// that case the entry is excluded and counted as corrupt, and the next
     /// lookup misses (see [`Hit`]).
-    pub fn artifact(&self, kind: &ArtifactKind) -> Option<&'c [u8]> {
+    pub fn artifact(&self, kind: &ArtifactKind) -> Option<&[u8]> {
         match &self.inner {
-            Inner::Memory(i) => match &i.artifacts {
+            Inner::Memory { instance, body, .. } => match &body.artifacts {
                 Artifacts::Owned(list) => list
                     .iter()
                     .find(|a| &a.kind == kind)
                     .map(|a| a.bytes.as_slice()),
                 Artifacts::Image { .. } => {
-                    let entry = i.artifacts.image_entry()?;
+                    let entry = body.artifacts.image_entry()?;
                     (0..entry.artifact_count())
                         .filter_map(|n| entry.artifact(n).ok())
                         .find(|a| &a.kind() == kind)
-                        .and_then(|a| tier_payload(i, &a))
+                        .and_then(|a| tier_payload(instance, body, &a))
                 }
             },
             Inner::Image { layer, entry } => (0..entry.artifact_count())
@@ -323,7 +371,7 @@ impl<'c> Hit<'c> {
     /// fails its checksum (the entry is then excluded; see [`Hit`]).
     pub fn to_entry_data(&self) -> Option<EntryData> {
         match &self.inner {
-            Inner::Memory(i) => i.to_entry_data(),
+            Inner::Memory { instance, body, .. } => instance.meta().to_entry_data(body),
             Inner::Image { .. } => Some(EntryData {
                 owner: self.owner(),
                 owner_label: self.owner_label().to_owned(),
