@@ -237,7 +237,7 @@ impl<'c> Hit<'c> {
     pub(crate) fn image_producer(&self) -> Option<&'c str> {
         match &self.inner {
             Inner::Image { layer, .. } => Some(layer.image.producer()),
-            Inner::Memory(_) => None,
+            Inner::Memory { .. } => None,
         }
     }
 
