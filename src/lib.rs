@@ -44,19 +44,21 @@ pub use kiln_macros::include_image;
 
 pub use kiln_core::build;
 
-/// The code-instance cache: caches of your own, their configuration, extra
-/// tiers, snapshots and deltas, merge and init reports.
+/// The code-instance cache: caches of your own, their configuration (the
+/// memory cap included), extra tiers and [`flush`](cache::flush), snapshots
+/// and deltas, merge and init reports.
 ///
 /// [`global()`](crate::global) is the process's cache; [`Cache`](cache::Cache) is the type,
 /// for a cache of your own (a build script's, a test's) and for functions
 /// that take one. See [`kiln_core::cache`] for its structure and locking.
 pub mod cache {
     pub use kiln_core::cache::{
-        ArtifactView, Cache, CacheConfig, Delta, MergeReport, OwnerFilter, PAYLOAD_ALIGN,
-        Rejection, Snapshot, Source, Stats, Tier, TierEntry,
+        ArtifactView, Cache, CacheConfig, DEFAULT_MEMORY_MAX_BYTES, Delta, MergeReport,
+        OwnerFilter, PAYLOAD_ALIGN, Rejection, Snapshot, Source, Stats, Tier, TierEntry,
     };
     pub use kiln_core::{
-        BoxError, ImageOutcome, ImageReport, InitReport, World, add_tiers, init_with, load_images,
+        BoxError, ImageOutcome, ImageReport, InitReport, World, add_tiers, flush, init_with,
+        load_images,
     };
 }
 
@@ -64,7 +66,9 @@ pub mod cache {
 /// `KILN_CACHE_DIR`, shared by concurrent processes. [`global()`](crate::global)
 /// adds it; see [`kiln_core::disk`] for its layout and guarantees.
 pub mod disk {
-    pub use kiln_core::disk::config::{DEFAULT_MAX_BYTES, default_dir};
+    pub use kiln_core::disk::config::{
+        CACHE, CACHE_DIR, CACHE_MAX_BYTES, CACHE_TRUST_DIR, DEFAULT_MAX_BYTES, default_dir,
+    };
     pub use kiln_core::disk::{
         ArtifactInfo, ClearReport, DiskArtifact, DiskCache, DiskConfig, DiskHit, DiskStats,
         DiskTier, EntryInfo, GcReport, SegmentCheck, SessionCounters, VerifyReport,

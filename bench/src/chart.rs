@@ -60,7 +60,7 @@ fn modes(report: &Report, area: &Area<'_>) -> DrawResult {
         .caption(title, ("sans-serif", 18))
         .margin(12)
         .x_label_area_size(40)
-        .y_label_area_size(130)
+        .y_label_area_size(175)
         .build_cartesian_2d((lo..hi).log_scale(), (0..n).into_segmented())?;
     let names: Vec<&str> = modes.iter().map(|s| s.mode.name()).collect();
     chart

@@ -9,20 +9,34 @@
 //!   the CCCL headers); the same code in every mode;
 //! - **lookup**: getting each kernel's [`IN_HAND`] bytes (for cold: compiling).
 //!
-//! After the measurement, a second round of lookups gives the steady-state hit.
+//! After the measurement, outside the total:
+//! - a second round of lookups gives the steady-state hit;
+//! - for the real set in a Kiln cache, every kernel is asked for as an
+//!   application asks for it, through the example library's `KernelLibrary`
+//!   (`kiln_kernels_demo::get`): once (the library derives the request, owner
+//!   and key from its build record and looks them up), then
+//!   [`LIBRARY_ROUNDS`] more times (the repeated call: the remembered answer
+//!   and one cache lookup, to the artifact in hand);
+//! - whether the process has NVRTC mapped (`/proc/self/maps`), and whether it
+//!   could have found one in its environment (the locator's search, run last).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use kiln::cache::Cache;
+use kiln::cuda::{Device, SearchConfig, Selection};
 use kiln::env::Switches;
 use serde::{Deserialize, Serialize};
 
 use crate::baseline::postcard_image::SerdeImage;
 use crate::error::BenchError;
 use crate::fixtures::Fixtures;
-use crate::kernel_set::{IN_HAND, Kernel, Workload};
-use crate::mode::Mode;
+use crate::kernel_set::{IN_HAND, Kernel, REAL_ARCH, Workload};
+use crate::mode::{Env, Mode};
+
+/// Rounds of repeated library calls (every kernel once a round); the mean per
+/// round is kept, as one call is too short to time alone.
+pub const LIBRARY_ROUNDS: u32 = 1000;
 
 /// What one child measured.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -35,6 +49,9 @@ pub struct Measurement {
     pub compiles: u64,
     /// Bytes of artifact in hand.
     pub bytes: u64,
+    /// From `main`'s start to the measurement's: the bench's own argument
+    /// parsing, in nanoseconds (part of the total, paid by no application).
+    pub args_ns: u64,
     /// The init phase, in nanoseconds.
     pub init_ns: u64,
     /// The setup phase (owners and keys), in nanoseconds.
@@ -52,6 +69,21 @@ pub struct Measurement {
     /// nanoseconds: the steady-state hit, with pages mapped and checksums
     /// checked (for cold: memory hits of what it compiled).
     pub repeat_ns: u64,
+    /// The first `KernelLibrary::get` of every kernel, after the lookups, in
+    /// nanoseconds (the real set in a Kiln cache only).
+    pub library_first_ns: Option<u64>,
+    /// One round of repeated `KernelLibrary::get` calls, every kernel to its
+    /// artifact in hand, in nanoseconds: the mean of [`LIBRARY_ROUNDS`].
+    pub library_repeat_ns: Option<u64>,
+    /// Whether NVRTC was mapped into the process at the end.
+    pub nvrtc_loaded: bool,
+    /// Where the process could have found NVRTC in its environment (the
+    /// locator's answer), for the warm Kiln modes; `None` when nothing was
+    /// found or not searched.
+    pub nvrtc_found: Option<String>,
+    /// The names of the variables in the process's environment, sorted, for
+    /// the stripped modes (to show what they had); `None` for the others.
+    pub env_names: Option<Vec<String>>,
 }
 
 /// Measures `mode` on `workload` with the warm caches of `fixtures`;
@@ -62,6 +94,7 @@ pub fn measure(
     workload: Workload,
     fixtures: &Fixtures,
 ) -> Result<Measurement, BenchError> {
+    let args = started.elapsed();
     let clock = Instant::now();
     let source = Lookups::init(mode, workload, fixtures)?;
     let init = clock.elapsed();
@@ -79,6 +112,19 @@ pub fn measure(
     source.fetch_all(mode, &set.kernels)?;
     let repeat = clock.elapsed();
 
+    let library = match &source {
+        Lookups::Kiln(cache) if workload == Workload::Real => {
+            Some(library_calls(mode, cache, &set.kernels)?)
+        }
+        _ => None,
+    };
+    let nvrtc_loaded = nvrtc_mapped()?;
+    // Searched last: the search loads the library it finds.
+    let nvrtc_found = (mode.is_warm() && mode.is_kiln())
+        .then(|| kiln::cuda::locate_nvrtc(&SearchConfig::from_env()).ok())
+        .flatten()
+        .map(|found| format!("{} ({})", found.path.display(), found.rule));
+
     let compiles = source.compiles();
     if mode.is_warm() && compiles > 0 {
         return Err(BenchError::Compiled {
@@ -91,6 +137,7 @@ pub fn measure(
         kernels: set.kernels.len(),
         compiles,
         bytes,
+        args_ns: nanos(args),
         init_ns: nanos(init),
         setup_ns: nanos(setup),
         nvrtc_ns: nanos(set.nvrtc),
@@ -98,7 +145,84 @@ pub fn measure(
         lookup_ns: nanos(lookup),
         total_ns: nanos(total),
         repeat_ns: nanos(repeat),
+        library_first_ns: library.map(|(first, _)| nanos(first)),
+        library_repeat_ns: library.map(|(_, repeat)| nanos(repeat)),
+        nvrtc_loaded,
+        nvrtc_found,
+        env_names: (mode.env() == Env::Stripped).then(|| {
+            let mut names: Vec<String> = std::env::vars_os()
+                .map(|(name, _)| name.to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        }),
     })
+}
+
+/// Asks `cache` for every kernel through the example library, as an
+/// application does (`kiln_kernels_demo::get` for [`REAL_ARCH`]): the first
+/// call of each, then [`LIBRARY_ROUNDS`] rounds of repeated calls. Checks that
+/// each call serves the entry the lookups found, shipped for the exact arch.
+/// Returns the first round's time and a repeated round's mean.
+fn library_calls(
+    mode: Mode,
+    cache: &'static Cache,
+    kernels: &[Kernel],
+) -> Result<(Duration, Duration), BenchError> {
+    let device = Device::new(REAL_ARCH.parse()?);
+    let call = |kernel: &Kernel| -> Result<usize, BenchError> {
+        let spec = kernel.spec.as_ref().ok_or_else(|| BenchError::Missing {
+            mode: mode.name().to_owned(),
+            kernel: format!("{} (no specialization of the example library)", kernel.name),
+        })?;
+        let served = kiln_kernels_demo::get(cache, &device, spec)?;
+        let hit = served.hit();
+        let artifact = hit.artifact(&IN_HAND).ok_or_else(|| BenchError::Missing {
+            mode: mode.name().to_owned(),
+            kernel: kernel.name.clone(),
+        })?;
+        Ok(black_box(artifact).len())
+    };
+
+    let clock = Instant::now();
+    for kernel in kernels {
+        call(kernel)?;
+    }
+    let first = clock.elapsed();
+    for kernel in kernels {
+        let spec = kernel.spec.as_ref();
+        let served = spec
+            .map(|spec| kiln_kernels_demo::get(cache, &device, spec))
+            .transpose()?;
+        let same = served.as_ref().is_some_and(|served| {
+            served.hit().owner() == kernel.owner.digest()
+                && served.hit().key() == kernel.key
+                && served.selection() == Selection::ExactCubin
+        });
+        if !same {
+            return Err(BenchError::Library {
+                mode: mode.name().to_owned(),
+                kernel: kernel.name.clone(),
+                served: format!("{served:?}"),
+            });
+        }
+    }
+
+    let clock = Instant::now();
+    for _ in 0..LIBRARY_ROUNDS {
+        for kernel in kernels {
+            call(kernel)?;
+        }
+    }
+    let repeat = clock.elapsed() / LIBRARY_ROUNDS;
+    Ok((first, repeat))
+}
+
+/// Whether an NVRTC library is mapped into this process.
+fn nvrtc_mapped() -> Result<bool, BenchError> {
+    let maps =
+        std::fs::read_to_string("/proc/self/maps").map_err(BenchError::io("/proc/self/maps"))?;
+    Ok(maps.lines().any(|line| line.contains("libnvrtc")))
 }
 
 /// Whole nanoseconds of `d` (saturating).
@@ -121,7 +245,7 @@ impl Lookups {
     fn init(mode: Mode, workload: Workload, fixtures: &Fixtures) -> Result<Lookups, BenchError> {
         Ok(match mode {
             Mode::Cold => Lookups::Kiln(leak(Cache::new())),
-            Mode::KilnEmbedded => {
+            Mode::KilnEmbedded | Mode::KilnEmbeddedStripped => {
                 let report = kiln::init();
                 let crate_name = workload.image_crate();
                 let merged = report.merged().any(|(source, _)| {
@@ -132,7 +256,7 @@ impl Lookups {
                 }
                 Lookups::Kiln(kiln::global())
             }
-            Mode::KilnFile => {
+            Mode::KilnFile | Mode::KilnFileStripped => {
                 // A cache of the program's own, so that only the file image
                 // (KILN_IMAGE_PATH, set by the driver) is merged.
                 let cache = leak(Cache::new());
@@ -148,14 +272,18 @@ impl Lookups {
                 }
                 Lookups::Kiln(cache)
             }
-            Mode::KilnDisk => {
-                // The tiers of the global cache (`kiln::cache::add_tiers`), the disk
-                // tier in the warmed directory; no image merged.
+            Mode::KilnDisk | Mode::KilnDiskStripped => {
+                // The tiers of the global cache, from the environment as
+                // `kiln::global()` wires them: the disk tier in the warmed
+                // `KILN_CACHE_DIR` (set by the driver); no image merged.
+                if std::env::var_os(kiln::disk::CACHE_DIR).is_none() {
+                    return Err(BenchError::Missing {
+                        mode: mode.name().to_owned(),
+                        kernel: "every kernel: KILN_CACHE_DIR is not set (the driver sets it to the warmed directory)".to_owned(),
+                    });
+                }
                 let cache = leak(Cache::new());
-                let dir = fixtures.disk_dir();
-                kiln::cache::add_tiers(cache, |name| {
-                    (name == "KILN_CACHE_DIR").then(|| dir.clone().into_os_string())
-                });
+                kiln::cache::add_tiers(cache, |name| std::env::var_os(name));
                 Lookups::Kiln(cache)
             }
             Mode::DirCache => Lookups::Dir(fixtures.dir_cache()),

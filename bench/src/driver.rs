@@ -12,8 +12,8 @@ use crate::error::BenchError;
 use crate::fixtures::Fixtures;
 use crate::gpu::{GpuMeasurement, GpuPath, GpuSummary};
 use crate::kernel_set::Workload;
-use crate::mode::Mode;
-use crate::report::{self, Machine, Report};
+use crate::mode::{Env, Mode};
+use crate::report::{self, LoadAverage, Machine, Report};
 use crate::scaling::{self, Format, PageCache, RssMeasurement, ScaleMeasurement};
 
 /// What to measure.
@@ -72,7 +72,9 @@ pub fn run(plan: &Plan) -> Result<Report, BenchError> {
         kernel_root.display()
     );
 
-    let measurements = run_modes(plan, &fixtures)?;
+    let mut load = LoadAverage::default();
+    load.sample();
+    let measurements = run_modes(plan, &fixtures, &mut load)?;
     let modes = report::summarize(&measurements);
 
     let scale = run_scaling(plan, &root)?;
@@ -84,11 +86,12 @@ pub fn run(plan: &Plan) -> Result<Report, BenchError> {
     } else {
         None
     };
+    load.sample();
     let targets = Report::check_targets(&modes, &rss);
     Ok(Report {
         command: plan.command.clone(),
         workload: plan.workload.name(),
-        machine: Machine::detect(gpu.as_ref().map(|g| g.device.clone())),
+        machine: Machine::detect(gpu.as_ref().map(|g| g.device.clone()), load),
         modes,
         scaling,
         rss,
@@ -98,8 +101,13 @@ pub fn run(plan: &Plan) -> Result<Report, BenchError> {
     })
 }
 
-/// Each mode, round-robin so that drift spreads over all modes.
-fn run_modes(plan: &Plan, fixtures: &Fixtures) -> Result<Vec<Measurement>, BenchError> {
+/// Each mode, round-robin so that drift spreads over all modes; the load
+/// average is sampled once a round.
+fn run_modes(
+    plan: &Plan,
+    fixtures: &Fixtures,
+    load: &mut LoadAverage,
+) -> Result<Vec<Measurement>, BenchError> {
     let runs_of = |mode: Mode| {
         if mode == Mode::Cold {
             plan.cold_runs
@@ -110,6 +118,7 @@ fn run_modes(plan: &Plan, fixtures: &Fixtures) -> Result<Vec<Measurement>, Bench
     let rounds = plan.modes.iter().map(|&m| runs_of(m)).max().unwrap_or(0);
     let mut measurements = Vec::new();
     for round in 0..rounds {
+        load.sample();
         for &mode in &plan.modes {
             if round >= runs_of(mode) {
                 continue;
@@ -123,10 +132,15 @@ fn run_modes(plan: &Plan, fixtures: &Fixtures) -> Result<Vec<Measurement>, Bench
                 "--fixtures".into(),
                 fixtures.root().into(),
             ];
-            let image_path = (mode == Mode::KilnFile).then(|| fixtures.image_dir());
-            let m: Measurement = spawn(&args, image_path.as_deref())?;
+            let vars: Vec<(&str, PathBuf)> = match mode.base() {
+                Mode::KilnFile => vec![(kiln::env::IMAGE_PATH, fixtures.image_dir())],
+                Mode::KilnDisk => vec![(kiln::disk::CACHE_DIR, fixtures.disk_dir())],
+                _ => Vec::new(),
+            };
+            let m: Measurement = spawn(&args, mode.env(), &vars)?;
+            check_nvrtc(&m)?;
             eprintln!(
-                "kiln-bench: round {}/{rounds} {:<15} {:>12.3} ms",
+                "kiln-bench: round {}/{rounds} {:<22} {:>12.3} ms",
                 round + 1,
                 mode.name(),
                 m.total_ns as f64 / 1e6
@@ -145,7 +159,7 @@ fn run_scaling(plan: &Plan, root: &Path) -> Result<Vec<ScaleMeasurement>, BenchE
         for _ in 0..plan.scale_runs {
             for format in Format::ALL {
                 let args = child_args("scale", format, &dir, entries);
-                measurements.push(spawn::<ScaleMeasurement>(&args, None)?);
+                measurements.push(spawn::<ScaleMeasurement>(&args, Env::Developer, &[])?);
             }
         }
         eprintln!("kiln-bench: scaling {entries} entries done");
@@ -170,7 +184,7 @@ fn run_rss(plan: &Plan, root: &Path) -> Result<Vec<RssMeasurement>, BenchError> 
             for _ in 0..plan.rss_runs {
                 let mut args = child_args("rss", format, &dir, entries);
                 args.extend(["--page-cache".into(), page_cache.name().into()]);
-                runs.push(spawn::<RssMeasurement>(&args, None)?);
+                runs.push(spawn::<RssMeasurement>(&args, Env::Developer, &[])?);
             }
             runs.sort_by(|a, b| a.growth_fraction().total_cmp(&b.growth_fraction()));
             if let Some(median) = runs.get(runs.len() / 2) {
@@ -188,7 +202,7 @@ fn run_gpu(plan: &Plan) -> Result<Vec<GpuMeasurement>, BenchError> {
     for _ in 0..plan.runs {
         for path in GpuPath::ALL {
             let args: Vec<OsString> = vec!["gpu".into(), "--path".into(), path.name().into()];
-            measurements.push(spawn::<GpuMeasurement>(&args, None)?);
+            measurements.push(spawn::<GpuMeasurement>(&args, Env::Developer, &[])?);
         }
     }
     Ok(measurements)
@@ -210,12 +224,27 @@ fn child_args(command: &str, format: Format, dir: &Path, entries: usize) -> Vec<
     ]
 }
 
-/// Runs this binary with `args` in a fresh process, with no `KILN_*` switch
-/// but `KILN_IMAGE_PATH=image_path` when given, and parses the JSON line it
-/// prints last.
+/// A warm mode's child must not have loaded NVRTC: its kernels are all
+/// cached. (Whether it could have found one is reported, not refused: that
+/// depends on the machine.)
+fn check_nvrtc(m: &Measurement) -> Result<(), BenchError> {
+    if m.mode.is_warm() && m.nvrtc_loaded {
+        return Err(BenchError::Nvrtc {
+            mode: m.mode.name().to_owned(),
+            what: "NVRTC was mapped into a process whose kernels were all cached: something located and loaded it".to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// Runs this binary with `args` in a fresh process, in the environment `env`
+/// with `vars` added (the paths a mode needs), and parses the JSON line it
+/// prints last. A stripped environment gets a fresh empty `HOME`, removed
+/// after.
 fn spawn<T: DeserializeOwned>(
     args: &[OsString],
-    image_path: Option<&Path>,
+    env: Env,
+    vars: &[(&str, PathBuf)],
 ) -> Result<T, BenchError> {
     let shown = args
         .iter()
@@ -229,20 +258,37 @@ fn spawn<T: DeserializeOwned>(
     let exe = std::env::current_exe().map_err(|e| fail(format!("finding this binary: {e}")))?;
     let mut command = Command::new(exe);
     command.args(args.iter());
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("KILN_") && !is_locator(&name) {
-            command.env_remove(name);
+    let home = match env {
+        Env::Developer => {
+            for (name, _) in std::env::vars_os() {
+                if name.to_string_lossy().starts_with("KILN_") && !is_locator(&name) {
+                    command.env_remove(name);
+                }
+            }
+            // A PTX load would otherwise come from the driver's JIT cache
+            // (~/.nv/ComputeCache) from the second run on, not from a JIT.
+            command.env("CUDA_CACHE_DISABLE", "1");
+            None
         }
+        Env::Stripped => {
+            let home = tempfile::Builder::new()
+                .prefix("kiln-bench-home-")
+                .tempdir()
+                .map_err(BenchError::io(std::env::temp_dir()))?;
+            command
+                .env_clear()
+                .env("HOME", home.path())
+                .env("PATH", STRIPPED_PATH);
+            Some(home)
+        }
+    };
+    for (name, value) in vars {
+        command.env(name, value);
     }
-    if let Some(dir) = image_path {
-        command.env(kiln::env::IMAGE_PATH, dir);
-    }
-    // A PTX load would otherwise come from the driver's JIT cache
-    // (~/.nv/ComputeCache) from the second run on, not from a JIT.
-    command.env("CUDA_CACHE_DISABLE", "1");
     let output = command
         .output()
         .map_err(|e| fail(format!("starting: {e}")))?;
+    drop(home);
     let stdout = String::from_utf8_lossy(&output.stdout);
     if !output.status.success() {
         return Err(fail(format!(
@@ -258,6 +304,9 @@ fn spawn<T: DeserializeOwned>(
         .ok_or_else(|| fail("printed nothing".to_owned()))?;
     serde_json::from_str(line).map_err(|e| fail(format!("bad measurement {line:?}: {e}")))
 }
+
+/// `PATH` in a stripped environment: the system's binaries only.
+const STRIPPED_PATH: &str = "/usr/bin:/bin";
 
 /// `KILN_*` variables that say where NVRTC and the CCCL headers are: kept,
 /// since they are where the program finds its compiler, not cache switches.

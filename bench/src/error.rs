@@ -62,6 +62,26 @@ pub enum BenchError {
         /// How many compiles it ran.
         compiles: u64,
     },
+    /// The example library served another entry than the one the lookups found.
+    #[error(
+        "mode {mode}: kiln_kernels_demo::get served {served} for kernel {kernel}, not the exact-arch entry the lookups found (the library and the bench derive keys differently: rebuild both)"
+    )]
+    Library {
+        /// The mode.
+        mode: String,
+        /// The kernel.
+        kernel: String,
+        /// What the library served.
+        served: String,
+    },
+    /// A child that must not load NVRTC loaded it, or could find it.
+    #[error("mode {mode}: {what}")]
+    Nvrtc {
+        /// The mode.
+        mode: String,
+        /// What was found (NVRTC mapped, or where it was reachable).
+        what: String,
+    },
     /// The embedded image a mode needs is not in the binary.
     #[error("no embedded image from crate {crate_name}: the binary was built without it")]
     NoEmbedded {

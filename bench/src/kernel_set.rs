@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use kiln::cuda::{Arch, Toolchain};
 use kiln::registry::EmbeddedImage;
 use kiln::{ArtifactKind, Compiled, Key, Owner};
-use kiln_kernels_demo::catalogue;
+use kiln_kernels_demo::{KernelSpec, catalogue};
 
 use crate::error::BenchError;
 use crate::synthetic;
@@ -41,6 +41,8 @@ pub struct Kernel {
     pub owner: Owner,
     /// The kernel's identity.
     pub key: Key,
+    /// The example library's specialization (the real set only).
+    pub spec: Option<KernelSpec>,
     compile: CompileFn,
 }
 
@@ -132,6 +134,7 @@ fn real_kernels() -> Result<KernelSet, BenchError> {
             name: spec.name(),
             owner,
             key,
+            spec: Some(spec),
             compile: Box::new(move || {
                 let local = local_toolchain()?;
                 let request = catalogue::request(&spec, local, arch)?;
@@ -162,6 +165,7 @@ fn synthetic_kernels() -> Result<KernelSet, BenchError> {
                 name: synthetic::name(index),
                 owner: owner.clone(),
                 key: synthetic::key(index)?,
+                spec: None,
                 compile: Box::new(move || {
                     Ok(Compiled::new(synthetic::name(index))
                         .artifact(synthetic::artifact(index, synthetic::EMBEDDED_PAYLOAD)))

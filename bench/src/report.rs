@@ -8,14 +8,22 @@ use serde::Serialize;
 use crate::child::Measurement;
 use crate::error::BenchError;
 use crate::gpu::GpuSummary;
-use crate::mode::Mode;
+use crate::mode::{Env, Mode};
 use crate::scaling::{Format, RssMeasurement, ScaleMeasurement};
 
-/// The targets the issue sets.
+/// Time to all kernels in hand with the embedded image, ms (at most).
+pub const TARGET_EMBEDDED_MS: f64 = 0.3;
+/// Cold NVRTC's time over the embedded image's (at least).
+pub const TARGET_EMBEDDED_VS_COLD: f64 = 30_000.0;
+/// Time to all kernels in hand from an image file or the disk tier, ms (at most).
+pub const TARGET_FILE_MS: f64 = 1.0;
+/// A repeated `KernelLibrary::get`, spec to artifact in hand, µs (at most).
+pub const TARGET_LIBRARY_CALL_US: f64 = 0.2;
+/// Earlier target: cold over warm, time to all kernels in hand (at least).
 pub const TARGET_VS_COLD: f64 = 1000.0;
-/// Per hit against the directory cache.
+/// Earlier target: per hit against the directory cache (at least).
 pub const TARGET_HIT_VS_DIR: f64 = 50.0;
-/// Resident growth after touching 1% of the image, as a fraction of its size.
+/// Resident growth after touching 1% of the image, as a fraction of its size (at most).
 pub const TARGET_RSS_GROWTH: f64 = 0.05;
 
 /// The median of `values` (the mean of the middle two for an even count);
@@ -38,6 +46,8 @@ pub struct ModeSummary {
     pub mode: Mode,
     /// What it is.
     pub description: &'static str,
+    /// Whether its children ran in a stripped (production) environment.
+    pub stripped: bool,
     /// Fresh processes measured.
     pub runs: usize,
     /// Kernels in hand per run.
@@ -46,6 +56,9 @@ pub struct ModeSummary {
     pub bytes: u64,
     /// Median time from `main` to all kernels in hand, ms.
     pub total_ms: f64,
+    /// Median time from `main` to the measurement (the bench's argument
+    /// parsing, part of the total), ms.
+    pub args_ms: f64,
     /// Median init phase, ms.
     pub init_ms: f64,
     /// Median setup phase (owners and keys), ms.
@@ -62,6 +75,19 @@ pub struct ModeSummary {
     pub per_hit_us: f64,
     /// Median second lookup per kernel (steady state), µs.
     pub repeat_hit_us: f64,
+    /// Median first `KernelLibrary::get` per kernel, after the lookups, µs
+    /// (the real set in a Kiln cache only).
+    pub library_first_us: Option<f64>,
+    /// Median repeated `KernelLibrary::get` per call, spec to artifact in
+    /// hand, µs (the real set in a Kiln cache only).
+    pub library_call_us: Option<f64>,
+    /// Runs whose process had NVRTC mapped at the end.
+    pub nvrtc_loaded_runs: usize,
+    /// Where the first run could have found NVRTC in its environment (warm
+    /// Kiln modes; `None`: nothing found, or not searched).
+    pub nvrtc_found: Option<String>,
+    /// The variables the first run's environment held (stripped modes only).
+    pub env_names: Option<Vec<String>>,
     /// Cold's total over this total.
     pub vs_cold: Option<f64>,
     /// Cold's init + lookups over this mode's init + lookups: the ratio
@@ -87,13 +113,19 @@ pub fn summarize(measurements: &[Measurement]) -> Vec<ModeSummary> {
                 median(&runs.iter().map(|m| field(m)).collect::<Vec<_>>()).unwrap_or(0.0)
             };
             let lookup = med(|m| m.lookup_ns);
+            let per_kernel = |field: fn(&Measurement) -> Option<u64>| {
+                let values: Vec<u64> = runs.iter().filter_map(|m| field(m)).collect();
+                median(&values).map(|ns| ns / 1e3 / first.kernels.max(1) as f64)
+            };
             Some(ModeSummary {
                 mode,
                 description: mode.describe(),
+                stripped: mode.env() == Env::Stripped,
                 runs: runs.len(),
                 kernels: first.kernels,
                 bytes: first.bytes,
                 total_ms: ms(med(|m| m.total_ns)),
+                args_ms: ms(med(|m| m.args_ns)),
                 init_ms: ms(med(|m| m.init_ns)),
                 setup_ms: ms(med(|m| m.setup_ns)),
                 nvrtc_ms: ms(med(|m| m.nvrtc_ns)),
@@ -106,6 +138,11 @@ pub fn summarize(measurements: &[Measurement]) -> Vec<ModeSummary> {
                 lookup_ms: ms(lookup),
                 per_hit_us: lookup / 1e3 / first.kernels.max(1) as f64,
                 repeat_hit_us: med(|m| m.repeat_ns) / 1e3 / first.kernels.max(1) as f64,
+                library_first_us: per_kernel(|m| m.library_first_ns),
+                library_call_us: per_kernel(|m| m.library_repeat_ns),
+                nvrtc_loaded_runs: runs.iter().filter(|m| m.nvrtc_loaded).count(),
+                nvrtc_found: first.nvrtc_found.clone(),
+                env_names: first.env_names.clone(),
                 vs_cold: None,
                 vs_cold_without_setup: None,
                 vs_dir_cache: None,
@@ -190,11 +227,59 @@ pub struct Machine {
     pub cpu: String,
     /// The GPU used, or "no GPU".
     pub gpu: String,
+    /// The kernel release (`/proc/sys/kernel/osrelease`).
+    pub kernel: String,
+    /// The 1-minute load average, sampled during the time-to-first-kernel runs.
+    pub load_average: LoadAverage,
+}
+
+/// The 1-minute load average (`/proc/loadavg`), sampled during a run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LoadAverage {
+    /// Every sample, in order.
+    pub samples: Vec<f64>,
+    /// The lowest sample.
+    pub min: Option<f64>,
+    /// The median sample.
+    pub median: Option<f64>,
+    /// The highest sample.
+    pub max: Option<f64>,
+}
+
+impl LoadAverage {
+    /// Adds a sample of the 1-minute load average (none where `/proc/loadavg`
+    /// does not read).
+    pub fn sample(&mut self) {
+        let one_minute = std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|text| text.split_whitespace().next()?.parse::<f64>().ok());
+        let Some(value) = one_minute else {
+            return;
+        };
+        self.samples.push(value);
+        let mut sorted = self.samples.clone();
+        sorted.sort_by(f64::total_cmp);
+        self.min = sorted.first().copied();
+        self.max = sorted.last().copied();
+        self.median = sorted.get(sorted.len() / 2).copied();
+    }
+
+    /// `median 3.2 (2.1–4.5, 12 samples)`, or `not sampled`.
+    pub fn describe(&self) -> String {
+        match (self.min, self.median, self.max) {
+            (Some(min), Some(median), Some(max)) => format!(
+                "load average (1 min) median {median:.2}, {min:.2}–{max:.2} over {} samples",
+                self.samples.len()
+            ),
+            _ => "load average not sampled".to_owned(),
+        }
+    }
 }
 
 impl Machine {
-    /// This machine (`gpu` as found by the GPU mode, if it ran).
-    pub fn detect(gpu: Option<String>) -> Machine {
+    /// This machine (`gpu` as found by the GPU mode, if it ran), with the
+    /// load average sampled during the run.
+    pub fn detect(gpu: Option<String>, load_average: LoadAverage) -> Machine {
         let cpu = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
             .and_then(|info| {
@@ -208,6 +293,9 @@ impl Machine {
             nproc: std::thread::available_parallelism().map_or(1, |n| n.get()),
             cpu,
             gpu: gpu.unwrap_or_else(|| "no GPU".to_owned()),
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .map_or_else(|_| "unknown".to_owned(), |r| r.trim().to_owned()),
+            load_average,
         }
     }
 }
@@ -217,12 +305,40 @@ impl Machine {
 pub struct TargetCheck {
     /// What is compared.
     pub what: String,
+    /// `≤` or `≥`.
+    pub rule: &'static str,
     /// The target.
     pub target: f64,
+    /// The unit of the target and the measured value (`ms`, `µs`, `×`...).
+    pub unit: &'static str,
     /// The measured value (None when a mode it needs did not run).
     pub measured: Option<f64>,
     /// Whether the measured value meets the target.
     pub met: Option<bool>,
+}
+
+impl TargetCheck {
+    fn at_most(what: String, target: f64, unit: &'static str, measured: Option<f64>) -> Self {
+        TargetCheck {
+            what,
+            rule: "≤",
+            target,
+            unit,
+            measured,
+            met: measured.map(|m| m <= target),
+        }
+    }
+
+    fn at_least(what: String, target: f64, unit: &'static str, measured: Option<f64>) -> Self {
+        TargetCheck {
+            what,
+            rule: "≥",
+            target,
+            unit,
+            measured,
+            met: measured.map(|m| m >= target),
+        }
+    }
 }
 
 /// Everything one bench run found.
@@ -249,65 +365,91 @@ pub struct Report {
 }
 
 impl Report {
-    /// Checks the targets against the summaries.
+    /// Checks the targets against the summaries: the deployment targets
+    /// (time to all kernels in hand, the repeated library call), in the
+    /// developer's and the stripped environment, then the earlier ones.
     pub fn check_targets(modes: &[ModeSummary], rss: &[RssMeasurement]) -> Vec<TargetCheck> {
         let get = |mode| modes.iter().find(|s| s.mode == mode);
-        let check = |what: String, target: f64, measured: Option<f64>, higher_is_better: bool| {
-            TargetCheck {
-                what,
-                target,
-                measured,
-                met: measured.map(|m| {
-                    if higher_is_better {
-                        m >= target
-                    } else {
-                        m <= target
-                    }
-                }),
-            }
-        };
         let mut checks = Vec::new();
-        for mode in [Mode::KilnEmbedded, Mode::KilnFile] {
-            checks.push(check(
-                format!("{}: time to all kernels in hand, cold / warm", mode.name()),
-                TARGET_VS_COLD,
+        for mode in [Mode::KilnEmbedded, Mode::KilnEmbeddedStripped] {
+            checks.push(TargetCheck::at_most(
+                format!("{}: main → all kernels in hand", mode.name()),
+                TARGET_EMBEDDED_MS,
+                " ms",
+                get(mode).map(|s| s.total_ms),
+            ));
+            checks.push(TargetCheck::at_least(
+                format!(
+                    "{}: cold NVRTC / this, main → all kernels in hand",
+                    mode.name()
+                ),
+                TARGET_EMBEDDED_VS_COLD,
+                "×",
                 get(mode).and_then(|s| s.vs_cold),
-                true,
             ));
-            checks.push(check(
+        }
+        for mode in [
+            Mode::KilnFile,
+            Mode::KilnDisk,
+            Mode::KilnFileStripped,
+            Mode::KilnDiskStripped,
+        ] {
+            checks.push(TargetCheck::at_most(
+                format!("{}: main → all kernels in hand", mode.name()),
+                TARGET_FILE_MS,
+                " ms",
+                get(mode).map(|s| s.total_ms),
+            ));
+        }
+        for s in modes.iter().filter(|s| s.library_call_us.is_some()) {
+            checks.push(TargetCheck::at_most(
                 format!(
-                    "{}: the same without the setup every mode pays (init + lookups only)",
+                    "{}: repeated KernelLibrary::get, spec → artifact in hand",
+                    s.mode.name()
+                ),
+                TARGET_LIBRARY_CALL_US,
+                " µs",
+                s.library_call_us,
+            ));
+        }
+        for mode in [Mode::KilnEmbedded, Mode::KilnFile] {
+            checks.push(TargetCheck::at_least(
+                format!(
+                    "{} (earlier target): cold / this, main → all kernels in hand",
                     mode.name()
                 ),
                 TARGET_VS_COLD,
-                get(mode).and_then(|s| s.vs_cold_without_setup),
-                true,
+                "×",
+                get(mode).and_then(|s| s.vs_cold),
             ));
-            checks.push(check(
+            checks.push(TargetCheck::at_least(
                 format!(
-                    "{}: first hit in a fresh process, dir-cache / kiln",
+                    "{} (earlier target): first hit in a fresh process, dir-cache / this",
                     mode.name()
                 ),
                 TARGET_HIT_VS_DIR,
+                "×",
                 get(mode).and_then(|s| s.hit_vs_dir_cache),
-                true,
             ));
-            checks.push(check(
-                format!("{}: repeat hit, dir-cache / kiln", mode.name()),
+            checks.push(TargetCheck::at_least(
+                format!(
+                    "{} (earlier target): repeat hit, dir-cache / this",
+                    mode.name()
+                ),
                 TARGET_HIT_VS_DIR,
+                "×",
                 get(mode).and_then(|s| s.repeat_vs_dir_cache),
-                true,
             ));
         }
         for kiln in rss.iter().filter(|r| r.format == Format::Kiln) {
-            checks.push(check(
+            checks.push(TargetCheck::at_most(
                 format!(
-                    "kiln-file, page cache {}: VmRSS growth after touching 1%, fraction of image",
+                    "kiln-file, page cache {}: VmRSS growth after touching 1%, fraction of the image",
                     kiln.page_cache.name()
                 ),
                 TARGET_RSS_GROWTH,
+                "",
                 Some(kiln.growth_fraction()),
-                false,
             ));
         }
         checks
@@ -333,23 +475,54 @@ impl Report {
             self.workload,
             self.modes.first().map_or(0, |s| s.kernels)
         );
+        let opt =
+            |v: Option<f64>, digits: usize| v.map_or("-".to_owned(), |v| format!("{v:.digits$}"));
         let _ = writeln!(
             out,
-            "| mode | runs | total ms | init ms | setup ms | lookups ms | first hit µs | repeat hit µs | vs cold | vs cold, setup excluded | vs dir-cache | first hit vs dir-cache | repeat hit vs dir-cache |"
+            "| mode | env | runs | total ms | args ms | init ms | setup ms | lookups ms | first hit µs | repeat hit µs | library first call µs | library repeated call µs | NVRTC loaded | NVRTC reachable |"
         );
-        let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+        let _ = writeln!(
+            out,
+            "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|"
+        );
         for s in &self.modes {
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {:.3} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {:.3} | {} | {} | {} | {} |",
                 s.mode.name(),
+                if s.stripped { "stripped" } else { "developer" },
                 s.runs,
                 s.total_ms,
+                s.args_ms,
                 s.init_ms,
                 s.setup_ms,
                 s.lookup_ms,
                 s.per_hit_us,
                 s.repeat_hit_us,
+                opt(s.library_first_us, 2),
+                opt(s.library_call_us, 3),
+                match s.nvrtc_loaded_runs {
+                    0 => "no".to_owned(),
+                    n if n == s.runs => "yes".to_owned(),
+                    n => format!("{n} of {} runs", s.runs),
+                },
+                match (&s.nvrtc_found, s.mode.is_warm() && s.mode.is_kiln()) {
+                    (Some(_), true) => "yes",
+                    (None, true) => "no",
+                    (_, false) => "-",
+                },
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\n| mode | vs cold | vs cold, setup excluded | vs dir-cache | first hit vs dir-cache | repeat hit vs dir-cache |"
+        );
+        let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|");
+        for s in &self.modes {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} |",
+                s.mode.name(),
                 ratio(s.vs_cold),
                 ratio(s.vs_cold_without_setup),
                 ratio(s.vs_dir_cache),
@@ -357,10 +530,22 @@ impl Report {
                 ratio(s.repeat_vs_dir_cache),
             );
         }
+        let found: Vec<String> = self
+            .modes
+            .iter()
+            .filter_map(|s| Some(format!("{}: {}", s.mode.name(), s.nvrtc_found.as_ref()?)))
+            .collect();
+        if !found.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nNVRTC reachable (not loaded) from: {}",
+                found.join("; ")
+            );
+        }
         if let Some(s) = self.modes.iter().find(|s| s.mode.is_warm()) {
             let _ = writeln!(
                 out,
-                "\nsetup (same code in every mode), {}: Compiler::new (NVRTC version) {:.3} ms, CCCL fingerprint {:.3} ms, keys {:.3} ms",
+                "\nsetup (same code in every mode), {}: NVRTC release (from the build record for the real set) {:.3} ms, CCCL digest {:.3} ms, owners and keys {:.3} ms",
                 s.mode.name(),
                 s.nvrtc_ms,
                 s.headers_ms,
@@ -428,15 +613,46 @@ impl Report {
                 Some(false) => "NOT met",
                 None => "not measured",
             };
-            let measured = t.measured.map_or("-".to_owned(), |m| format!("{m:.3}"));
+            let unit = t.unit;
+            let measured = t
+                .measured
+                .map_or("-".to_owned(), |m| format!("{}{unit}", significant(m)));
             let _ = writeln!(
                 out,
-                "- {}: target {}, measured {measured}: {verdict}",
-                t.what, t.target
+                "- {}: target {} {}{unit}, measured {measured}: {verdict}",
+                t.what,
+                t.rule,
+                significant(t.target)
             );
         }
         out
     }
+}
+
+/// `v` with three significant digits, without an exponent (`0.249`,
+/// `41.2`, `39,871`).
+fn significant(v: f64) -> String {
+    if !v.is_finite() {
+        return v.to_string();
+    }
+    let magnitude = v.abs().max(f64::MIN_POSITIVE).log10().floor() as i32;
+    if magnitude >= 3 {
+        let whole = format!("{:.0}", v.abs());
+        let mut grouped = String::new();
+        for (i, c) in whole.chars().enumerate() {
+            if i > 0 && (whole.len() - i) % 3 == 0 {
+                grouped.push(',');
+            }
+            grouped.push(c);
+        }
+        return if v < 0.0 {
+            format!("-{grouped}")
+        } else {
+            grouped
+        };
+    }
+    let digits = usize::try_from(2 - magnitude).unwrap_or(0);
+    format!("{v:.digits$}")
 }
 
 #[cfg(test)]
@@ -457,6 +673,7 @@ mod tests {
             kernels: 10,
             compiles: 0,
             bytes: 100,
+            args_ns: 0,
             init_ns: 0,
             setup_ns: 0,
             nvrtc_ns: 0,
@@ -464,6 +681,11 @@ mod tests {
             lookup_ns,
             total_ns,
             repeat_ns,
+            library_first_ns: None,
+            library_repeat_ns: Some(lookup_ns / 100),
+            nvrtc_loaded: false,
+            nvrtc_found: None,
+            env_names: None,
         }
     }
 
@@ -486,5 +708,53 @@ mod tests {
         assert_eq!(kiln.per_hit_us, 0.1);
         assert_eq!(kiln.repeat_hit_us, 0.01);
         assert_eq!(kiln.repeat_vs_dir_cache, Some(100.0));
+        assert_eq!(kiln.library_first_us, None);
+        assert_eq!(kiln.library_call_us, Some(0.001)); // 10 ns a round of 10
+    }
+
+    #[test]
+    fn targets_say_met_by_the_rule() {
+        let summaries = summarize(&[
+            run(Mode::Cold, 10_000_000_000, 9_000_000_000),
+            run(Mode::KilnEmbedded, 250_000, 5_000),
+            run(Mode::KilnEmbeddedStripped, 400_000, 5_000),
+        ]);
+        let checks = Report::check_targets(&summaries, &[]);
+        let verdict = |what: &str| {
+            checks
+                .iter()
+                .find(|c| c.what == what)
+                .map(|c| (c.measured, c.met))
+        };
+        assert_eq!(
+            verdict("kiln-embedded: main → all kernels in hand"),
+            Some((Some(0.25), Some(true)))
+        );
+        assert_eq!(
+            verdict("kiln-embedded-stripped: main → all kernels in hand"),
+            Some((Some(0.4), Some(false)))
+        );
+        assert_eq!(
+            verdict("kiln-embedded: cold NVRTC / this, main → all kernels in hand"),
+            Some((Some(40_000.0), Some(true)))
+        );
+        assert_eq!(
+            verdict("kiln-embedded-stripped: cold NVRTC / this, main → all kernels in hand"),
+            Some((Some(25_000.0), Some(false)))
+        );
+        // Not run: not measured, neither met nor missed.
+        assert_eq!(
+            verdict("kiln-file: main → all kernels in hand"),
+            Some((None, None))
+        );
+    }
+
+    #[test]
+    fn significant_digits_read_plainly() {
+        assert_eq!(significant(0.2491), "0.249");
+        assert_eq!(significant(41.23), "41.2");
+        assert_eq!(significant(39_871.4), "39,871");
+        assert_eq!(significant(1_234_567.0), "1,234,567");
+        assert_eq!(significant(0.05), "0.0500");
     }
 }

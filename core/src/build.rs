@@ -196,7 +196,9 @@ impl<'out> Precompile<'out> {
         let meta = self.meta();
         let target = self.target.clone().or_else(Target::from_env);
         let started = Instant::now();
-        let cache = Cache::new();
+        // No memory cap: every entry the block compiles must reach the
+        // image (the snapshot would pin them anyway).
+        let cache = Cache::with_config(crate::CacheConfig::default().memory_max_bytes(None));
         let snapshot = cache.snapshot();
         let mut session = Session {
             cache: &cache,

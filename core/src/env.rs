@@ -5,8 +5,9 @@
 //! | `KILN_DISABLE=1` | merge no image at init: every kernel is compiled (or found in another tier) |
 //! | `KILN_ALWAYS_COMPILE=1` | skip every cached tier (memory, images, extra tiers) and compile; results are still recorded |
 //! | `KILN_IMAGE_PATH=dir1:dir2` | also memory-map and merge every `*.kimg` file in these directories |
-//! | `KILN_LOG=info` | in a program with no `tracing` subscriber, kiln prints the init's report on stderr itself: `warn` or `error` only images skipped and entries stale or rejected, any other value also every image merged and the tiers added, `off` nothing; a program with a subscriber gets kiln's `tracing` events there instead (the `kiln` tool's subscriber takes `KILN_LOG` as its filter) |
+//! | `KILN_LOG=info` | in a program with no `tracing` subscriber, kiln prints the init's report on stderr itself: `warn` or `error` only images skipped and entries stale or rejected, any other value also every image merged and the tiers added, and at exit the global cache's [`Stats`](crate::Stats) on one line (`warn`: only failed or dropped stores), `off` nothing; a program with a subscriber gets kiln's `tracing` events there instead (the `kiln` tool's subscriber takes `KILN_LOG` as its filter) |
 //! | `KILN_RECORD=path` | append one record per distinct entry the process gets from the global cache (and where from: image, disk, remote, compiled) to `path`, for `kiln bake` and `kiln report` (see [`crate::record`]) |
+//! | `KILN_MEMORY_MAX_BYTES=size` | the cap on the payload bytes the global cache holds in memory (bytes, or with a `K`, `M`, `G` or `T` suffix; default `1G`; `off` for no cap): past it, least recently used entries are evicted and come back from the disk tier (borrowed from its mapping), another tier or a compile (see [`CacheConfig::memory_max_bytes`](crate::CacheConfig::memory_max_bytes)) |
 //! | `KILN_CACHE=0`, `KILN_CACHE_DIR`, `KILN_CACHE_MAX_BYTES`, `KILN_CACHE_TRUST_DIR` | the disk tier of the global cache: off, where, how large, whether to use a directory others may write to (see [`crate::disk::config`]) |
 //!
 //! A boolean switch is off when unset, empty, `0`, `false`, `no` or `off`
@@ -27,6 +28,9 @@ pub const IMAGE_PATH: &str = "KILN_IMAGE_PATH";
 /// `KILN_LOG`: what of the init's report kiln prints on stderr in a program
 /// with no `tracing` subscriber (`warn`, `info`...).
 pub const LOG: &str = "KILN_LOG";
+/// `KILN_MEMORY_MAX_BYTES`: the cap on the payload bytes the global cache
+/// holds in memory (`off`: none).
+pub const MEMORY_MAX_BYTES: &str = "KILN_MEMORY_MAX_BYTES";
 
 /// `KILN_RECORD`: the record file that the global cache appends what it
 /// returns to.
@@ -42,12 +46,13 @@ pub const RECORD: &str = "KILN_RECORD";
 /// switches (a backend's, such as `kiln-cuda`'s `KILN_STRICT_TOOLCHAIN`) are
 /// registered instead ([`RunTimeSwitch`](crate::registry::RunTimeSwitch));
 /// [`is_run_time`] asks both.
-pub const RUN_TIME: [&str; 11] = [
+pub const RUN_TIME: [&str; 12] = [
     DISABLE,
     ALWAYS_COMPILE,
     IMAGE_PATH,
     LOG,
     RECORD,
+    MEMORY_MAX_BYTES,
     crate::disk::config::CACHE,
     crate::disk::config::CACHE_DIR,
     crate::disk::config::CACHE_MAX_BYTES,
@@ -57,7 +62,7 @@ pub const RUN_TIME: [&str; 11] = [
 ];
 
 /// The switches in force, as read from the environment.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Switches {
     /// `KILN_DISABLE`: merge no image.
@@ -71,6 +76,24 @@ pub struct Switches {
     pub log: Option<String>,
     /// `KILN_RECORD`: the record file, when set and not empty.
     pub record: Option<PathBuf>,
+    /// `KILN_MEMORY_MAX_BYTES`: the global cache's memory cap (`None`: no
+    /// cap); by default [`DEFAULT_MEMORY_MAX_BYTES`](crate::cache::DEFAULT_MEMORY_MAX_BYTES).
+    /// An unreadable value keeps the default, with one warning.
+    pub memory_max_bytes: Option<u64>,
+}
+
+/// Nothing set: every switch off, the default memory cap.
+impl Default for Switches {
+    fn default() -> Switches {
+        Switches {
+            disable: false,
+            always_compile: false,
+            image_path: Vec::new(),
+            log: None,
+            record: None,
+            memory_max_bytes: Some(crate::cache::DEFAULT_MEMORY_MAX_BYTES),
+        }
+    }
 }
 
 impl Switches {
@@ -101,6 +124,39 @@ impl Switches {
             image_path,
             log,
             record,
+            memory_max_bytes: memory_cap(lookup(MEMORY_MAX_BYTES)),
+        }
+    }
+}
+
+/// The memory cap a `KILN_MEMORY_MAX_BYTES` value asks for: a size, or
+/// `off`/`none`/`unlimited` for none; unset or unreadable (one warning):
+/// the default.
+fn memory_cap(value: Option<OsString>) -> Option<u64> {
+    let default = Some(crate::cache::DEFAULT_MEMORY_MAX_BYTES);
+    let Some(value) = value else {
+        return default;
+    };
+    let value = value.to_string_lossy();
+    let trimmed = value.trim();
+    if trimmed.is_empty() {
+        return default;
+    }
+    if ["off", "none", "unlimited"]
+        .iter()
+        .any(|off| trimmed.eq_ignore_ascii_case(off))
+    {
+        return None;
+    }
+    match crate::disk::config::parse_size(trimmed) {
+        Some(bytes) => Some(bytes),
+        None => {
+            tracing::warn!(
+                variable = MEMORY_MAX_BYTES,
+                value = %value,
+                "not a size (bytes, or a number with K, M, G or T; or off): the default memory cap of 1 GiB is used"
+            );
+            default
         }
     }
 }
@@ -171,6 +227,23 @@ mod tests {
         );
         assert_eq!(switches(&[(RECORD, "")]).record, None);
         assert!(RUN_TIME.contains(&RECORD));
+    }
+
+    #[test]
+    fn memory_cap_takes_sizes_and_off() {
+        let cap = |value: &str| switches(&[(MEMORY_MAX_BYTES, value)]).memory_max_bytes;
+        let default = Some(crate::cache::DEFAULT_MEMORY_MAX_BYTES);
+        assert_eq!(switches(&[]).memory_max_bytes, default);
+        assert_eq!(cap("4M"), Some(4 << 20));
+        assert_eq!(cap(" 512k "), Some(512 << 10));
+        assert_eq!(cap("123"), Some(123));
+        assert_eq!(cap("2G"), Some(2 << 30));
+        for off in ["off", "NONE", "unlimited"] {
+            assert_eq!(cap(off), None, "{off}");
+        }
+        for unusable in ["", "lots", "1.5G", "-3"] {
+            assert_eq!(cap(unusable), default, "{unusable:?}");
+        }
     }
 
     #[test]

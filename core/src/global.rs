@@ -58,9 +58,16 @@ pub fn global() -> &'static Cache {
 /// still serves what it holds, and the first failed write gives one warning
 /// and ends writing for the process.
 ///
+/// The global cache holds at most `KILN_MEMORY_MAX_BYTES` of payloads in
+/// memory (default 1 GiB; see
+/// [`CacheConfig::memory_max_bytes`](crate::CacheConfig::memory_max_bytes)),
+/// and stores new compiles into its tiers on a background writer, which a
+/// normal exit drains (see [`flush`]).
+///
 /// The init reports through `tracing`. In a program that installed no
 /// `tracing` subscriber, `KILN_LOG` makes it print its report on stderr
-/// itself (see [`env`](crate::env)).
+/// itself (see [`env`](crate::env)), and the cache's [`Stats`](crate::Stats)
+/// at exit (`info` and more verbose filters).
 ///
 /// ```
 /// let report = kiln_core::init();
@@ -131,6 +138,7 @@ impl Global {
         if let Some(detail) = log {
             stderr_report::init(detail, &report);
         }
+        crate::exit::at_exit(at_exit);
         Global {
             cache,
             report,
@@ -166,7 +174,43 @@ impl Global {
 
 /// The global cache's configuration under `switches`.
 fn new_cache(switches: &Switches) -> Cache {
-    Cache::with_config(CacheConfig::default().always_compile(switches.always_compile))
+    Cache::with_config(
+        CacheConfig::default()
+            .always_compile(switches.always_compile)
+            .memory_max_bytes(switches.memory_max_bytes),
+    )
+}
+
+/// Waits until every tier store the global cache has queued (see
+/// [`Cache::flush`]) has run; does nothing if the global cache was never
+/// used. A normal exit does it too.
+pub fn flush() {
+    if let Some(state) = GLOBAL.get() {
+        state.cache.flush();
+    }
+}
+
+/// At exit, after the exit hook has run the queued stores: with `KILN_LOG`
+/// asking for `info` and no `tracing` subscriber, the cache's figures on
+/// stderr (`warn`: only failed or dropped stores); with a subscriber, an
+/// `info` event.
+fn at_exit() {
+    let Some(state) = GLOBAL.get() else {
+        return;
+    };
+    let stats = state.cache.stats();
+    match state.log {
+        Some(stderr_report::Detail::Everything) => eprintln!("kiln: at exit: {stats}"),
+        Some(stderr_report::Detail::Problems) => {
+            if stats.store_failures > 0 || stats.stores_dropped > 0 {
+                eprintln!(
+                    "kiln: at exit: {} cache stores failed, {} dropped (queue full)",
+                    stats.store_failures, stats.stores_dropped
+                );
+            }
+        }
+        None => tracing::info!(%stats, "kiln cache at exit"),
+    }
 }
 
 /// `KILN_RECORD`: records what `cache` returns into `path`; a file that
@@ -191,7 +235,9 @@ fn record_into(cache: &Cache, path: &std::path::Path) {
 ///    and no disk tier;
 /// 2. the tier of every [`TierFactory`](crate::TierFactory) linked into the
 ///    program that its variables turn on (in the order of their names),
-///    each given the disk tier to write its hits through to.
+///    each given the disk tier to write its hits through to, as a handle
+///    whose stores run on `cache`'s background writer
+///    ([`Cache::background`]).
 ///
 /// No I/O: each tier opens its directory or connection on first use. A
 /// program with a cache of its own, or a benchmark, gets the global cache's
@@ -215,7 +261,7 @@ pub fn add_tiers(cache: &Cache, lookup: impl Fn(&str) -> Option<OsString>) -> Ve
         cache.add_tier(Box::new(Arc::clone(&disk)));
         disk
     });
-    let setup = TierSetup::new(&lookup, disk);
+    let setup = TierSetup::new(&lookup, disk.map(|disk| cache.background(disk)));
     for factory in registry::tier_factories() {
         if let Some(tier) = factory.build(&setup) {
             names.push(tier.name().to_owned());
@@ -776,6 +822,8 @@ mod tests {
         assert!(!dir.exists(), "building the cache touched the disk");
         assert_eq!(get_or_compile(&first, "x"), (Source::Memory, true));
         assert!(dir.exists());
+        // The store runs on the background writer: wait for it.
+        first.flush();
 
         // A new process with the same directory: a hit from the disk tier.
         let second = cache_with_disk(&[("KILN_CACHE_DIR", &dir)]);

@@ -61,6 +61,7 @@ pub mod cache;
 pub mod disk;
 pub mod env;
 pub mod error;
+mod exit;
 mod global;
 pub mod key;
 pub mod owner;
@@ -76,7 +77,7 @@ pub use cache::{
 };
 pub use error::{BoxError, Error};
 pub use global::{
-    ImageOutcome, ImageReport, InitReport, add_tiers, global, init, init_with, load_images,
+    ImageOutcome, ImageReport, InitReport, add_tiers, flush, global, init, init_with, load_images,
 };
 pub use key::{Key, KeyBuilder};
 pub use kiln_image::{Artifact, ArtifactKind, Dep, Digest};

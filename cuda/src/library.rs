@@ -141,8 +141,13 @@ pub struct Served<'c> {
 }
 
 impl<'c> Served<'c> {
-    /// The cache entry.
-    pub fn hit(&self) -> Hit<'c> {
+    /// The cache entry (its payloads are borrowed from it: see [`Hit`]).
+    pub fn hit(&self) -> &Hit<'c> {
+        &self.hit
+    }
+
+    /// The cache entry, taken out of the served kernel.
+    pub fn into_hit(self) -> Hit<'c> {
         self.hit
     }
 

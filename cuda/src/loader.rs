@@ -256,7 +256,7 @@ impl ModuleCache {
         ctx: &Arc<CudaContext>,
         served: &Served<'_>,
     ) -> Result<LoadedModule, Error> {
-        self.load(ctx, served.request(), &served.hit())
+        self.load(ctx, served.request(), served.hit())
     }
 
     /// Shorthand: the function of `name_expression` in `hit` on `ctx`.

@@ -131,6 +131,12 @@ impl RemoteTier {
     /// Writes every remote hit through to `local` (e.g. the disk cache,
     /// shared with the [`Cache`](kiln_core::Cache) as an `Arc`), for this handle
     /// and its clones. Only the first call has an effect.
+    ///
+    /// The write-through runs inside the load, on the caller's thread,
+    /// unless `local` queues its stores: give it a handle from
+    /// [`Cache::background`](kiln_core::Cache::background) (as
+    /// [`kiln_core::add_tiers`] does) to have the cache's background
+    /// writer store the hit after the caller has it.
     pub fn write_through(self, local: Arc<dyn Tier>) -> RemoteTier {
         if self.shared.local.set(local).is_err() {
             tracing::debug!("remote tier already writes through to a local tier; kept it");

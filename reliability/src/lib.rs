@@ -4,8 +4,9 @@
 //! changes code changes the lookup, through compile, image, merge and
 //! lookup), the corruption matrix (corrupted images and disk-cache segments
 //! never panic a reader and never serve garbage), the crash suite (writers
-//! killed with SIGKILL leave only whole images and lose no committed entry)
-//! and multi-process load. Each prints its figures as a Markdown table;
+//! killed with SIGKILL leave only whole images and lose no committed entry),
+//! multi-process load, and the soak test (`kiln-soak`: a service's load on
+//! the global cache under small memory and disk caps, every answer checked). Each prints its figures as a Markdown table;
 //! `RELIABILITY.md` at the repository root quotes them with the command
 //! that reproduces each.
 //!
@@ -37,6 +38,7 @@ mod error;
 pub mod fixture;
 pub mod kernels;
 pub mod mutation;
+pub mod soak;
 pub mod table;
 
 pub use error::Error;

@@ -4,9 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
-use kiln_image::EntryData;
-
 use super::Cache;
+use super::background::{Job, JobEntry};
 use super::hit::Hit;
 use super::instance::{Artifacts, Compiled, Origin};
 use super::lookup::Parts;
@@ -27,7 +26,9 @@ impl Cache {
     /// once (single flight) and all get its result; if it fails, every one of
     /// them gets the error and nothing is cached, so a later call compiles
     /// again. A successful result is recorded (see [`Cache::insert`]) and
-    /// stored into every tier unless it is session-dependent.
+    /// returned at once; unless it is session-dependent it is then stored
+    /// into every tier by the cache's background writer (see
+    /// [`Cache::flush`]), not on the caller's thread.
     ///
     /// With [`CacheConfig::always_compile`](crate::CacheConfig::always_compile)
     /// the lookups are skipped and `compile` always runs (still once for
@@ -95,10 +96,20 @@ impl Cache {
                 Join::Follower(flight) => {
                     bump(&self.counters.compile_waits);
                     match flight.wait() {
-                        Outcome::Succeeded => {
-                            // The leader's result is in the cache (unless a
-                            // redefinition closed it meanwhile: then go again).
-                            if let Some(hit) = self.find(self.world().0, &digest, key) {
+                        Outcome::Succeeded(served) => {
+                            // The leader's result (unless a redefinition
+                            // closed it meanwhile: then go again). Handed
+                            // over with its payloads: it may have been
+                            // evicted since.
+                            let world = self.world().0;
+                            if let Some((index, body)) = served
+                                && let Some(instance) = self.store.get(index)
+                                && instance.is_valid_in(world)
+                            {
+                                instance.touch(self.memory.now());
+                                return Ok(self.note_found(Hit::memory(index, instance, body)));
+                            }
+                            if let Some(hit) = self.find(world, &digest, key) {
                                 return Ok(self.note_found(hit));
                             }
                         }
@@ -117,11 +128,11 @@ impl Cache {
         };
         // A flight that ended just before this one started may have cached it.
         if cached && let Some(hit) = self.find(self.world().0, &digest, key) {
-            leader.end(Outcome::Succeeded);
+            leader.end(Outcome::Succeeded(served(&hit)));
             return Ok(self.note_found(hit));
         }
         if cached && let Some(hit) = self.load_from_tiers(owner, key) {
-            leader.end(Outcome::Succeeded);
+            leader.end(Outcome::Succeeded(served(&hit)));
             return Ok(hit);
         }
         let started = Instant::now();
@@ -133,9 +144,9 @@ impl Cache {
                 self.note_acquired(owner, key, &compiled.name, Acquired::Compiled(took));
                 let store = !compiled.session_dependent && self.tiers.count() > 0;
                 let hit = self.record(owner, key, compiled, Origin::Compiled, cached);
-                leader.end(Outcome::Succeeded);
-                if store && let Some(data) = hit.to_entry_data() {
-                    self.store_in_tiers(owner, &data);
+                leader.end(Outcome::Succeeded(served(&hit)));
+                if store {
+                    self.store_in_background(owner, &hit);
                 }
                 Ok(hit)
             }
@@ -180,12 +191,24 @@ impl Cache {
         None
     }
 
-    fn store_in_tiers(&self, owner: &Owner, entry: &EntryData) {
-        for (_, tier) in self.tiers.iter() {
-            if let Err(error) = tier.store(owner, entry) {
-                tracing::warn!(tier = tier.name(), name = entry.name, %error, "cache tier failed to store; ignored");
-            }
-        }
+    /// Queues the store of a freshly recorded entry into every tier (an
+    /// image-backed hit, already in an image, is not stored).
+    fn store_in_background(&self, owner: &Owner, hit: &Hit<'_>) {
+        let Some((_, instance, body)) = hit.resident() else {
+            return;
+        };
+        self.queue.push(Job {
+            owner: owner.clone(),
+            entry: JobEntry::Body {
+                meta: instance.meta(),
+                body: Arc::clone(body),
+            },
+            tiers: self
+                .tiers
+                .iter()
+                .map(|(_, tier)| Arc::clone(tier))
+                .collect(),
+        });
     }
 
     fn deps_current(&self, deps: &[crate::Dep]) -> bool {
@@ -242,6 +265,12 @@ fn parts_of(found: TierEntry, corrupt: &Arc<AtomicU64>) -> Result<(Digest, Diges
             (owner, key, parts)
         }
     })
+}
+
+/// What a flight hands its followers: a memory hit's index and payloads.
+fn served(hit: &Hit<'_>) -> Option<(usize, Arc<super::instance::Body>)> {
+    let (index, _, body) = hit.resident()?;
+    Some((index, Arc::clone(body)))
 }
 
 fn compile_error(owner: &Owner, key: &Key, source: CompileFailure) -> Error {

@@ -17,7 +17,7 @@ use crate::Digest;
 /// );
 /// # drop(cache);
 /// ```
-#[derive(Clone, Default)]
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct CacheConfig {
     /// Skip every cached tier (memory, images, extra tiers) in
@@ -28,9 +28,38 @@ pub struct CacheConfig {
     /// Entries of a refused owner are counted as foreign at merge and never
     /// served.
     pub owner_filter: Option<OwnerFilter>,
+    /// The cap on the payload bytes the cache's in-memory entries hold
+    /// (compiled in this process, fetched from a tier, or borrowed from a
+    /// tier's mapped segment); `None`: no cap. Past it, the least recently
+    /// used entries are evicted and come back, when asked for again, from
+    /// the disk tier (borrowed from its mapping), another tier, or a
+    /// compile. Entries of merged images are not counted. Entries recorded
+    /// after a live [`Snapshot`](crate::Snapshot) are never evicted. Default
+    /// [`DEFAULT_MEMORY_MAX_BYTES`] (1 GiB); the global cache reads
+    /// `KILN_MEMORY_MAX_BYTES`.
+    pub memory_max_bytes: Option<u64>,
+}
+
+/// The default [`CacheConfig::memory_max_bytes`]: 1 GiB.
+pub const DEFAULT_MEMORY_MAX_BYTES: u64 = 1 << 30;
+
+impl Default for CacheConfig {
+    fn default() -> CacheConfig {
+        CacheConfig {
+            always_compile: false,
+            owner_filter: None,
+            memory_max_bytes: Some(DEFAULT_MEMORY_MAX_BYTES),
+        }
+    }
 }
 
 impl CacheConfig {
+    /// Sets [`CacheConfig::memory_max_bytes`] (`None`: no cap).
+    pub fn memory_max_bytes(mut self, cap: Option<u64>) -> CacheConfig {
+        self.memory_max_bytes = cap;
+        self
+    }
+
     /// Sets [`CacheConfig::always_compile`].
     pub fn always_compile(mut self, on: bool) -> CacheConfig {
         self.always_compile = on;
@@ -59,6 +88,7 @@ impl fmt::Debug for CacheConfig {
         f.debug_struct("CacheConfig")
             .field("always_compile", &self.always_compile)
             .field("owner_filter", &self.owner_filter.as_ref().map(|_| "Fn"))
+            .field("memory_max_bytes", &self.memory_max_bytes)
             .finish()
     }
 }

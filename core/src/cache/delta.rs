@@ -2,20 +2,45 @@
 
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::Arc;
 
 use kiln_image::{ImageMeta, ImageWriter};
 
 use super::Cache;
-use super::instance::Instance;
+use super::instance::{Body, Instance};
+use super::memory::Pin;
 use super::store::SlotKey;
 use crate::{Digest, Error, Key, World};
 
 /// A mark in a cache's insertion log: taken in O(1) by
 /// [`Cache::snapshot`], read by [`Cache::delta`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// While a snapshot (or a clone of it) is alive, the cache evicts none of
+/// the entries recorded after it (see
+/// [`CacheConfig::memory_max_bytes`](crate::CacheConfig::memory_max_bytes)),
+/// so its delta holds every one of them: drop it once the delta is written.
+#[derive(Clone)]
 pub struct Snapshot {
     seq: usize,
     world: World,
+    _pin: Arc<Pin>,
+}
+
+impl PartialEq for Snapshot {
+    fn eq(&self, other: &Snapshot) -> bool {
+        (self.seq, self.world) == (other.seq, other.world)
+    }
+}
+
+impl Eq for Snapshot {}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("seq", &self.seq)
+            .field("world", &self.world)
+            .finish()
+    }
 }
 
 impl Snapshot {
@@ -35,7 +60,9 @@ impl Snapshot {
 /// compiles), not session-dependent. Entries merged from images are never
 /// part of a delta. Borrowed from the cache.
 pub struct Delta<'c> {
-    entries: Vec<&'c Instance>,
+    /// Each entry with its payloads (held here, so that the delta stays
+    /// whole even if its snapshot is dropped and the entries evicted).
+    entries: Vec<(&'c Instance, Arc<Body>)>,
 }
 
 impl Cache {
@@ -43,11 +70,16 @@ impl Cache {
     ///
     /// Take it before the precompile block, with no other thread inserting
     /// into this cache: inserts racing with the snapshot may fall on either
-    /// side of it.
+    /// side of it. Entries recorded after it are not evicted while it lives.
     pub fn snapshot(&self) -> Snapshot {
+        // Under the writer lock: no eviction runs between reading the
+        // count and registering the pin.
+        let mut writer = self.writer();
+        let seq = self.store.count();
         Snapshot {
-            seq: self.store.count(),
+            seq,
             world: self.world(),
+            _pin: writer.residency.pin(seq),
         }
     }
 
@@ -58,13 +90,17 @@ impl Cache {
     /// `snapshot` must come from this cache.
     pub fn delta(&self, snapshot: &Snapshot) -> Delta<'_> {
         let end = self.store.count();
-        let mut entries: Vec<&Instance> = (snapshot.seq..end)
+        // Every instance from the snapshot on is resident: the snapshot
+        // pins them (an instance without its payloads could only come from
+        // a snapshot of another cache).
+        let mut entries: Vec<(&Instance, Arc<Body>)> = (snapshot.seq..end)
             .rev()
             .filter_map(|i| self.store.get(i))
             .filter(|i| i.is_unbounded() && !i.session_dependent)
+            .filter_map(|i| Some((i, i.body()?)))
             .collect();
         let mut seen = HashSet::with_capacity(entries.len());
-        entries.retain(|i| seen.insert(SlotKey::new(&i.owner, &i.key)));
+        entries.retain(|(i, _)| seen.insert(SlotKey::new(&i.owner, &i.key)));
         entries.reverse();
         Delta { entries }
     }
@@ -85,14 +121,14 @@ impl<'c> Delta<'c> {
     pub fn entries(&self) -> impl Iterator<Item = (Digest, Key, &'c str)> + '_ {
         self.entries
             .iter()
-            .map(|i| (i.owner, i.key, i.name.as_str()))
+            .map(|(i, _)| (i.owner, i.key, i.name.as_str()))
     }
 
     /// An image writer holding the delta (entries copied, worlds normalised).
     pub fn to_writer(&self, meta: ImageMeta) -> ImageWriter {
         let mut writer = ImageWriter::new(meta);
-        for instance in &self.entries {
-            match instance.to_entry_data() {
+        for (instance, body) in &self.entries {
+            match instance.meta().to_entry_data(body) {
                 Some(data) => writer.push(data),
                 None => tracing::warn!(
                     name = instance.name,

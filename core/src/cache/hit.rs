@@ -1,11 +1,12 @@
 //! [`Hit`]: an entry found in the cache, borrowed from it.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use kiln_image::{ArtifactRef, EntryData, EntryRef};
 
-use super::instance::{Artifacts, Instance, Origin};
+use super::instance::{Artifacts, Body, Instance, Origin};
 use super::layers::Layer;
 use crate::{ArtifactKind, Dep, Digest, Key, World};
 
@@ -34,7 +35,7 @@ impl Source {
 
 /// A valid entry found in (or just added to) a [`Cache`](crate::Cache).
 ///
-/// A hit borrows from the cache: it clones nothing, and artifact bytes are
+/// A hit borrows from the cache and copies no payload: artifact bytes are
 /// borrowed from memory (entries compiled in this process own their bytes) or
 /// from the image (image-backed entries: no copy).
 ///
@@ -47,6 +48,18 @@ impl Source {
 /// 64-byte-aligned addresses; entries compiled in this process or copied
 /// from the remote tier are stored in 64-byte-aligned buffers. A loader may
 /// read the bytes as any type of alignment 64 or less without copying.
+///
+/// # A hit keeps its payloads alive
+///
+/// The cache may evict an in-memory entry to stay under its memory cap
+/// ([`CacheConfig::memory_max_bytes`](crate::CacheConfig::memory_max_bytes)).
+/// A hit on such an entry holds a reference-counted handle on the entry's
+/// payloads (cloned when the hit is made: one atomic increment), so the
+/// bytes it lends stay valid for as long as the hit lives, whatever the
+/// cache evicts meanwhile. That is why payloads are borrowed from the hit
+/// ([`Hit::artifact`], [`Hit::artifacts`]) rather than from the cache: keep
+/// the hit while using its bytes. Names, deps and the owner's label are
+/// never evicted and are borrowed from the cache.
 ///
 /// # Image payloads are checked lazily, per artifact
 ///
@@ -66,57 +79,67 @@ impl Source {
 /// mapped ([`TierEntry::Image`](crate::TierEntry), the disk tier's hits): its
 /// payloads are checked on first access, and one that fails closes the entry
 /// for good (the tier then refuses it too).
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct Hit<'c> {
     inner: Inner<'c>,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum Inner<'c> {
-    Memory(&'c Instance),
+    Memory {
+        index: usize,
+        instance: &'c Instance,
+        body: Arc<Body>,
+    },
     Image {
         layer: &'c Layer,
         entry: EntryRef<'c>,
     },
 }
 
-/// One artifact of a [`Hit`]; its bytes are read (and, for an image-backed
-/// entry, checked) only when [`ArtifactView::bytes`] is called. They start
-/// at a 64-byte-aligned address, whatever the tier (see [`Hit`]).
+/// One artifact of a [`Hit`], borrowed from the hit; its bytes are read
+/// (and, for an image-backed entry, checked) only when
+/// [`ArtifactView::bytes`] is called. They start at a 64-byte-aligned
+/// address, whatever the tier (see [`Hit`]).
 #[derive(Clone)]
-pub struct ArtifactView<'c> {
+pub struct ArtifactView<'h> {
     /// What the bytes are.
     pub kind: ArtifactKind,
     /// Entry-point names.
-    pub entry_points: Vec<&'c str>,
-    payload: Payload<'c>,
+    pub entry_points: Vec<&'h str>,
+    payload: Payload<'h>,
 }
 
 #[derive(Clone, Copy)]
-enum Payload<'c> {
-    Memory(&'c [u8]),
+enum Payload<'h> {
+    Memory(&'h [u8]),
     /// A payload of an in-memory entry borrowed from a tier's image.
     Tier {
-        instance: &'c Instance,
-        artifact: ArtifactRef<'c>,
+        instance: &'h Instance,
+        body: &'h Body,
+        artifact: ArtifactRef<'h>,
     },
     Image {
-        layer: &'c Layer,
-        entry: EntryRef<'c>,
-        artifact: ArtifactRef<'c>,
+        layer: &'h Layer,
+        entry: EntryRef<'h>,
+        artifact: ArtifactRef<'h>,
     },
 }
 
-impl<'c> ArtifactView<'c> {
-    /// The compiled code, borrowed from the cache, at a 64-byte-aligned
+impl<'h> ArtifactView<'h> {
+    /// The compiled code, borrowed from the hit, at a 64-byte-aligned
     /// address ([`PAYLOAD_ALIGN`](crate::cache::PAYLOAD_ALIGN)); `None` if it is an image
     /// payload that fails its checksum (the entry is then excluded and counted
     /// as corrupt; see [`Hit`]). An image payload is checked on its first
     /// access only.
-    pub fn bytes(&self) -> Option<&'c [u8]> {
+    pub fn bytes(&self) -> Option<&'h [u8]> {
         match self.payload {
             Payload::Memory(bytes) => Some(bytes),
-            Payload::Tier { instance, artifact } => tier_payload(instance, &artifact),
+            Payload::Tier {
+                instance,
+                body,
+                artifact,
+            } => tier_payload(instance, body, &artifact),
             Payload::Image {
                 layer,
                 entry,
@@ -131,12 +154,16 @@ impl<'c> ArtifactView<'c> {
 /// returned: the instance is closed for good, so the next lookup misses and
 /// `get_or_compile` asks the tiers again (which refuse the entry now known bad)
 /// and then compiles.
-fn tier_payload<'c>(instance: &'c Instance, artifact: &ArtifactRef<'c>) -> Option<&'c [u8]> {
+fn tier_payload<'h>(
+    instance: &Instance,
+    body: &Body,
+    artifact: &ArtifactRef<'h>,
+) -> Option<&'h [u8]> {
     match artifact.bytes() {
         Ok(bytes) => Some(bytes),
         Err(error) => {
             if instance.close(instance.min_world.saturating_sub(1)) {
-                if let Artifacts::Image { corrupt, .. } = &instance.artifacts {
+                if let Artifacts::Image { corrupt, .. } = &body.artifacts {
                     corrupt.fetch_add(1, Ordering::Relaxed);
                 }
                 tracing::warn!(
@@ -167,9 +194,26 @@ impl std::fmt::Debug for ArtifactView<'_> {
 }
 
 impl<'c> Hit<'c> {
-    pub(crate) fn memory(instance: &'c Instance) -> Hit<'c> {
+    /// A hit on the instance at arena index `index`, holding `body`.
+    pub(crate) fn memory(index: usize, instance: &'c Instance, body: Arc<Body>) -> Hit<'c> {
         Hit {
-            inner: Inner::Memory(instance),
+            inner: Inner::Memory {
+                index,
+                instance,
+                body,
+            },
+        }
+    }
+
+    /// The arena index, instance and payloads of a memory hit.
+    pub(crate) fn resident(&self) -> Option<(usize, &'c Instance, &Arc<Body>)> {
+        match &self.inner {
+            Inner::Memory {
+                index,
+                instance,
+                body,
+            } => Some((*index, instance, body)),
+            Inner::Image { .. } => None,
         }
     }
 
@@ -182,7 +226,7 @@ impl<'c> Hit<'c> {
     /// The entry's human name.
     pub fn name(&self) -> &'c str {
         match &self.inner {
-            Inner::Memory(i) => &i.name,
+            Inner::Memory { instance: i, .. } => &i.name,
             Inner::Image { entry, .. } => entry.name(),
         }
     }
@@ -190,7 +234,7 @@ impl<'c> Hit<'c> {
     /// The owner's digest.
     pub fn owner(&self) -> Digest {
         match &self.inner {
-            Inner::Memory(i) => i.owner,
+            Inner::Memory { instance: i, .. } => i.owner,
             Inner::Image { entry, .. } => entry.owner(),
         }
     }
@@ -198,7 +242,7 @@ impl<'c> Hit<'c> {
     /// The owner's label (e.g. `nvrtc-13.0/sm_90a`).
     pub fn owner_label(&self) -> &'c str {
         match &self.inner {
-            Inner::Memory(i) => &i.owner_label,
+            Inner::Memory { instance: i, .. } => &i.owner_label,
             Inner::Image { layer, entry } => {
                 layer.owner(&entry.owner()).map_or("", |o| o.label.as_str())
             }
@@ -208,7 +252,7 @@ impl<'c> Hit<'c> {
     /// The key.
     pub fn key(&self) -> Key {
         match &self.inner {
-            Inner::Memory(i) => i.key,
+            Inner::Memory { instance: i, .. } => i.key,
             Inner::Image { entry, .. } => Key::from_digest(entry.key()),
         }
     }
@@ -218,15 +262,15 @@ impl<'c> Hit<'c> {
     pub(crate) fn image_producer(&self) -> Option<&'c str> {
         match &self.inner {
             Inner::Image { layer, .. } => Some(layer.image.producer()),
-            Inner::Memory(_) => None,
+            Inner::Memory { .. } => None,
         }
     }
 
     /// Where the entry came from.
     pub fn source(&self) -> Source {
         match &self.inner {
-            Inner::Memory(i) if i.origin == Origin::Tier => Source::Tier,
-            Inner::Memory(_) => Source::Memory,
+            Inner::Memory { body, .. } if body.origin == Origin::Tier => Source::Tier,
+            Inner::Memory { .. } => Source::Memory,
             Inner::Image { .. } => Source::Image,
         }
     }
@@ -235,7 +279,7 @@ impl<'c> Hit<'c> {
     /// world its image was merged in).
     pub fn min_world(&self) -> World {
         match &self.inner {
-            Inner::Memory(i) => World(i.min_world),
+            Inner::Memory { instance: i, .. } => World(i.min_world),
             Inner::Image { layer, .. } => World(layer.min_world),
         }
     }
@@ -244,7 +288,7 @@ impl<'c> Hit<'c> {
     /// unbounded). An excluded image entry reports its layer's world minus one.
     pub fn max_world(&self) -> World {
         match &self.inner {
-            Inner::Memory(i) => World(i.max_world()),
+            Inner::Memory { instance: i, .. } => World(i.max_world()),
             Inner::Image { layer, entry } => World(
                 layer
                     .max_world(entry.index())
@@ -261,16 +305,17 @@ impl<'c> Hit<'c> {
     /// The definitions the entry was built from.
     pub fn deps(&self) -> Cow<'c, [Dep]> {
         match &self.inner {
-            Inner::Memory(i) => Cow::Borrowed(&i.deps),
+            Inner::Memory { instance: i, .. } => Cow::Borrowed(&i.deps),
             Inner::Image { entry, .. } => Cow::Owned(entry.deps()),
         }
     }
 
-    /// All artifacts, in the order they were compiled. No payload is read
-    /// until [`ArtifactView::bytes`] is called on its view.
-    pub fn artifacts(&self) -> Vec<ArtifactView<'c>> {
+    /// All artifacts, in the order they were compiled, borrowed from the
+    /// hit. No payload is read until [`ArtifactView::bytes`] is called on
+    /// its view.
+    pub fn artifacts(&self) -> Vec<ArtifactView<'_>> {
         match &self.inner {
-            Inner::Memory(i) => match &i.artifacts {
+            Inner::Memory { instance, body, .. } => match &body.artifacts {
                 Artifacts::Owned(list) => list
                     .iter()
                     .map(|a| ArtifactView {
@@ -282,14 +327,15 @@ impl<'c> Hit<'c> {
                 // Borrowed from a tier's mapped image, each payload checked on
                 // its first access (see `tier_payload`).
                 Artifacts::Image { .. } => {
-                    i.artifacts.image_entry().map_or_else(Vec::new, |entry| {
+                    body.artifacts.image_entry().map_or_else(Vec::new, |entry| {
                         (0..entry.artifact_count())
                             .filter_map(|n| entry.artifact(n).ok())
                             .map(|artifact| ArtifactView {
                                 kind: artifact.kind(),
                                 entry_points: artifact.entry_points(),
                                 payload: Payload::Tier {
-                                    instance: i,
+                                    instance,
+                                    body,
                                     artifact,
                                 },
                             })
@@ -313,26 +359,28 @@ impl<'c> Hit<'c> {
         }
     }
 
-    /// The bytes of the first artifact of `kind`, borrowed from the cache, at
-    /// a 64-byte-aligned address ([`PAYLOAD_ALIGN`](crate::cache::PAYLOAD_ALIGN)).
+    /// The bytes of the first artifact of `kind`, borrowed from the hit
+    /// (valid as long as the hit lives, even if the cache evicts the entry
+    /// meanwhile), at a 64-byte-aligned address
+    /// ([`PAYLOAD_ALIGN`](crate::cache::PAYLOAD_ALIGN)).
     ///
     /// `None` if the entry has no artifact of `kind`, or if it is an image
     /// payload that fails its checksum (checked on first access only); in
     /// that case the entry is excluded and counted as corrupt, and the next
     /// lookup misses (see [`Hit`]).
-    pub fn artifact(&self, kind: &ArtifactKind) -> Option<&'c [u8]> {
+    pub fn artifact(&self, kind: &ArtifactKind) -> Option<&[u8]> {
         match &self.inner {
-            Inner::Memory(i) => match &i.artifacts {
+            Inner::Memory { instance, body, .. } => match &body.artifacts {
                 Artifacts::Owned(list) => list
                     .iter()
                     .find(|a| &a.kind == kind)
                     .map(|a| a.bytes.as_slice()),
                 Artifacts::Image { .. } => {
-                    let entry = i.artifacts.image_entry()?;
+                    let entry = body.artifacts.image_entry()?;
                     (0..entry.artifact_count())
                         .filter_map(|n| entry.artifact(n).ok())
                         .find(|a| &a.kind() == kind)
-                        .and_then(|a| tier_payload(i, &a))
+                        .and_then(|a| tier_payload(instance, body, &a))
                 }
             },
             Inner::Image { layer, entry } => (0..entry.artifact_count())
@@ -349,7 +397,7 @@ impl<'c> Hit<'c> {
     /// fails its checksum (the entry is then excluded; see [`Hit`]).
     pub fn to_entry_data(&self) -> Option<EntryData> {
         match &self.inner {
-            Inner::Memory(i) => i.to_entry_data(),
+            Inner::Memory { instance, body, .. } => instance.meta().to_entry_data(body),
             Inner::Image { .. } => Some(EntryData {
                 owner: self.owner(),
                 owner_label: self.owner_label().to_owned(),

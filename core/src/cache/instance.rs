@@ -1,7 +1,7 @@
 //! Code instances compiled or loaded in this process, and what a compile returns.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kiln_image::{EntryData, EntryRef, Image};
 use rkyv::util::AlignedVec;
@@ -152,10 +152,54 @@ impl Artifacts {
             Artifacts::Image { image, index, .. } => image.entry(*index).ok(),
         }
     }
+
+    /// The payload bytes the artifacts hold (owned) or keep mapped (borrowed
+    /// from a tier's image): what the memory cap counts.
+    pub(crate) fn payload_bytes(&self) -> u64 {
+        match self {
+            Artifacts::Owned(list) => list.iter().map(|a| a.bytes.len() as u64).sum(),
+            Artifacts::Image { .. } => self.image_entry().map_or(0, |entry| {
+                (0..entry.artifact_count())
+                    .filter_map(|n| entry.artifact(n).ok())
+                    .map(|a| a.len() as u64)
+                    .sum()
+            }),
+        }
+    }
 }
 
+/// The part of an instance that eviction drops: its artifacts (payloads)
+/// and where they came from. Shared by `Arc`: the instance holds one while
+/// the entry is resident, every [`Hit`](crate::Hit) on it holds another,
+/// and so does a store queued for the background writer, so dropping the
+/// instance's reference (eviction) never frees bytes that a hit still
+/// borrows.
+pub(crate) struct Body {
+    pub(crate) artifacts: Artifacts,
+    pub(crate) origin: Origin,
+    /// [`Artifacts::payload_bytes`], counted once when recorded.
+    pub(crate) bytes: u64,
+}
+
+impl Body {
+    pub(crate) fn new(artifacts: Artifacts, origin: Origin) -> Body {
+        Body {
+            bytes: artifacts.payload_bytes(),
+            artifacts,
+            origin,
+        }
+    }
+}
+
+/// Position of an instance that is not in the resident list.
+pub(crate) const NOT_RESIDENT: usize = usize::MAX;
+
 /// One in-memory code instance. Lives in the cache's append-only arena: its
-/// address never changes and it is never dropped before the cache.
+/// address never changes and it is never dropped before the cache. What it
+/// keeps for the cache's life is its identity and metadata (owner, key,
+/// name, worlds, deps: what lookups, invalidation and merges read); its
+/// [`Body`] (the payloads) is dropped when the entry is evicted and set
+/// again when the same entry is recorded again.
 pub(crate) struct Instance {
     pub(crate) owner: Digest,
     pub(crate) owner_label: Arc<str>,
@@ -165,12 +209,47 @@ pub(crate) struct Instance {
     /// `u64::MAX` while unbounded; closed by invalidation (only ever lowered once).
     pub(crate) max_world: AtomicU64,
     pub(crate) deps: Vec<Dep>,
-    pub(crate) artifacts: Artifacts,
-    pub(crate) origin: Origin,
     pub(crate) session_dependent: bool,
+    /// The payloads while resident; `None` once evicted. Written only
+    /// under the cache's writer lock; read by lookups, which hold the lock
+    /// only to clone the `Arc`.
+    body: Mutex<Option<Arc<Body>>>,
+    /// The cache's clock when the entry was last recorded or hit (for LRU);
+    /// written by a hit only when it changes.
+    pub(crate) last_used: AtomicU64,
+    /// Position in the cache's resident list, or [`NOT_RESIDENT`]. Writer lock only.
+    pub(crate) resident_at: AtomicUsize,
 }
 
 impl Instance {
+    /// A resident instance holding `body`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        owner: Digest,
+        owner_label: Arc<str>,
+        key: Key,
+        name: String,
+        min_world: u64,
+        max_world: u64,
+        deps: Vec<Dep>,
+        session_dependent: bool,
+        body: Arc<Body>,
+    ) -> Instance {
+        Instance {
+            owner,
+            owner_label,
+            key,
+            name,
+            min_world,
+            max_world: AtomicU64::new(max_world),
+            deps,
+            session_dependent,
+            body: Mutex::new(Some(body)),
+            last_used: AtomicU64::new(0),
+            resident_at: AtomicUsize::new(NOT_RESIDENT),
+        }
+    }
+
     pub(crate) fn max_world(&self) -> u64 {
         self.max_world.load(Ordering::Acquire)
     }
@@ -181,6 +260,35 @@ impl Instance {
 
     pub(crate) fn is_unbounded(&self) -> bool {
         self.max_world() == u64::MAX
+    }
+
+    /// The payloads, unless evicted.
+    pub(crate) fn body(&self) -> Option<Arc<Body>> {
+        self.slot().clone()
+    }
+
+    /// Whether the payloads are held (not evicted).
+    pub(crate) fn is_resident(&self) -> bool {
+        self.slot().is_some()
+    }
+
+    /// Replaces the payloads (writer lock only); returns the previous ones.
+    pub(crate) fn set_body(&self, body: Option<Arc<Body>>) -> Option<Arc<Body>> {
+        std::mem::replace(&mut *self.slot(), body)
+    }
+
+    fn slot(&self) -> MutexGuard<'_, Option<Arc<Body>>> {
+        // The slot holds a plain value; a panic elsewhere cannot leave it
+        // half-written.
+        self.body.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Notes a use at `tick` (a store only when it changes, so that a hot
+    /// entry's line is not written by every hit).
+    pub(crate) fn touch(&self, tick: u64) {
+        if self.last_used.load(Ordering::Relaxed) != tick {
+            self.last_used.store(tick, Ordering::Relaxed);
+        }
     }
 
     /// Closes the entry so that it is valid up to `last_valid` only. Returns
@@ -199,26 +307,50 @@ impl Instance {
             .map(|d| d.fingerprint)
     }
 
-    /// The entry as it goes into an image or a tier: worlds normalised to
-    /// `[World::FIRST, World::MAX]` (world ages are process-specific; a loaded
-    /// entry starts at the loading process's current world), deps sorted.
-    /// `None` if an image-backed payload fails its checksum.
-    pub(crate) fn to_entry_data(&self) -> Option<EntryData> {
+    /// What a store needs to rebuild the entry away from the cache.
+    pub(crate) fn meta(&self) -> EntryMeta {
         let mut deps = self.deps.clone();
         deps.sort();
         deps.dedup();
-        let artifacts = match &self.artifacts {
-            Artifacts::Owned(list) => list.iter().map(OwnedArtifact::to_artifact).collect(),
-            Artifacts::Image { .. } => self.artifacts.image_entry()?.to_data().ok()?.artifacts,
-        };
-        Some(EntryData {
+        EntryMeta {
             owner: self.owner,
             owner_label: self.owner_label.to_string(),
             key: *self.key.digest(),
             name: self.name.clone(),
+            deps,
+        }
+    }
+}
+
+/// An entry's identity and metadata, owned: with its [`Body`], all that is
+/// needed to write it into an image or a tier.
+pub(crate) struct EntryMeta {
+    pub(crate) owner: Digest,
+    pub(crate) owner_label: String,
+    pub(crate) key: Digest,
+    pub(crate) name: String,
+    /// Sorted, deduplicated.
+    pub(crate) deps: Vec<Dep>,
+}
+
+impl EntryMeta {
+    /// The entry as it goes into an image or a tier: worlds normalised to
+    /// `[World::FIRST, World::MAX]` (world ages are process-specific; a loaded
+    /// entry starts at the loading process's current world), deps sorted.
+    /// `None` if an image-backed payload fails its checksum.
+    pub(crate) fn to_entry_data(&self, body: &Body) -> Option<EntryData> {
+        let artifacts = match &body.artifacts {
+            Artifacts::Owned(list) => list.iter().map(OwnedArtifact::to_artifact).collect(),
+            Artifacts::Image { .. } => body.artifacts.image_entry()?.to_data().ok()?.artifacts,
+        };
+        Some(EntryData {
+            owner: self.owner,
+            owner_label: self.owner_label.clone(),
+            key: self.key,
+            name: self.name.clone(),
             min_world: World::FIRST.0,
             max_world: World::MAX.0,
-            deps,
+            deps: self.deps.clone(),
             artifacts,
         })
     }

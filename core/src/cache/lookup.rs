@@ -1,11 +1,10 @@
 //! Lookups and inserts.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 use super::definitions::deps_match;
 use super::hit::Hit;
-use super::instance::{Artifacts, Compiled, Instance, Origin};
+use super::instance::{Artifacts, Body, Compiled, Instance, Origin};
 use super::layers::LayerLookup;
 use super::stats::bump;
 use super::store::Target;
@@ -36,7 +35,8 @@ impl Cache {
         found.map(|hit| self.note_found(hit))
     }
 
-    /// Like `lookup_in`, without counting.
+    /// Like `lookup_in`, without counting. An evicted in-memory entry is
+    /// not found (the tiers or a compile bring it back).
     pub(crate) fn find(&self, world: u64, owner: &Digest, key: &Key) -> Option<Hit<'_>> {
         // Fast path: the index (instances, and image entries hit before).
         let mut memory = None;
@@ -46,8 +46,9 @@ impl Cache {
                 Target::Memory(index) => {
                     if let Some(instance) = self.store.get(index)
                         && instance.is_valid_in(world)
+                        && let Some(body) = instance.body()
                     {
-                        memory = Some(instance); // the newest valid one wins
+                        memory = Some((index, instance, body)); // the newest valid one wins
                     }
                 }
                 Target::Image { layer, entry } => {
@@ -60,8 +61,9 @@ impl Cache {
                 }
             }
         }
-        if let Some(instance) = memory {
-            return Some(Hit::memory(instance));
+        if let Some((index, instance, body)) = memory {
+            instance.touch(self.memory.now());
+            return Some(Hit::memory(index, instance, body));
         }
         if image.is_some() {
             return image;
@@ -159,9 +161,23 @@ impl Cache {
             artifacts,
             session_dependent,
         } = parts;
+        let body = Arc::new(Body::new(artifacts, origin));
+        // An evicted entry recorded again goes back into its old instance
+        // (same identity and metadata, still valid): the arena does not grow.
+        if dedupe
+            && !stale
+            && let Some((index, instance)) =
+                self.evicted_twin(now, &owner_digest, key, &name, &deps, session_dependent)
+        {
+            instance.set_body(Some(Arc::clone(&body)));
+            self.admit(&mut writer.residency, index, instance, &body);
+            bump(&self.counters.inserts);
+            return Hit::memory(index, instance, body);
+        }
         let WriterState {
             backedges,
             by_owner,
+            residency,
             ..
         } = &mut *writer;
         let owner_entries = by_owner
@@ -170,25 +186,53 @@ impl Cache {
                 label: Arc::from(owner.label()),
                 entries: Vec::new(),
             });
-        let (index, instance) = self.store.push(Instance {
-            owner: owner_digest,
-            owner_label: Arc::clone(&owner_entries.label),
-            key: *key,
+        let (index, instance) = self.store.push(Instance::new(
+            owner_digest,
+            Arc::clone(&owner_entries.label),
+            *key,
             name,
-            min_world: now,
+            now,
             // Built against an old definition: recorded, but never valid.
-            max_world: AtomicU64::new(if stale { now - 1 } else { u64::MAX }),
+            if stale { now - 1 } else { u64::MAX },
             deps,
-            artifacts,
-            origin,
             session_dependent,
-        });
+            Arc::clone(&body),
+        ));
         owner_entries.entries.push(index);
         for dep in &instance.deps {
             backedges.entry(dep.name.clone()).or_default().push(index);
         }
+        self.admit(residency, index, instance, &body);
         bump(&self.counters.inserts);
-        Hit::memory(instance)
+        Hit::memory(index, instance, body)
+    }
+
+    /// An evicted, still valid and unbounded instance of `(owner, key)` with
+    /// exactly this metadata, and its arena index.
+    fn evicted_twin(
+        &self,
+        now: u64,
+        owner: &Digest,
+        key: &Key,
+        name: &str,
+        deps: &[crate::Dep],
+        session_dependent: bool,
+    ) -> Option<(usize, &Instance)> {
+        self.store
+            .targets(owner, key)
+            .filter_map(|target| match target {
+                Target::Memory(index) => Some((index, self.store.get(index)?)),
+                Target::Image { .. } => None,
+            })
+            .filter(|(_, i)| {
+                i.is_valid_in(now)
+                    && i.is_unbounded()
+                    && !i.is_resident()
+                    && i.name == name
+                    && i.deps == deps
+                    && i.session_dependent == session_dependent
+            })
+            .last()
     }
 }
 

@@ -168,7 +168,8 @@ impl Cache {
         let mut excluded = 0;
         if memory.len() <= owner.entries.len() {
             for instance in memory.iter().filter_map(|&i| self.store.get(i)) {
-                if !instance.is_valid_in(now) {
+                // An evicted entry is no duplicate: the image serves it.
+                if !instance.is_valid_in(now) || !instance.is_resident() {
                     continue;
                 }
                 if let Ok(Some(entry)) = layer.image.find(&owner.digest, instance.key.digest())
@@ -186,7 +187,8 @@ impl Cache {
                     continue;
                 };
                 let key = Key::from_digest(entry.key());
-                if self.store.find_valid(&owner.digest, &key, now).is_some() && layer.exclude(index)
+                if self.store.find_resident(&owner.digest, &key, now).is_some()
+                    && layer.exclude(index)
                 {
                     excluded += 1;
                 }

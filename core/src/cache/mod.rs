@@ -4,6 +4,8 @@
 //! | --------------- | ---------------------------------------------------------- |
 //! | `instance`      | in-memory entries and [`Compiled`]                         |
 //! | `store`         | append-only arena + lock-free `(owner, key)` index         |
+//! | `memory`        | the memory cap: resident bytes, LRU eviction, pins         |
+//! | `background`    | the background writer: tier stores off the caller's path  |
 //! | `layers`        | merged images and their per-entry state                    |
 //! | `merge`         | [`Cache::merge_image`] and [`MergeReport`]                 |
 //! | `image_deps`    | stale entries and dependents from an image's dep index     |
@@ -38,15 +40,22 @@
 //!
 //! # Locking
 //!
-//! Lookups take no lock and write no shared memory (the index is read
-//! lock-free, counters are striped per thread). Everything that changes the
-//! cache (insert, merge, define/redefine, promoting an image entry into the
-//! index) runs under one writer mutex; so pushes to the arena are ordered (the
-//! arena index is the insertion sequence number), the index has a single
-//! writer, and a merge or an insert never races with an invalidation.
-//! Compiles run outside every lock; a lookup only ever *tries* the writer
-//! lock (to promote an image entry) and skips promotion if it is taken.
+//! Lookups take no cache-wide lock (the index is read lock-free, counters
+//! are striped per thread). A memory hit takes its entry's own small lock
+//! just long enough to clone the `Arc` of the entry's payloads (see
+//! `memory`: that handle is what lets eviction run while hits are out), and
+//! stores the LRU clock into the entry only when it changed; an image hit
+//! writes nothing shared. Everything that changes the cache (insert, merge,
+//! define/redefine, promoting an image entry into the index, eviction,
+//! snapshots' pins) runs under one writer mutex; so pushes to the arena are
+//! ordered (the arena index is the insertion sequence number), the index has
+//! a single writer, an entry's payload slot has a single writer, and a merge
+//! or an insert never races with an invalidation or an eviction. Compiles
+//! and tier stores (on the background writer) run outside every lock; a
+//! lookup only ever *tries* the writer lock (to promote an image entry) and
+//! skips promotion if it is taken.
 
+mod background;
 mod compile;
 mod config;
 mod definitions;
@@ -56,6 +65,7 @@ mod image_deps;
 mod instance;
 mod layers;
 mod lookup;
+mod memory;
 mod merge;
 mod record;
 mod single_flight;
@@ -67,7 +77,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-pub use config::{CacheConfig, OwnerFilter};
+pub(crate) use background::StoreQueue;
+pub use background::{MAX_JOBS, MAX_QUEUED_BYTES};
+pub use config::{CacheConfig, DEFAULT_MEMORY_MAX_BYTES, OwnerFilter};
 pub use delta::{Delta, Snapshot};
 pub use hit::{ArtifactView, Hit, Source};
 pub use instance::{Compiled, PAYLOAD_ALIGN};
@@ -77,13 +89,16 @@ pub use tier::{Tier, TierEntry};
 
 use crate::{Digest, World};
 use layers::Layer;
+use memory::{MemoryCounters, Residency};
 use single_flight::Flights;
 use stats::{Counters, LookupStripes};
 use store::MemoryStore;
 
-/// The process's code-instance cache: compiled entries in memory, merged
-/// images as layers, optional extra tiers. `Send + Sync`; share it by
-/// reference (hits borrow from it).
+/// The process's code-instance cache: compiled entries in memory (up to a
+/// cap, least recently used evicted first: see
+/// [`CacheConfig::memory_max_bytes`]), merged images as layers, optional
+/// extra tiers (stored into by a background writer: see [`Cache::flush`]).
+/// `Send + Sync`; share it by reference (hits borrow from it).
 ///
 /// ```
 /// use kiln_core::{Artifact, ArtifactKind, Cache, Compiled, KeyBuilder, Owner};
@@ -117,12 +132,14 @@ pub struct Cache {
     world: AtomicU64,
     store: MemoryStore,
     layers: boxcar::Vec<Layer>,
-    tiers: boxcar::Vec<Box<dyn Tier>>,
+    tiers: boxcar::Vec<Arc<dyn Tier>>,
     writer: Mutex<WriterState>,
     flights: Flights,
     counters: Counters,
     lookups: LookupStripes,
     recorder: OnceLock<Arc<crate::record::Recorder>>,
+    memory: MemoryCounters,
+    queue: Arc<StoreQueue>,
 }
 
 // The cache is shared by all threads.
@@ -140,6 +157,8 @@ struct WriterState {
     backedges: HashMap<String, Vec<usize>>,
     /// Owner -> its label and the arena indices of its entries.
     by_owner: HashMap<Digest, OwnerEntries>,
+    /// Resident entries and snapshots' pins (the memory cap).
+    residency: Residency,
 }
 
 struct OwnerEntries {
@@ -162,6 +181,7 @@ impl Cache {
     /// An empty cache with `config`, in [`World::FIRST`].
     pub fn with_config(config: CacheConfig) -> Cache {
         Cache {
+            queue: StoreQueue::new(config.memory_max_bytes),
             config,
             world: AtomicU64::new(World::FIRST.0),
             store: MemoryStore::new(),
@@ -172,6 +192,7 @@ impl Cache {
             counters: Counters::default(),
             lookups: LookupStripes::new(),
             recorder: OnceLock::new(),
+            memory: MemoryCounters::default(),
         }
     }
 
@@ -186,9 +207,10 @@ impl Cache {
     }
 
     /// Adds an extra tier, consulted by `get_or_compile` after memory and
-    /// images (in the order tiers were added) and given every new compile.
+    /// images (in the order tiers were added) and given every new compile
+    /// (on the background writer: see [`Cache::flush`]).
     pub fn add_tier(&self, tier: Box<dyn Tier>) {
-        self.tiers.push(tier);
+        self.tiers.push(Arc::from(tier));
     }
 
     /// Number of merged images.
@@ -203,13 +225,16 @@ impl Cache {
             .iter()
             .map(|(_, layer)| layer.corrupt_payloads())
             .sum();
-        stats::collect(
-            &self.counters,
-            &self.lookups,
+        stats::collect(stats::Sources {
+            counters: &self.counters,
+            lookups: &self.lookups,
+            memory: &self.memory,
+            stores: &self.queue.counters,
+            queue_depth: self.queue.depth(),
+            memory_max_bytes: self.config.memory_max_bytes,
             corrupt_payloads,
-            self.store.count() as u64,
-            self.world(),
-        )
+            world: self.world(),
+        })
     }
 
     fn writer(&self) -> MutexGuard<'_, WriterState> {
@@ -220,11 +245,22 @@ impl Cache {
     }
 }
 
+/// Dropping a cache runs the stores still queued (see [`Cache::flush`]) and
+/// ends its background writer.
+impl Drop for Cache {
+    fn drop(&mut self) {
+        self.queue.close();
+    }
+}
+
 impl std::fmt::Debug for Cache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cache")
             .field("world", &self.world())
-            .field("memory_entries", &self.store.count())
+            .field(
+                "memory_entries",
+                &self.memory.resident.load(Ordering::Relaxed),
+            )
             .field("images", &self.layers.count())
             .field("tiers", &self.tiers.count())
             .field("config", &self.config)

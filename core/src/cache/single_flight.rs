@@ -9,14 +9,17 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
+use super::instance::Body;
 use super::store::SlotKey;
 use crate::error::CompileFailure;
 
 /// How a flight ended.
 #[derive(Clone)]
 pub(crate) enum Outcome {
-    /// The result is in the cache.
-    Succeeded,
+    /// The result is in the cache; for an in-memory entry, its arena index
+    /// and payloads, so that followers get it even if the entry was
+    /// evicted before they looked.
+    Succeeded(Option<(usize, Arc<Body>)>),
     Failed(CompileFailure),
     Panicked,
 }

@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::MergeReport;
+use super::background::StoreCounters;
+use super::memory::MemoryCounters;
 use crate::World;
 
 /// One stripe of lookup counters, on its own cache lines.
@@ -146,8 +148,27 @@ pub struct Stats {
     pub merge_stale: u64,
     /// Sum of [`MergeReport::foreign_owner`] over all merges.
     pub merge_foreign_owner: u64,
-    /// Entries in memory.
+    /// Entries in memory holding their payloads (evicted ones not counted).
     pub memory_entries: u64,
+    /// Payload bytes the in-memory entries hold now (owned, or borrowed
+    /// from a tier's mapped segment): what the memory cap bounds.
+    pub bytes_held: u64,
+    /// The most [`Stats::bytes_held`] has been (it may pass the cap by the
+    /// entry just recorded, before eviction).
+    pub peak_bytes_held: u64,
+    /// The memory cap in force ([`CacheConfig::memory_max_bytes`](crate::CacheConfig::memory_max_bytes)).
+    pub memory_max_bytes: Option<u64>,
+    /// Entries evicted to stay under the memory cap.
+    pub evictions: u64,
+    /// Tier stores queued for the background writer or running now.
+    pub store_queue_depth: u64,
+    /// Entries the background writer stored into a tier (one per tier).
+    pub stores: u64,
+    /// Stores a tier failed (an error or a panic; the entry stays in
+    /// memory and is not persisted there).
+    pub store_failures: u64,
+    /// Stores dropped because the background writer's queue was full.
+    pub stores_dropped: u64,
     /// The current world.
     pub world: World,
 }
@@ -159,13 +180,66 @@ impl Stats {
     }
 }
 
-pub(crate) fn collect(
-    counters: &Counters,
-    lookups: &LookupStripes,
-    corrupt_payloads: u64,
-    memory_entries: u64,
-    world: World,
-) -> Stats {
+impl std::fmt::Display for Stats {
+    /// One line for operators: hits by tier, compiles, memory held against
+    /// the cap, evictions and the background writer's state.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mib = |bytes: u64| bytes as f64 / f64::from(1u32 << 20);
+        write!(
+            f,
+            "hits {} (memory {}, image {}, tier {}), misses {}, compiles {} ({} failed, {:.1} ms), \
+             memory {} entries, {:.1} MiB held (peak {:.1} MiB, cap ",
+            self.hits(),
+            self.hits_memory,
+            self.hits_image,
+            self.hits_tier,
+            self.misses,
+            self.compiles,
+            self.compile_failures,
+            self.compile_time.as_secs_f64() * 1e3,
+            self.memory_entries,
+            mib(self.bytes_held),
+            mib(self.peak_bytes_held),
+        )?;
+        match self.memory_max_bytes {
+            Some(cap) => write!(f, "{:.1} MiB", mib(cap))?,
+            None => f.write_str("none")?,
+        }
+        write!(
+            f,
+            "), {} evicted, stores {} done, {} queued, {} failed, {} dropped",
+            self.evictions,
+            self.stores,
+            self.store_queue_depth,
+            self.store_failures,
+            self.stores_dropped,
+        )
+    }
+}
+
+/// Everything [`collect`] reads.
+pub(crate) struct Sources<'a> {
+    pub(crate) counters: &'a Counters,
+    pub(crate) lookups: &'a LookupStripes,
+    pub(crate) memory: &'a MemoryCounters,
+    pub(crate) stores: &'a StoreCounters,
+    pub(crate) queue_depth: u64,
+    pub(crate) memory_max_bytes: Option<u64>,
+    pub(crate) corrupt_payloads: u64,
+    pub(crate) world: World,
+}
+
+pub(crate) fn collect(sources: Sources<'_>) -> Stats {
+    let Sources {
+        counters,
+        lookups,
+        memory,
+        stores,
+        queue_depth,
+        memory_max_bytes,
+        corrupt_payloads,
+        world,
+    } = sources;
     let mut stats = Stats {
         hits_tier: get(&counters.hits_tier),
         compiles: get(&counters.compiles),
@@ -181,7 +255,15 @@ pub(crate) fn collect(
         merge_duplicate: get(&counters.merge_duplicate),
         merge_stale: get(&counters.merge_stale),
         merge_foreign_owner: get(&counters.merge_foreign_owner),
-        memory_entries,
+        memory_entries: get(&memory.resident),
+        bytes_held: get(&memory.held),
+        peak_bytes_held: get(&memory.peak),
+        memory_max_bytes,
+        evictions: get(&memory.evictions),
+        store_queue_depth: queue_depth,
+        stores: get(&stores.stored),
+        store_failures: get(&stores.failures),
+        stores_dropped: get(&stores.dropped),
         world,
         ..Stats::default()
     };

@@ -3,7 +3,10 @@
 //!
 //! The arena (`boxcar::Vec`) gives every instance a stable address and an
 //! index that is its insertion sequence number, which is what makes
-//! `snapshot` O(1) and `delta` O(new).
+//! `snapshot` O(1) and `delta` O(new). Neither the arena nor the index ever
+//! removes anything: eviction (see `memory.rs`) drops an instance's payloads
+//! (its `Body`, behind a lock of its own), never the instance, so every
+//! index cell keeps pointing at a live instance with the same identity.
 //!
 //! The index maps the hash of `(owner, key)` to *targets*: arena indices of
 //! in-memory instances, and image entries promoted after their first hit (so
@@ -195,13 +198,15 @@ impl MemoryStore {
             })
     }
 
-    /// The newest instance of `(owner, key)` valid in `world`.
-    pub(crate) fn find_valid(&self, owner: &Digest, key: &Key, world: u64) -> Option<&Instance> {
+    /// The newest instance of `(owner, key)` valid in `world` that holds
+    /// its payloads (not evicted).
+    pub(crate) fn find_resident(&self, owner: &Digest, key: &Key, world: u64) -> Option<&Instance> {
         let mut found = None;
         for target in self.targets(owner, key) {
             if let Target::Memory(index) = target
                 && let Some(instance) = self.arena.get(index)
                 && instance.is_valid_in(world)
+                && instance.is_resident()
             {
                 found = Some(instance);
             }
@@ -260,18 +265,18 @@ mod tests {
     use super::*;
 
     fn instance(owner: Digest, key: Key) -> Instance {
-        Instance {
+        use super::super::instance::{Artifacts, Body, Origin};
+        Instance::new(
             owner,
-            owner_label: Arc::from("test"),
+            Arc::from("test"),
             key,
-            name: String::new(),
-            min_world: 1,
-            max_world: AtomicU64::new(u64::MAX),
-            deps: Vec::new(),
-            artifacts: super::super::instance::Artifacts::Owned(Vec::new()),
-            origin: super::super::instance::Origin::Compiled,
-            session_dependent: false,
-        }
+            String::new(),
+            1,
+            u64::MAX,
+            Vec::new(),
+            false,
+            Arc::new(Body::new(Artifacts::Owned(Vec::new()), Origin::Compiled)),
+        )
     }
 
     /// Keys whose index hashes collide (same first 8 bytes) stay apart.
@@ -292,10 +297,10 @@ mod tests {
         }
         assert!(store.tables.count() > 1, "the table grew");
         for (n, key) in keys.iter().enumerate() {
-            let found = store.find_valid(&owner, key, 1).expect("entry kept");
+            let found = store.find_resident(&owner, key, 1).expect("entry kept");
             assert_eq!(found.key, *key, "entry {n}");
         }
-        assert!(store.find_valid(&Digest([8; 32]), &keys[0], 1).is_none());
+        assert!(store.find_resident(&Digest([8; 32]), &keys[0], 1).is_none());
     }
 
     #[test]

@@ -163,15 +163,23 @@ impl DiskCache {
     /// and no further attempts). Returns whether a segment was published.
     /// Never fails: the disk cache is best-effort.
     pub fn put(&self, entry: &EntryData) -> bool {
+        self.put_entry(entry).unwrap_or(false)
+    }
+
+    /// [`DiskCache::put`], telling a failed write (the one that stops
+    /// writing: an `Err`, whose warning is logged once) from an entry not
+    /// stored on purpose (`Ok(false)`: already there, too large, not
+    /// writable since an earlier failure).
+    pub(crate) fn put_entry(&self, entry: &EntryData) -> Result<bool, Error> {
         if !self.is_writable() {
-            return false;
+            return Ok(false);
         }
         if entry_cost(entry) > self.config.max_bytes {
             tracing::debug!(name = %entry.name, "entry larger than KILN_CACHE_MAX_BYTES: not stored on disk");
-            return false;
+            return Ok(false);
         }
         if self.find(&entry.owner, &entry.key, Payloads::Now).is_some() {
-            return false;
+            return Ok(false);
         }
         let mut writer = ImageWriter::new(segment_meta());
         writer.push(entry.clone());
@@ -179,7 +187,7 @@ impl DiskCache {
             Ok(bytes) => bytes,
             Err(error) => {
                 tracing::debug!(name = %entry.name, %error, "entry cannot be written as an image: not stored on disk");
-                return false;
+                return Ok(false);
             }
         };
         let published = DirLock::open(self.images_dir()).and_then(|lock| {
@@ -190,14 +198,18 @@ impl DiskCache {
             Ok(file) => file,
             Err(source) => {
                 self.store_failures.fetch_add(1, Ordering::Relaxed);
+                let error = self.io_error(
+                    "publish a segment in",
+                    std::io::Error::new(source.kind(), source.to_string()),
+                );
                 self.stop_writing("publish a segment in", source);
-                return false;
+                return Err(error);
             }
         };
         self.stored.fetch_add(1, Ordering::Relaxed);
         self.add_segment(&file);
         self.compact_if_needed();
-        true
+        Ok(true)
     }
 
     /// Writes pending recency stamps now (also done on drop, at exit, and

@@ -17,9 +17,12 @@ impl Tier for DiskCache {
         "disk"
     }
 
+    /// Stores the entry in a new segment (see [`DiskCache::put`]); the
+    /// write that fails (and stops writing, with one warning) is an error,
+    /// which the cache counts in
+    /// [`Stats::store_failures`](crate::Stats::store_failures).
     fn store(&self, _owner: &Owner, entry: &EntryData) -> Result<(), Error> {
-        self.put(entry);
-        Ok(())
+        self.put_entry(entry).map(|_| ())
     }
 
     /// A hit as the segment's entry, which the cache borrows (no copy):

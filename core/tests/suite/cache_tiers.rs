@@ -99,6 +99,8 @@ fn a_compile_is_stored_in_tiers_and_served_from_them_next_process() {
             || Ok(compiled(2, "handle").session_dependent()),
         )
         .unwrap();
+    // Stores run on the background writer.
+    first.flush();
     assert_eq!(
         tier.entries.lock().unwrap().len(),
         1,

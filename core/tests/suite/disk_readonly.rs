@@ -174,8 +174,17 @@ fn entries_stored_before_the_failure_are_intact() {
     assert!(disk.put(&entry(1, 500)));
     std::fs::rename(&dir, root.path().join("moved")).expect("rename");
     std::fs::write(&dir, b"x").expect("write");
-    assert!(!disk.put(&entry(2, 500)));
+    // Under a subscriber of its own, as the other tests here: `tracing`
+    // caches a warning's interest when it is first emitted, from that
+    // thread's subscriber alone while only one is in use elsewhere, so a
+    // first emission with none would hide the same warning from a test
+    // counting it on another thread.
+    let warnings = WarnCounter::default();
+    tracing::subscriber::with_default(warnings.clone(), || {
+        assert!(!disk.put(&entry(2, 500)));
+    });
     assert!(!disk.is_writable());
+    assert_eq!(warnings.count(), 1, "one warning for the failed store");
     std::fs::remove_file(&dir).expect("remove");
     std::fs::rename(root.path().join("moved"), &dir).expect("rename back");
     let later = DiskCache::open(config(&dir)).expect("open");

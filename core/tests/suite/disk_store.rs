@@ -65,6 +65,8 @@ fn get_or_compile_fills_the_disk_tier_and_a_new_cache_loads_from_it() {
         assert_eq!(hit.source(), Source::Memory);
     }
     assert_eq!(first.stats().compiles, 5);
+    // Stores run on the background writer.
+    first.flush();
 
     let second = Cache::new();
     second.add_tier(Box::new(DiskCache::open(config(dir.path())).expect("open")));

@@ -12,12 +12,14 @@
 mod cache_support;
 mod disk_support;
 
+mod cache_background;
 mod cache_bad_input;
 mod cache_concurrency;
 mod cache_determinism;
 mod cache_hit;
 mod cache_invalidation;
 mod cache_keys;
+mod cache_memory;
 mod cache_merge;
 mod cache_revalidation;
 mod cache_snapshot_delta;
@@ -37,8 +39,9 @@ mod record_processes;
 /// with `--ignored --exact child` and a role variable set. Each module's
 /// role runs only when its own variable is set (`KILN_DISK_TEST_ROLE` for
 /// `disk_process` and `disk_readonly`, `KILN_DISK_GLOBAL_ROLE` for
-/// `disk_global`, `KILN_RECORD_TESTS_ROLE` for `record_processes`), so in a
-/// normal run this test does nothing.
+/// `disk_global`, `KILN_RECORD_TESTS_ROLE` for `record_processes`,
+/// `KILN_CACHE_BACKGROUND_ROLE` for `cache_background`), so in a normal run
+/// this test does nothing.
 #[test]
 #[ignore = "helper: run in a child process by the other tests"]
 fn child() {
@@ -46,4 +49,5 @@ fn child() {
     #[cfg(target_os = "linux")]
     disk_global::run_child_role();
     record_processes::run_child_role();
+    cache_background::run_child_role();
 }

@@ -398,7 +398,7 @@ fn kernels_launch_from_whatever_a_library_shipped() {
                     &modules,
                     spec,
                     served.request(),
-                    &served.hit(),
+                    served.hit(),
                     3000,
                 ),
                 Dtype::I32 => launch_and_check::<i32>(
@@ -406,7 +406,7 @@ fn kernels_launch_from_whatever_a_library_shipped() {
                     &modules,
                     spec,
                     served.request(),
-                    &served.hit(),
+                    served.hit(),
                     3000,
                 ),
                 other => unreachable!("{other:?} is not in this test"),

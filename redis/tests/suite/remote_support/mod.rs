@@ -237,11 +237,13 @@ pub fn compile(i: u64, compiles: &AtomicUsize) -> Result<Compiled, kiln_core::Bo
 }
 
 /// Gets kernel `i` from `cache`, compiling it if needed, and checks its
-/// bytes.
+/// bytes; then waits for the tier stores it queued (the cache runs them on
+/// its background writer), since the tests look at the servers next.
 pub fn get(cache: &Cache, i: u64, compiles: &AtomicUsize) -> kiln_core::Source {
     let hit = cache
         .get_or_compile(&owner(), &key(i), || compile(i, compiles))
         .expect("compiles");
+    cache.flush();
     assert_eq!(
         hit.artifact(&ArtifactKind::Object),
         Some(&code(i)[..]),

@@ -1,0 +1,380 @@
+//! The background writer: tier stores off the caller's path.
+//!
+//! `get_or_compile` returns as soon as a compile's result is in memory; the
+//! stores into the extra tiers (a disk segment written and fsynced, a `SET`
+//! on the remote server) are queued for one writer thread per cache,
+//! started on the first store. Tiers that write through to another tier
+//! (the remote tier's hits into the disk tier) get a handle from
+//! [`Cache::background`] whose stores are queued the same way.
+//!
+//! The queue is bounded: at most [`MAX_JOBS`] stores, and at most
+//! [`MAX_QUEUED_BYTES`] of payloads, or the memory cap when that is lower
+//! (one store always fits in an empty queue). A store that does not fit is
+//! **dropped** and counted
+//! ([`Stats::stores_dropped`](crate::Stats::stores_dropped)): the caller
+//! never waits for the disk, and an entry not persisted is compiled again
+//! by a later process, as if the store had failed. A queued store holds the
+//! entry's payloads, shared with the cache while the entry is resident: an
+//! entry evicted before its store ran keeps its payloads until then, so
+//! the process holds at most twice the memory cap of payloads (the cap
+//! plus [`MAX_QUEUED_BYTES`] when the cap is larger).
+//!
+//! [`Cache::flush`] waits until every store queued before it has run. A
+//! cache flushes when dropped, and every live cache flushes when the
+//! process exits normally (an `atexit` hook, as the disk tier's recency
+//! stamps): a normal exit loses nothing queued. A crash loses what was
+//! queued, never more, and leaves no partial file (tiers publish whole
+//! files by rename).
+
+use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use kiln_image::EntryData;
+use tracing::Dispatch;
+
+use super::instance::{Body, EntryMeta};
+use super::stats::bump;
+use super::{Cache, Tier, TierEntry};
+use crate::{Error, Key, Owner};
+
+/// The most stores queued at once.
+pub const MAX_JOBS: usize = 1024;
+/// The most payload bytes queued at once (the job running included), unless
+/// the memory cap is lower: 64 MiB.
+pub const MAX_QUEUED_BYTES: u64 = 64 << 20;
+/// The writer thread's nice value (Linux).
+#[cfg(target_os = "linux")]
+const WRITER_NICE: i32 = 10;
+/// How long the exit hook waits for the queue to drain.
+const EXIT_FLUSH_LIMIT: Duration = Duration::from_secs(60);
+
+/// One entry to store into some tiers.
+pub(crate) struct Job {
+    pub(crate) owner: Owner,
+    pub(crate) entry: JobEntry,
+    pub(crate) tiers: Vec<Arc<dyn Tier>>,
+}
+
+/// What a job stores.
+pub(crate) enum JobEntry {
+    /// A resident entry: its metadata and its (shared) payloads; the
+    /// `EntryData` is built on the writer thread.
+    Body { meta: EntryMeta, body: Arc<Body> },
+    /// An owned entry (a remote hit written through).
+    Data(EntryData),
+}
+
+impl JobEntry {
+    fn bytes(&self) -> u64 {
+        match self {
+            JobEntry::Body { body, .. } => body.bytes,
+            JobEntry::Data(data) => data.artifacts.iter().map(|a| a.bytes.len() as u64).sum(),
+        }
+    }
+}
+
+/// What the writer and the callers share.
+pub(crate) struct StoreQueue {
+    state: Mutex<QueueState>,
+    /// The writer waits here for jobs.
+    work: Condvar,
+    /// Flushers wait here for progress.
+    progress: Condvar,
+    max_bytes: u64,
+    pub(crate) counters: StoreCounters,
+}
+
+#[derive(Default)]
+struct QueueState {
+    /// Each job with its payload bytes and the `tracing` dispatcher in
+    /// force where it was queued (its events go there, as if the store
+    /// had run on the caller's thread).
+    jobs: VecDeque<(Job, u64, Dispatch)>,
+    /// Payload bytes of the queued jobs and the one running.
+    bytes: u64,
+    /// Jobs ever queued, and jobs finished (run, failed or panicked).
+    queued: u64,
+    finished: u64,
+    /// The writer thread is running (or could not start: `failed_start`).
+    started: bool,
+    failed_start: bool,
+    /// The cache is being dropped: the writer ends once the queue is empty.
+    closed: bool,
+}
+
+/// Counters of the background writer.
+#[derive(Default)]
+pub(crate) struct StoreCounters {
+    /// Entries stored into a tier (one per tier).
+    pub(crate) stored: AtomicU64,
+    /// Stores a tier refused with an error (or panicked in).
+    pub(crate) failures: AtomicU64,
+    /// Stores dropped because the queue was full.
+    pub(crate) dropped: AtomicU64,
+}
+
+impl StoreQueue {
+    /// A queue for a cache with the memory cap `memory_cap`.
+    pub(crate) fn new(memory_cap: Option<u64>) -> Arc<StoreQueue> {
+        Arc::new(StoreQueue {
+            state: Mutex::new(QueueState::default()),
+            work: Condvar::new(),
+            progress: Condvar::new(),
+            max_bytes: memory_cap.map_or(MAX_QUEUED_BYTES, |cap| cap.min(MAX_QUEUED_BYTES)),
+            counters: StoreCounters::default(),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, QueueState> {
+        // Every update of the state is complete before anything can panic.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Stores queued or running now.
+    pub(crate) fn depth(&self) -> u64 {
+        let state = self.state();
+        state.queued - state.finished
+    }
+
+    /// Queues `job` for the writer (starting it on first use), or drops it
+    /// when the queue is full. Never waits for a store.
+    pub(crate) fn push(self: &Arc<StoreQueue>, job: Job) {
+        if job.tiers.is_empty() {
+            return;
+        }
+        let bytes = job.entry.bytes();
+        let mut state = self.state();
+        let pending = state.queued - state.finished;
+        // An entry larger than the byte bound alone still goes through an
+        // empty queue.
+        let full = pending >= MAX_JOBS as u64
+            || (pending > 0 && state.bytes.saturating_add(bytes) > self.max_bytes);
+        if full {
+            drop(state);
+            bump(&self.counters.dropped);
+            tracing::debug!(
+                name = job_name(&job),
+                "cache store queue full: store dropped (the entry stays in memory)"
+            );
+            return;
+        }
+        if !state.started {
+            state.started = true;
+            state.failed_start = !self.start();
+        }
+        if state.failed_start || state.closed {
+            // No thread could be started, or the cache is gone and a
+            // `background` handle outlived it: store on the caller's thread.
+            drop(state);
+            self.run(job);
+            return;
+        }
+        let dispatch = tracing::dispatcher::get_default(Dispatch::clone);
+        state.jobs.push_back((job, bytes, dispatch));
+        state.bytes += bytes;
+        state.queued += 1;
+        drop(state);
+        self.work.notify_one();
+    }
+
+    /// Starts the writer thread and registers the exit flush.
+    fn start(self: &Arc<StoreQueue>) -> bool {
+        let queue = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name("kiln-store".into())
+            .spawn(move || queue.writer());
+        match spawned {
+            Ok(_detached) => {
+                crate::exit::flush_at_exit(Arc::downgrade(self));
+                true
+            }
+            Err(error) => {
+                tracing::warn!(%error, "kiln could not start its store thread: stores run on the caller's thread");
+                false
+            }
+        }
+    }
+
+    /// The writer thread: runs jobs in order until the queue is closed
+    /// and empty, at a lower scheduling priority than the threads that
+    /// compile (on Linux, where the nice value is per thread): persistence
+    /// yields the CPU to callers.
+    fn writer(&self) {
+        #[cfg(target_os = "linux")]
+        if let Err(error) = rustix::process::setpriority_process(None, WRITER_NICE) {
+            tracing::debug!(%error, "kiln store thread keeps its priority");
+        }
+        loop {
+            let (job, bytes, dispatch) = {
+                let mut state = self.state();
+                loop {
+                    if let Some(queued) = state.jobs.pop_front() {
+                        break queued;
+                    }
+                    if state.closed {
+                        return;
+                    }
+                    state = self
+                        .work
+                        .wait(state)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+            };
+            tracing::dispatcher::with_default(&dispatch, || self.run(job));
+            drop(dispatch);
+            let mut state = self.state();
+            state.bytes = state.bytes.saturating_sub(bytes);
+            state.finished += 1;
+            drop(state);
+            self.progress.notify_all();
+        }
+    }
+
+    /// Runs one job: the entry stored into each of its tiers. A tier's
+    /// error or panic is counted and logged, never propagated.
+    fn run(&self, job: Job) {
+        let Job {
+            owner,
+            entry,
+            tiers,
+        } = job;
+        let data = match entry {
+            JobEntry::Body { meta, body } => match meta.to_entry_data(&body) {
+                Some(data) => data,
+                None => {
+                    tracing::debug!(
+                        name = meta.name,
+                        "entry not stored: a payload failed its checksum"
+                    );
+                    return;
+                }
+            },
+            JobEntry::Data(data) => data,
+        };
+        for tier in tiers {
+            let stored = std::panic::catch_unwind(AssertUnwindSafe(|| tier.store(&owner, &data)));
+            match stored {
+                Ok(Ok(())) => bump(&self.counters.stored),
+                Ok(Err(error)) => {
+                    bump(&self.counters.failures);
+                    tracing::debug!(tier = tier.name(), name = data.name, %error, "cache tier failed to store; ignored");
+                }
+                Err(_) => {
+                    bump(&self.counters.failures);
+                    tracing::warn!(
+                        tier = tier.name(),
+                        name = data.name,
+                        "cache tier panicked while storing; ignored"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Waits until every job queued before the call has finished, or
+    /// until `limit` has passed. Returns whether the queue caught up.
+    pub(crate) fn flush(&self, limit: Option<Duration>) -> bool {
+        let deadline = limit.map(|limit| Instant::now() + limit);
+        let mut state = self.state();
+        let target = state.queued;
+        while state.finished < target {
+            state = match deadline {
+                None => self
+                    .progress
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return false;
+                    }
+                    self.progress
+                        .wait_timeout(state, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+            };
+        }
+        true
+    }
+
+    /// The exit hook's flush: bounded, so a stuck file system cannot hang
+    /// the exit forever.
+    pub(crate) fn flush_at_exit(&self) {
+        if !self.flush(Some(EXIT_FLUSH_LIMIT)) {
+            eprintln!(
+                "kiln: {} cache stores still queued after {} s at exit; not waiting longer",
+                self.depth(),
+                EXIT_FLUSH_LIMIT.as_secs()
+            );
+        }
+    }
+
+    /// Drains the queue and ends the writer (the cache is being dropped).
+    pub(crate) fn close(&self) {
+        self.flush(None);
+        self.state().closed = true;
+        self.work.notify_all();
+    }
+}
+
+fn job_name(job: &Job) -> &str {
+    match &job.entry {
+        JobEntry::Body { meta, .. } => &meta.name,
+        JobEntry::Data(data) => &data.name,
+    }
+}
+
+/// A tier whose stores run on a cache's background writer; loads go
+/// straight to the tier. See [`Cache::background`].
+struct Background {
+    tier: Arc<dyn Tier>,
+    queue: Arc<StoreQueue>,
+}
+
+impl Tier for Background {
+    fn name(&self) -> &str {
+        self.tier.name()
+    }
+
+    fn load_entry(&self, owner: &Owner, key: &Key) -> Result<Option<TierEntry>, Error> {
+        self.tier.load_entry(owner, key)
+    }
+
+    fn store(&self, owner: &Owner, entry: &EntryData) -> Result<(), Error> {
+        self.queue.push(Job {
+            owner: owner.clone(),
+            entry: JobEntry::Data(entry.clone()),
+            tiers: vec![Arc::clone(&self.tier)],
+        });
+        Ok(())
+    }
+}
+
+impl Cache {
+    /// A handle on `tier` whose stores run on this cache's background
+    /// writer (queued, bounded, flushed with the cache), and whose loads go
+    /// straight to `tier`. For a tier that writes through to another one:
+    /// [`add_tiers`](crate::add_tiers) gives the remote tier such a handle
+    /// on the disk tier, so that a remote hit returns without waiting for
+    /// the disk.
+    pub fn background(&self, tier: Arc<dyn Tier>) -> Arc<dyn Tier> {
+        Arc::new(Background {
+            tier,
+            queue: Arc::clone(&self.queue),
+        })
+    }
+
+    /// Waits until every tier store queued before the call (by
+    /// [`get_or_compile`](Cache::get_or_compile), or by a
+    /// [`background`](Cache::background) handle) has run. Stores also run
+    /// on their own; call this where they must be done, e.g. before
+    /// another process is expected to find an entry on disk. A normal exit
+    /// and dropping the cache flush too.
+    pub fn flush(&self) {
+        self.queue.flush(None);
+    }
+}
