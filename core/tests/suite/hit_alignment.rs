@@ -159,6 +159,8 @@ fn from_a_tier_of_owned_bytes() {
     let first = Cache::new();
     first.add_tier(Box::new(Shared(tier)));
     compile_all(&first);
+    // Tier stores run on the cache's background writer.
+    first.flush();
 
     let cache = Cache::new();
     cache.add_tier(Box::new(Shared(tier)));
