@@ -1,8 +1,11 @@
-//! `kiln inspect IMAGE [--json]`: header, metadata, owners and a table of
-//! entries. Opens with structural verification, so an image with some
+//! `kiln inspect IMAGE [--json]`: header, metadata, owners, a table of
+//! entries (deps as `name@fingerprint`: for CUDA entries the recorded
+//! compiler release and header digests), and the targets of each entry name
+//! (for a multi-arch image: the archs of each kernel). Opens with structural verification, so an image with some
 //! corrupt entries is still shown (those entries as errors). Text from the
 //! image is shown escaped ([`escape`]); `--json` keeps it exact.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -70,7 +73,32 @@ fn to_json(path: &std::path::Path, image: &Image) -> Value {
             Ok(entry) => entry_json(&entry),
             Err(error) => error_json(index, &error),
         }).collect::<Vec<_>>(),
+        "targets": targets_by_name(image).into_iter().map(|(name, targets)| json!({
+            "name": name,
+            "targets": targets.into_iter().map(|(target, kinds)| json!({
+                "target": target,
+                "kinds": kinds,
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
     })
+}
+
+/// The targets each entry name is compiled for, from the owner labels
+/// (`compiler-version/target`; a label without `/` counts whole), with the
+/// artifact kinds of each: for a multi-arch CUDA image, the archs of each
+/// kernel and which of them carries PTX. Names in order, targets in image
+/// order. Corrupt entries are left out (the entries table shows them).
+fn targets_by_name(image: &Image) -> BTreeMap<String, Vec<(String, String)>> {
+    let mut names: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for entry in image.entries().flatten() {
+        let label = entry.owner_label();
+        let target = label.rsplit_once('/').map_or(label, |(_, target)| target);
+        names
+            .entry(entry.name().to_owned())
+            .or_default()
+            .push((target.to_owned(), kinds(&entry)));
+    }
+    names
 }
 
 fn entry_json(entry: &EntryRef<'_>) -> Value {
@@ -163,7 +191,10 @@ fn print_text(path: &std::path::Path, image: &Image) -> Result<(), CliError> {
         match entry {
             Ok(entry) => {
                 let sizes: Vec<String> = entry.artifacts().map(|a| a.len().to_string()).collect();
-                let deps: Vec<&str> = entry.dep_iter().map(|(name, _)| name).collect();
+                let deps: Vec<String> = entry
+                    .dep_iter()
+                    .map(|(name, fingerprint)| format!("{name}@{}", short(&fingerprint)))
+                    .collect();
                 entries.row(vec![
                     index.to_string(),
                     entry.name().to_owned(),
@@ -179,5 +210,16 @@ fn print_text(path: &std::path::Path, image: &Image) -> Result<(), CliError> {
         }
     }
     entries.write(&mut out, "  ")?;
+    writeln!(out)?;
+    writeln!(out, "targets")?;
+    let mut targets = Table::new(&["name", "targets (kinds)"]);
+    for (name, list) in targets_by_name(image) {
+        let list: Vec<String> = list
+            .iter()
+            .map(|(target, kinds)| format!("{target} ({kinds})"))
+            .collect();
+        targets.row(vec![name, list.join(", ")]);
+    }
+    targets.write(&mut out, "  ")?;
     Ok(())
 }

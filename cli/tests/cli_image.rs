@@ -109,6 +109,24 @@ fn inspect_shows_header_owners_and_entries() {
     }
     let key = &Digest::of(b"saxpy").to_hex()[..12];
     assert!(text.contains(key));
+    // Each name's targets, in image order, with their kinds.
+    let targets = text.split("\ntargets\n").nth(1).expect("a targets section");
+    let gemm = targets
+        .lines()
+        .find(|line| line.trim_start().starts_with("gemm"))
+        .expect("gemm in the targets section");
+    assert!(
+        gemm.contains("sm_80 (cubin), sm_90a (cubin)"),
+        "gemm's targets: {gemm:?}"
+    );
+    let saxpy = targets
+        .lines()
+        .find(|line| line.trim_start().starts_with("saxpy "))
+        .expect("saxpy in the targets section");
+    assert!(
+        saxpy.contains("sm_90a (ptx,cubin)"),
+        "saxpy's targets: {saxpy:?}"
+    );
 }
 
 #[test]
@@ -126,6 +144,15 @@ fn inspect_json_describes_every_entry() {
     assert_eq!(json["header"]["entry_count"], 3);
     assert_eq!(json["meta"]["labels"]["file"], "a.kimg");
     assert_eq!(json["owners"].as_array().unwrap().len(), 2);
+    let targets = json["targets"].as_array().unwrap();
+    let gemm = targets.iter().find(|t| t["name"] == "gemm").unwrap();
+    let gemm_targets: Vec<&str> = gemm["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["target"].as_str().unwrap())
+        .collect();
+    assert_eq!(gemm_targets, ["sm_80", "sm_90a"]);
     let entries = json["entries"].as_array().unwrap();
     let saxpy = entries.iter().find(|e| e["name"] == "saxpy").unwrap();
     assert_eq!(saxpy["key"], Digest::of(b"saxpy").to_hex());
