@@ -322,6 +322,7 @@ impl<'a> ArtifactRef<'a> {
     /// The payload, checked now whatever was remembered.
     pub(crate) fn check_payload(&self) -> Result<&'a [u8], ImageError> {
         let bytes = self.raw()?;
+        crate::image::PAYLOAD_CHECKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if *blake3::hash(bytes).as_bytes() != self.record.hash {
             self.image.artifact_failed.set(self.global);
             return Err(self.corrupt());

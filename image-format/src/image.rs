@@ -2,6 +2,7 @@
 
 use std::ops::Range;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::check_state::CheckState;
 use crate::entry::EntryRef;
@@ -70,6 +71,9 @@ pub struct Image {
     pub(crate) block_failures: crate::partition::Failures,
     pub(crate) trusted: bool,
 }
+
+/// Payload checksum checks run in this process ([`Image::payload_checks`]).
+pub(crate) static PAYLOAD_CHECKS: AtomicU64 = AtomicU64::new(0);
 
 /// How the index is checked at open.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -311,6 +315,16 @@ impl Image {
     /// [`from_static_trusted`](Image::from_static_trusted).
     pub fn is_trusted(&self) -> bool {
         self.trusted
+    }
+
+    /// How many payload checksum checks this process has run, over all
+    /// images: one each time a payload's BLAKE3 is computed to check it (its
+    /// first access, each access again after it failed, and each payload of
+    /// an image opened or verified with [`Verification::Full`]). An access to
+    /// a payload already checked adds nothing. A statistic, for tests and
+    /// diagnostics.
+    pub fn payload_checks() -> u64 {
+        PAYLOAD_CHECKS.load(Ordering::Relaxed)
     }
 
     /// The image metadata (checked at open).

@@ -4,14 +4,17 @@
 //!
 //! Each process is this test binary re-run with `KILN_DISK_GLOBAL_ROLE` set,
 //! running the suite's ignored test `child`: the first compiles an entry through
-//! `kiln_core::global()`, which stores it on disk; the second gets it again
-//! and checks where its payload bytes live.
+//! `kiln_core::global()`, which stores it on disk; the second gets it again,
+//! checks where its payload bytes live, and counts the payload checksum checks
+//! ([`Image::payload_checks`]): none when the tier loads the entry, one on the
+//! first access of a payload, none on later accesses or a second hit.
 #![cfg(target_os = "linux")]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kiln_core::{Artifact, ArtifactKind, Compiled, Key, KeyBuilder, Owner, Source};
+use kiln_image::Image;
 use kiln_test_support::child;
 
 const ROLE: &str = "KILN_DISK_GLOBAL_ROLE";
@@ -76,7 +79,8 @@ fn a_disk_tier_hit_through_the_global_cache_is_borrowed_from_the_mapped_segment(
     );
     assert_eq!(
         result(&mut process("hit", dir.path())),
-        "source=Tier compiles=0 hits_tier=1 corrupt=0 cubin=mapped,aligned ptx=mapped,aligned"
+        "source=Tier second=Tier compiles=0 hits_memory=1 hits_tier=1 corrupt=0 cubin=mapped,aligned \
+         ptx=mapped,aligned checks=load:0,first:1,again:1,second_hit:1,ptx:2"
     );
 }
 
@@ -110,6 +114,21 @@ fn placement(bytes: &[u8], dir: &Path) -> String {
     format!("{mapped},{aligned}")
 }
 
+/// The entry, compiled: a CUBIN and a PTX fallback.
+fn compiled() -> Compiled {
+    Compiled::new("big")
+        .artifact(Artifact {
+            kind: ArtifactKind::Cubin,
+            entry_points: vec!["big".into()],
+            bytes: cubin(),
+        })
+        .artifact(Artifact {
+            kind: ArtifactKind::Ptx,
+            entry_points: vec!["big".into()],
+            bytes: ptx(),
+        })
+}
+
 /// The child's role named by `KILN_DISK_GLOBAL_ROLE` (nothing when unset),
 /// run by the suite's `child` test.
 pub fn run_child_role() {
@@ -118,27 +137,22 @@ pub fn run_child_role() {
         Err(_) => return,
     };
     let cache = kiln_core::global();
+    // Payload checks since the start of the lookup: the tier's load of the
+    // entry must not hash its payloads, the first access hashes the one it
+    // reads, and later accesses (through this hit or another) reuse that.
+    let checks_before = Image::payload_checks();
+    let checks = || Image::payload_checks() - checks_before;
     let mut compiles = 0;
     let hit = cache
         .get_or_compile(&owner(), &key(), || {
             compiles += 1;
-            Ok(Compiled::new("big")
-                .artifact(Artifact {
-                    kind: ArtifactKind::Cubin,
-                    entry_points: vec!["big".into()],
-                    bytes: cubin(),
-                })
-                .artifact(Artifact {
-                    kind: ArtifactKind::Ptx,
-                    entry_points: vec!["big".into()],
-                    bytes: ptx(),
-                }))
+            Ok(compiled())
         })
         .expect("a hit or a compile");
+    let at_load = checks();
     let cubin_bytes = hit.artifact(&ArtifactKind::Cubin).expect("a cubin");
+    let at_first = checks();
     assert_eq!(cubin_bytes, cubin());
-    let ptx_bytes = hit.artifact(&ArtifactKind::Ptx).expect("a ptx");
-    assert_eq!(ptx_bytes, ptx());
     match role.as_str() {
         "compile" => println!("RESULT source={:?} compiles={compiles}", hit.source()),
         "hit" => {
@@ -146,12 +160,31 @@ pub fn run_child_role() {
             // The same bytes on a second access: the entry keeps borrowing.
             let again = hit.artifact(&ArtifactKind::Cubin).expect("a cubin");
             assert_eq!(again.as_ptr(), cubin_bytes.as_ptr());
+            let at_again = checks();
+            // A second lookup: a memory hit on the entry the tier loaded (its
+            // source stays the tier).
+            let second = cache
+                .get_or_compile(&owner(), &key(), || {
+                    compiles += 1;
+                    Ok(compiled())
+                })
+                .expect("a hit");
+            let second_cubin = second.artifact(&ArtifactKind::Cubin).expect("a cubin");
+            assert_eq!(second_cubin.as_ptr(), cubin_bytes.as_ptr());
+            let at_second_hit = checks();
+            let ptx_bytes = hit.artifact(&ArtifactKind::Ptx).expect("a ptx");
+            assert_eq!(ptx_bytes, ptx());
+            let at_ptx = checks();
             let dir = std::env::var_os("KILN_CACHE_DIR").expect("set by the parent");
             let dir = std::fs::canonicalize(dir).expect("the cache directory exists");
             let stats = cache.stats();
             println!(
-                "RESULT source={:?} compiles={compiles} hits_tier={} corrupt={} cubin={} ptx={}",
+                "RESULT source={:?} second={:?} compiles={compiles} hits_memory={} hits_tier={} corrupt={} \
+                 cubin={} ptx={} checks=load:{at_load},first:{at_first},again:{at_again},\
+                 second_hit:{at_second_hit},ptx:{at_ptx}",
                 hit.source(),
+                second.source(),
+                stats.hits_memory,
                 stats.hits_tier,
                 stats.corrupt,
                 placement(cubin_bytes, &dir),
