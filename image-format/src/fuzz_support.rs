@@ -31,6 +31,7 @@ pub fn exercise(bytes: &[u8]) -> Result<Exercised, ImageError> {
     let mut seen = Exercised::default();
     let _ = image.meta();
     let _ = (image.header(), image.owners(), image.owner_count());
+    let _ = (image.signers(), image.check_signatures(None));
     if let Ok(groups) = image.dep_groups() {
         let mut previous: Option<&str> = None;
         for group in groups {

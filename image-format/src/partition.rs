@@ -270,10 +270,10 @@ fn check_ascending(
     // Step `from` is compared with the step before it.
     for (step, number) in numbers.enumerate().skip(from.saturating_sub(1)) {
         let at = position(index, payload_len, number);
-        if let Some((before_number, before)) = previous {
-            if !at.not_below(&before) {
-                return Err((step, descending(index, number, before_number, at, before)));
-            }
+        if let Some((before_number, before)) = previous
+            && !at.not_below(&before)
+        {
+            return Err((step, descending(index, number, before_number, at, before)));
         }
         previous = Some((number, at));
     }
