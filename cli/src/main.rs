@@ -1,9 +1,10 @@
-//! `kiln`: inspect, verify, compare, merge, extract and install Kiln package
-//! images.
+//! `kiln`: inspect, verify, compare, merge, extract, install and sign Kiln
+//! package images.
 //!
-//! Exit status: 0 on success, 1 when `verify` finds a bad image, `install`
-//! refuses one or `diff` finds differences, 2 on any other error
-//! (unreadable input, bad arguments).
+//! Exit status: 0 on success, 1 when `verify` finds a bad image (or one
+//! not signed by a key it was told to trust), `install` or `sign` refuses
+//! one or `diff` finds differences, 2 on any other error (unreadable
+//! input, bad arguments).
 //!
 //! Images and cache directories are untrusted: text from them is printed
 //! escaped (module `escape`).
@@ -20,7 +21,9 @@ mod escape;
 mod extract;
 mod inspect;
 mod install;
+mod keygen;
 mod merge;
+mod sign;
 mod verify;
 
 use std::io::IsTerminal;
@@ -43,7 +46,8 @@ struct Cli {
 enum Command {
     /// Show an image's header, owners and entries.
     Inspect(inspect::Args),
-    /// Fully verify images (every checksum); one line per image.
+    /// Fully verify images (every checksum, every signature); one line per
+    /// image, saying who signed it.
     Verify(verify::Args),
     /// Compare the entries of two images.
     Diff(diff::Args),
@@ -54,6 +58,12 @@ enum Command {
     /// Verify images fully, then put each into a directory by rename (never
     /// in place), so programs that mapped the old file keep reading it.
     Install(install::Args),
+    /// Create a signing key: the secret in KEY (mode 0600), the public key
+    /// in KEY.pub and on standard output.
+    Keygen(keygen::Args),
+    /// Sign an image (verified fully first) with a secret key; written by
+    /// rename.
+    Sign(sign::Args),
     /// Look after the disk cache of run-time compiled entries
     /// (KILN_CACHE_DIR): stats, ls, gc, clear, verify.
     #[command(subcommand)]
@@ -77,6 +87,8 @@ fn run(command: Command) -> Result<Outcome, CliError> {
         Command::Merge(args) => merge::run(args),
         Command::Extract(args) => extract::run(args),
         Command::Install(args) => install::run(args),
+        Command::Keygen(args) => keygen::run(args),
+        Command::Sign(args) => sign::run(args),
         Command::Cache(command) => cache_cmd::run(command),
     }
 }
