@@ -7,6 +7,7 @@
 //! | `KILN_IMAGE_PATH=dir1:dir2` | also memory-map and merge every `*.kimg` file in these directories |
 //! | `KILN_LOG=info` | in a program with no `tracing` subscriber, kiln prints the init's report on stderr itself: `warn` or `error` only images skipped and entries stale or rejected, any other value also every image merged and the tiers added, `off` nothing; a program with a subscriber gets kiln's `tracing` events there instead (the `kiln` tool's subscriber takes `KILN_LOG` as its filter) |
 //! | `KILN_CACHE=0`, `KILN_CACHE_DIR`, `KILN_CACHE_MAX_BYTES`, `KILN_CACHE_TRUST_DIR` | the disk tier of the global cache: off, where, how large, whether to use a directory others may write to (see [`crate::disk::config`]) |
+//! | `KILN_TRUSTED_KEYS=file1:file2` | accept image files, and remote and written-through disk entries, only when signed by one of the public keys in these files (see [`crate::trust`]) |
 //!
 //! A boolean switch is off when unset, empty, `0`, `false`, `no` or `off`
 //! (any case), and on for any other value. The switches are read once, when
@@ -28,8 +29,10 @@ pub const IMAGE_PATH: &str = "KILN_IMAGE_PATH";
 pub const LOG: &str = "KILN_LOG";
 
 /// Every variable that acts at run time only: the switches this module
-/// reads, and those of the disk tier (`KILN_CACHE*`) and the remote tier
-/// (`KILN_REMOTE_*`). A build script's precompile block compiles into a fresh
+/// reads, and those of the disk tier (`KILN_CACHE*`), the remote tier
+/// (`KILN_REMOTE_*`) and signature checks (`KILN_TRUSTED_KEYS`).
+/// `KILN_SIGNING_KEY` is not one: a precompile block signs its image with
+/// it, so changing it rebuilds the image. A build script's precompile block compiles into a fresh
 /// cache that none of them changes (the disk cache directory only holds
 /// memos that speed up deriving the same owners), so [`crate::build`] does
 /// not rerun a build script when they change: `KILN_DISABLE=1 cargo run` or a
@@ -37,11 +40,13 @@ pub const LOG: &str = "KILN_LOG";
 /// switches (a backend's, such as `kiln-cuda`'s `KILN_STRICT_TOOLCHAIN`) are
 /// registered instead ([`RunTimeSwitch`](crate::registry::RunTimeSwitch));
 /// [`is_run_time`] asks both.
-pub const RUN_TIME: [&str; 10] = [
+pub const RUN_TIME: [&str; 12] = [
     DISABLE,
     ALWAYS_COMPILE,
     IMAGE_PATH,
     LOG,
+    crate::trust::TRUSTED_KEYS,
+    crate::trust::REMOTE_WRITE,
     crate::disk::config::CACHE,
     crate::disk::config::CACHE_DIR,
     crate::disk::config::CACHE_MAX_BYTES,
@@ -62,6 +67,10 @@ pub struct Switches {
     /// `KILN_LOG`: how much of the init report kiln prints on stderr (no
     /// `tracing` subscriber installed), when set and not empty.
     pub log: Option<String>,
+    /// `KILN_TRUSTED_KEYS`: when set, image files are merged only if one
+    /// of these keys signed them (see [`crate::trust`]); `None`: signatures
+    /// are not required.
+    pub trusted_keys: Option<kiln_image::TrustedKeys>,
 }
 
 impl Switches {
@@ -88,6 +97,7 @@ impl Switches {
             always_compile: flag(ALWAYS_COMPILE),
             image_path,
             log,
+            trusted_keys: crate::trust::trusted_keys_from_lookup(&lookup),
         }
     }
 }

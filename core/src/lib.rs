@@ -67,6 +67,7 @@ pub mod owner;
 pub mod registry;
 #[cfg(test)]
 mod test_support;
+pub mod trust;
 pub mod world;
 
 pub use cache::{

@@ -66,6 +66,7 @@ pub(crate) struct Counters {
     pub(crate) merge_duplicate: AtomicU64,
     pub(crate) merge_stale: AtomicU64,
     pub(crate) merge_foreign_owner: AtomicU64,
+    pub(crate) tier_untrusted: AtomicU64,
 }
 
 pub(crate) fn bump(counter: &AtomicU64) {
@@ -145,6 +146,10 @@ pub struct Stats {
     pub merge_stale: u64,
     /// Sum of [`MergeReport::foreign_owner`] over all merges.
     pub merge_foreign_owner: u64,
+    /// Tier entries refused because no trusted key signed them
+    /// (`KILN_TRUSTED_KEYS` set; [`Error::TierUntrusted`](crate::Error::TierUntrusted)):
+    /// each was a miss, then a compile.
+    pub tier_untrusted: u64,
     /// Entries in memory.
     pub memory_entries: u64,
     /// The current world.
@@ -180,6 +185,7 @@ pub(crate) fn collect(
         merge_duplicate: get(&counters.merge_duplicate),
         merge_stale: get(&counters.merge_stale),
         merge_foreign_owner: get(&counters.merge_foreign_owner),
+        tier_untrusted: get(&counters.tier_untrusted),
         memory_entries,
         world,
         ..Stats::default()
