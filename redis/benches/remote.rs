@@ -39,6 +39,7 @@ fn variables<'a>(url: &'a str, disk: Option<&'a Path>) -> impl Fn(&str) -> Optio
     move |name| match name {
         "KILN_REMOTE_CACHE" => Some(OsString::from(url)),
         "KILN_REMOTE_TIMEOUT_MS" => Some(OsString::from("5000")),
+        "KILN_REMOTE_WRITE" => Some(OsString::from("1")),
         "KILN_CACHE_DIR" => disk.map(|dir| dir.as_os_str().to_owned()),
         "KILN_CACHE" => disk.is_none().then(|| OsString::from("0")),
         _ => None,
