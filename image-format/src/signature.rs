@@ -54,7 +54,7 @@
 //! ([`ImageError::SignatureTrailer`]), whether or not the reader checks
 //! signatures.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
@@ -243,14 +243,23 @@ impl fmt::Debug for SigningKey {
 
 /// The public keys a reader accepts signatures of. Several, so that keys
 /// can be rotated: trust the new key, re-sign or rebuild, then drop the
-/// old one.
+/// old one. Each key is decoded (a curve point decompressed) once, when it
+/// is added, not at every verification.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TrustedKeys(BTreeSet<PublicKey>);
+pub struct TrustedKeys(BTreeMap<PublicKey, ed25519_dalek::VerifyingKey>);
 
 impl TrustedKeys {
-    /// The set of `keys`.
+    /// The set of `keys` (a key that is no curve point, which no signature
+    /// could verify with, is left out).
     pub fn new(keys: impl IntoIterator<Item = PublicKey>) -> TrustedKeys {
-        TrustedKeys(keys.into_iter().collect())
+        let mut trusted = TrustedKeys::default();
+        keys.into_iter().for_each(|key| trusted.insert(key));
+        trusted
+    }
+
+    /// The decoded key of `key`, if it is trusted.
+    fn decoded(&self, key: &PublicKey) -> Option<&ed25519_dalek::VerifyingKey> {
+        self.0.get(key)
     }
 
     /// Parses a trusted-keys text: one public key (64 hex digits) per
@@ -260,7 +269,7 @@ impl TrustedKeys {
     /// # Errors
     /// [`ImageError::InvalidKey`] naming the first line that is not a key.
     pub fn parse(text: &str) -> Result<TrustedKeys, ImageError> {
-        let mut keys = BTreeSet::new();
+        let mut keys = TrustedKeys::default();
         for (number, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
@@ -272,7 +281,7 @@ impl TrustedKeys {
                 .map_err(|error| ImageError::InvalidKey(format!("line {}: {error}", number + 1)))?;
             keys.insert(key);
         }
-        Ok(TrustedKeys(keys))
+        Ok(keys)
     }
 
     /// Reads a trusted-keys file (see [`TrustedKeys::parse`]; a `.pub`
@@ -301,9 +310,11 @@ impl TrustedKeys {
             .map_err(|error| ImageError::InvalidKey(format!("{}: {error}", path.display())))
     }
 
-    /// Adds `key`.
+    /// Adds `key` (unless it is no curve point: see [`TrustedKeys::new`]).
     pub fn insert(&mut self, key: PublicKey) {
-        self.0.insert(key);
+        if let Ok(decoded) = ed25519_dalek::VerifyingKey::from_bytes(&key.0) {
+            self.0.insert(key, decoded);
+        }
     }
 
     /// Adds every key of `other`.
@@ -313,7 +324,7 @@ impl TrustedKeys {
 
     /// Whether `key` is trusted.
     pub fn contains(&self, key: &PublicKey) -> bool {
-        self.0.contains(key)
+        self.0.contains_key(key)
     }
 
     /// Number of keys.
@@ -328,7 +339,7 @@ impl TrustedKeys {
 
     /// The keys, in ascending order.
     pub fn iter(&self) -> impl Iterator<Item = &PublicKey> {
-        self.0.iter()
+        self.0.keys()
     }
 }
 
@@ -560,10 +571,14 @@ impl Image {
             return Err(ImageError::Unsigned);
         }
         let mut failed = None;
-        for record in self.signatures.iter().filter(|r| trusted.contains(&r.key)) {
-            if record
-                .key
-                .verifies(&self.signed_digest().0, &record.signature)
+        for record in &self.signatures {
+            let Some(key) = trusted.decoded(&record.key) else {
+                continue;
+            };
+            let signature = ed25519_dalek::Signature::from_bytes(&record.signature);
+            if key
+                .verify_strict(&self.signed_digest().0, &signature)
+                .is_ok()
             {
                 return Ok(record.key);
             }

@@ -135,7 +135,8 @@ fn bench(c: &mut Criterion) {
         kiln_redis::RemoteConfig::new(server.url()).signing_key(Arc::clone(&signing)),
     )
     .expect("a valid URL");
-    let resign = Cache::new();
+    // Compiles (the unsigned value is not asked for) and stores it signed.
+    let resign = Cache::with_config(kiln_core::CacheConfig::default().always_compile(true));
     resign.add_tier(Box::new(signer.clone()));
     compiler.compile_cached(&resign, &request).expect("compile");
     assert_eq!(
