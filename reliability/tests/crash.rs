@@ -150,6 +150,7 @@ fn image_writers_killed_at_random_points_leave_only_whole_images() {
         always_compile: false,
         image_path: vec![dir.path().to_path_buf()],
         log: None,
+        trusted_keys: None,
     };
     let report = load_images(&cache, &switches, &[]);
     let (files, _) = kiln_core::registry::image_files(&[dir.path().to_path_buf()]);

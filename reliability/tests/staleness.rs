@@ -335,6 +335,7 @@ fn every_codegen_input_misses_and_every_other_input_hits() {
         always_compile: false,
         image_path: vec![future.clone()],
         log: None,
+        trusted_keys: None,
     };
     let report = load_images(&cache, &switches, &[]);
     let skipped: Vec<String> = report.skipped().map(|(_, e)| e.to_string()).collect();
