@@ -49,6 +49,8 @@
 //! - [`env`](mod@env): the `KILN_*` switches.
 //! - [`build`]: build-script helpers (precompile into `OUT_DIR`).
 //! - [`disk`]: the on-disk cache tier.
+//! - [`trust`]: whose signed code is accepted (`KILN_TRUSTED_KEYS`) and the
+//!   key this process signs with (`KILN_SIGNING_KEY`).
 //!
 //! Backends and other tiers are crates of their own, clients of this API:
 //! `kiln-cuda` (the NVRTC backend) and `kiln-redis` (the remote tier, which

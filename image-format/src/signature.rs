@@ -24,8 +24,8 @@
 //! entry (owner, key, name, worlds, deps, artifacts) and, through the
 //! digests in the index, every payload: a reader checks a payload's BLAKE3
 //! before returning its bytes (on first access at
-//! [`Verification::Structural`](crate::Verification::Structural), at open
-//! at [`Verification::Full`](crate::Verification::Full), which also checks
+//! [`Verification::Structural`], at open
+//! at [`Verification::Full`], which also checks
 //! the body checksum). Checking a signature costs hashing the header and
 //! the index, not the payloads, plus one ed25519 verification per
 //! signature tried.
