@@ -41,7 +41,9 @@
 //!
 //! - `cargo:rerun-if-changed=PATH` for every source the block declared with
 //!   [`Session::uses_source`], and for the key file of `KILN_SIGNING_KEY`
-//!   when it is set: the image is then signed with that key (see
+//!   when it is set (and `rerun-if-env-changed=KILN_SIGNING_KEY` always,
+//!   so that setting it later signs the image): the image is then signed
+//!   with that key (see
 //!   [`trust`](crate::trust); an unusable key fails the build rather than
 //!   write an unsigned image);
 //! - `cargo:rerun-if-env-changed=VAR` for the variables declared with
@@ -190,6 +192,9 @@ impl<'out> Precompile<'out> {
             out.line(format_args!("cargo:rerun-if-changed={}", key.display()));
         }
         let set = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+        // Watched set or not: setting it later must sign the image.
+        let mut env = env;
+        env.insert(crate::trust::SIGNING_KEY.to_owned());
         for var in rerun_env_vars(env, set) {
             out.line(format_args!("cargo:rerun-if-env-changed={var}"));
         }
@@ -518,6 +523,7 @@ mod tests {
         for expected in [
             "cargo:rerun-if-changed=src/kernels.rs",
             "cargo:rerun-if-env-changed=DEMO_ARCH",
+            "cargo:rerun-if-env-changed=KILN_SIGNING_KEY",
             "cargo:warning=kiln: bad not precompiled (no such type second line); it will compile at run time",
             "cargo:warning=kiln: panics not precompiled (panicked: compiler crashed); it will compile at run time",
         ] {
