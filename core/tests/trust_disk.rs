@@ -180,3 +180,30 @@ fn an_image_that_is_not_a_signed_image_of_the_entry_is_stored_unsigned() {
     assert!(has(&cache, &entry(1, 100)));
     assert!(!has(&cache, &entry(2, 100)));
 }
+
+#[test]
+fn a_signed_store_through_the_background_writer_keeps_its_signature() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let key = SigningKey::from_secret_bytes([3; 32]);
+    let trusted = TrustedKeys::new([key.public_key()]);
+    let disk = std::sync::Arc::new(open(dir.path(), |c| c.trusted_keys = Some(trusted.clone())));
+    // The handle the remote tier writes through (as `add_tiers` wires it):
+    // its stores run on the cache's background writer.
+    let cache = kiln_core::Cache::new();
+    let handle = cache.background(disk.clone());
+    let owner = kiln_core::Owner::new("trust-disk-owner", "1", "target", ["-O3"]).expect("owner");
+    let (signed_entry, plain_entry) = (entry(7, 100), entry(8, 100));
+    let value = signed_value(&signed_entry, &key);
+    handle
+        .store_signed(&owner, &signed_entry, &value)
+        .expect("queued");
+    handle.store(&owner, &plain_entry).expect("queued");
+    cache.flush();
+    assert_eq!(cache.stats().stores, 2);
+
+    let (signed, plain) = segments(&disk);
+    assert_eq!(signed.len(), 1, "{signed:?}");
+    assert_eq!(std::fs::read(&signed[0]).expect("reads"), value);
+    assert_eq!(plain.len(), 1, "{plain:?}");
+    assert!(has(&disk, &signed_entry) && has(&disk, &plain_entry));
+}

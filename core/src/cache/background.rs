@@ -5,7 +5,9 @@
 //! on the remote server) are queued for one writer thread per cache,
 //! started on the first store. Tiers that write through to another tier
 //! (the remote tier's hits into the disk tier) get a handle from
-//! [`Cache::background`] whose stores are queued the same way.
+//! [`Cache::background`] whose stores are queued the same way; a signed
+//! store ([`Tier::store_signed`]) keeps its signed image through the queue
+//! and reaches the tier as one.
 //!
 //! The queue is bounded: at most [`MAX_JOBS`] stores, and at most
 //! [`MAX_QUEUED_BYTES`] of payloads, or the memory cap when that is lower
