@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh checkout: installs what it needs, runs a
-# bounded fuzzing pass, then every test of every crate (CPU-side NVRTC tests
-# and the Redis tier's tests against real loopback servers included).
+# The whole test suite, from a fresh checkout: installs what it needs, then
+# the cheap checks (formatting, clippy and rustdoc, each failing on any
+# warning), a bounded fuzzing pass, then every test of
+# every crate (CPU-side NVRTC tests and the Redis tier's tests against real
+# loopback servers included).
 #
 #   KILN_FUZZ_SECONDS=N   seconds per fuzz target (default 20; 0 skips fuzzing)
 #   KILN_GPU_TESTS=1 scripts/test.sh    also the GPU tests (needs a GPU)
@@ -21,9 +23,19 @@ case "${CI:-}" in
     ;;
 esac
 
+# What the build and the suite need. First, because clippy runs the build
+# scripts too, and the example libraries' build scripts compile their kernels
+# with NVRTC.
 scripts/install-cuda-wheels.sh      # NVRTC + CUB headers from PyPI wheels
 scripts/start-redis.sh --install    # redis-server (+ openssl for the TLS test)
 scripts/install-strace.sh           # strace, for tests/e2e_stripped.rs
+
+# Cheap failures next: a formatting slip or a lint fails before the suite's
+# build. The lints are the workspace's ([workspace.lints]
+# in Cargo.toml); clippy checks the MSRV of `rust-version`.
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
+RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --no-deps --workspace --all-features --locked
 
 fuzz_seconds=${KILN_FUZZ_SECONDS:-20}
 if [ "$fuzz_seconds" != 0 ]; then

@@ -1,88 +1,105 @@
 //! Kiln: package images of precompiled code for JIT-compiling libraries.
 //!
 //! A library that compiles code at run time (CUDA kernels through NVRTC,
-//! shaders, query plans) keeps its results in a code-instance [`Cache`].
-//! Kiln lets that library compile its common specializations **once, at
-//! build time**, ship them inside the crate as an *image*, and have every end
-//! application start hot: the first use of [`global()`] merges every
-//! registered image, and a lookup returns bytes borrowed from the image.
+//! shaders, query plans) compiles its common specializations **once, at
+//! build time**, ships them inside the crate as an *image*, and every
+//! application that depends on it starts with those entries in its cache:
+//! a lookup returns bytes borrowed from the image, with no compile.
 //!
-//! This crate is the facade: it re-exports the public API of `kiln-core`
-//! (keys, owners, worlds, the cache, init, build-script helpers, the disk
-//! tier), `kiln-image` (the byte format, as [`image`]) and `kiln-macros`
-//! ([`include_image!`]); with the feature `cuda`, `kiln-cuda` (the NVRTC
-//! backend, as `kiln::cuda`), and with the feature `redis`, `kiln-redis`
-//! (the remote tier, as `kiln::redis`, which [`global()`] then adds when
-//! `KILN_REMOTE_CACHE` is set). It has no logic of its own, and a library
-//! depending on it compiles no command-line parser and no `tracing`
-//! subscriber (the `kiln` tool is the `kiln-cli` package).
+//! # Core concepts
 //!
-//! # The precompile block
+//! - [`Owner`]: the exact compiler configuration (compiler, version, target,
+//!   options) an entry was compiled with; a new compiler means new owners.
+//! - [`Key`]: the identity of one specialization, built from labelled fields
+//!   with [`KeyBuilder`].
+//! - [`Compiled`]: what a compile returns: [`Artifact`]s (bytes of an
+//!   [`ArtifactKind`]) and the definitions they were built from.
+//! - [`Hit`]: an entry found in a cache; its bytes are borrowed, 64-byte
+//!   aligned, from memory, an image or a tier.
+//! - [`global()`]: the process's [`Cache`](cache::Cache), every embedded
+//!   image merged on first use ([`init()`] reports what was merged).
+//! - [`build::Precompile`]: a build script's precompile block, which writes
+//!   an image to `OUT_DIR`; [`include_image!`] embeds it in the library.
+//! - [`Error`]: the one error type of this path (a backend's error converts
+//!   into it with `?`).
 //!
-//! Between a [`Cache::snapshot`] and a [`Cache::delta`], compile what the
-//! library will need; the delta holds exactly the new, unbounded, locally
-//! compiled entries, and writes a deterministic image:
+//! Everything else is one module down: [`cache`] (caches of your own,
+//! tiers, snapshots and deltas, init reports), [`image`] (the byte format),
+//! [`disk`] (the disk tier), [`registry`] (where images and tiers come
+//! from), [`env`](mod@env) (the `KILN_*` switches), [`key`] (the key and owner
+//! encodings), and with their features `cuda` (the NVRTC backend) and
+//! `redis` (the remote tier).
 //!
-//! ```
-//! use kiln::{Artifact, ArtifactKind, Cache, Compiled, KeyBuilder, Owner};
-//!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let owner = Owner::new("my-compiler", "1.2.3", "x86_64-v3", ["-O2"])?;
-//! let key = KeyBuilder::new("my-kernels", 1)
-//!     .str("function", "saxpy")
-//!     .field("dtype", &"f32")?
-//!     .finish();
-//!
-//! let cache = Cache::new();
-//! let start = cache.snapshot();
-//! cache.get_or_compile(&owner, &key, || {
-//!     // A real backend runs its compiler here (see `kiln::cuda`).
-//!     Ok::<_, std::io::Error>(Compiled::new("saxpy<f32>").artifact(Artifact {
-//!         kind: ArtifactKind::Object,
-//!         entry_points: vec!["saxpy".into()],
-//!         bytes: b"\x7fELF...".to_vec(),
-//!     }))
-//! })?;
-//! let delta = cache.delta(&start);
-//! assert_eq!(delta.len(), 1);
-//!
-//! // In a build script: `kiln::build::Precompile` does this and writes
-//! // `$OUT_DIR/<name>.kimg`; here, an image in memory.
-//! let bytes = delta.to_bytes(kiln::image::ImageMeta::default())?;
-//!
-//! // At run time: merge the image; the lookup is served from it.
-//! let app = Cache::new();
-//! let image = kiln::image::Image::from_bytes(&bytes, kiln::image::Verification::Full)?;
-//! let report = app.merge_image(image);
-//! assert_eq!(report.inserted, 1);
-//! let hit = app.lookup(&owner.digest(), &key).expect("served from the image");
-//! assert_eq!(hit.artifact(&ArtifactKind::Object), Some(&b"\x7fELF..."[..]));
-//! # Ok(()) }
-//! ```
-//!
-//! # Shipping the image
-//!
-//! A library's `build.rs` runs the block with [`build::Precompile`], and the
-//! library embeds the result with [`include_image!`]. Applications need no
-//! setup: [`global()`] merges every embedded image and every `*.kimg` file in
-//! the directories of `KILN_IMAGE_PATH` on first use; [`init()`] does it
-//! explicitly and returns what happened to each image.
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs)]
+//! This crate is a facade over `kiln-core`, `kiln-image` and `kiln-macros`
+//! (and `kiln-cuda`, `kiln-redis`): it has no logic of its own, each item has
+//! one path here, and a library depending on it compiles no command-line
+//! parser and no `tracing` subscriber (the `kiln` tool is the `kiln-cli`
+//! package).
+#![cfg_attr(not(doctest), doc = include_str!("main-path.md"))]
 
-pub use kiln_core::{
-    Artifact, ArtifactKind, ArtifactView, Cache, CacheConfig, Compiled, Delta, Dep, Digest, Error,
-    Hit, ImageOutcome, ImageReport, InitReport, Key, KeyBuilder, MergeReport, Owner, OwnerFilter,
-    Rejection, Snapshot, Source, Stats, Tier, TierEntry, TierFactory, TierSetup, World, add_tiers,
-    flush, global, init, init_with, load_images,
-};
-pub use kiln_core::{build, cache, disk, env, key, owner, registry, world};
-/// The image format: header, zero-copy index, checksummed payloads.
-pub use kiln_image as image;
+pub use kiln_core::{Compiled, Error, Hit, Key, KeyBuilder, Owner, global, init};
+pub use kiln_image::{Artifact, ArtifactKind};
+
 pub use kiln_macros::include_image;
 
+pub use kiln_core::build;
+
+/// The code-instance cache: caches of your own, their configuration (the
+/// memory cap included), extra tiers and [`flush`](cache::flush), snapshots
+/// and deltas, merge and init reports.
+///
+/// [`global()`](crate::global) is the process's cache; [`Cache`](cache::Cache) is the type,
+/// for a cache of your own (a build script's, a test's) and for functions
+/// that take one. See [`kiln_core::cache`] for its structure and locking.
+pub mod cache {
+    pub use kiln_core::cache::{
+        ArtifactView, Cache, CacheConfig, DEFAULT_MEMORY_MAX_BYTES, Delta, MergeReport,
+        OwnerFilter, PAYLOAD_ALIGN, Rejection, Snapshot, Source, Stats, Tier, TierEntry,
+    };
+    pub use kiln_core::{
+        BoxError, ImageOutcome, ImageReport, InitReport, World, add_tiers, flush, init_with,
+        load_images,
+    };
+}
+
+/// The disk tier: compiled entries persisted across runs in
+/// `KILN_CACHE_DIR`, shared by concurrent processes. [`global()`](crate::global)
+/// adds it; see [`kiln_core::disk`] for its layout and guarantees.
+pub mod disk {
+    pub use kiln_core::disk::config::{
+        CACHE, CACHE_DIR, CACHE_MAX_BYTES, CACHE_TRUST_DIR, DEFAULT_MAX_BYTES, default_dir,
+    };
+    pub use kiln_core::disk::{
+        ArtifactInfo, ClearReport, DiskArtifact, DiskCache, DiskConfig, DiskHit, DiskStats,
+        DiskTier, EntryInfo, GcReport, SegmentCheck, SessionCounters, VerifyReport,
+    };
+}
+
+/// The image format (`kiln-image`): a versioned header, a zero-copy index and
+/// checksummed payloads. [`Artifact`] and [`ArtifactKind`] are at the crate
+/// root.
+pub mod image {
+    pub use kiln_image::header::{FORMAT_VERSION, HEADER_LEN};
+    pub use kiln_image::{
+        ArchiveLayout, ArtifactRef, Dep, DepGroup, Digest, Endianness, EntryData, EntryRef,
+        FileAccess, Header, Image, ImageError, ImageFile, ImageMeta, ImageWriter, Verification,
+        WRITE_PIECE, write_file_atomic, write_in_pieces,
+    };
+}
+
+/// The stable encodings of keys and owners: the BLAKE3 key-derivation
+/// contexts ([`kiln_core::key`] and [`kiln_core::owner`] describe the
+/// encodings).
+pub mod key {
+    pub use kiln_core::key::KEY_CONTEXT;
+    pub use kiln_core::owner::OWNER_CONTEXT;
+}
+
+pub use kiln_core::{env, registry};
+
 /// The CUDA backend (`kiln-cuda`): NVRTC to CUBIN and PTX, owners, the
-/// module loader.
+/// module loader. Its [`Error`](kiln_cuda::Error) converts into
+/// [`kiln::Error`](crate::Error) with `?`.
 #[cfg(feature = "cuda")]
 pub use kiln_cuda as cuda;
 

@@ -240,7 +240,7 @@ fn a_second_run_without_images_gets_every_kernel_from_the_disk_tier() {
     );
     assert_eq!(first.one("summary")["from_tier"].as_u64(), Some(0));
     // The disk tier keeps its segments in a subdirectory per image format.
-    let segments = std::path::Path::new(dir).join(kiln::disk::config::images_subdir());
+    let segments = kiln::disk::DiskConfig::new(dir).images_dir();
     let stored = std::fs::read_dir(&segments)
         .expect("the disk tier created its directory")
         .filter_map(Result::ok)

@@ -23,7 +23,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use kiln::Cache;
+use kiln::cache::Cache;
 use kiln::cuda::{Device, SearchConfig, Selection};
 use kiln::env::Switches;
 use serde::{Deserialize, Serialize};
@@ -260,7 +260,7 @@ impl Lookups {
                 // A cache of the program's own, so that only the file image
                 // (KILN_IMAGE_PATH, set by the driver) is merged.
                 let cache = leak(Cache::new());
-                let report = kiln::load_images(cache, &Switches::from_env(), &[]);
+                let report = kiln::cache::load_images(cache, &Switches::from_env(), &[]);
                 if let Some((source, err)) = report.skipped().next() {
                     return Err(BenchError::FileImage(format!("{source}: {err}")));
                 }
@@ -276,14 +276,14 @@ impl Lookups {
                 // The tiers of the global cache, from the environment as
                 // `kiln::global()` wires them: the disk tier in the warmed
                 // `KILN_CACHE_DIR` (set by the driver); no image merged.
-                if std::env::var_os(kiln::disk::config::CACHE_DIR).is_none() {
+                if std::env::var_os(kiln::disk::CACHE_DIR).is_none() {
                     return Err(BenchError::Missing {
                         mode: mode.name().to_owned(),
                         kernel: "every kernel: KILN_CACHE_DIR is not set (the driver sets it to the warmed directory)".to_owned(),
                     });
                 }
                 let cache = leak(Cache::new());
-                kiln::add_tiers(cache, |name| std::env::var_os(name));
+                kiln::cache::add_tiers(cache, |name| std::env::var_os(name));
                 Lookups::Kiln(cache)
             }
             Mode::DirCache => Lookups::Dir(fixtures.dir_cache()),
@@ -302,8 +302,8 @@ impl Lookups {
             let len = match self {
                 Lookups::Kiln(cache) => {
                     // A warm mode that misses compiles here, and is refused after.
-                    let hit =
-                        cache.get_or_compile(&kernel.owner, &kernel.key, || kernel.compile())?;
+                    let hit = cache
+                        .get_or_compile(&kernel.owner, &kernel.key, || Ok(kernel.compile()?))?;
                     black_box(hit.artifact(&IN_HAND).ok_or_else(|| missing(kernel))?).len()
                 }
                 Lookups::Dir(dir) => {

@@ -134,7 +134,7 @@ fn run_modes(
             ];
             let vars: Vec<(&str, PathBuf)> = match mode.base() {
                 Mode::KilnFile => vec![(kiln::env::IMAGE_PATH, fixtures.image_dir())],
-                Mode::KilnDisk => vec![(kiln::disk::config::CACHE_DIR, fixtures.disk_dir())],
+                Mode::KilnDisk => vec![(kiln::disk::CACHE_DIR, fixtures.disk_dir())],
                 _ => Vec::new(),
             };
             let m: Measurement = spawn(&args, mode.env(), &vars)?;

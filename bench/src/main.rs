@@ -18,8 +18,6 @@
 //! cargo run --release -p kiln-bench -- --quick      # a smoke run, no NVRTC
 //! cargo run --release -p kiln-bench -- --gpu        # also the first launch on GPU 0
 //! ```
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs)]
 
 mod baseline;
 mod chart;

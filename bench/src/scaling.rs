@@ -6,8 +6,9 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use kiln::cache::Cache;
 use kiln::image::{Image, ImageMeta, ImageWriter, Verification};
-use kiln::{Cache, Key, Owner};
+use kiln::{Key, Owner};
 use serde::{Deserialize, Serialize};
 
 use crate::baseline::postcard_image::{self, SerdeImage};

@@ -2,7 +2,8 @@
 //! for runs that need no NVRTC (`--quick`, the smoke test) and for the scaling
 //! images. Shared with the build script (`#[path]`), which embeds a small one.
 
-use kiln::image::{Artifact, ArtifactKind, EntryData};
+use kiln::image::EntryData;
+use kiln::{Artifact, ArtifactKind};
 use kiln::{Key, KeyBuilder, Owner};
 
 /// Entries in the image the build script embeds.

@@ -72,10 +72,10 @@ impl Target {
                 .flatten()
         });
         let mut disk_config = match (&self.dir, from_env) {
-            (Some(dir), Ok(Some(env))) => DiskConfig {
-                dir: dir.clone(),
-                ..env
-            },
+            (Some(dir), Ok(Some(mut env))) => {
+                env.dir.clone_from(dir);
+                env
+            }
             (Some(dir), _) => DiskConfig::new(dir),
             (None, from_env) => from_env?.ok_or(kiln_core::Error::DiskNoDir)?,
         };

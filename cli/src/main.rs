@@ -13,7 +13,6 @@
 //!
 //! Kiln's `tracing` events (a disk cache that cannot be written, say) go to
 //! stderr, filtered by `KILN_LOG` (default `warn`).
-#![deny(unsafe_op_in_unsafe_fn)]
 
 mod bake;
 mod cache_cmd;

@@ -143,7 +143,8 @@ fn compute<'r>(recording: &'r Recording, in_given: impl Fn(&Used) -> bool) -> Re
                     row.compiles = row.compiles.saturating_add(usage.processes);
                     row.compile_time = row.compile_time.saturating_add(usage.compile_time);
                 }
-                SourceKind::Memory => {}
+                // Already in memory, or a source newer than this tool.
+                _ => {}
             }
         }
         let shipped = used.from_image() || in_given(used);

@@ -63,7 +63,7 @@ fn get(cache: &Cache, name: &str) -> bool {
     cache
         .get_or_compile(&owner(), &key(name), || {
             ran = true;
-            Ok::<_, std::io::Error>(compiled(name))
+            Ok(compiled(name))
         })
         .unwrap();
     ran

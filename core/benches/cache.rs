@@ -36,12 +36,7 @@ fn artifact(n: u64) -> Artifact {
 }
 
 fn small(n: u64) -> Compiled {
-    Compiled {
-        name: String::new(),
-        deps: Vec::new(),
-        artifacts: vec![artifact(n)],
-        session_dependent: false,
-    }
+    Compiled::new("").artifact(artifact(n))
 }
 
 /// A cache holding `keys`.

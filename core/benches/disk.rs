@@ -57,7 +57,7 @@ use std::time::Instant;
 
 use criterion::{Criterion, Throughput};
 use kiln_core::disk::{DiskCache, DiskConfig};
-use kiln_core::{Artifact, ArtifactKind, Cache, Compiled, Key, KeyBuilder, Owner};
+use kiln_core::{Artifact, ArtifactKind, Cache, Key, KeyBuilder, Owner};
 use kiln_image::EntryData;
 
 const ENTRIES: u64 = 1000;
@@ -172,7 +172,7 @@ fn kiln_process(dir: &Path) -> Cache {
 fn kiln_hit(cache: &Cache, n: u64) -> usize {
     let hit = cache
         .get_or_compile(&owner(), &key(n), || {
-            Err::<Compiled, _>(std::io::Error::other("not in the fixture"))
+            Err(std::io::Error::other("not in the fixture").into())
         })
         .expect("a disk-tier hit");
     let bytes = hit.artifact(&ArtifactKind::Cubin).expect("a checked cubin");

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 use kiln_core::disk::{DiskConfig, DiskTier};
 use kiln_core::{
-    Artifact, ArtifactKind, Cache, CacheConfig, Compiled, Error, Key, KeyBuilder, Owner, Tier,
+    Artifact, ArtifactKind, Cache, CacheConfig, Compiled, Key, KeyBuilder, Owner, Tier,
 };
 
 /// Payload of one compile.
@@ -98,7 +98,7 @@ fn disk_tier(dir: &Path) -> Cache {
 fn miss(cache: &Cache, next: &AtomicU64) {
     let k = key(next.fetch_add(1, Ordering::Relaxed));
     let hit = cache
-        .get_or_compile(&owner(), &k, || Ok::<_, Error>(compile(&k)))
+        .get_or_compile(&owner(), &k, || Ok(compile(&k)))
         .expect("compiles");
     black_box(hit.artifact(&ArtifactKind::Cubin).map(<[u8]>::len));
 }

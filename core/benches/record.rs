@@ -76,7 +76,7 @@ fn image_cache(owner: &Owner, keys: &[Key]) -> Cache {
 /// A `get_or_compile` that must hit.
 fn hit<'c>(cache: &'c Cache, owner: &Owner, key: &Key) -> kiln_core::Hit<'c> {
     cache
-        .get_or_compile(owner, key, || Err("a hit was expected"))
+        .get_or_compile(owner, key, || Err("a hit was expected".into()))
         .expect("a hit")
 }
 

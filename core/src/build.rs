@@ -9,17 +9,16 @@
 //! fn main() -> Result<(), kiln_core::Error> {
 //!     Precompile::new("my-kernels").run(|session| {
 //!         session.uses_source("src/kernels.rs");
-//!         let owner = Owner::new("my-compiler", "1.0", "x86_64", Vec::<String>::new())?;
+//!         // The target cargo builds for, not the host this script runs on.
+//!         let target = session.target().map_or("unknown", |t| t.arch()).to_owned();
+//!         let owner = Owner::new("my-compiler", "1.0", &target, Vec::<String>::new())?;
 //!         for n in [1u32, 2, 4] {
 //!             session.specialize(&format!("unroll<{n}>"), |cache| {
-//!                 let key = KeyBuilder::new("unroll", 1).field("n", &n)?.finish();
-//!                 cache.get_or_compile(&owner, &key, || {
-//!                     Ok::<_, std::io::Error>(Compiled::new(format!("unroll<{n}>")))
-//!                 })?;
-//!                 Ok::<(), kiln_core::Error>(())
+//!                 let key = KeyBuilder::new("unroll", 1).u32("n", n).finish();
+//!                 cache.get_or_compile(&owner, &key, || Ok(Compiled::new(format!("unroll<{n}>"))))
 //!             });
 //!         }
-//!         Ok::<(), kiln_core::Error>(())
+//!         Ok(())
 //!     })?;
 //!     Ok(())
 //! }
@@ -32,6 +31,40 @@
 //! `#[path = "src/kernels.rs"] mod kernels;` (declared with
 //! [`Session::uses_source`]). Then the library and its build script derive
 //! the same owners and keys. `examples/kiln-kernels-demo` does this.
+//!
+//! # The target, not the host
+//!
+//! A build script is compiled for, and runs on, the *host*: in code it
+//! shares with the library, `cfg!(target_arch = ..)`, `cfg!(target_os = ..)`,
+//! `cfg!(target_feature = ..)` and `std::env::consts` describe the host
+//! inside the build script and the target inside the library. When the two
+//! differ (cross-compiling, or `-C target-cpu` / `-C target-feature` in
+//! `RUSTFLAGS`), keys or owners built from them differ between the build
+//! script and the library, and every precompiled entry misses. Build them
+//! from a [`Target`] instead: [`Session::target`] in the build script (read
+//! from cargo's `TARGET` and `CARGO_CFG_TARGET_*` variables), and in the
+//! library the same values from `cfg!`.
+//!
+//! # Build scripts run unoptimized
+//!
+//! Cargo builds build scripts (and their dependencies, kiln and the
+//! compiler included) with the `build-override` profile, which in a debug
+//! build is unoptimized: a compiler written in Rust then precompiles several
+//! times slower than it runs in the application. Only the profile of the
+//! workspace being built counts, so this is the *application's* choice, in
+//! its `Cargo.toml`:
+//!
+//! ```toml
+//! [profile.dev.build-override]
+//! opt-level = 3
+//! [profile.release.build-override]
+//! opt-level = 3
+//! ```
+//!
+//! A compiler loaded as a shared library (NVRTC) runs at full speed either
+//! way.
+//!
+//! # What a run does
 //!
 //! [`Precompile::run`] gives the block a fresh [`Cache`] (so that nothing
 //! loaded from another image or a disk cache hides an entry from the
@@ -77,12 +110,17 @@ use std::time::{Duration, Instant};
 use kiln_image::ImageMeta;
 
 use crate::registry::IMAGE_EXTENSION;
-use crate::{Cache, Error};
+use crate::{BoxError, Cache, Error};
 
 /// A precompile run: the image's name, where it goes, where its directives go.
+///
+/// See the [module documentation](self) for what a run prints, how to see
+/// the target rather than the host, and why an application should build
+/// build scripts optimized (`[profile.dev.build-override] opt-level = 3`).
 pub struct Precompile<'out> {
     name: String,
     out_dir: Option<PathBuf>,
+    target: Option<Target>,
     output: Box<dyn Write + 'out>,
 }
 
@@ -93,6 +131,7 @@ impl Precompile<'static> {
         Precompile {
             name: name.into(),
             out_dir: None,
+            target: None,
             output: Box::new(std::io::stdout()),
         }
     }
@@ -105,12 +144,21 @@ impl<'out> Precompile<'out> {
         self
     }
 
+    /// Gives the block `target` as [`Session::target`] instead of the one
+    /// cargo's variables describe (for tests, or a run outside a build
+    /// script).
+    pub fn target(mut self, target: Target) -> Self {
+        self.target = Some(target);
+        self
+    }
+
     /// Sends the `cargo:` directives and progress lines to `output` instead
     /// of stdout.
     pub fn output<'w>(self, output: impl Write + 'w) -> Precompile<'w> {
         Precompile {
             name: self.name,
             out_dir: self.out_dir,
+            target: self.target,
             output: Box::new(output),
         }
     }
@@ -139,16 +187,19 @@ impl<'out> Precompile<'out> {
     /// written in every case, with what was compiled, so that
     /// `include_image!` always finds it.
     ///
+    /// `block` returns [`BoxError`], so `?` works on any error in it and
+    /// its final `Ok(())` needs no annotation.
+    ///
     /// # Errors
     /// [`Error::OutDirUnset`]; [`Error::Image`] when the image cannot be
     /// written; [`Error::BuildOutput`] when the directives cannot be printed.
-    pub fn run<F, E>(self, block: F) -> Result<PrecompileReport, Error>
+    pub fn run<F>(self, block: F) -> Result<PrecompileReport, Error>
     where
-        F: FnOnce(&mut Session<'_>) -> Result<(), E>,
-        E: Display,
+        F: FnOnce(&mut Session<'_>) -> Result<(), BoxError>,
     {
         let path = self.image_path()?;
         let meta = self.meta();
+        let target = self.target.clone().or_else(Target::from_env);
         let started = Instant::now();
         // No memory cap: every entry the block compiles must reach the
         // image (the snapshot would pin them anyway).
@@ -156,6 +207,7 @@ impl<'out> Precompile<'out> {
         let snapshot = cache.snapshot();
         let mut session = Session {
             cache: &cache,
+            target: target.as_ref(),
             out: Printer::new(self.output),
             sources: BTreeSet::new(),
             env: BTreeSet::new(),
@@ -236,10 +288,11 @@ impl<'out> Precompile<'out> {
     }
 }
 
-/// What a precompile block sees: the cache to compile into, and ways to
-/// declare what the build depends on.
+/// What a precompile block sees: the cache to compile into, the target,
+/// and ways to declare what the build depends on.
 pub struct Session<'a> {
     cache: &'a Cache,
+    target: Option<&'a Target>,
     out: Printer<'a>,
     sources: BTreeSet<PathBuf>,
     env: BTreeSet<String>,
@@ -247,10 +300,19 @@ pub struct Session<'a> {
     failed: Vec<(String, String)>,
 }
 
-impl Session<'_> {
+impl<'a> Session<'a> {
     /// The cache the block compiles into; what it compiles goes into the image.
-    pub fn cache(&self) -> &Cache {
+    pub fn cache(&self) -> &'a Cache {
         self.cache
+    }
+
+    /// The platform the library is being built for: cargo's `TARGET` and
+    /// `CARGO_CFG_*` variables (or what [`Precompile::target`] gave). Build
+    /// keys and owners from it, not from `cfg!(target_*)`, which in a build
+    /// script describes the host (see the [module documentation](self)).
+    /// `None` outside a build script when no target was given.
+    pub fn target(&self) -> Option<&'a Target> {
+        self.target
     }
 
     /// Declares that the compiled code depends on `path` (a file or a
@@ -268,12 +330,14 @@ impl Session<'_> {
 
     /// Compiles one specialization, called `label` in progress lines.
     ///
-    /// A failure (an error or a panic) is printed as a `cargo:warning` and
-    /// the build goes on; the result is `None` then.
+    /// `compile` gets the block's cache and may return what borrows from it
+    /// (a [`Hit`](crate::Hit)), or any other value; any error type that
+    /// displays. A failure (an error or a panic) is printed as a
+    /// `cargo:warning` and the build goes on; the result is `None` then.
     pub fn specialize<T, E: Display>(
         &mut self,
         label: &str,
-        compile: impl FnOnce(&Cache) -> Result<T, E>,
+        compile: impl FnOnce(&'a Cache) -> Result<T, E>,
     ) -> Option<T> {
         let (elapsed, outcome) = run_one(self.cache, compile);
         self.finish(label, elapsed, outcome)
@@ -282,12 +346,13 @@ impl Session<'_> {
     /// Compiles every specialization of `work` (a label and a compile each) on up
     /// to `jobs` threads (see [`jobs`]), each as [`Session::specialize`] does, and
     /// reports them in the order given. The image does not depend on the order in
-    /// which they finish: its entries are sorted.
+    /// which they finish: its entries are sorted. As with [`Session::specialize`],
+    /// a compile may return what borrows from the block's cache.
     pub fn specialize_all<T, E, F>(&mut self, jobs: usize, work: Vec<(String, F)>) -> Vec<Option<T>>
     where
         T: Send,
         E: Display + Send,
-        F: FnOnce(&Cache) -> Result<T, E> + Send,
+        F: FnOnce(&'a Cache) -> Result<T, E> + Send,
     {
         let cache = self.cache;
         let (labels, compiles): (Vec<String>, Vec<F>) = work.into_iter().unzip();
@@ -355,9 +420,9 @@ impl Session<'_> {
 type Finished<T> = (Duration, Result<T, String>);
 
 /// Runs one compile, catching a panic: its time and its value or failure.
-fn run_one<T, E: Display>(
-    cache: &Cache,
-    compile: impl FnOnce(&Cache) -> Result<T, E>,
+fn run_one<'c, T, E: Display>(
+    cache: &'c Cache,
+    compile: impl FnOnce(&'c Cache) -> Result<T, E>,
 ) -> Finished<T> {
     let started = Instant::now();
     let outcome = catch_unwind(AssertUnwindSafe(|| compile(cache)));
@@ -414,6 +479,7 @@ impl<'a> Printer<'a> {
 
 /// What a precompile run did.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct PrecompileReport {
     /// The image written.
     pub path: PathBuf,
@@ -423,6 +489,108 @@ pub struct PrecompileReport {
     pub compiled: Vec<(String, Duration)>,
     /// Each specialization that failed, with the reason.
     pub failed: Vec<(String, String)>,
+}
+
+/// The platform a build script builds for, from cargo's variables: the
+/// triple (`TARGET`) and every `CARGO_CFG_*` value (`target_arch`,
+/// `target_os`, `target_feature`, `target_pointer_width`, `unix`, ...).
+///
+/// In a build script `cfg!(target_arch = ..)` describes the host the script
+/// runs on; this describes the target, which is what the library's
+/// `cfg!(target_arch = ..)` sees.
+///
+/// ```
+/// use kiln_core::build::Target;
+///
+/// let vars = [
+///     ("TARGET", "aarch64-unknown-linux-gnu"),
+///     ("CARGO_CFG_TARGET_ARCH", "aarch64"),
+///     ("CARGO_CFG_TARGET_OS", "linux"),
+///     ("CARGO_CFG_TARGET_FEATURE", "neon,sve"),
+///     ("CARGO_CFG_UNIX", ""),
+///     ("PATH", "/usr/bin"),
+/// ];
+/// let target = Target::from_vars(vars.map(|(k, v)| (k.to_owned(), v.to_owned()))).unwrap();
+/// assert_eq!(target.triple(), "aarch64-unknown-linux-gnu");
+/// assert_eq!((target.arch(), target.os()), ("aarch64", "linux"));
+/// assert!(target.has_feature("sve") && !target.has_feature("avx2"));
+/// assert_eq!(target.cfg("unix"), Some(&[][..]));
+/// assert_eq!(target.cfg("windows"), None);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    triple: String,
+    /// `CARGO_CFG_<NAME>` as `name` (lowercase) → its comma-separated values.
+    cfg: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+impl Target {
+    /// The target cargo gives a build script, from the process environment;
+    /// `None` outside a build script (`TARGET` unset).
+    pub fn from_env() -> Option<Target> {
+        Target::from_vars(std::env::vars_os().filter_map(|(name, value)| {
+            Some((name.into_string().ok()?, value.into_string().ok()?))
+        }))
+    }
+
+    /// The target described by `vars` (name, value pairs as in a build
+    /// script's environment): `TARGET` and the `CARGO_CFG_*` variables;
+    /// `None` without `TARGET`.
+    pub fn from_vars(vars: impl IntoIterator<Item = (String, String)>) -> Option<Target> {
+        let mut triple = None;
+        let mut cfg = std::collections::BTreeMap::new();
+        for (name, value) in vars {
+            if name == "TARGET" {
+                triple = Some(value);
+            } else if let Some(key) = name.strip_prefix("CARGO_CFG_") {
+                let values = value
+                    .split(',')
+                    .filter(|v| !v.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                cfg.insert(key.to_ascii_lowercase(), values);
+            }
+        }
+        Some(Target {
+            triple: triple?,
+            cfg,
+        })
+    }
+
+    /// The target triple, e.g. `x86_64-unknown-linux-gnu`.
+    pub fn triple(&self) -> &str {
+        &self.triple
+    }
+
+    /// The values of the `cfg` `name` (`"target_arch"`, `"target_feature"`,
+    /// `"unix"`, ...): `None` when it is not set, an empty slice for a `cfg`
+    /// without values (`unix`).
+    pub fn cfg(&self, name: &str) -> Option<&[String]> {
+        self.cfg.get(name).map(Vec::as_slice)
+    }
+
+    /// `target_arch` (`x86_64`, `aarch64`, `nvptx64`, ...), empty if unknown.
+    pub fn arch(&self) -> &str {
+        self.first("target_arch")
+    }
+
+    /// `target_os` (`linux`, `macos`, `windows`, `none`, ...), empty if unknown.
+    pub fn os(&self) -> &str {
+        self.first("target_os")
+    }
+
+    /// Whether `target_feature` includes `feature` (`avx2`, `neon`, ...), as
+    /// enabled for this build (`-C target-cpu`, `-C target-feature`).
+    pub fn has_feature(&self, feature: &str) -> bool {
+        self.cfg("target_feature")
+            .is_some_and(|features| features.iter().any(|f| f == feature))
+    }
+
+    fn first(&self, name: &str) -> &str {
+        self.cfg(name)
+            .and_then(|values| values.first())
+            .map_or("", String::as_str)
+    }
 }
 
 /// The variables whose change must rerun the build script: `declared`, and
@@ -472,7 +640,7 @@ mod tests {
             .str("name", name)
             .finish();
         cache.get_or_compile(&owner, &key, || {
-            Ok::<_, std::io::Error>(Compiled::new(name).artifact(Artifact {
+            Ok(Compiled::new(name).artifact(Artifact {
                 kind: ArtifactKind::Object,
                 entry_points: vec![name.to_owned()],
                 bytes: name.as_bytes().to_vec(),
@@ -494,7 +662,7 @@ mod tests {
                 session.specialize("panics", |_| -> Result<(), Error> {
                     panic!("compiler crashed")
                 });
-                Ok::<(), Error>(())
+                Ok(())
             })
             .unwrap()
     }
@@ -562,7 +730,7 @@ mod tests {
             .output(&mut output)
             .run(|session| {
                 session.specialize("a", |cache| compile(cache, "a"));
-                Ok::<(), Error>(())
+                Ok(())
             })
             .unwrap();
         let output = String::from_utf8(output).unwrap();
@@ -584,7 +752,7 @@ mod tests {
         let report = Precompile::new("none")
             .out_dir(dir.path())
             .output(std::io::sink())
-            .run(|_| Err("NVRTC not found"))
+            .run(|_| Err("NVRTC not found".into()))
             .unwrap();
         assert_eq!(report.entries, 0);
         assert!(
@@ -595,6 +763,41 @@ mod tests {
     }
 
     inventory::submit! { crate::registry::RunTimeSwitch::new("KILN_TEST_BACKEND_STRICT") }
+
+    #[test]
+    fn the_block_sees_the_target_and_keeps_what_borrows_from_its_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let vars = [
+            ("TARGET", "riscv64gc-unknown-linux-gnu"),
+            ("CARGO_CFG_TARGET_ARCH", "riscv64"),
+            ("CARGO_CFG_TARGET_FEATURE", "a,c,d,f,m"),
+        ];
+        let target = Target::from_vars(vars.map(|(k, v)| (k.to_owned(), v.to_owned()))).unwrap();
+        let mut seen = None;
+        Precompile::new("target")
+            .out_dir(dir.path())
+            .target(target)
+            .output(std::io::sink())
+            .run(|session| {
+                let arch = session.target().map(|t| t.arch().to_owned());
+                // A hit borrows from the block's cache: it can be returned.
+                let hit = session.specialize("a", |cache| {
+                    compile(cache, "a")?;
+                    let owner = Owner::new("test-compiler", "1.0", "test-target", [""; 0])?;
+                    let key = KeyBuilder::new("kiln-core build tests", 1)
+                        .str("name", "a")
+                        .finish();
+                    cache.get_or_compile(&owner, &key, || Err("compiled above".into()))
+                });
+                seen = Some((arch, hit.map(|h| h.name().to_owned())));
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(
+            seen,
+            Some((Some("riscv64".to_owned()), Some("a".to_owned())))
+        );
+    }
 
     #[test]
     fn reruns_follow_declared_and_backend_variables_not_run_time_switches() {
@@ -653,7 +856,7 @@ mod tests {
                         .collect();
                     let results = session.specialize_all(jobs, work);
                     assert_eq!(results.iter().filter(|r| r.is_some()).count(), 5);
-                    Ok::<(), Error>(())
+                    Ok(())
                 })
                 .unwrap();
             (report, String::from_utf8(output).unwrap())
@@ -690,7 +893,7 @@ mod tests {
             .output(&mut output)
             .run(|session| {
                 session.specialize("a", |cache| compile(cache, "a"));
-                Err("NVRTC not found")
+                Err("NVRTC not found".into())
             })
             .unwrap();
         let output = String::from_utf8(output).unwrap();

@@ -68,6 +68,7 @@ pub const RUN_TIME: [&str; 14] = [
 
 /// The switches in force, as read from the environment.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Switches {
     /// `KILN_DISABLE`: merge no image.
     pub disable: bool,

@@ -9,6 +9,13 @@ use std::sync::Arc;
 
 use crate::key::Key;
 
+/// Any error, boxed: what a compile closure of
+/// [`Cache::get_or_compile`](crate::Cache::get_or_compile) or a precompile
+/// block of [`Precompile::run`](crate::build::Precompile::run) returns. `?`
+/// converts every `std::error::Error + Send + Sync` into it, so such a closure
+/// needs no annotation: `|| { let code = my_compiler(src)?; Ok(Compiled::new("f")) }`.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// A compile failure, shared by every caller that waited for the same compile.
 pub type CompileFailure = Arc<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -151,6 +158,19 @@ pub enum Error {
         tier: String,
         /// The tier's own error.
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+
+    // ----- backends (kiln-cuda and others) -----
+    /// A compiler backend failed outside a compile (locating or loading its
+    /// compiler, building a request's key). Backends convert their own error
+    /// into this variant (`From`), so code returning [`Error`] can use `?` on
+    /// a backend's calls; the backend's error is the source.
+    #[error("{backend}: {source}")]
+    Backend {
+        /// The backend's crate, e.g. `kiln-cuda`.
+        backend: &'static str,
+        /// The backend's own error.
+        source: BoxError,
     },
 
     // ----- recording (record.rs) -----

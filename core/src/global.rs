@@ -407,6 +407,7 @@ fn is_untrusted(error: &Error) -> bool {
 
 /// What the init did.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct InitReport {
     /// `KILN_DISABLE` was set: nothing was merged.
     pub disabled: bool,
@@ -474,6 +475,7 @@ impl fmt::Display for InitReport {
 
 /// One image's part of the [`InitReport`].
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct ImageReport {
     /// Where the image came from.
     pub source: ImageSource,
@@ -498,6 +500,7 @@ impl fmt::Display for ImageReport {
 
 /// What happened to one image at init.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ImageOutcome {
     /// The image was opened and merged.
     Merged {
@@ -852,7 +855,7 @@ mod tests {
         let hit = cache
             .get_or_compile(&owner(), &key(name), || {
                 compiled = true;
-                Ok::<_, Error>(Compiled::new(name).artifact(Artifact {
+                Ok(Compiled::new(name).artifact(Artifact {
                     kind: ArtifactKind::Object,
                     entry_points: vec![name.to_owned()],
                     bytes: name.as_bytes().to_vec(),

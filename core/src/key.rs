@@ -122,10 +122,19 @@ impl KeyBuilder {
 
     /// Adds a serde value, encoded with postcard.
     ///
+    /// Fallible because a `Serialize` implementation can fail: postcard
+    /// refuses a sequence of unknown length (`serialize_seq(None)`), a
+    /// `Path` that is not UTF-8 fails to serialize, any implementation may
+    /// return a custom error, and one that encodes differently on two passes
+    /// is refused. For plain values use the infallible [`KeyBuilder::bool`],
+    /// [`KeyBuilder::u32`], [`KeyBuilder::u64`], [`KeyBuilder::i32`],
+    /// [`KeyBuilder::i64`] and [`KeyBuilder::str`]: each of the first five
+    /// gives the same key as `field` with that value.
+    ///
     /// # Errors
-    /// [`Error::KeyEncoding`] if postcard cannot encode the value (e.g. a
-    /// sequence of unknown length), [`Error::KeyNondeterministic`] if two
-    /// encodings of the same value differ in length.
+    /// [`Error::KeyEncoding`] if the value cannot be encoded (see above),
+    /// [`Error::KeyNondeterministic`] if two encodings of the same value
+    /// differ in length.
     pub fn field<T: Serialize + ?Sized>(mut self, label: &str, value: &T) -> Result<Self, Error> {
         let encoding = |source| Error::KeyEncoding {
             label: label.to_owned(),
@@ -146,6 +155,61 @@ impl KeyBuilder {
             });
         }
         Ok(self)
+    }
+
+    /// Adds a `bool`: the same key as [`KeyBuilder::field`] with it, and
+    /// infallible.
+    pub fn bool(self, label: &str, value: bool) -> Self {
+        self.serde_encoded(label, &[u8::from(value)])
+    }
+
+    /// Adds a `u32`: the same key as [`KeyBuilder::field`] with it, and
+    /// infallible.
+    pub fn u32(self, label: &str, value: u32) -> Self {
+        self.u64(label, u64::from(value))
+    }
+
+    /// Adds a `u64`: the same key as [`KeyBuilder::field`] with it, and
+    /// infallible.
+    pub fn u64(self, label: &str, value: u64) -> Self {
+        // postcard's varint: 7 bits per byte, least significant first, the
+        // high bit set on every byte but the last.
+        let mut encoded = [0u8; 10];
+        let mut len = 0;
+        let mut rest = value;
+        loop {
+            let low = (rest & 0x7f) as u8;
+            rest >>= 7;
+            if rest == 0 {
+                encoded[len] = low;
+                len += 1;
+                break;
+            }
+            encoded[len] = low | 0x80;
+            len += 1;
+        }
+        self.serde_encoded(label, &encoded[..len])
+    }
+
+    /// Adds an `i32`: the same key as [`KeyBuilder::field`] with it, and
+    /// infallible.
+    pub fn i32(self, label: &str, value: i32) -> Self {
+        self.i64(label, i64::from(value))
+    }
+
+    /// Adds an `i64`: the same key as [`KeyBuilder::field`] with it, and
+    /// infallible.
+    pub fn i64(self, label: &str, value: i64) -> Self {
+        // postcard's zigzag encoding, then its varint.
+        let zigzag = ((value << 1) ^ (value >> 63)) as u64;
+        self.u64(label, zigzag)
+    }
+
+    /// A serde field whose postcard encoding is `encoded`.
+    fn serde_encoded(mut self, label: &str, encoded: &[u8]) -> Self {
+        self.start_field(TAG_SERDE, label, encoded.len());
+        self.hasher.update(encoded);
+        self
     }
 
     /// Adds raw bytes (e.g. a source text).

@@ -22,7 +22,7 @@
 //! let start = cache.snapshot();
 //! let hit = cache.get_or_compile(&owner, &key, || {
 //!     // A real backend runs its compiler here.
-//!     Ok::<_, std::io::Error>(Compiled::new("saxpy<f32>").artifact(Artifact {
+//!     Ok(Compiled::new("saxpy<f32>").artifact(Artifact {
 //!         kind: ArtifactKind::Ptx,
 //!         entry_points: vec!["saxpy".into()],
 //!         bytes: b"// ptx".to_vec(),
@@ -57,8 +57,6 @@
 //! Backends and other tiers are crates of their own, clients of this API:
 //! `kiln-cuda` (the NVRTC backend) and `kiln-redis` (the remote tier, which
 //! [`global()`] adds through a [`TierFactory`] when that crate is linked).
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs)]
 
 pub mod build;
 pub mod cache;
@@ -80,7 +78,7 @@ pub use cache::{
     ArtifactView, Cache, CacheConfig, Compiled, Delta, Hit, MergeReport, OwnerFilter, Rejection,
     Snapshot, Source, Stats, Tier, TierEntry,
 };
-pub use error::Error;
+pub use error::{BoxError, Error};
 pub use global::{
     ImageOutcome, ImageReport, InitReport, add_tiers, flush, global, init, init_with, load_images,
 };

@@ -101,6 +101,7 @@ const CHECK_CONTEXT: &str = "kiln record line v1";
 
 /// Where a recorded entry came from.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum SourceKind {
     /// A merged image (embedded by a library, or a file of `KILN_IMAGE_PATH`).
     Image,
@@ -728,6 +729,7 @@ fn not_regular(what: &str) -> std::io::Error {
 /// What record files say about one entry, over every process that recorded
 /// it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Used {
     /// The owner's digest.
     pub owner: Digest,
@@ -772,6 +774,7 @@ impl Used {
 
 /// How processes got one entry from one source.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SourceUse {
     /// Processes that recorded it from this source (`E` records).
     pub processes: u64,
@@ -785,6 +788,7 @@ pub struct SourceUse {
 
 /// Lines of record files that were skipped.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Damage {
     /// A last line without its line break: a record cut short by a crash or
     /// a full disk.
@@ -1168,7 +1172,7 @@ mod tests {
             .get_or_compile(&owner(), &key(name), || {
                 ran = true;
                 std::thread::sleep(Duration::from_millis(1));
-                Ok::<_, Error>(compiled(name))
+                Ok(compiled(name))
             })
             .unwrap();
         ran

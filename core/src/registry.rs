@@ -134,6 +134,10 @@ impl EmbeddedImage {
     /// [`Verification::Structural`], like an image never checked (its
     /// header and index are validated now and each payload's checksum on
     /// first use).
+    ///
+    /// # Errors
+    /// The [`ImageError`] of the check that failed, when the bytes (changed
+    /// since they were verified) do not open.
     pub fn open(&self) -> Result<Image, ImageError> {
         if self.matches_verified_header() {
             // SAFETY: the embedded bytes start with the header of an image
@@ -235,6 +239,7 @@ pub(crate) fn newest_registration() -> *const EmbeddedImage {
 
 /// Where an image came from, for reports and log lines.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ImageSource {
     /// Embedded with `include_image!` by `crate_name`.
     Embedded {

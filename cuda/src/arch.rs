@@ -41,6 +41,10 @@ impl Arch {
     ///
     /// Fails for capabilities below 5.0 (not supported by current NVRTC) or a minor
     /// version above 9.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArch`] for a capability below 5.0 or a minor version
+    /// above 9.
     pub fn new(major: u32, minor: u32, suffix: ArchSuffix) -> Result<Self, Error> {
         let given = || format!("{major}.{minor}");
         if !(5..=99).contains(&major) {
@@ -64,6 +68,10 @@ impl Arch {
 
     /// The plain (portable) arch of a device's compute capability, e.g. `(8, 6)` gives
     /// `sm_86`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArch`] when the capability is negative or not an arch
+    /// (see [`Arch::new`]).
     pub fn from_capability(major: i32, minor: i32) -> Result<Self, Error> {
         let convert = |v: i32| {
             u32::try_from(v).map_err(|_| Error::InvalidArch {

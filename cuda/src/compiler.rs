@@ -77,6 +77,10 @@ impl Compiler {
     /// A compiler on the process's NVRTC ([`NvrtcIdentity::get`]: located from the
     /// environment, its version from the memo when possible), loaded on the first
     /// compile.
+    ///
+    /// # Errors
+    /// [`Error::NvrtcNotFound`] when no NVRTC library is found, or the error
+    /// of learning its version.
     pub fn new() -> Result<Self, Error> {
         Ok(Self {
             identity: NvrtcIdentity::get()?,
@@ -86,6 +90,10 @@ impl Compiler {
     /// A compiler on the NVRTC `config` locates. cudarc binds a single NVRTC per
     /// process: compiling fails with [`Error::NvrtcIdentityChanged`] when the process
     /// has already loaded another one.
+    ///
+    /// # Errors
+    /// [`Error::NvrtcNotFound`] when `config` locates no NVRTC library, or the
+    /// error of learning its version.
     pub fn with_config(config: &SearchConfig) -> Result<Self, Error> {
         let identity = NvrtcIdentity::resolve(config, MemoDir::process())?;
         Ok(Self::with_identity(identity))
@@ -114,6 +122,9 @@ impl Compiler {
     /// A kernel library rather uses [`KernelLibrary`](super::KernelLibrary), which
     /// looks its shipped entries up under the recorded release and header digests
     /// without locating anything, and finds NVRTC only on a miss.
+    ///
+    /// # Errors
+    /// The error of [`Compiler::new`] other than [`Error::NvrtcNotFound`].
     pub fn new_or_recorded(version: NvrtcVersion) -> Result<Self, Error> {
         match Self::new() {
             Err(Error::NvrtcNotFound { .. }) => Ok(Self::recorded(version)),
@@ -128,6 +139,11 @@ impl Compiler {
 
     /// The NVRTC library, loaded now if it is not yet (and checked to be the one the
     /// owners name).
+    ///
+    /// # Errors
+    /// [`Error::NoNvrtc`] when the owners name a recorded NVRTC and none is
+    /// installed; the errors of locating and loading NVRTC
+    /// ([`Error::NvrtcShadowed`], [`Error::NvrtcIdentityChanged`]).
     pub fn nvrtc(&self) -> Result<&'static Nvrtc, Error> {
         self.identity.load()
     }
@@ -139,6 +155,9 @@ impl Compiler {
 
     /// The owner of `request`'s entries: NVRTC's version, the arch and the canonical
     /// options.
+    ///
+    /// # Errors
+    /// [`Error::Cache`] when the owner cannot be built (see [`KernelRequest::owner`]).
     pub fn owner(&self, request: &KernelRequest) -> Result<Owner, crate::Error> {
         request.owner(self.identity.version())
     }
@@ -146,6 +165,12 @@ impl Compiler {
     /// Compiles `request` to CUBIN and PTX, without the cache. Loads NVRTC on the
     /// first call, and checks that the compiler's banner names the release the owners
     /// name.
+    ///
+    /// # Errors
+    /// The errors of [`Compiler::nvrtc`]; [`Error::Compile`] with NVRTC's log
+    /// when the source does not compile; [`Error::Nvrtc`] when an NVRTC call
+    /// fails; [`Error::NvrtcIdentityChanged`] when the PTX banner names another
+    /// release.
     pub fn compile(&self, request: &KernelRequest) -> Result<CompiledKernel, Error> {
         let nvrtc = self.nvrtc()?;
         let headers: Vec<(String, String)> = request
@@ -192,6 +217,11 @@ impl Compiler {
     /// The cached entry of `request`: looked up under its owner and key, compiled
     /// (once, even with concurrent callers) when missing, with the deps of
     /// [`Compiler::entry`].
+    ///
+    /// # Errors
+    /// The errors of [`Compiler::compile`] when the entry is not cached;
+    /// [`Error::Cache`] when its key or owner cannot be built or the cache
+    /// reports a failure.
     pub fn compile_cached<'c>(
         &self,
         cache: &'c Cache,
@@ -200,8 +230,7 @@ impl Compiler {
         let owner = self.owner(request)?;
         let key: Key = request.key()?;
         Ok(cache.get_or_compile(&owner, &key, || {
-            self.compile(request)
-                .map(|kernel| self.entry(kernel, request))
+            Ok(self.entry(self.compile(request)?, request))
         })?)
     }
 }

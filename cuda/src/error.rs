@@ -324,3 +324,19 @@ pub enum Error {
         entry_points: Vec<String>,
     },
 }
+
+/// Into kiln's error, so that code returning `kiln::Error` (a build script, a
+/// library's own API) can use `?` on this crate's calls: [`Error::Cache`]
+/// gives back the cache's error it wraps, every other variant becomes
+/// [`kiln_core::Error::Backend`] with this error as its source.
+impl From<Error> for kiln_core::Error {
+    fn from(error: Error) -> kiln_core::Error {
+        match error {
+            Error::Cache(error) => error,
+            other => kiln_core::Error::Backend {
+                backend: "kiln-cuda",
+                source: Box::new(other),
+            },
+        }
+    }
+}

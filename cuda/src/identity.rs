@@ -97,6 +97,9 @@ pub struct NvrtcIdentity {
 impl NvrtcIdentity {
     /// The process's identity: [`NvrtcIdentity::resolve`] with the environment's
     /// search places and memo directory, learnt once.
+    ///
+    /// # Errors
+    /// As [`NvrtcIdentity::resolve`].
     pub fn get() -> Result<&'static NvrtcIdentity, Error> {
         static PROCESS: OnceLock<NvrtcIdentity> = OnceLock::new();
         if let Some(identity) = PROCESS.get() {
@@ -109,6 +112,11 @@ impl NvrtcIdentity {
     /// The identity of the NVRTC `config` locates: from `memo` when it holds the
     /// release of exactly the library files found, else by loading the library
     /// (which memoizes it).
+    ///
+    /// # Errors
+    /// [`Error::NvrtcNotFound`] when `config` locates no NVRTC library; the
+    /// errors of loading it ([`Error::NvrtcShadowed`], [`Error::Nvrtc`]) when
+    /// no memo names its release.
     pub fn resolve(config: &SearchConfig, memo: &MemoDir) -> Result<NvrtcIdentity, Error> {
         if let Some(identity) = Self::from_memo(config, memo) {
             return Ok(identity);

@@ -4,7 +4,7 @@
 //! GPU. It uses the public API of `kiln-core` only: a backend is a client of the
 //! cache.
 //!
-//! - [`locate`]: finding NVRTC and the CCCL headers (`KILN_NVRTC`, the toolkit, the
+//! - [`locate_nvrtc`], [`locate_cccl`]: finding NVRTC and the CCCL headers (`KILN_NVRTC`, the toolkit, the
 //!   loader path, the Python wheels), with a typed error listing every place tried.
 //! - [`NvrtcIdentity`]: which NVRTC the owners name, learnt without loading NVRTC
 //!   when an identity memo ([`MemoDir`]) of the very library file exists; or recorded
@@ -83,7 +83,7 @@ mod identity;
 mod include_tree;
 mod library;
 pub mod loader;
-pub mod locate;
+mod locate;
 mod memo;
 mod nvrtc;
 mod options;

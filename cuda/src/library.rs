@@ -73,6 +73,7 @@ pub type RequestFn<S> = fn(&S, &Toolchain, Arch) -> Result<KernelRequest, crate:
 /// How many kernels were served each way ([`Selection`]), counted once per
 /// (cache, device, specialization) each time it is derived.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SelectionStats {
     /// Shipped CUBINs for exactly the device's arch.
     pub exact_cubin: u64,

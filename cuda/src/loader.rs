@@ -34,6 +34,11 @@ pub const REQUIRED_DRIVER_VERSION: i32 = 13000;
 /// Opens the primary context of GPU `ordinal`, after checking that the driver
 /// library loads (cudarc would panic on a missing library) and is new enough for
 /// NVRTC 13's output ([`REQUIRED_DRIVER_VERSION`]).
+///
+/// # Errors
+/// [`Error::DriverNotFound`], [`Error::DriverTooOld`] or
+/// [`Error::DriverStatus`] when the driver is missing or too old;
+/// [`Error::Driver`] when the context cannot be created.
 pub fn context(ordinal: usize) -> Result<Arc<CudaContext>, Error> {
     let found = driver_version()?;
     if found < REQUIRED_DRIVER_VERSION {
@@ -54,6 +59,10 @@ pub fn driver_available() -> bool {
 
 /// The CUDA version the installed driver supports (`13000` for 13.0), read through
 /// `libloading` so that a missing driver is an error, not cudarc's panic.
+///
+/// # Errors
+/// [`Error::DriverNotFound`] when no driver library loads;
+/// [`Error::DriverStatus`] when it reports an error.
 pub fn driver_version() -> Result<i32, Error> {
     let mut tried = cudarc::get_lib_name_candidates("cuda");
     let mut seen = std::collections::HashSet::new();
@@ -90,6 +99,10 @@ pub fn driver_version() -> Result<i32, Error> {
 
 /// The plain arch of the context's device (`sm_86` for compute capability 8.6).
 /// Compile for [`Arch::with_suffix`]-style variants such as `sm_90a` explicitly.
+///
+/// # Errors
+/// [`Error::Driver`] when the device cannot be queried;
+/// [`Error::InvalidArch`] when its compute capability is not an arch.
 pub fn device_arch(ctx: &CudaContext) -> Result<Arch, Error> {
     let (major, minor) = ctx
         .compute_capability()
@@ -99,6 +112,9 @@ pub fn device_arch(ctx: &CudaContext) -> Result<Arch, Error> {
 
 /// The context's device as [`select`](super::select) sees it: its plain arch and
 /// its driver's CUDA version.
+///
+/// # Errors
+/// The errors of [`device_arch`] and [`driver_version`].
 pub fn device(ctx: &CudaContext) -> Result<Device, Error> {
     Ok(Device::new(device_arch(ctx)?).with_driver(driver_version()?))
 }
@@ -139,6 +155,10 @@ impl LoadedModule {
     ///
     /// The module's context is made current on the calling thread first
     /// (`cuModuleGetFunction` works in the current context), so any thread can ask.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchEntryPoint`] when the module has no function of that
+    /// name expression; [`Error::Driver`] when the driver cannot load it.
     pub fn function(&self, name_expression: &str) -> Result<CudaFunction, Error> {
         let missing = || Error::NoSuchEntryPoint {
             name: self.name.clone(),
@@ -205,6 +225,11 @@ impl ModuleCache {
     }
 
     /// The module of `hit` (an entry of `request`) on `ctx`, loaded on first use.
+    ///
+    /// # Errors
+    /// [`Error::HitMismatch`] when `hit` is not an entry of `request`;
+    /// [`Error::NoCompatibleArtifact`] when neither its CUBIN nor its PTX runs
+    /// on the device; [`Error::Driver`] when the driver refuses the module.
     pub fn load(
         &self,
         ctx: &Arc<CudaContext>,
@@ -223,6 +248,9 @@ impl ModuleCache {
 
     /// The module of a kernel a [`KernelLibrary`](super::KernelLibrary) served, on
     /// `ctx`: [`ModuleCache::load`] with the request of the entry's target.
+    ///
+    /// # Errors
+    /// The errors of [`ModuleCache::load`].
     pub fn load_served(
         &self,
         ctx: &Arc<CudaContext>,
@@ -232,6 +260,9 @@ impl ModuleCache {
     }
 
     /// Shorthand: the function of `name_expression` in `hit` on `ctx`.
+    ///
+    /// # Errors
+    /// The errors of [`ModuleCache::load`] and [`LoadedModule::function`].
     pub fn function(
         &self,
         ctx: &Arc<CudaContext>,

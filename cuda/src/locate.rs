@@ -115,6 +115,9 @@ pub struct Located {
 }
 
 /// Finds a loadable NVRTC library, probing every candidate with `libloading`.
+///
+/// # Errors
+/// [`Error::NvrtcNotFound`], listing every place tried.
 pub fn locate_nvrtc(config: &SearchConfig) -> Result<Located, Error> {
     let mut log = Vec::new();
     let not_found = |log| Error::NvrtcNotFound {
@@ -228,6 +231,9 @@ fn loader_may_know_nvrtc() -> bool {
 }
 
 /// Finds the CCCL include folder: the one holding `cub/cub.cuh`.
+///
+/// # Errors
+/// [`Error::CcclNotFound`], listing every place tried.
 pub fn locate_cccl(config: &SearchConfig) -> Result<PathBuf, Error> {
     let mut log = Vec::new();
     let check = |rule: &str, dir: PathBuf, log: &mut Vec<Searched>| {

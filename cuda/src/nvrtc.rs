@@ -113,6 +113,9 @@ static LOADING: Mutex<()> = Mutex::new(());
 impl Nvrtc {
     /// The process's NVRTC, located from the environment on first use
     /// ([`SearchConfig::from_env`]).
+    ///
+    /// # Errors
+    /// As [`Nvrtc::load`].
     pub fn get() -> Result<&'static Nvrtc, Error> {
         match LOADED.get() {
             Some(nvrtc) => Ok(nvrtc),
@@ -126,6 +129,12 @@ impl Nvrtc {
     /// The exact release comes from the process's identity memo ([`MemoDir::process`])
     /// when it holds one for exactly this library file, else from the banner of an
     /// empty compile (then memoized).
+    ///
+    /// # Errors
+    /// [`Error::NvrtcNotFound`] when no library is found;
+    /// [`Error::NvrtcShadowed`] when cudarc would bind another library than
+    /// the one located; [`Error::NvrtcIdentityChanged`] when another NVRTC is
+    /// loaded already; [`Error::Nvrtc`] when its version cannot be read.
     pub fn load(config: &SearchConfig) -> Result<&'static Nvrtc, Error> {
         Self::load_with(config, MemoDir::process())
     }

@@ -32,6 +32,10 @@ impl CanonicalOptions {
     /// assert_eq!(a.as_slice(), ["--std=c++17", "--use_fast_math", "--define-macro=N=4"]);
     /// # Ok::<(), kiln_cuda::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`Error::RefusedOption`] for an option the owner or the key covers
+    /// (include paths, the arch) or one that takes a missing value.
     pub fn new<I>(options: I) -> Result<Self, Error>
     where
         I: IntoIterator,

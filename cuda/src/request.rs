@@ -95,6 +95,9 @@ pub struct IncludeDir {
 impl IncludeDir {
     /// Fingerprints `path`, or reuses this process's fingerprint of it, or the
     /// process's memo of it ([`MemoDir::process`]) when no file changed since.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the directory or one of its files cannot be read.
     pub fn new(path: impl AsRef<Path>) -> Result<Self, Error> {
         let path = canonical(path.as_ref())?;
         static SEEN: OnceLock<Mutex<HashMap<PathBuf, Digest>>> = OnceLock::new();
@@ -120,6 +123,9 @@ impl IncludeDir {
     /// Fingerprints `path` through the memos of `memo`, ignoring this process's
     /// earlier fingerprint: the tree is stat-walked, and hashed only when the memo
     /// does not match it.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the directory or one of its files cannot be read.
     pub fn with_memo(path: impl AsRef<Path>, memo: &MemoDir) -> Result<Self, Error> {
         let path = canonical(path.as_ref())?;
         let digest = include_tree::memoized_digest(&path, memo)?;
@@ -129,6 +135,9 @@ impl IncludeDir {
     /// Fingerprints `path` afresh by hashing every file, trusting neither this
     /// process's earlier fingerprint nor a memo (for directories whose contents
     /// change while the process runs).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the directory or one of its files cannot be read.
     pub fn rescan(path: impl AsRef<Path>) -> Result<Self, Error> {
         let path = canonical(path.as_ref())?;
         let digest = include_tree::hash_tree(&path)?;
@@ -271,6 +280,9 @@ impl KernelRequest {
     }
 
     /// Sets the NVRTC options, canonicalized (see [`CanonicalOptions`]).
+    ///
+    /// # Errors
+    /// As [`CanonicalOptions::new`].
     pub fn options<I>(mut self, options: I) -> Result<Self, Error>
     where
         I: IntoIterator,
@@ -374,6 +386,9 @@ impl KernelRequest {
 
     /// The key: everything about the kernel that changes its code, except what the
     /// owner covers (NVRTC version, arch, options).
+    ///
+    /// # Errors
+    /// [`Error::Cache`] when a field cannot be encoded into the key.
     pub fn key(&self) -> Result<Key, crate::Error> {
         // Exhaustive: a new field must be placed in the key or the owner here.
         let Self {
@@ -410,6 +425,9 @@ impl KernelRequest {
     }
 
     /// The owner for this request under NVRTC `version`.
+    ///
+    /// # Errors
+    /// [`Error::Cache`] when the version or the arch is empty.
     pub fn owner(&self, version: &NvrtcVersion) -> Result<Owner, crate::Error> {
         Ok(Owner::new(
             COMPILER_ID,

@@ -115,6 +115,7 @@ pub struct Candidate {
 
 /// What to look up for one device, best first.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Candidates {
     /// The shipped entries to try, in order.
     pub list: Vec<Candidate>,

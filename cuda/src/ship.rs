@@ -18,7 +18,7 @@
 //!     let mut plan = ShipPlan::parse("sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120")?;
 //!     Precompile::new("my-kernels").run(|session| {
 //!         session.uses_source("src/catalogue.rs");
-//!         plan.precompile(session, &catalogue::common(), catalogue::request)
+//!         Ok(plan.precompile(session, &catalogue::common(), catalogue::request)?)
 //!     })?;
 //!     // Always printed (an empty record when no NVRTC was found): the library reads
 //!     // it with env!("KILN_CUDA_BUILD").
@@ -174,13 +174,11 @@ pub fn ship_one(
     let owner = compiler.owner(request)?;
     let key = request.key()?;
     cache.get_or_compile(&owner, &key, || {
-        compiler.compile(request).map(|kernel| {
-            let mut entry = compiler.entry(kernel, request);
-            if !with_ptx {
-                entry.artifacts.retain(|a| a.kind != ArtifactKind::Ptx);
-            }
-            entry
-        })
+        let mut entry = compiler.entry(compiler.compile(request)?, request);
+        if !with_ptx {
+            entry.artifacts.retain(|a| a.kind != ArtifactKind::Ptx);
+        }
+        Ok(entry)
     })?;
     Ok(())
 }

@@ -384,7 +384,7 @@ impl Toolchain {
     /// recorded with other values become stale (at merge) or are closed (already
     /// merged), so that only this toolchain's entries are served. What
     /// `KILN_STRICT_TOOLCHAIN=1` does; an application can also call it in
-    /// `kiln::init_with` to see such entries counted as stale in the init report.
+    /// `kiln::cache::init_with` to see such entries counted as stale in the init report.
     pub fn define_in(&self, cache: &Cache) {
         cache.define(NVRTC_DEP, nvrtc_fingerprint(&self.nvrtc));
         let sets: Vec<String> = match &self.headers {

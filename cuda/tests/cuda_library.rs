@@ -72,7 +72,7 @@ fn ship(dir: &Path) -> (std::path::PathBuf, BuildRecord) {
     let report = Precompile::new("cuda-library-test")
         .out_dir(dir)
         .output(&mut output)
-        .run(|session| plan.precompile(session, &SHIPPED, request))
+        .run(|session| Ok(plan.precompile(session, &SHIPPED, request)?))
         .unwrap();
     let output = String::from_utf8_lossy(&output);
     assert!(report.failed.is_empty(), "{output}");

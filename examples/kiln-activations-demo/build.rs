@@ -15,7 +15,7 @@ fn main() -> Result<(), kiln::cuda::Error> {
     Precompile::new("kiln-activations-demo").run(|session| {
         session.uses_source("src/generate.rs");
         session.uses_env(generate::TARGETS_VARIABLE);
-        plan.precompile(session, &generate::Kernel::all(), generate::request)
+        Ok(plan.precompile(session, &generate::Kernel::all(), generate::request)?)
     })?;
     println!("{}", plan.record().cargo_directive());
     Ok(())

@@ -17,7 +17,7 @@ fn main() -> Result<(), kiln::cuda::Error> {
         session.uses_env(catalogue::TARGETS_VARIABLE);
         // Every (kernel, target) on NUM_JOBS threads; declares NVRTC's file and
         // the CCCL folder, so a new NVRTC or new headers precompile again.
-        plan.precompile(session, &catalogue::common(), catalogue::request)
+        Ok(plan.precompile(session, &catalogue::common(), catalogue::request)?)
     })?;
     // Printed even when no NVRTC was found (then the library ships nothing and
     // compiles at run time): the library reads it with env!.

@@ -81,6 +81,11 @@ impl<'a> DepGroup<'a> {
     /// may also list entries that do not carry the dep; a cache then drops
     /// or closes them (a miss). [`Verification::Full`](crate::Verification::Full)
     /// rejects such an index.
+    ///
+    /// # Errors
+    /// [`ImageError::DepIndex`] when the group's entry list fails its checksum
+    /// or does not ascend; [`ImageError::OutOfRange`] when it lies outside the
+    /// member table or names an entry the image does not have.
     pub fn entries(&self) -> Result<impl ExactSizeIterator<Item = usize> + use<'a>, ImageError> {
         let members = self
             .image
@@ -104,6 +109,10 @@ impl Image {
     /// fingerprint. The group table is checked against its checksum on
     /// first use, in O(groups + names); iterating the groups reads no entry
     /// list (each group's list is checked when its entries are read).
+    ///
+    /// # Errors
+    /// [`ImageError::DepIndex`] when the group table fails its checks (names,
+    /// order, member ranges, checksum).
     pub fn dep_groups(
         &self,
     ) -> Result<impl ExactSizeIterator<Item = DepGroup<'_>> + '_, ImageError> {
@@ -118,6 +127,10 @@ impl Image {
 
     /// The groups of the definition `name` (one per fingerprint it was
     /// built with), found by binary search: O(log groups + matches).
+    ///
+    /// # Errors
+    /// [`ImageError::DepIndex`] when the group table fails its checks (names,
+    /// order, member ranges, checksum).
     pub fn dep_groups_named<'s>(
         &'s self,
         name: &'s str,
@@ -138,6 +151,10 @@ impl Image {
     /// fingerprint), found by binary search in the dependency index:
     /// O(log groups + matches). The matching groups' entry lists are checked
     /// before anything is returned.
+    ///
+    /// # Errors
+    /// The errors of [`Image::dep_groups`] and [`DepGroup::entries`]: the
+    /// group table or a matching group's entry list fails its checks.
     pub fn dependents_of<'s>(
         &'s self,
         name: &'s str,

@@ -35,6 +35,9 @@ impl Digest {
     }
 
     /// Parses exactly 64 hex characters (either case).
+    ///
+    /// # Errors
+    /// [`ImageError::InvalidHex`] when `s` is not 64 hex characters.
     pub fn from_hex(s: &str) -> Result<Digest, ImageError> {
         let invalid = || ImageError::InvalidHex {
             text: s.chars().take(80).collect(),

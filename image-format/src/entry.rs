@@ -152,6 +152,9 @@ impl<'a> EntryRef<'a> {
     }
 
     /// The artifact at position `i` of this entry.
+    ///
+    /// # Errors
+    /// [`ImageError::ArtifactOutOfRange`] when the entry has no artifact `i`.
     pub fn artifact(&self, i: usize) -> Result<ArtifactRef<'a>, ImageError> {
         self.artifacts()
             .nth(i)
@@ -195,6 +198,9 @@ impl<'a> EntryRef<'a> {
     }
 
     /// An owned copy of the entry, payloads included (each checked).
+    ///
+    /// # Errors
+    /// [`ImageError::PayloadChecksum`] when a payload fails its checksum.
     pub fn to_data(&self) -> Result<EntryData, ImageError> {
         let artifacts = self
             .artifacts()
@@ -302,6 +308,10 @@ impl<'a> ArtifactRef<'a> {
     /// The payload, borrowed from the image. Its BLAKE3 is checked on the
     /// first call (and remembered); on a mismatch the bytes are withheld
     /// and an error returned, on this and every later call.
+    ///
+    /// # Errors
+    /// [`ImageError::PayloadChecksum`] when the payload fails its checksum (on
+    /// this and every later call).
     pub fn bytes(&self) -> Result<&'a [u8], ImageError> {
         if self.image.artifact_state.is_set(self.global) {
             return self.raw();

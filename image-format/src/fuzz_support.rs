@@ -26,6 +26,9 @@ pub struct Exercised {
 /// of what was accepted and rejected. Must never panic, and its time and
 /// memory grow linearly with `bytes` (the `bounded_memory` fuzz target and
 /// `tests/hostile.rs` check the memory).
+///
+/// # Errors
+/// The [`ImageError`] of the structural open, when `bytes` is not an image.
 pub fn exercise(bytes: &[u8]) -> Result<Exercised, ImageError> {
     let image = Image::from_bytes(bytes, Verification::Structural)?;
     let mut seen = Exercised::default();

@@ -242,6 +242,9 @@ impl Header {
     /// anything of the trailer is read: at most
     /// [`MAX_TRAILER_LEN`](crate::signature::MAX_TRAILER_LEN)), then
     /// lengths and regions.
+    ///
+    /// # Errors
+    /// The [`ImageError`] of the first check that fails, in the order above.
     pub fn parse(bytes: &[u8], image_len: u64) -> Result<Header, ImageError> {
         let image = bytes;
         let file_len = image_len;
@@ -466,8 +469,17 @@ pub(crate) fn header_checksum(bytes: &[u8; HEADER_LEN]) -> Digest {
 
 /// Recomputes and stores the header checksum of `image` in place: for tests
 /// that patch header fields and want the field check, not the checksum
-/// check, to fire. Does nothing on a slice shorter than a header.
+/// check, to fire. Does nothing on a slice shorter than a header. With the
+/// feature `fuzzing` only.
+#[cfg(feature = "fuzzing")]
 pub fn reseal_header(image: &mut [u8]) {
+    reseal(image);
+}
+
+/// Recomputes and stores the header checksum of `image` in place (signing
+/// changes the signature trailer's length field). Does nothing on a slice
+/// shorter than a header.
+pub(crate) fn reseal(image: &mut [u8]) {
     if let Some(bytes) = image.first_chunk_mut::<HEADER_LEN>() {
         let checksum = header_checksum(bytes);
         bytes[CHECKSUMMED_LEN..].copy_from_slice(&checksum.0);

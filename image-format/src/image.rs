@@ -95,6 +95,10 @@ impl From<Verification> for Mode {
 impl Image {
     /// Opens an image embedded in the binary. The bytes must start at a
     /// 64-byte-aligned address (`include_image!` embeds them so).
+    ///
+    /// # Errors
+    /// The [`ImageError`] of the first check of `level` that fails:
+    /// [`ImageError::Misaligned`] when `bytes` is not 64-byte aligned.
     pub fn from_static(bytes: &'static [u8], level: Verification) -> Result<Image, ImageError> {
         Image::from_storage(Storage::Static(bytes), level.into())
     }
@@ -110,6 +114,10 @@ impl Image {
     /// `kiln-image` (for example at compile time, in `include_image!`) and are
     /// unchanged since. Reading an image that breaks this contract is
     /// undefined behaviour: the index is accessed without rkyv validation.
+    ///
+    /// # Errors
+    /// [`ImageError::Misaligned`] or [`ImageError::Truncated`] when the bytes
+    /// cannot hold the image the header describes.
     pub unsafe fn from_static_trusted(bytes: &'static [u8]) -> Result<Image, ImageError> {
         Image::from_storage(Storage::Static(bytes), Mode::Trusted)
     }
@@ -120,6 +128,10 @@ impl Image {
     /// does), never edited in place while mapped: see the crate docs.
     ///
     /// [`ImageWriter::write_atomic`]: crate::ImageWriter::write_atomic
+    ///
+    /// # Errors
+    /// [`ImageError::Io`] when the file cannot be opened or mapped; the
+    /// [`ImageError`] of the first check of `level` that fails.
     pub fn open(path: &Path, level: Verification) -> Result<Image, ImageError> {
         Image::from_storage(Storage::map_file(path)?, level.into())
     }
@@ -132,6 +144,10 @@ impl Image {
     ///
     /// Mapped image files must be replaced, never edited in place, as for
     /// [`Image::open`].
+    ///
+    /// # Errors
+    /// [`ImageError::Io`] when the file cannot be mapped or read; the
+    /// [`ImageError`] of the first check of `level` that fails.
     pub fn from_file(
         file: ImageFile,
         access: FileAccess,
@@ -141,6 +157,9 @@ impl Image {
     }
 
     /// Copies `bytes` into an owned, aligned buffer and opens it.
+    ///
+    /// # Errors
+    /// The [`ImageError`] of the first check of `level` that fails.
     pub fn from_bytes(bytes: &[u8], level: Verification) -> Result<Image, ImageError> {
         Image::from_storage(Storage::copy_aligned(bytes), level.into())
     }
@@ -337,6 +356,11 @@ impl Image {
 
     /// Entry by index (entries are sorted by (owner, key)). Its record is
     /// checked against its checksum on first access.
+    ///
+    /// # Errors
+    /// [`ImageError::EntryOutOfRange`] when there is no entry `index`;
+    /// [`ImageError::EntryChecksum`] or [`ImageError::EntryMalformed`] when its
+    /// record is corrupt.
     pub fn entry(&self, index: usize) -> Result<EntryRef<'_>, ImageError> {
         EntryRef::checked(self, index)
     }
@@ -355,6 +379,12 @@ impl Image {
     /// check (an entry a lookup does not lead to fails with
     /// [`ImageError::EntryUnreachable`]), so a lookup and an iteration agree
     /// even on an image whose keys are out of order or repeated.
+    ///
+    /// # Errors
+    /// The error of the check the entry found fails:
+    /// [`ImageError::EntryChecksum`], [`ImageError::EntryMalformed`],
+    /// [`ImageError::OutOfRange`], [`ImageError::EntryUnreachable`], or a
+    /// failed check of its block or of the dependency index.
     pub fn find(&self, owner: &Digest, key: &Digest) -> Result<Option<EntryRef<'_>>, ImageError> {
         let index = self.index();
         let owners = index.owners.as_slice();

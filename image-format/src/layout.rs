@@ -74,7 +74,8 @@
 //! for the same digest: anything that decides by label alone (for example an
 //! owner filter) must treat the label as untrusted text.
 //!
-//! The owned types are public (through [`crate::fuzz_support::forge`]) so
+//! The owned types are public (through `fuzz_support::forge`, with the
+//! feature `fuzzing`) so
 //! that tests can forge images with any record values; nothing else uses
 //! them outside the crate.
 

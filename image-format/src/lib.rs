@@ -155,11 +155,14 @@
 //! # Fuzzing
 //!
 //! `fuzz/` (outside the workspace) holds three cargo-fuzz targets that
-//! feed arbitrary bytes to [`fuzz_support::exercise`] (open at both levels,
+//! feed arbitrary bytes to `fuzz_support::exercise` (open at both levels,
 //! iterate every entry, owner and dep group, look every entry up, read
 //! every payload, verify in full): `open_image` as they are,
 //! `open_resealed` with the checksums recomputed first, and
-//! `bounded_memory`, which also asserts the memory bound above. With
+//! `bounded_memory`, which also asserts the memory bound above.
+//! `fuzz_support` (with `exercise`, `reseal` and the image forger `forge`)
+//! and `header::reseal_header` exist only with the feature `fuzzing`, which
+//! only the fuzz targets, the tests and the reliability suites enable. With
 //! cargo-fuzz installed:
 //!
 //! ```text
@@ -178,6 +181,7 @@ mod deps;
 mod digest;
 mod entry;
 mod error;
+#[cfg(feature = "fuzzing")]
 pub mod fuzz_support;
 pub mod header;
 mod image;

@@ -509,7 +509,7 @@ pub fn sign_image(image: &[u8], key: &SigningKey) -> Result<Vec<u8>, ImageError>
     out.extend_from_slice(&trailer);
     out[offsets::SIGNATURE_LEN..offsets::SIGNATURE_LEN + 4]
         .copy_from_slice(&(trailer.len() as u32).to_le_bytes());
-    header::reseal_header(&mut out);
+    header::reseal(&mut out);
     Ok(out)
 }
 
@@ -524,7 +524,7 @@ pub fn strip_signatures(image: &[u8]) -> Result<Vec<u8>, ImageError> {
     drop(opened);
     let mut out = image[..body_end].to_vec();
     out[offsets::SIGNATURE_LEN..offsets::SIGNATURE_LEN + 4].fill(0);
-    header::reseal_header(&mut out);
+    header::reseal(&mut out);
     Ok(out)
 }
 

@@ -111,6 +111,9 @@ pub struct ImageFile {
 
 impl ImageFile {
     /// Opens the file at `path` read-only and reads its metadata.
+    ///
+    /// # Errors
+    /// [`ImageError::Io`] when the file cannot be opened or its metadata read.
     pub fn open(path: &Path) -> Result<ImageFile, ImageError> {
         let file = File::open(path).map_err(io_error("open", path))?;
         let metadata = file.metadata().map_err(io_error("stat", path))?;

@@ -54,6 +54,11 @@ impl ImageWriter {
     /// kind that is empty or spells a built-in kind, on a producer string
     /// that does not fit the header, and on tables beyond the format's
     /// 32-bit limits.
+    ///
+    /// # Errors
+    /// [`ImageError::DuplicateEntry`], [`ImageError::OwnerLabelConflict`],
+    /// [`ImageError::InvalidWorlds`], [`ImageError::InvalidString`] or
+    /// [`ImageError::TooLarge`], as listed above.
     pub fn to_bytes(&self) -> Result<Vec<u8>, ImageError> {
         let producer = self.meta.producer();
         if producer.len() > MAX_PRODUCER_LEN {
@@ -90,6 +95,10 @@ impl ImageWriter {
     /// directory is written, flushed to disk and renamed over `path`, then
     /// the directory is flushed. Readers see the old file or the new one,
     /// never a partial one, and a mapped old image keeps its bytes.
+    ///
+    /// # Errors
+    /// The errors of [`ImageWriter::to_bytes`]; [`ImageError::Io`] when the
+    /// file cannot be written, synced or renamed.
     pub fn write_atomic(&self, path: &Path) -> Result<(), ImageError> {
         let bytes = self.to_bytes()?;
         write_file_atomic(path, &bytes)
@@ -100,6 +109,10 @@ impl ImageWriter {
 /// directory, mode 0644 on Unix), fsync, rename and an fsync of the directory.
 /// A writer killed midway leaves at most that temporary file behind, never a
 /// partial `path`.
+///
+/// # Errors
+/// [`ImageError::Io`] when the temporary file cannot be written, synced or
+/// renamed, or the directory synced.
 pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<(), ImageError> {
     let io = |action| {
         move |source| ImageError::Io {
@@ -157,6 +170,9 @@ pub const WRITE_PIECE: usize = 64 << 10;
 /// assert_eq!(out.len(), 200_000);
 /// # Ok::<(), std::io::Error>(())
 /// ```
+///
+/// # Errors
+/// The first error of `out`.
 pub fn write_in_pieces(out: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
     for piece in bytes.chunks(WRITE_PIECE) {
         out.write_all(piece)?;

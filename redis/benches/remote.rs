@@ -23,7 +23,7 @@
 //! Both hits use the tiers `kiln_core::add_tiers` builds, as the global cache
 //! does. Compare them with `nvrtc_cold` measured in the same run.
 
-#[path = "../tests/remote_support/mod.rs"]
+#[path = "../tests/suite/remote_support/mod.rs"]
 mod remote_support;
 
 use std::ffi::OsString;

@@ -1,19 +1,5 @@
 //! The remote tier's settings: the server's URL, the timeout per operation,
-//! the back-off after a failure.
-//!
-//! | variable | effect |
-//! | --- | --- |
-//! | `KILN_REMOTE_CACHE=redis://host:port/db` | turn the remote tier on (`rediss://` for TLS; `redis://user:password@host:port/db` for AUTH) |
-//! | `KILN_REMOTE_TIMEOUT_MS=500` | the most one operation (connecting and the handshake included, `GETRANGE` or `SET` and its whole reply) may take, in milliseconds |
-//! | `KILN_TRUSTED_KEYS=file1:file2` | use only entries signed by one of these public keys (see [`kiln_core::trust`]) |
-//! | `KILN_SIGNING_KEY=path` | sign every entry stored with this secret key file; without it the tier stores nothing (read-only) |
-//! | `KILN_REMOTE_WRITE=1` | store unsigned entries (only without `KILN_TRUSTED_KEYS`) |
-//!
-//! An unset or empty `KILN_REMOTE_CACHE` leaves the remote tier off. A
-//! process writes to the server only with a signing key, or, with no
-//! trusted keys configured, with `KILN_REMOTE_WRITE=1`: readers are
-//! read-only by default, so a fleet of untrusted readers (CI jobs of
-//! anyone's branch) cannot fill the cache its trusted writers fill.
+//! the back-off after a failure, and signatures ([`RemoteConfig`]).
 
 use std::ffi::OsString;
 use std::fmt;
@@ -30,6 +16,22 @@ pub const REMOTE_CACHE: &str = "KILN_REMOTE_CACHE";
 pub const REMOTE_TIMEOUT_MS: &str = "KILN_REMOTE_TIMEOUT_MS";
 
 /// Where the remote tier is and how long it may take.
+///
+/// From the environment ([`RemoteConfig::from_env`]):
+///
+/// | variable | effect |
+/// | --- | --- |
+/// | `KILN_REMOTE_CACHE=redis://host:port/db` | turn the remote tier on (`rediss://` for TLS; `redis://user:password@host:port/db` for AUTH) |
+/// | `KILN_REMOTE_TIMEOUT_MS=500` | the most one operation (connecting and the handshake included, `GETRANGE` or `SET` and its whole reply) may take, in milliseconds |
+/// | `KILN_TRUSTED_KEYS=file1:file2` | use only entries signed by one of these public keys (see [`kiln_core::trust`]) |
+/// | `KILN_SIGNING_KEY=path` | sign every entry stored with this secret key file; without it the tier stores nothing (read-only) |
+/// | `KILN_REMOTE_WRITE=1` | store unsigned entries (only without `KILN_TRUSTED_KEYS`) |
+///
+/// An unset or empty `KILN_REMOTE_CACHE` leaves the remote tier off. A
+/// process writes to the server only with a signing key, or, with no
+/// trusted keys configured, with `KILN_REMOTE_WRITE=1`: readers are
+/// read-only by default, so a fleet of untrusted readers (CI jobs of
+/// anyone's branch) cannot fill the cache its trusted writers fill.
 ///
 /// ```
 /// use std::time::Duration;

@@ -5,7 +5,7 @@
 //! registered for [`kiln_core::global()`].
 //!
 //! Link this crate and set `KILN_REMOTE_CACHE=redis://host:port/db` (see
-//! [`config`]): the global cache then asks a [`RemoteTier`] after the disk
+//! [`RemoteConfig`]): the global cache then asks a [`RemoteTier`] after the disk
 //! tier, and writes its hits through to the disk tier. (A cache of your own
 //! gets the same wiring from [`kiln_core::add_tiers`], or add a
 //! [`RemoteTier`] yourself.) Then a kernel compiled on one machine is a
@@ -111,19 +111,15 @@
 //! }
 //! ```
 
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs)]
-
-pub mod config;
-
 mod client;
 mod codec;
+mod config;
 mod error;
 mod factory;
 mod health;
 mod naming;
 mod tier;
 
-pub use config::{RemoteConfig, Signer};
+pub use config::{REMOTE_CACHE, REMOTE_TIMEOUT_MS, RemoteConfig, Signer};
 pub use error::Error;
 pub use tier::{RemoteStats, RemoteTier};

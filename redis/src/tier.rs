@@ -82,6 +82,7 @@ impl std::fmt::Debug for RemoteTier {
 
 /// What a [`RemoteTier`] did since it was opened.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RemoteStats {
     /// Loads answered with a verified entry.
     pub hits: u64,
@@ -139,7 +140,7 @@ impl RemoteTier {
     }
 
     /// The tier configured by `KILN_REMOTE_CACHE` (see
-    /// [`config`](super::config)): `None` when it is unset, or (after one
+    /// [`RemoteConfig`]): `None` when it is unset, or (after one
     /// warning) when its settings are unusable; the caller then compiles.
     pub fn from_env() -> Option<RemoteTier> {
         RemoteTier::from_lookup(|name| std::env::var_os(name))

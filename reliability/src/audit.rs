@@ -294,7 +294,7 @@ fn audit_cache(fixture: &Fixture, owners: &[Owner], bytes: &[u8], tally: &mut Ta
         let Some(owner) = owners.get(&original.owner) else {
             continue;
         };
-        let compiled = || Ok::<_, std::io::Error>(recompile(original));
+        let compiled = || Ok(recompile(original));
         match cache.get_or_compile(owner, &key, compiled) {
             // Every payload was accessed above: a corrupt entry is excluded
             // by now and recompiled, so all bytes must be served.

@@ -19,6 +19,9 @@ pub struct Fixture {
 }
 
 /// The owners fixture entries are spread over (three compiler configurations).
+///
+/// # Errors
+/// When an owner is invalid (never, for these literals).
 pub fn owners() -> Result<Vec<Owner>, Error> {
     Ok(vec![
         Owner::new("nvrtc", "13.0.88", "sm_90a", ["--std=c++17"])?,
@@ -78,6 +81,9 @@ impl Fixture {
     /// `count` entries over [`owners`], with 1 to 3 artifacts each (PTX,
     /// CUBIN, a custom kind), payloads of 0 to `max_payload` bytes, and 0 to
     /// 2 deps on four definitions, drawn from `seed`.
+    ///
+    /// # Errors
+    /// When the image cannot be written (see [`Fixture::from_entries`]).
     pub fn new(seed: u64, count: usize, max_payload: usize) -> Result<Fixture, Error> {
         let owners = owners()?;
         let mut rng = Rng::new(seed);
@@ -124,6 +130,9 @@ impl Fixture {
     }
 
     /// The image of `entries`.
+    ///
+    /// # Errors
+    /// When the entries do not make a valid image (a duplicate key, say).
     pub fn from_entries(entries: Vec<EntryData>) -> Result<Fixture, Error> {
         let mut writer = ImageWriter::new(ImageMeta::new("kiln-reliability", "1"));
         for entry in &entries {

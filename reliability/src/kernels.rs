@@ -90,6 +90,9 @@ impl Change {
 }
 
 /// The baseline request with `change` applied.
+///
+/// # Errors
+/// When the CCCL headers cannot be found or read.
 pub fn request(change: Change) -> Result<KernelRequest, Error> {
     let source = match change {
         Change::Source => SOURCE.replace("+ y[i]", "- y[i]"),

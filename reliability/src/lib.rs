@@ -32,8 +32,6 @@
 //! }
 //! # Ok(()) }
 //! ```
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs)]
 
 pub mod audit;
 mod error;

@@ -145,10 +145,8 @@ fn image_writers_killed_at_random_points_leave_only_whole_images() {
     // What an application would merge from this directory: every image,
     // nothing skipped, every entry answering with its bytes.
     let cache = Cache::new();
-    let switches = Switches {
-        image_path: vec![dir.path().to_path_buf()],
-        ..Switches::default()
-    };
+    let mut switches = Switches::default();
+    switches.image_path = vec![dir.path().to_path_buf()];
     let report = load_images(&cache, &switches, &[]);
     let (files, _) = kiln_core::registry::image_files(&[dir.path().to_path_buf()]);
     assert_eq!(report.skipped().count(), 0, "{report}");

@@ -94,7 +94,7 @@ fn ask(cache: &Cache, owner: &Owner, key: &Key, compile: impl FnOnce() -> Compil
     let answer = cache
         .get_or_compile(owner, key, || {
             compiled = true;
-            Ok::<_, std::io::Error>(compile())
+            Ok(compile())
         })
         .expect("get_or_compile");
     Outcome {
@@ -330,10 +330,8 @@ fn every_codegen_input_misses_and_every_other_input_hits() {
     std::fs::write(future.join("baseline.kimg"), &bytes).expect("write");
     let cache = Cache::new();
     cache.define(DEP, fingerprint(1));
-    let switches = Switches {
-        image_path: vec![future.clone()],
-        ..Switches::default()
-    };
+    let mut switches = Switches::default();
+    switches.image_path = vec![future.clone()];
     let report = load_images(&cache, &switches, &[]);
     let skipped: Vec<String> = report.skipped().map(|(_, e)| e.to_string()).collect();
     assert_eq!(skipped.len(), 1, "{report}");
@@ -540,7 +538,7 @@ impl Shipment {
         let owner = request.owner(release).expect("owner");
         let key = request.key().expect("key");
         cache
-            .get_or_compile(&owner, &key, || Ok::<_, std::io::Error>(entry))
+            .get_or_compile(&owner, &key, || Ok(entry))
             .expect("recorded");
         cache.delta(&start).write_image(at, meta()).expect("image");
         let digest = request.include_dirs()[0].digest();

@@ -29,7 +29,6 @@
 //! assert_eq!(embedded.as_ptr() as usize % 64, 0);
 //! ```
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 pub mod aligned;
 pub mod child;

@@ -5,8 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
+use kiln::image::Digest;
 use kiln::image::EntryData;
-use kiln::{Digest, Key, Owner};
+use kiln::{Key, Owner};
 use serde::{Deserialize, Serialize};
 
 use super::{checked_body, with_checksum};

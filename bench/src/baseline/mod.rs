@@ -8,7 +8,7 @@
 pub mod dir_cache;
 pub mod postcard_image;
 
-use kiln::Digest;
+use kiln::image::Digest;
 
 /// Splits `file` into its leading 32-byte BLAKE3 and the body it covers;
 /// `None` when the file is too short or the body does not match.

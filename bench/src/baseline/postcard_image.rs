@@ -4,8 +4,9 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use kiln::image::Digest;
 use kiln::image::EntryData;
-use kiln::{Digest, Key, Owner};
+use kiln::{Key, Owner};
 use serde::{Deserialize, Serialize};
 
 use super::{checked_body, with_checksum};

@@ -13,7 +13,7 @@ use super::single_flight::{Join, Outcome};
 use super::stats::bump;
 use super::store::SlotKey;
 use super::tier::TierEntry;
-use crate::error::CompileFailure;
+use crate::error::{BoxError, CompileFailure};
 use crate::record::Acquired;
 use crate::{Digest, Error, Key, Owner};
 
@@ -44,6 +44,33 @@ impl Cache {
     /// bytes) and the entry is excluded, so calling `get_or_compile` again
     /// compiles (or loads from a tier) a fresh entry.
     ///
+    /// `compile` returns [`BoxError`]: `?` converts any error into it, so the
+    /// closure needs no type annotation; a function that returns its own
+    /// error type is called as `|| Ok(my_compile()?)`.
+    ///
+    /// ```
+    /// use kiln_core::{Artifact, ArtifactKind, Cache, Compiled, KeyBuilder, Owner};
+    ///
+    /// fn my_compiler(source: &str) -> Result<Vec<u8>, std::io::Error> {
+    ///     Ok(source.as_bytes().to_vec()) // a real compiler runs here
+    /// }
+    ///
+    /// # fn main() -> Result<(), kiln_core::Error> {
+    /// let cache = Cache::new();
+    /// let owner = Owner::new("my-compiler", "1.0", "x86_64", ["-O2"])?;
+    /// let key = KeyBuilder::new("doc", 1).str("function", "f").finish();
+    /// let hit = cache.get_or_compile(&owner, &key, || {
+    ///     let code = my_compiler("f")?; // any std::error::Error
+    ///     Ok(Compiled::new("f").artifact(Artifact {
+    ///         kind: ArtifactKind::Object,
+    ///         entry_points: vec!["f".into()],
+    ///         bytes: code,
+    ///     }))
+    /// })?;
+    /// assert_eq!(hit.artifact(&ArtifactKind::Object), Some(&b"f"[..]));
+    /// # Ok(()) }
+    /// ```
+    ///
     /// With a recorder set ([`Cache::record_into`], `KILN_RECORD` for the
     /// global cache), the entry returned is noted there, with where it came
     /// from (see [`crate::record`]).
@@ -52,15 +79,12 @@ impl Cache {
     /// [`Error::Compile`] with `compile`'s error, or
     /// [`Error::CompilePanicked`] if the compile this call waited for panicked
     /// in another thread.
-    pub fn get_or_compile<E>(
+    pub fn get_or_compile(
         &self,
         owner: &Owner,
         key: &Key,
-        compile: impl FnOnce() -> Result<Compiled, E>,
-    ) -> Result<Hit<'_>, Error>
-    where
-        E: Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
-    {
+        compile: impl FnOnce() -> Result<Compiled, BoxError>,
+    ) -> Result<Hit<'_>, Error> {
         let digest = owner.digest();
         let cached = !self.config.always_compile;
         let leader = loop {
@@ -127,7 +151,7 @@ impl Cache {
                 Ok(hit)
             }
             Err(error) => {
-                let source: CompileFailure = Arc::from(error.into());
+                let source: CompileFailure = Arc::from(error);
                 leader.end(Outcome::Failed(Arc::clone(&source)));
                 Err(compile_error(owner, key, source))
             }
@@ -208,7 +232,7 @@ fn parts_of(found: TierEntry, corrupt: &Arc<AtomicU64>) -> Result<(Digest, Diges
             Parts {
                 name: data.name,
                 deps: data.deps,
-                artifacts: Artifacts::Owned(data.artifacts),
+                artifacts: Artifacts::owned(data.artifacts),
                 session_dependent: false,
             },
         ),

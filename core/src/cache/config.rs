@@ -18,6 +18,7 @@ use crate::Digest;
 /// # drop(cache);
 /// ```
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct CacheConfig {
     /// Skip every cached tier (memory, images, extra tiers) in
     /// `get_or_compile` and always run the compiler; results are still

@@ -12,6 +12,7 @@ use crate::{ArtifactKind, Dep, Digest, Key, World};
 
 /// Where a hit's entry came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Source {
     /// Compiled or inserted in this process.
     Memory,
@@ -21,11 +22,32 @@ pub enum Source {
     Tier,
 }
 
+impl Source {
+    /// `memory`, `image` or `tier`: a stable name, for reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Source::Memory => "memory",
+            Source::Image => "image",
+            Source::Tier => "tier",
+        }
+    }
+}
+
 /// A valid entry found in (or just added to) a [`Cache`](crate::Cache).
 ///
 /// A hit borrows from the cache and copies no payload: artifact bytes are
 /// borrowed from memory (entries compiled in this process own their bytes) or
 /// from the image (image-backed entries: no copy).
+///
+/// # Alignment
+///
+/// Every artifact's bytes start at a multiple of
+/// [`PAYLOAD_ALIGN`](crate::cache::PAYLOAD_ALIGN) (64) bytes, whatever tier
+/// the entry came from: images (embedded, or mapped from `KILN_IMAGE_PATH`)
+/// and disk segments place payloads at multiples of 64 and are held at
+/// 64-byte-aligned addresses; entries compiled in this process or copied
+/// from the remote tier are stored in 64-byte-aligned buffers. A loader may
+/// read the bytes as any type of alignment 64 or less without copying.
 ///
 /// # A hit keeps its payloads alive
 ///
@@ -42,11 +64,12 @@ pub enum Source {
 /// # Image payloads are checked lazily, per artifact
 ///
 /// An image-backed hit is served once its entry record matched its checksum;
-/// its payloads are not read then (ARCHITECTURE.md invariant 7: an entry with a CUBIN and
-/// a PTX fallback pages in only the one that is used). Each payload is checked
-/// against its BLAKE3 checksum the first time it is accessed through
-/// [`Hit::artifact`] or [`ArtifactView::bytes`] (the image remembers a
-/// success). A payload that fails is never returned (ARCHITECTURE.md invariant 9): the
+/// its payloads are not read then (invariant 7 of ARCHITECTURE.md: an entry
+/// with a CUBIN and a PTX fallback pages in only the one that is used). Each
+/// payload is checked against its BLAKE3 checksum the first time it is
+/// accessed through [`Hit::artifact`] or [`ArtifactView::bytes`] (the image
+/// remembers a success). A payload that fails is never returned (invariant 9
+/// of ARCHITECTURE.md): the
 /// accessor gives `None`, the failure is counted in
 /// [`Stats::corrupt`](crate::Stats::corrupt), and the entry is excluded from
 /// its layer, so the next lookup misses and the next
@@ -76,7 +99,8 @@ enum Inner<'c> {
 
 /// One artifact of a [`Hit`], borrowed from the hit; its bytes are read
 /// (and, for an image-backed entry, checked) only when
-/// [`ArtifactView::bytes`] is called.
+/// [`ArtifactView::bytes`] is called. They start at a 64-byte-aligned
+/// address, whatever the tier (see [`Hit`]).
 #[derive(Clone)]
 pub struct ArtifactView<'h> {
     /// What the bytes are.
@@ -103,7 +127,8 @@ enum Payload<'h> {
 }
 
 impl<'h> ArtifactView<'h> {
-    /// The compiled code, borrowed from the hit; `None` if it is an image
+    /// The compiled code, borrowed from the hit, at a 64-byte-aligned
+    /// address ([`PAYLOAD_ALIGN`](crate::cache::PAYLOAD_ALIGN)); `None` if it is an image
     /// payload that fails its checksum (the entry is then excluded and counted
     /// as corrupt; see [`Hit`]). An image payload is checked on its first
     /// access only.
@@ -296,7 +321,7 @@ impl<'c> Hit<'c> {
                     .map(|a| ArtifactView {
                         kind: a.kind.clone(),
                         entry_points: a.entry_points.iter().map(String::as_str).collect(),
-                        payload: Payload::Memory(&a.bytes),
+                        payload: Payload::Memory(a.bytes.as_slice()),
                     })
                     .collect(),
                 // Borrowed from a tier's mapped image, each payload checked on
@@ -336,7 +361,8 @@ impl<'c> Hit<'c> {
 
     /// The bytes of the first artifact of `kind`, borrowed from the hit
     /// (valid as long as the hit lives, even if the cache evicts the entry
-    /// meanwhile).
+    /// meanwhile), at a 64-byte-aligned address
+    /// ([`PAYLOAD_ALIGN`](crate::cache::PAYLOAD_ALIGN)).
     ///
     /// `None` if the entry has no artifact of `kind`, or if it is an image
     /// payload that fails its checksum (checked on first access only); in

@@ -4,8 +4,19 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kiln_image::{EntryData, EntryRef, Image};
+use rkyv::util::AlignedVec;
 
-use crate::{Artifact, Dep, Digest, Key, World};
+use crate::{Artifact, ArtifactKind, Dep, Digest, Key, World};
+
+/// The alignment of every artifact's bytes a [`Hit`](crate::Hit) returns,
+/// whatever tier it came from: image payloads start at multiples of 64 in
+/// images and disk segments, which are mapped or copied at 64-byte-aligned
+/// addresses, and artifacts held in memory (compiled in this process, or
+/// copied from the remote tier) are copied into 64-byte-aligned buffers.
+pub const PAYLOAD_ALIGN: usize = 64;
+
+// One alignment for every tier: the image format's.
+const _: () = assert!(PAYLOAD_ALIGN == kiln_image::header::REGION_ALIGN);
 
 /// The result of one compile: what [`Cache::insert`](crate::Cache::insert)
 /// records and the closure of
@@ -24,6 +35,7 @@ use crate::{Artifact, Dep, Digest, Key, World};
 /// assert_eq!(compiled.deps.len(), 1);
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Compiled {
     /// A human name (the function and its specialisation), for reports.
     pub name: String,
@@ -79,10 +91,42 @@ pub(crate) enum Origin {
     Tier,
 }
 
+/// An artifact owned by an in-memory instance: its bytes at a
+/// [`PAYLOAD_ALIGN`]-aligned address, as in an image, whatever alignment the
+/// compiler's buffer had.
+pub(crate) struct OwnedArtifact {
+    pub(crate) kind: ArtifactKind,
+    pub(crate) entry_points: Vec<String>,
+    pub(crate) bytes: AlignedVec<PAYLOAD_ALIGN>,
+}
+
+impl From<Artifact> for OwnedArtifact {
+    fn from(artifact: Artifact) -> OwnedArtifact {
+        let mut bytes = AlignedVec::<PAYLOAD_ALIGN>::with_capacity(artifact.bytes.len());
+        bytes.extend_from_slice(&artifact.bytes);
+        OwnedArtifact {
+            kind: artifact.kind,
+            entry_points: artifact.entry_points,
+            bytes,
+        }
+    }
+}
+
+impl OwnedArtifact {
+    fn to_artifact(&self) -> Artifact {
+        Artifact {
+            kind: self.kind.clone(),
+            entry_points: self.entry_points.clone(),
+            bytes: self.bytes.to_vec(),
+        }
+    }
+}
+
 /// Where an in-memory instance's artifacts are.
 pub(crate) enum Artifacts {
-    /// Owned by the instance: compiled here, or copied from a tier.
-    Owned(Vec<Artifact>),
+    /// Owned by the instance: compiled here, or copied from a tier, each
+    /// copied into an aligned buffer ([`Artifacts::owned`]).
+    Owned(Vec<OwnedArtifact>),
     /// Borrowed from entry `index` of an image a tier keeps mapped (a disk
     /// segment): no copy. Each payload is checked against its checksum on
     /// first access, as for image layers; `corrupt` counts an entry closed
@@ -95,6 +139,11 @@ pub(crate) enum Artifacts {
 }
 
 impl Artifacts {
+    /// Artifacts held in memory, copied into aligned buffers.
+    pub(crate) fn owned(artifacts: Vec<Artifact>) -> Artifacts {
+        Artifacts::Owned(artifacts.into_iter().map(OwnedArtifact::from).collect())
+    }
+
     /// The image entry, for image-backed artifacts (`None` if its record
     /// no longer reads, which a checked entry of an immutable image never does).
     pub(crate) fn image_entry(&self) -> Option<EntryRef<'_>> {
@@ -291,7 +340,7 @@ impl EntryMeta {
     /// `None` if an image-backed payload fails its checksum.
     pub(crate) fn to_entry_data(&self, body: &Body) -> Option<EntryData> {
         let artifacts = match &body.artifacts {
-            Artifacts::Owned(list) => list.clone(),
+            Artifacts::Owned(list) => list.iter().map(OwnedArtifact::to_artifact).collect(),
             Artifacts::Image { .. } => body.artifacts.image_entry()?.to_data().ok()?.artifacts,
         };
         Some(EntryData {

@@ -132,7 +132,7 @@ impl Cache {
         let parts = Parts {
             name,
             deps,
-            artifacts: Artifacts::Owned(artifacts),
+            artifacts: Artifacts::owned(artifacts),
             session_dependent,
         };
         self.record_parts(owner, key, parts, origin, dedupe)

@@ -26,6 +26,7 @@ use crate::Key;
 
 /// What a merge did with an image's entries.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MergeReport {
     /// Entries now served from the image.
     pub inserted: u64,
@@ -43,6 +44,7 @@ pub struct MergeReport {
 
 /// An image that could not be merged.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Rejection {
     /// Where the image came from (a path, a crate name).
     pub source: String,

@@ -8,6 +8,7 @@
 //! | `background`    | the background writer: tier stores off the caller's path  |
 //! | `layers`        | merged images and their per-entry state                    |
 //! | `merge`         | [`Cache::merge_image`] and [`MergeReport`]                 |
+//! | `image_deps`    | stale entries and dependents from an image's dep index     |
 //! | `definitions`   | [`Cache::define`] / [`Cache::redefine`], backedges         |
 //! | `lookup`        | [`Cache::lookup`], [`Cache::insert`]                       |
 //! | `compile`       | [`Cache::get_or_compile`]                                  |
@@ -81,7 +82,7 @@ pub use background::{MAX_JOBS, MAX_QUEUED_BYTES};
 pub use config::{CacheConfig, DEFAULT_MEMORY_MAX_BYTES, OwnerFilter};
 pub use delta::{Delta, Snapshot};
 pub use hit::{ArtifactView, Hit, Source};
-pub use instance::Compiled;
+pub use instance::{Compiled, PAYLOAD_ALIGN};
 pub use merge::{MergeReport, Rejection};
 pub use stats::Stats;
 pub use tier::{Tier, TierEntry};
@@ -109,7 +110,7 @@ use store::MemoryStore;
 ///
 /// let before = cache.snapshot();
 /// let hit = cache.get_or_compile(&owner, &key, || {
-///     Ok::<_, std::io::Error>(Compiled::new("square").artifact(Artifact {
+///     Ok(Compiled::new("square").artifact(Artifact {
 ///         kind: ArtifactKind::Object,
 ///         entry_points: vec!["square".into()],
 ///         bytes: vec![0x0f, 0xaf, 0xc0],
@@ -118,7 +119,7 @@ use store::MemoryStore;
 /// assert_eq!(hit.artifact(&ArtifactKind::Object), Some(&[0x0f, 0xaf, 0xc0][..]));
 ///
 /// // A second call is a hit: nothing is compiled.
-/// let again = cache.get_or_compile(&owner, &key, || Err("not called"))?;
+/// let again = cache.get_or_compile(&owner, &key, || Err("not called".into()))?;
 /// assert_eq!(again.name(), "square");
 /// assert_eq!(cache.stats().compiles, 1);
 ///

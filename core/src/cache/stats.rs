@@ -106,6 +106,7 @@ impl Counters {
 
 /// A point-in-time copy of a cache's counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stats {
     /// Lookups answered by an entry held in memory (compiled, inserted or
     /// loaded from a tier earlier).

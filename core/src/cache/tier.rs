@@ -9,6 +9,7 @@ use crate::{Error, Key, Owner};
 /// What a tier hands to the cache on a hit: an owned entry, or an entry of an
 /// image the tier keeps mapped, which the cache then borrows instead of
 /// copying (see [`Tier::load_entry`]).
+#[non_exhaustive]
 pub enum TierEntry {
     /// An owned copy (e.g. read from the network).
     Owned(EntryData),

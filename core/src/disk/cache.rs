@@ -96,13 +96,7 @@ impl DiskCache {
     /// `None` when it is turned off, or (after one warning) when it cannot
     /// be used; the caller then simply compiles.
     pub fn from_env() -> Option<DiskCache> {
-        match DiskConfig::from_env() {
-            Ok(config) => config.and_then(DiskCache::open_or_warn),
-            Err(error) => {
-                warn_unavailable(&error);
-                None
-            }
-        }
+        super::DiskTier::from_env().and_then(|tier| DiskCache::open_or_warn(tier.config().clone()))
     }
 
     /// Opens the cache of `config`, or logs one warning and returns `None`
@@ -310,7 +304,7 @@ impl DiskCache {
     /// Appends pending stamps; returns the stamps file's new size if
     /// anything was written.
     fn append_stamps(&self) -> Option<u64> {
-        match self.recency.write_pending(segment::now_ms(), true) {
+        match self.recency.write_pending(segment::now_ms()) {
             Ok(len) => len,
             Err(source) => {
                 self.stop_writing("append recency stamps in", source);
@@ -325,6 +319,9 @@ impl DiskCache {
     }
 
     /// What is in the directory, and what this process did with it.
+    ///
+    /// # Errors
+    /// [`Error::DiskIo`] when the directory cannot be listed.
     pub fn stats(&self) -> Result<DiskStats, Error> {
         let listing = self.listing()?;
         self.relist()
@@ -354,6 +351,9 @@ impl DiskCache {
     }
 
     /// Every distinct entry on disk, most recently used first.
+    ///
+    /// # Errors
+    /// [`Error::DiskIo`] when the directory cannot be listed.
     pub fn ls(&self) -> Result<Vec<EntryInfo>, Error> {
         self.relist()
             .map_err(|source| self.io_error("list", source))?;
@@ -410,6 +410,11 @@ impl DiskCache {
     /// orphaned temporary files, and evicts least recently used entries
     /// while over the cap, all in [`DiskCache::images_dir`]. Waits for the
     /// exclusive lock.
+    ///
+    /// # Errors
+    /// [`Error::DiskIo`] when the lock cannot be taken or the directory cannot
+    /// be listed or written; [`Error::Image`] when the merged segment cannot be
+    /// written.
     pub fn gc(&self) -> Result<GcReport, Error> {
         self.append_stamps();
         let mut lock = DirLock::open(self.images_dir())
@@ -426,6 +431,10 @@ impl DiskCache {
     /// Removes every segment, temporary file and stamp of this image format
     /// version ([`DiskCache::images_dir`]); other versions' subdirectories
     /// are left alone. Waits for the exclusive lock. Processes that mapped segments keep their maps.
+    ///
+    /// # Errors
+    /// [`Error::DiskIo`] when the lock cannot be taken, or a file cannot be
+    /// removed or the directory synced.
     pub fn clear(&self) -> Result<ClearReport, Error> {
         let mut lock = DirLock::open(self.images_dir())
             .map_err(|source| self.io_error("open the lock of", source))?;
@@ -461,6 +470,10 @@ impl DiskCache {
 
     /// Checks every segment fully (header, structure, every payload
     /// checksum). Reads only; takes no lock.
+    ///
+    /// # Errors
+    /// [`Error::DiskIo`] when the directory cannot be listed. A segment that
+    /// fails a check is reported in the [`VerifyReport`], not as an error.
     pub fn verify(&self) -> Result<VerifyReport, Error> {
         let listing = self.listing()?;
         let segments = listing
@@ -791,6 +804,6 @@ fn check_dir(dir: &Path, trust: bool) -> Result<(), Error> {
 }
 
 /// The one warning when the disk cache cannot be used at all.
-fn warn_unavailable(error: &Error) {
+pub(super) fn warn_unavailable(error: &Error) {
     tracing::warn!(%error, "kiln disk cache unavailable: compiled code will not persist across runs");
 }

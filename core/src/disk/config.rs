@@ -35,6 +35,7 @@ pub const DEFAULT_COMPACT_AFTER: usize = 3;
 
 /// How a [`DiskCache`](super::DiskCache) is laid out and bounded.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DiskConfig {
     /// The cache directory, the root that users name (`KILN_CACHE_DIR`). The
     /// disk tier keeps its files in [`DiskConfig::images_dir`] under it
@@ -99,11 +100,19 @@ impl DiskConfig {
     /// Reads `KILN_CACHE`, `KILN_CACHE_DIR`, `KILN_CACHE_MAX_BYTES`,
     /// `KILN_CACHE_TRUST_DIR` and `KILN_TRUSTED_KEYS` from the process
     /// environment; `Ok(None)` when the disk cache is turned off.
+    ///
+    /// # Errors
+    /// As [`DiskConfig::from_lookup`].
     pub fn from_env() -> Result<Option<DiskConfig>, Error> {
         DiskConfig::from_lookup(|name| std::env::var_os(name))
     }
 
     /// Like [`DiskConfig::from_env`], reading variables through `lookup`.
+    ///
+    /// # Errors
+    /// [`Error::DiskNoDir`] when `KILN_CACHE_DIR` is unset and the platform
+    /// has no cache directory; [`Error::DiskSize`] when `KILN_CACHE_MAX_BYTES`
+    /// is not a size.
     pub fn from_lookup(
         lookup: impl Fn(&str) -> Option<OsString>,
     ) -> Result<Option<DiskConfig>, Error> {

@@ -19,6 +19,7 @@ pub struct DiskHit {
 
 /// One artifact of a [`DiskHit`], borrowed from the mapped segment.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct DiskArtifact<'a> {
     /// What the bytes are.
     pub kind: ArtifactKind,
@@ -70,11 +71,18 @@ impl DiskHit {
     }
 
     /// The entry, borrowed from the mapped segment.
+    ///
+    /// # Errors
+    /// [`Error::Image`] when the entry record fails its checksum.
     pub fn entry(&self) -> Result<EntryRef<'_>, Error> {
         Ok(self.segment.image.entry(self.index)?)
     }
 
     /// The entry's artifacts, borrowed from the mapped segment.
+    ///
+    /// # Errors
+    /// [`Error::Image`] when the entry record or one of its payloads fails its
+    /// checksum.
     pub fn artifacts(&self) -> Result<Vec<DiskArtifact<'_>>, Error> {
         let entry = self.entry()?;
         (0..entry.artifact_count())
@@ -90,6 +98,10 @@ impl DiskHit {
     }
 
     /// The bytes of the first artifact of `kind`, borrowed from the segment.
+    ///
+    /// # Errors
+    /// [`Error::Image`] when the entry record or the payload fails its
+    /// checksum.
     pub fn artifact(&self, kind: &ArtifactKind) -> Result<Option<&[u8]>, Error> {
         match self.entry()?.artifact_of_kind(kind) {
             Some(artifact) => Ok(Some(artifact.bytes()?)),
@@ -98,6 +110,10 @@ impl DiskHit {
     }
 
     /// An owned copy of the entry.
+    ///
+    /// # Errors
+    /// [`Error::Image`] when the entry record or one of its payloads fails its
+    /// checksum.
     pub fn to_entry_data(&self) -> Result<EntryData, Error> {
         Ok(self.entry()?.to_data()?)
     }

@@ -72,22 +72,18 @@ impl Recency {
     }
 
     /// Appends the pending stamps. `Ok(None)`: nothing to write (or the
-    /// directory is not writable, or `want_len` is false);
-    /// `Ok(Some(len))`: the stamps file's size.
-    pub(crate) fn write_pending(
-        &self,
-        now_ms: u64,
-        want_len: bool,
-    ) -> std::io::Result<Option<u64>> {
-        let pending = {
-            let mut notes = self.notes();
-            notes.last_write_ms = now_ms;
-            std::mem::take(&mut notes.pending)
-        };
+    /// directory is not writable); `Ok(Some(len))`: the stamps file's size.
+    pub(crate) fn write_pending(&self, now_ms: u64) -> std::io::Result<Option<u64>> {
+        let pending = take_pending(&mut self.notes(), now_ms);
+        self.append(&pending)
+    }
+
+    /// Appends `pending` to the stamps file (see [`Recency::write_pending`]).
+    fn append(&self, pending: &[(EntryId, u64)]) -> std::io::Result<Option<u64>> {
         if pending.is_empty() || !self.writable.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        stamps::append(&self.dir, &pending, want_len)
+        stamps::append(&self.dir, pending).map(Some)
     }
 
     /// Notes that the segments the cache knows hold `entries` entries.
@@ -121,6 +117,12 @@ impl Recency {
     fn notes(&self) -> MutexGuard<'_, Notes> {
         self.notes.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// Takes the pending stamps out of `notes`, noting a write at `now_ms`.
+fn take_pending(notes: &mut Notes, now_ms: u64) -> Vec<(EntryId, u64)> {
+    notes.last_write_ms = now_ms;
+    std::mem::take(&mut notes.pending)
 }
 
 #[cfg(unix)]
@@ -160,12 +162,15 @@ mod at_exit {
                 return;
             };
             for recency in live.iter().filter_map(Weak::upgrade) {
-                if let Ok(notes) = recency.notes.try_lock() {
-                    drop(notes);
-                    let now = super::super::segment::now_ms();
-                    if let Ok(Some(len)) = recency.write_pending(now, true) {
-                        let _ = recency.compact_if_bloated(len);
-                    }
+                // The notes are taken under `try_lock` only: a thread that
+                // holds them at exit keeps them, and its stamps are lost.
+                let Ok(mut notes) = recency.notes.try_lock() else {
+                    continue;
+                };
+                let pending = super::take_pending(&mut notes, super::super::segment::now_ms());
+                drop(notes);
+                if let Ok(Some(len)) = recency.append(&pending) {
+                    let _ = recency.compact_if_bloated(len);
                 }
             }
         });

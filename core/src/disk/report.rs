@@ -7,6 +7,7 @@ use serde::Serialize;
 
 /// The state of a cache directory, and what this process did with it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct DiskStats {
     /// The directory holding the entries: this image format version's
     /// subdirectory of the cache directory ([`super::DiskCache::images_dir`]).
@@ -31,6 +32,7 @@ pub struct DiskStats {
 
 /// What one process did with the disk cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct SessionCounters {
     /// Lookups answered from disk.
     pub hits: u64,
@@ -44,6 +46,7 @@ pub struct SessionCounters {
 
 /// One entry, as listed by `ls`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct EntryInfo {
     /// The owner's digest, hex.
     pub owner: String,
@@ -63,6 +66,7 @@ pub struct EntryInfo {
 
 /// One artifact of a listed entry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct ArtifactInfo {
     /// Its kind (`ptx`, `cubin`, ..., or the user tag).
     pub kind: String,
@@ -72,6 +76,7 @@ pub struct ArtifactInfo {
 
 /// What a compaction or `gc` did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct GcReport {
     /// Segments before.
     pub segments_before: usize,
@@ -99,6 +104,7 @@ pub struct GcReport {
 
 /// What `clear` removed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct ClearReport {
     /// Files removed (segments, temporary files, stamps).
     pub files_removed: usize,
@@ -108,6 +114,7 @@ pub struct ClearReport {
 
 /// What `verify` found, segment by segment.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct VerifyReport {
     /// Every published segment.
     pub segments: Vec<SegmentCheck>,
@@ -124,6 +131,7 @@ impl VerifyReport {
 
 /// The full verification of one segment.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct SegmentCheck {
     /// The segment's file name.
     pub name: String,

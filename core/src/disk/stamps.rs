@@ -136,24 +136,17 @@ pub(crate) fn bloated(bytes: u64, entries: usize) -> bool {
 }
 
 /// Appends `stamps` to the stamps file of `dir` in one write; returns the
-/// file's new size if `want_len` (one more system call).
-pub(crate) fn append(
-    dir: &Path,
-    stamps: &[(EntryId, u64)],
-    want_len: bool,
-) -> io::Result<Option<u64>> {
+/// file's new size (one more system call).
+pub(crate) fn append(dir: &Path, stamps: &[(EntryId, u64)]) -> io::Result<u64> {
     let mut bytes = Vec::with_capacity(stamps.len() * RECORD_BYTES);
     for (id, stamp) in stamps {
         encode(id, *stamp, &mut bytes);
     }
     let mut file = segment::open_regular(&dir.join(STAMPS_FILE), Access::AppendCreate)?;
     file.write_all(&bytes)?;
-    if !want_len {
-        return Ok(None);
-    }
     // After an append the position is the end of the file: an `lseek`,
     // cheaper than a `stat` (this runs in every process that had a hit).
-    std::io::Seek::stream_position(&mut file).map(Some)
+    std::io::Seek::stream_position(&mut file)
 }
 
 /// Replaces the stamps file of `dir` with exactly `stamps`.
@@ -199,10 +192,7 @@ mod tests {
     #[test]
     fn latest_stamp_wins_and_torn_records_are_skipped() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
-        assert_eq!(
-            append(dir.path(), &[(id(1), 10), (id(2), 20)], true)?,
-            Some(160)
-        );
+        assert_eq!(append(dir.path(), &[(id(1), 10), (id(2), 20)])?, 160);
         // A crashed writer left half a record, then others appended whole ones.
         let mut torn = Vec::new();
         encode(&id(3), 30, &mut torn);
@@ -210,7 +200,11 @@ mod tests {
             .append(true)
             .open(dir.path().join(STAMPS_FILE))?
             .write_all(&torn[..41])?;
-        assert_eq!(append(dir.path(), &[(id(1), 15), (id(2), 5)], false)?, None);
+        // The size after the append: the torn half record counts.
+        assert_eq!(
+            append(dir.path(), &[(id(1), 15), (id(2), 5)])?,
+            160 + 41 + 160
+        );
         let stamps = read(dir.path())?;
         assert_eq!(stamps.get(&id(1)), Some(&15));
         assert_eq!(stamps.get(&id(2)), Some(&20));
@@ -230,7 +224,7 @@ mod tests {
     fn a_read_takes_only_the_newest_bytes_up_to_the_cap() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
         let stamps: Vec<_> = (0..10).map(|n| (id(n), u64::from(n))).collect();
-        append(dir.path(), &stamps, false)?;
+        append(dir.path(), &stamps)?;
         let cap = 3 * RECORD_BYTES as u64;
         let newest = read_at_most(dir.path(), cap)?;
         assert_eq!(
@@ -258,7 +252,7 @@ mod tests {
         std::os::unix::fs::symlink(&target, dir.path().join(STAMPS_FILE))?;
         assert!(read(dir.path())?.is_empty());
         assert_eq!(file_len(dir.path()), 0);
-        let err = append(dir.path(), &[(id(1), 1)], true).expect_err("refused");
+        let err = append(dir.path(), &[(id(1), 1)]).expect_err("refused");
         assert!(segment::is_not_regular(&err), "{err}");
         assert!(err.to_string().contains("symbolic link"), "{err}");
         assert_eq!(std::fs::read(&target)?, b"export PATH=/usr/bin\n");

@@ -111,7 +111,7 @@ impl DiskTier {
         match config {
             Ok(config) => config.map(DiskTier::new),
             Err(error) => {
-                tracing::warn!(%error, "kiln disk cache unavailable: compiled code will not persist across runs");
+                super::cache::warn_unavailable(&error);
                 None
             }
         }

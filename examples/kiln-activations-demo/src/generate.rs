@@ -1,8 +1,8 @@
 //! The CUDA C++ generator, shared by the library and its build script
 //! (`#[path]`), so that both derive the same keys.
 
-use kiln::Digest;
 use kiln::cuda::{Arch, KernelRequest, Toolchain};
+use kiln::image::Digest;
 
 /// The archs shipped as CUBINs (the lowest also as PTX); the same as
 /// `kiln-kernels-demo`'s.
@@ -113,6 +113,11 @@ impl Kernel {
 
 /// The compile request of `kernel` for `arch` (the generated code uses no
 /// header set, so any toolchain gives the same request).
+///
+/// # Errors
+/// Never fails: it returns a `Result` because that is the request function
+/// [`KernelLibrary`](kiln::cuda::KernelLibrary) and
+/// [`ShipPlan`](kiln::cuda::ShipPlan) take.
 pub fn request(
     kernel: &Kernel,
     _toolchain: &Toolchain,

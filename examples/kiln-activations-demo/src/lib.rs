@@ -22,7 +22,7 @@ pub use generate::{
     Activation, DEFINITION, Float, GENERATOR_VERSION, Kernel, TARGETS, TARGETS_VARIABLE,
 };
 
-use kiln::Cache;
+use kiln::cache::Cache;
 use kiln::cuda::{Device, KernelLibrary, Served};
 
 kiln::include_image!("kiln-activations-demo.kimg");

@@ -1,6 +1,6 @@
 //! Every kernel the application asks for, from both libraries.
 
-use kiln::Cache;
+use kiln::cache::Cache;
 use kiln::cuda::Device;
 use kiln::cuda::Served;
 use kiln_activations_demo::Kernel as Activation;

@@ -25,8 +25,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use kiln::cache::Source;
 use kiln::cuda::{Arch, Device, Selection, SelectionStats};
-use kiln::{Digest, Source};
+use kiln::image::Digest;
 
 use kernels::Wanted;
 use output::{Outcome, Output};
@@ -90,7 +91,7 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     let report = if definitions.is_empty() {
         kiln::init()
     } else {
-        kiln::init_with(|cache| {
+        kiln::cache::init_with(|cache| {
             for (name, fingerprint) in &definitions {
                 cache.define(name, *fingerprint);
             }
@@ -155,7 +156,9 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
                             Outcome::Image
                         }
                         Source::Memory => Outcome::Memory,
-                        Source::Tier => {
+                        // The disk or remote tier (or a source newer than
+                        // this program: `Source` may grow).
+                        _ => {
                             from_tier += 1;
                             Outcome::Tier
                         }
@@ -194,7 +197,7 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     );
 
     if args.compare_cold {
-        let fresh = kiln::Cache::new();
+        let fresh = kiln::cache::Cache::new();
         let started = Instant::now();
         for kernel in &wanted {
             let cold = kernel.get(&fresh, &device)?;

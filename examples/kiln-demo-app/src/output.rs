@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use kiln::cache::{ImageOutcome, InitReport};
 use kiln::cuda::{Arch, BuildRecord, Device, Selection, SelectionStats};
-use kiln::{ImageOutcome, InitReport};
 use serde_json::json;
 
 /// How one kernel was obtained.
@@ -91,6 +91,12 @@ impl Output {
                         "event": "image",
                         "source": image.source.to_string(),
                         "skipped": err.to_string(),
+                    }),
+                    // An outcome newer than this program.
+                    other => json!({
+                        "event": "image",
+                        "source": image.source.to_string(),
+                        "outcome": format!("{other:?}"),
                     }),
                 };
                 println!("{line}");

@@ -295,12 +295,20 @@ impl KernelSpec {
 
     /// The compile request for `arch`, with this machine's CCCL headers (located
     /// once per process, see [`cccl_include_dir`]) when the kernel uses CUB.
+    ///
+    /// # Errors
+    /// When the CCCL headers a CUB kernel needs cannot be found or read.
     pub fn request(&self, arch: Arch) -> Result<KernelRequest, Error> {
         self.build_request(arch, cccl_include_dir)
     }
 
     /// The compile request for `arch` under `toolchain`: its CCCL header set when the
     /// kernel uses CUB (for a recorded toolchain, the recorded digest: no file read).
+    ///
+    /// # Errors
+    /// The error of [`Toolchain::cccl`] when the kernel uses CUB: the local
+    /// toolchain's headers cannot be found or read, or the recorded toolchain
+    /// recorded none.
     pub fn request_with(&self, toolchain: &Toolchain, arch: Arch) -> Result<KernelRequest, Error> {
         self.build_request(arch, || toolchain.cccl())
     }
@@ -330,6 +338,10 @@ impl KernelSpec {
 /// the environment and fingerprinted once per process: from its identity memo when no
 /// file changed since an earlier process hashed it (a stat walk), else by hashing
 /// every file (see [`IncludeDir`]).
+///
+/// # Errors
+/// [`Error::CcclNotFound`] when no CCCL headers are found; [`Error::Io`]
+/// when they cannot be read.
 pub fn cccl_include_dir() -> Result<IncludeDir, Error> {
     static FOUND: OnceLock<IncludeDir> = OnceLock::new();
     if let Some(dir) = FOUND.get() {

@@ -376,7 +376,7 @@ fn kernels_launch_from_whatever_a_library_shipped() {
         let report = kiln_core::build::Precompile::new("gpu-test")
             .out_dir(dir.path())
             .output(std::io::sink())
-            .run(|session| plan.precompile(session, &specs, kernel_request))
+            .run(|session| Ok(plan.precompile(session, &specs, kernel_request)?))
             .unwrap();
         assert!(report.failed.is_empty(), "{:?}", report.failed);
         let cache = Cache::new();

@@ -1,8 +1,8 @@
 //! What the library compiles, and how: shared by the library and its build
 //! script (`#[path]`), so that both derive the same owners and keys.
 
-use kiln::Digest;
 use kiln::cuda::{Arch, KernelRequest, Toolchain};
+use kiln::image::Digest;
 use kiln_kernel_set::KernelSpec;
 
 /// The archs the build script ships a CUBIN for: Turing to Blackwell (the
@@ -25,7 +25,7 @@ pub fn common() -> Vec<KernelSpec> {
 /// name and fingerprint its cache entry records as a dependency.
 ///
 /// A program that redefines the name with another fingerprint before the
-/// images are merged (`kiln::init_with(|cache| cache.define(..))`) makes the
+/// images are merged (`kiln::cache::init_with(|cache| cache.define(..))`) makes the
 /// image's entries of that family stale: they are skipped, and recompiled
 /// when asked for.
 pub fn definition(spec: &KernelSpec) -> (String, Digest) {
@@ -44,6 +44,9 @@ pub fn definition(spec: &KernelSpec) -> (String, Digest) {
 /// one (CCCL by its recorded digest: nothing read) when looking up shipped
 /// entries, this machine's when compiling. It records the family's
 /// definition as a dependency.
+///
+/// # Errors
+/// When the CCCL headers a CUB kernel needs are not in `toolchain`.
 pub fn request(
     spec: &KernelSpec,
     toolchain: &Toolchain,

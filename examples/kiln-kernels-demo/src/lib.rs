@@ -26,7 +26,7 @@ pub mod catalogue;
 
 pub use kiln_kernel_set::{Dtype, KernelSpec, ReduceOp};
 
-use kiln::Cache;
+use kiln::cache::Cache;
 use kiln::cuda::{Device, KernelLibrary, Served};
 
 kiln::include_image!("kiln-kernels-demo.kimg");

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use kiln_core::disk::{DiskCache, DiskConfig};
-use kiln_core::{ArtifactKind, Cache, Source};
+use kiln_core::{ArtifactKind, Cache};
 use kiln_cuda::Compiler;
 use kiln_image::{Image, ImageMeta, ImageWriter, Verification};
 use kiln_reliability::audit::recompile;
@@ -146,7 +146,7 @@ fn load(dir: &Path, threads: usize, ops: u64, keys: u64, seed: u64) -> Result<()
                             .lock()
                             .unwrap_or_else(|poisoned| poisoned.into_inner())
                             .push(i);
-                        Ok::<_, std::io::Error>(recompile(&expected))
+                        Ok(recompile(&expected))
                     });
                     let right = answer.is_ok_and(|hit| {
                         hit.artifact(&ArtifactKind::Ptx) == Some(&expected.artifacts[0].bytes[..])
@@ -188,11 +188,7 @@ fn probe(change: Change, images: &[String]) -> Result<(), Error> {
     let request = kernels::request(change)?;
     let compiler = Compiler::new()?;
     let hit = compiler.compile_cached(&cache, &request)?;
-    let source = match hit.source() {
-        Source::Memory => "memory",
-        Source::Image => "image",
-        Source::Tier => "tier",
-    };
+    let source = hit.source().name();
     let cubin = hit
         .artifact(&ArtifactKind::Cubin)
         .map(kiln_image::Digest::of)

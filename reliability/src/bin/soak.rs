@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use kiln_core::disk::{DiskCache, DiskConfig};
-use kiln_core::{Cache, CacheConfig, Error as CoreError, Source};
+use kiln_core::{Cache, CacheConfig, Source};
 use kiln_image::{Digest, ImageMeta};
 use kiln_reliability::soak::{self, Figures};
 use kiln_reliability::{Error, Rng, Table};
@@ -490,7 +490,7 @@ fn request(
     let mut compiled = false;
     let answer = cache.get_or_compile(owner, &key, || {
         compiled = true;
-        Ok::<_, CoreError>(soak::compile(&key))
+        Ok(soak::compile(&key))
     });
     let hit = match answer {
         Ok(hit) => hit,
@@ -504,7 +504,9 @@ fn request(
         (true, _) => bump(&tally.compiled),
         (false, Source::Memory) => bump(&tally.memory),
         (false, Source::Image) => bump(&tally.image),
-        (false, Source::Tier) => bump(&tally.disk),
+        // The disk tier (the only tier the soak adds), or a source newer
+        // than this program.
+        (false, _) => bump(&tally.disk),
     }
     // New specializations are asked for once: checked, not remembered.
     let remember = spec < NEW_BASE;
