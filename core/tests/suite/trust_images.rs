@@ -88,6 +88,7 @@ fn outcomes(report: &kiln_core::InitReport) -> Vec<(String, String)> {
                 (ImageOutcome::Merged { .. }, None) => "merged".to_owned(),
                 (ImageOutcome::Skipped(Error::Image(error)), _) => error.check().to_owned(),
                 (ImageOutcome::Skipped(other), _) => format!("skipped: {other}"),
+                (other, _) => format!("{other:?}"),
             };
             (name, outcome)
         })
@@ -111,11 +112,9 @@ fn image_files_are_merged_only_when_a_trusted_key_signed_them() {
     write(dir.path(), "d-tampered.kimg", &tampered);
 
     // Keys configured: only the release-signed image.
-    let switches = Switches {
-        image_path: vec![dir.path().to_path_buf()],
-        trusted_keys: Some(trusting(&[&release])),
-        ..Switches::default()
-    };
+    let mut switches = Switches::default();
+    switches.image_path = vec![dir.path().to_path_buf()];
+    switches.trusted_keys = Some(trusting(&[&release]));
     let cache = Cache::new();
     let report = kiln_core::load_images(&cache, &switches, &[]);
     assert_eq!(
@@ -147,10 +146,8 @@ fn image_files_are_merged_only_when_a_trusted_key_signed_them() {
     );
 
     // No keys configured: every well-formed image, as before.
-    let switches = Switches {
-        image_path: vec![dir.path().to_path_buf()],
-        ..Switches::default()
-    };
+    let mut switches = Switches::default();
+    switches.image_path = vec![dir.path().to_path_buf()];
     let cache = Cache::new();
     let report = kiln_core::load_images(&cache, &switches, &[]);
     assert_eq!(report.merged().count(), 4);
@@ -165,11 +162,9 @@ fn rotating_keys_accepts_both_then_refuses_the_old_ones_images() {
     write(dir.path(), "old.kimg", &signed(&["x"], &old));
     write(dir.path(), "new.kimg", &signed(&["y"], &new));
     let load = |keys: TrustedKeys| {
-        let switches = Switches {
-            image_path: vec![dir.path().to_path_buf()],
-            trusted_keys: Some(keys),
-            ..Switches::default()
-        };
+        let mut switches = Switches::default();
+        switches.image_path = vec![dir.path().to_path_buf()];
+        switches.trusted_keys = Some(keys);
         let cache = Cache::new();
         let report = kiln_core::load_images(&cache, &switches, &[]);
         (
@@ -199,10 +194,8 @@ fn embedded_images_are_the_programs_own_unless_their_signature_says_otherwise() 
         embedded("release.kimg", signed(&["f"], &release)),
         embedded("stranger.kimg", signed(&["g"], &stranger)),
     ];
-    let switches = Switches {
-        trusted_keys: Some(trusting(&[&release])),
-        ..Switches::default()
-    };
+    let mut switches = Switches::default();
+    switches.trusted_keys = Some(trusting(&[&release]));
     let cache = Cache::new();
     let report = kiln_core::load_images(&cache, &switches, &images);
     let outcome: Vec<String> = outcomes(&report).into_iter().map(|(_, o)| o).collect();
@@ -281,9 +274,9 @@ fn precompile_signs_its_image_when_a_signing_key_is_set() {
     assert!(!dir.path().join("bad").join("trust-test.kimg").exists());
 }
 
-#[test]
-#[ignore = "helper: run in a child process by the other tests"]
-fn child() {
+/// The role of a child process of these tests (`KILN_TRUST_IMAGES_ROLE`),
+/// run by the suite's `child` test; nothing when the variable is unset.
+pub fn run_child_role() {
     match std::env::var(ROLE).as_deref() {
         Ok("precompile") => {}
         _ => return,
@@ -297,7 +290,7 @@ fn child() {
                 session.specialize(name, |cache| {
                     cache
                         .get_or_compile(&owner(), &key(name), || {
-                            Ok::<_, std::io::Error>(Compiled::new(name).artifact(Artifact {
+                            Ok(Compiled::new(name).artifact(Artifact {
                                 kind: ArtifactKind::Object,
                                 entry_points: vec![name.to_owned()],
                                 bytes: name.as_bytes().to_vec(),
@@ -306,7 +299,7 @@ fn child() {
                         .map(|_| ())
                 });
             }
-            Ok::<(), std::io::Error>(())
+            Ok(())
         });
     report.expect("the image is written");
 }

@@ -6,15 +6,14 @@
 //! without a signing key never write.
 //!
 //! Children are this test binary re-run with `KILN_SIGNED_TEST_ROLE` set,
-//! running the ignored test `child`, which uses `kiln_core::global()`.
-
-mod remote_support;
+//! running the suite's ignored test `child`, which uses `kiln_core::global()`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::remote_support::{RedisServer, WarnCounter, code, compile, get, key, owner};
 use kiln_core::disk::{DiskCache, DiskConfig};
 use kiln_core::{ArtifactKind, Cache, Source};
 use kiln_image::header::{offsets, reseal_header};
@@ -24,7 +23,6 @@ use kiln_image::{
 };
 use kiln_redis::{RemoteConfig, RemoteTier};
 use kiln_test_support::child;
-use remote_support::{RedisServer, WarnCounter, code, compile, get, key, owner};
 
 const EVIL: &[u8] = b"// EVIL PTX injected by the server";
 const ROLE: &str = "KILN_SIGNED_TEST_ROLE";
@@ -530,9 +528,9 @@ fn the_global_cache_signs_and_checks_with_the_variables() {
     assert_eq!(value(&server, &redis_key(0)), Some(poisoned(0, None)));
 }
 
-#[test]
-#[ignore = "helper: run in a child process by the other tests"]
-fn child() {
+/// The role of a child process of these tests (`KILN_SIGNED_TEST_ROLE`),
+/// run by the suite's `child` test; nothing when the variable is unset.
+pub fn run_child_role() {
     match std::env::var(ROLE).as_deref() {
         Ok("global") => {}
         _ => return,
