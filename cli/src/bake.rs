@@ -19,7 +19,10 @@
 //!
 //! The image is deterministic (entries sorted, no timestamps, no paths) and
 //! written atomically, also when some recorded entries were not found;
-//! those are listed, and the exit status is then 1.
+//! those are listed, and the exit status is then 1. With
+//! `KILN_SIGNING_KEY` set it is signed with that key before it is written
+//! (`"signed": true` in `--json`); a key that cannot be used writes
+//! nothing (exit status 2).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -262,14 +265,16 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
         writer.push(entry);
     }
     let bytes = writer.to_bytes().map_err(CliError::image(&args.output))?;
-    publish(&args.output, &bytes)?;
+    let signed = publish(&args.output, bytes)?;
 
     if args.json {
         print_json(&to_json(
-            &args, &producer, &recording, &baked, &missing, left_out,
+            &args, &producer, &recording, &baked, &missing, left_out, signed,
         ))?;
     } else {
-        print_text(&args, &producer, &recording, &baked, &missing, left_out)?;
+        print_text(
+            &args, &producer, &recording, &baked, &missing, left_out, signed,
+        )?;
     }
     Ok(if missing.is_empty() {
         Outcome::Clean
@@ -278,12 +283,18 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     })
 }
 
-/// Writes the baked image's bytes to `path` atomically. These bytes are
-/// final here: a signature over them (the operator's key, so that
-/// processes can check where the image comes from) is to be made and
-/// written beside them at this point, once kiln signs images.
-fn publish(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    kiln_image::write_file_atomic(path, bytes).map_err(CliError::image(path))
+/// Signs the baked image with the key of `KILN_SIGNING_KEY` when it is
+/// set, then writes it to `path` atomically. Returns whether it was
+/// signed. A key that cannot be used is an error and nothing is written:
+/// the operator asked for a signed image.
+fn publish(path: &Path, bytes: Vec<u8>) -> Result<bool, CliError> {
+    let unsigned_len = bytes.len();
+    let bytes = kiln_core::trust::sign_if_configured(bytes)?;
+    // Signing appends a signature trailer; without a key the bytes come
+    // back unchanged.
+    let signed = bytes.len() > unsigned_len;
+    kiln_image::write_file_atomic(path, &bytes).map_err(CliError::image(path))?;
+    Ok(signed)
 }
 
 fn to_json(
@@ -293,11 +304,12 @@ fn to_json(
     baked: &[Baked],
     missing: &[Missing<'_>],
     left_out: usize,
+    signed: bool,
 ) -> Value {
     json!({
         "output": args.output.display().to_string(),
         "producer": producer,
-        "signed": false,
+        "signed": signed,
         "recorded": recording.len(),
         "records": recording.records(),
         "damage": damage_json(&recording.damage()),
@@ -327,15 +339,21 @@ fn print_text(
     baked: &[Baked],
     missing: &[Missing<'_>],
     left_out: usize,
+    signed: bool,
 ) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "baked {} of {} recorded entries into {} (producer {:?})",
+        "baked {} of {} recorded entries into {} (producer {:?}, {})",
         baked.len(),
         recording.len(),
         escape::path(&args.output),
         escape::escape(producer),
+        if signed {
+            "signed with KILN_SIGNING_KEY"
+        } else {
+            "unsigned"
+        },
     )?;
     if left_out > 0 {
         writeln!(

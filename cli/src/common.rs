@@ -7,7 +7,7 @@
 
 use std::io::Write;
 
-use kiln_image::{Digest, EntryRef};
+use kiln_image::{Digest, EntryRef, PublicKey, TrustedKeys};
 
 use crate::escape::escape;
 
@@ -100,4 +100,25 @@ pub(crate) fn print_json(value: &impl serde::Serialize) -> Result<(), crate::Cli
     crate::escape::write_json(&mut out, value)?;
     writeln!(out)?;
     Ok(())
+}
+
+/// The keys of `--trusted-key` arguments, each a public key (64 hex
+/// digits) or a file of them (one per line, as `kiln keygen` writes to
+/// `KEY.pub`); `None` when there are none.
+pub(crate) fn trusted_keys(args: &[String]) -> Result<Option<TrustedKeys>, crate::CliError> {
+    if args.is_empty() {
+        return Ok(None);
+    }
+    let mut keys = TrustedKeys::default();
+    for arg in args {
+        let text = arg.trim();
+        if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
+            let key: PublicKey = text.parse().map_err(crate::CliError::key(arg))?;
+            keys.insert(key);
+        } else {
+            let path = std::path::Path::new(arg);
+            keys.extend(TrustedKeys::read_file(path).map_err(crate::CliError::image(path))?);
+        }
+    }
+    Ok(Some(keys))
 }

@@ -133,6 +133,23 @@ pub(crate) enum CliError {
         path: PathBuf,
     },
 
+    /// `keygen`: the file exists; keys are never overwritten.
+    #[error("{path} exists: keys are never overwritten; choose another name")]
+    Exists {
+        /// The file.
+        path: PathBuf,
+    },
+
+    /// A `--trusted-key` argument is not a public key.
+    #[error("--trusted-key {arg}: {source}")]
+    Key {
+        /// The argument.
+        arg: String,
+        /// What is wrong with it.
+        #[source]
+        source: Box<ImageError>,
+    },
+
     /// `install`: two images with the same file name.
     #[error("two images would be installed as {name}: install them one at a time, or use --name")]
     SameName {
@@ -151,6 +168,14 @@ impl CliError {
         match self {
             CliError::Ambiguous { .. } => crate::escape::escape_lines(&message),
             _ => crate::escape::escape(&message).into_owned(),
+        }
+    }
+
+    /// Attaches a `--trusted-key` argument to an [`ImageError`].
+    pub(crate) fn key(arg: &str) -> impl FnOnce(ImageError) -> CliError + '_ {
+        move |source| CliError::Key {
+            arg: arg.to_owned(),
+            source: Box::new(source),
         }
     }
 

@@ -1,7 +1,8 @@
-//! `kiln inspect IMAGE [--json]`: header, metadata, owners, a table of
-//! entries (deps as `name@fingerprint`: for CUDA entries the recorded
-//! compiler release and header digests), and the targets of each entry name
-//! (for a multi-arch image: the archs of each kernel). Opens with structural verification, so an image with some
+//! `kiln inspect IMAGE [--json]`: header, signers, metadata, owners, a
+//! table of entries (deps as `name@fingerprint`: for CUDA entries the
+//! recorded compiler release and header digests), and the targets of each
+//! entry name (for a multi-arch image: the archs of each kernel). Opens with
+//! structural verification, so an image with some
 //! corrupt entries is still shown (those entries as errors). Text from the
 //! image is shown escaped ([`escape`]); `--json` keeps it exact.
 
@@ -58,7 +59,9 @@ fn to_json(path: &std::path::Path, image: &Image) -> Value {
             "body_len": header.body_len,
             "body_checksum": header.body_checksum.to_hex(),
             "index_checksum": header.index_checksum.to_hex(),
+            "signature_len": header.signature_len,
         },
+        "signatures": crate::verify::signatures_json(&image.check_signatures(None)),
         "meta": {
             "producer_name": meta.producer_name,
             "producer_version": meta.producer_version,
@@ -157,6 +160,18 @@ fn print_text(path: &std::path::Path, image: &Image) -> Result<(), CliError> {
         header.payload_offset
     )?;
     writeln!(out, "body      blake3 {}", header.body_checksum)?;
+    let checks = image.check_signatures(None);
+    if checks.is_empty() {
+        writeln!(out, "signed    no")?;
+    }
+    for check in checks {
+        let status = if check.valid {
+            "signature verifies"
+        } else {
+            "signature does not verify"
+        };
+        writeln!(out, "signed    by {} ({status})", check.key)?;
+    }
     writeln!(
         out,
         "entries   {} in {} owners",

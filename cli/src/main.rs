@@ -1,11 +1,12 @@
-//! `kiln`: inspect, verify, compare, merge, extract and install Kiln package
-//! images; bake an application's image from its record files and report
-//! what the libraries' images missed.
+//! `kiln`: inspect, verify, compare, merge, extract, install and sign Kiln
+//! package images; bake an application's image from its record files and
+//! report what the libraries' images missed.
 //!
-//! Exit status: 0 on success, 1 when `verify` finds a bad image, `install`
-//! refuses one, `diff` finds differences or `bake` misses recorded entries
-//! (the image is written all the same), 2 on any other error
-//! (unreadable input, bad arguments).
+//! Exit status: 0 on success, 1 when `verify` finds a bad image (or one
+//! not signed by a key it was told to trust), `install` or `sign` refuses
+//! one, `diff` finds differences or `bake` misses recorded entries (the
+//! image is written all the same), 2 on any other error (unreadable input,
+//! bad arguments).
 //!
 //! Images and cache directories are untrusted: text from them is printed
 //! escaped (module `escape`).
@@ -22,8 +23,10 @@ mod escape;
 mod extract;
 mod inspect;
 mod install;
+mod keygen;
 mod merge;
 mod report;
+mod sign;
 mod verify;
 
 use std::io::IsTerminal;
@@ -46,7 +49,8 @@ struct Cli {
 enum Command {
     /// Show an image's header, owners and entries.
     Inspect(inspect::Args),
-    /// Fully verify images (every checksum); one line per image.
+    /// Fully verify images (every checksum, every signature); one line per
+    /// image, saying who signed it.
     Verify(verify::Args),
     /// Compare the entries of two images.
     Diff(diff::Args),
@@ -63,6 +67,12 @@ enum Command {
     /// What record files (KILN_RECORD) say an application used: per library
     /// and owner, compiles at run time, and what no shipped image holds.
     Report(report::Args),
+    /// Create a signing key: the secret in KEY (mode 0600), the public key
+    /// in KEY.pub and on standard output.
+    Keygen(keygen::Args),
+    /// Sign an image (verified fully first) with a secret key; written by
+    /// rename.
+    Sign(sign::Args),
     /// Look after the disk cache of run-time compiled entries
     /// (KILN_CACHE_DIR): stats, ls, gc, clear, verify.
     #[command(subcommand)]
@@ -88,6 +98,8 @@ fn run(command: Command) -> Result<Outcome, CliError> {
         Command::Install(args) => install::run(args),
         Command::Bake(args) => bake::run(args),
         Command::Report(args) => report::run(args),
+        Command::Keygen(args) => keygen::run(args),
+        Command::Sign(args) => sign::run(args),
         Command::Cache(command) => cache_cmd::run(command),
     }
 }

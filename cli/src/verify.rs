@@ -1,13 +1,20 @@
-//! `kiln verify IMAGE... [--json]`: full verification of each image (header,
-//! body checksum, index, every entry record and every payload checksum),
-//! one line per image naming the check that failed. Exit status 1 if any
-//! image is bad. Paths and error messages (which may quote the image) are
-//! shown escaped ([`escape`]).
+//! `kiln verify IMAGE... [--trusted-key K]... [--json]`: full verification
+//! of each image (header, body checksum, index, every entry record and
+//! every payload checksum) and of its signatures, one line per image
+//! naming the check that failed, or who signed it (or that nothing did).
+//!
+//! Every signature an image carries must verify (one that does not means
+//! the image changed after it was signed). With `--trusted-key` (a public
+//! key as 64 hex digits, or a file of them such as `kiln keygen`'s `.pub`;
+//! repeatable), an image must also carry a valid signature by one of those
+//! keys: an unsigned image, or one signed only by other keys, fails. Exit
+//! status 1 if any image is bad. Paths and error messages (which may quote
+//! the image) are shown escaped ([`escape`]).
 
 use std::io::Write;
 use std::path::PathBuf;
 
-use kiln_image::{Image, Verification};
+use kiln_image::{Image, ImageError, SignatureCheck, TrustedKeys, Verification};
 use serde_json::json;
 
 use crate::common::print_json;
@@ -20,30 +27,83 @@ pub(crate) struct Args {
     /// The image files.
     #[arg(required = true)]
     images: Vec<PathBuf>,
+    /// Require a valid signature by this key: 64 hex digits, or a file of
+    /// public keys, one per line (repeatable).
+    #[arg(long = "trusted-key", value_name = "K")]
+    trusted_keys: Vec<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
 }
 
+/// The image fully verified, and its signatures checked: every one must
+/// verify, and with `trusted` one of them must be by a trusted key.
+fn check(
+    path: &std::path::Path,
+    trusted: Option<&TrustedKeys>,
+) -> Result<(Image, Vec<SignatureCheck>), ImageError> {
+    let image = Image::open(path, Verification::Full)?;
+    let checks = image.check_signatures(trusted);
+    if let Some(bad) = checks.iter().find(|check| !check.valid) {
+        return Err(ImageError::BadSignature { key: bad.key });
+    }
+    if let Some(trusted) = trusted {
+        image.verify_signature(trusted)?;
+    }
+    Ok((image, checks))
+}
+
+/// Who signed, for the text output: `unsigned`, or each key with whether
+/// it is trusted.
+pub(crate) fn signed_by(checks: &[SignatureCheck], asked: bool) -> String {
+    if checks.is_empty() {
+        return "unsigned".to_owned();
+    }
+    let keys: Vec<String> = checks
+        .iter()
+        .map(|check| {
+            let status = match (check.valid, check.trusted, asked) {
+                (false, _, _) => " (signature does not verify)",
+                (true, true, _) => " (trusted)",
+                (true, false, true) => " (not trusted)",
+                (true, false, false) => "",
+            };
+            format!("{}{status}", check.key)
+        })
+        .collect();
+    format!("signed by {}", keys.join(", "))
+}
+
+/// The signatures as JSON.
+pub(crate) fn signatures_json(checks: &[SignatureCheck]) -> serde_json::Value {
+    checks
+        .iter()
+        .map(|check| json!({ "key": check.key.to_hex(), "valid": check.valid, "trusted": check.trusted }))
+        .collect()
+}
+
 pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
+    let trusted = crate::common::trusted_keys(&args.trusted_keys)?;
     let mut all_ok = true;
     let mut reports = Vec::new();
     let mut out = std::io::stdout().lock();
     for path in &args.images {
         let json_path = path.display().to_string();
-        match Image::open(path, Verification::Full) {
-            Ok(image) => {
+        match check(path, trusted.as_ref()) {
+            Ok((image, checks)) => {
                 let bytes = image.byte_len();
                 if args.json {
                     reports.push(json!({
                         "path": json_path, "ok": true, "entries": image.len(), "bytes": bytes,
+                        "signatures": signatures_json(&checks),
                     }));
                 } else {
                     writeln!(
                         out,
-                        "ok    {}: {} entries, {bytes} bytes",
+                        "ok    {}: {} entries, {bytes} bytes, {}",
                         escape::path(path),
-                        image.len()
+                        image.len(),
+                        signed_by(&checks, trusted.is_some())
                     )?;
                 }
             }

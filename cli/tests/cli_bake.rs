@@ -13,11 +13,21 @@ use kiln_image::{Image, ImageMeta, Verification};
 use serde_json::Value;
 
 fn kiln(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kiln"))
+    kiln_with(args, None)
+}
+
+/// `kiln ARGS`, with `KILN_SIGNING_KEY` set to `signing_key` (unset when
+/// `None`).
+fn kiln_with(args: &[&str], signing_key: Option<&Path>) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kiln"));
+    command
         .args(args)
         .env_remove("KILN_LOG")
-        .output()
-        .expect("run kiln")
+        .env_remove("KILN_SIGNING_KEY");
+    if let Some(key) = signing_key {
+        command.env("KILN_SIGNING_KEY", key);
+    }
+    command.output().expect("run kiln")
 }
 
 fn json(output: &Output) -> Value {
@@ -183,6 +193,55 @@ fn bake_takes_every_recorded_entry_it_finds_and_lists_the_others() {
     for name in ["shipped-a", "extra-c", "extra-d"] {
         assert!(!get(&fresh, name), "{name} compiled again");
     }
+}
+
+#[test]
+fn bake_signs_with_kiln_signing_key_and_says_so() {
+    let t = setup();
+    let key = t.root.join("release.key");
+    let keygen = kiln(&["keygen", "-o", s(&key)]);
+    assert!(keygen.status.success(), "{keygen:?}");
+    let public: kiln_image::PublicKey = String::from_utf8_lossy(&keygen.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    let out = t.root.join("signed.kimg");
+    let args = [
+        "bake",
+        s(&t.record),
+        "-o",
+        s(&out),
+        "--image",
+        s(&t.library),
+        "--cache-dir",
+        s(&t.cache_dir),
+        "--json",
+    ];
+    let output = kiln_with(&args, Some(&key));
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "lost-e is missing: {output:?}"
+    );
+    assert_eq!(json(&output)["signed"], true);
+    let image = Image::open(&out, Verification::Full).unwrap();
+    assert_eq!(image.signers(), [public]);
+    let trusted = kiln_image::TrustedKeys::new([public]);
+    assert_eq!(image.verify_signature(&trusted).unwrap(), public);
+    let verify = kiln(&["verify", "--trusted-key", &public.to_hex(), s(&out)]);
+    assert!(verify.status.success(), "{verify:?}");
+
+    // A key that cannot be used writes nothing unsigned in its place.
+    let refused = t.root.join("refused.kimg");
+    let mut args = args;
+    args[3] = s(&refused);
+    let output = kiln_with(&args, Some(&t.root.join("no-such.key")));
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("KILN_SIGNING_KEY"),
+        "{output:?}"
+    );
+    assert!(!refused.exists());
 }
 
 #[test]

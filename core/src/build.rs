@@ -73,7 +73,12 @@
 //! `$OUT_DIR/<name>.kimg`, atomically. It prints:
 //!
 //! - `cargo:rerun-if-changed=PATH` for every source the block declared with
-//!   [`Session::uses_source`];
+//!   [`Session::uses_source`], and for the key file of `KILN_SIGNING_KEY`
+//!   when it is set (and `rerun-if-env-changed=KILN_SIGNING_KEY` always,
+//!   so that setting it later signs the image): the image is then signed
+//!   with that key (see
+//!   [`trust`](crate::trust); an unusable key fails the build rather than
+//!   write an unsigned image);
 //! - `cargo:rerun-if-env-changed=VAR` for the variables declared with
 //!   [`Session::uses_env`] and every `KILN_*` variable set now (such as
 //!   `KILN_NVRTC`), except the run-time switches
@@ -229,12 +234,21 @@ impl<'out> Precompile<'out> {
 
         let delta = cache.delta(&snapshot);
         let entries = delta.len();
-        delta.write_image(&path, meta)?;
+        let lookup = |name: &str| std::env::var_os(name);
+        let bytes = crate::trust::sign_if_configured_with(lookup, delta.to_bytes(meta)?)?;
+        kiln_image::write_file_atomic(&path, &bytes)?;
 
         for source in &sources {
             out.line(format_args!("cargo:rerun-if-changed={}", source.display()));
         }
+        if let Some(key) = crate::trust::signing_key_path(lookup) {
+            // The key's content, not only the variable, changes the image.
+            out.line(format_args!("cargo:rerun-if-changed={}", key.display()));
+        }
         let set = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+        // Watched set or not: setting it later must sign the image.
+        let mut env = env;
+        env.insert(crate::trust::SIGNING_KEY.to_owned());
         for var in rerun_env_vars(env, set) {
             out.line(format_args!("cargo:rerun-if-env-changed={var}"));
         }
@@ -679,6 +693,7 @@ mod tests {
         for expected in [
             "cargo:rerun-if-changed=src/kernels.rs",
             "cargo:rerun-if-env-changed=DEMO_ARCH",
+            "cargo:rerun-if-env-changed=KILN_SIGNING_KEY",
             "cargo:warning=kiln: bad not precompiled (no such type second line); it will compile at run time",
             "cargo:warning=kiln: panics not precompiled (panicked: compiler crashed); it will compile at run time",
         ] {

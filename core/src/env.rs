@@ -9,6 +9,7 @@
 //! | `KILN_RECORD=path` | append one record per distinct entry the process gets from the global cache (and where from: image, disk, remote, compiled) to `path`, for `kiln bake` and `kiln report` (see [`crate::record`]) |
 //! | `KILN_MEMORY_MAX_BYTES=size` | the cap on the payload bytes the global cache holds in memory (bytes, or with a `K`, `M`, `G` or `T` suffix; default `1G`; `off` for no cap): past it, least recently used entries are evicted and come back from the disk tier (borrowed from its mapping), another tier or a compile (see [`CacheConfig::memory_max_bytes`](crate::CacheConfig::memory_max_bytes)) |
 //! | `KILN_CACHE=0`, `KILN_CACHE_DIR`, `KILN_CACHE_MAX_BYTES`, `KILN_CACHE_TRUST_DIR` | the disk tier of the global cache: off, where, how large, whether to use a directory others may write to (see [`crate::disk::config`]) |
+//! | `KILN_TRUSTED_KEYS=file1:file2` | accept image files, and remote and written-through disk entries, only when signed by one of the public keys in these files (see [`crate::trust`]) |
 //!
 //! A boolean switch is off when unset, empty, `0`, `false`, `no` or `off`
 //! (any case), and on for any other value. The switches are read once, when
@@ -37,8 +38,10 @@ pub const MEMORY_MAX_BYTES: &str = "KILN_MEMORY_MAX_BYTES";
 pub const RECORD: &str = "KILN_RECORD";
 
 /// Every variable that acts at run time only: the switches this module
-/// reads, and those of the disk tier (`KILN_CACHE*`) and the remote tier
-/// (`KILN_REMOTE_*`). A build script's precompile block compiles into a fresh
+/// reads, and those of the disk tier (`KILN_CACHE*`), the remote tier
+/// (`KILN_REMOTE_*`) and signature checks (`KILN_TRUSTED_KEYS`).
+/// `KILN_SIGNING_KEY` is not one: a precompile block signs its image with
+/// it, so changing it rebuilds the image. A build script's precompile block compiles into a fresh
 /// cache that none of them changes (the disk cache directory only holds
 /// memos that speed up deriving the same owners), so [`crate::build`] does
 /// not rerun a build script when they change: `KILN_DISABLE=1 cargo run` or a
@@ -46,13 +49,15 @@ pub const RECORD: &str = "KILN_RECORD";
 /// switches (a backend's, such as `kiln-cuda`'s `KILN_STRICT_TOOLCHAIN`) are
 /// registered instead ([`RunTimeSwitch`](crate::registry::RunTimeSwitch));
 /// [`is_run_time`] asks both.
-pub const RUN_TIME: [&str; 12] = [
+pub const RUN_TIME: [&str; 14] = [
     DISABLE,
     ALWAYS_COMPILE,
     IMAGE_PATH,
     LOG,
     RECORD,
     MEMORY_MAX_BYTES,
+    crate::trust::TRUSTED_KEYS,
+    crate::trust::REMOTE_WRITE,
     crate::disk::config::CACHE,
     crate::disk::config::CACHE_DIR,
     crate::disk::config::CACHE_MAX_BYTES,
@@ -80,6 +85,10 @@ pub struct Switches {
     /// cap); by default [`DEFAULT_MEMORY_MAX_BYTES`](crate::cache::DEFAULT_MEMORY_MAX_BYTES).
     /// An unreadable value keeps the default, with one warning.
     pub memory_max_bytes: Option<u64>,
+    /// `KILN_TRUSTED_KEYS`: when set, image files are merged only if one
+    /// of these keys signed them (see [`crate::trust`]); `None`: signatures
+    /// are not required.
+    pub trusted_keys: Option<kiln_image::TrustedKeys>,
 }
 
 /// Nothing set: every switch off, the default memory cap.
@@ -92,6 +101,7 @@ impl Default for Switches {
             log: None,
             record: None,
             memory_max_bytes: Some(crate::cache::DEFAULT_MEMORY_MAX_BYTES),
+            trusted_keys: None,
         }
     }
 }
@@ -125,6 +135,7 @@ impl Switches {
             log,
             record,
             memory_max_bytes: memory_cap(lookup(MEMORY_MAX_BYTES)),
+            trusted_keys: crate::trust::trusted_keys_from_lookup(&lookup),
         }
     }
 }

@@ -189,6 +189,50 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A tier's entry is not signed by a trusted key (`KILN_TRUSTED_KEYS`
+    /// is set): refused, counted in
+    /// [`Stats::tier_untrusted`](crate::Stats::tier_untrusted), and
+    /// compiled instead.
+    #[error("cache tier {tier}: entry {what} refused: {source}")]
+    TierUntrusted {
+        /// The tier's name.
+        tier: String,
+        /// Which entry (the tier's name for it).
+        what: String,
+        /// What the signature check found.
+        source: Box<kiln_image::ImageError>,
+    },
+
+    // ----- signatures (trust.rs) -----
+    /// A file named in `KILN_TRUSTED_KEYS` cannot be used.
+    #[error(
+        "KILN_TRUSTED_KEYS names {path}, which cannot be used: {source} (fix the file or the \
+         variable; its keys are not trusted meanwhile)"
+    )]
+    TrustedKeys {
+        /// The file.
+        path: PathBuf,
+        /// Why it cannot be used.
+        source: Box<kiln_image::ImageError>,
+    },
+    /// `KILN_SIGNING_KEY` names a file that is not a usable signing key.
+    #[error(
+        "KILN_SIGNING_KEY names {path}, which is not a usable signing key: {source} (give the \
+         path of a key file written by `kiln keygen`)"
+    )]
+    SigningKey {
+        /// The file.
+        path: PathBuf,
+        /// Why it cannot be used.
+        source: Box<kiln_image::ImageError>,
+    },
+    /// `KILN_SIGNING_KEY` holds what looks like a key, not a path.
+    #[error(
+        "KILN_SIGNING_KEY holds no file's path (it looks like a key: never put a key in a \
+         variable; give the path of a key file written by `kiln keygen`, mode 0600)"
+    )]
+    SigningKeyNotAPath,
+
     // ----- init and build-script helpers (global.rs, registry.rs, build.rs) -----
     /// A directory of `KILN_IMAGE_PATH` could not be listed.
     #[error(

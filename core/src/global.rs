@@ -40,8 +40,13 @@ pub fn global() -> &'static Cache {
 ///    verification (payload checksums are checked on first use).
 ///
 /// An image that cannot be opened is skipped with a `tracing` warning that
-/// says why, and the others keep loading. Calling it again returns the same
-/// report; images are merged once.
+/// says why, and the others keep loading. With `KILN_TRUSTED_KEYS` set, an
+/// image file is merged only if one of those keys signed it, and an
+/// embedded image that carries signatures only if one of them is a trusted
+/// key's (an unsigned embedded image is the program's own: see
+/// [`trust`](crate::trust)); the others are skipped the same way
+/// ([`InitReport::untrusted`]). Calling it again returns the same report;
+/// images are merged once.
 ///
 /// The init also adds the extra tiers of [`add_tiers`]: the **disk tier**
 /// ([`DiskTier`]), consulted by [`Cache::get_or_compile`] after memory and
@@ -161,7 +166,8 @@ impl Global {
         let (newest, late) = registry::registered_since(seen);
         if !self.switches.disable {
             for image in late {
-                let report = merge_embedded(&self.cache, image);
+                let report =
+                    merge_embedded(&self.cache, image, self.switches.trusted_keys.as_ref());
                 if let Some(detail) = self.log {
                     stderr_report::image(detail, &report);
                 }
@@ -289,8 +295,9 @@ pub fn load_images(
         tracing::info!("KILN_DISABLE is set: no image merged");
         return report;
     }
+    let trusted = switches.trusted_keys.as_ref();
     for image in embedded {
-        report.images.push(merge_embedded(cache, image));
+        report.images.push(merge_embedded(cache, image, trusted));
     }
     let (files, unreadable) = registry::image_files(&switches.image_path);
     for (dir, source) in unreadable {
@@ -300,34 +307,54 @@ pub fn load_images(
         };
         report
             .images
-            .push(merge(cache, ImageSource::Directory(dir), Err(err)));
+            .push(merge(cache, ImageSource::Directory(dir), Err(err), None));
     }
     for path in files {
         let opened = kiln_image::Image::open(&path, kiln_image::Verification::Structural)
-            .map_err(Error::from);
+            .map_err(Error::from)
+            .and_then(|image| {
+                let signer = crate::trust::check_image(&image, trusted, false)?;
+                Ok((image, signer))
+            });
         report
             .images
-            .push(merge(cache, ImageSource::File(path), opened));
+            .push(merge(cache, ImageSource::File(path), opened, trusted));
     }
     report
 }
 
-fn merge_embedded(cache: &Cache, image: &'static EmbeddedImage) -> ImageReport {
+fn merge_embedded(
+    cache: &Cache,
+    image: &'static EmbeddedImage,
+    trusted: Option<&kiln_image::TrustedKeys>,
+) -> ImageReport {
     let source = ImageSource::Embedded {
         crate_name: image.crate_name(),
         name: image.name(),
     };
-    merge(cache, source, image.open().map_err(Error::from))
+    let opened = image.open().map_err(Error::from).and_then(|image| {
+        let signer = crate::trust::check_image(&image, trusted, true)?;
+        Ok((image, signer))
+    });
+    merge(cache, source, opened, trusted)
 }
 
-/// Merges one opened image, or records why it could not be opened.
+/// Merges one opened image (with the trusted key that signed it, when
+/// `trusted` keys are required), or records why it could not be opened or
+/// was refused.
 fn merge(
     cache: &Cache,
     source: ImageSource,
-    opened: Result<kiln_image::Image, Error>,
+    opened: Result<(kiln_image::Image, Option<kiln_image::PublicKey>), Error>,
+    trusted: Option<&kiln_image::TrustedKeys>,
 ) -> ImageReport {
+    let mut signer = None;
     let outcome = match opened {
-        Ok(image) => {
+        Ok((image, signed_by)) => {
+            signer = signed_by;
+            if let Some(key) = signer {
+                tracing::debug!(image = %source, %key, "kiln image signed by a trusted key");
+            }
             let entries = image.len();
             let merge = cache.merge_image(image);
             tracing::info!(
@@ -358,11 +385,24 @@ fn merge(
             ImageOutcome::Merged { entries, merge }
         }
         Err(err) => {
-            tracing::warn!(image = %source, "skipped kiln image: {err}");
+            if trusted.is_some() && is_untrusted(&err) {
+                tracing::warn!(image = %source, "refused kiln image (KILN_TRUSTED_KEYS is set): {err}");
+            } else {
+                tracing::warn!(image = %source, "skipped kiln image: {err}");
+            }
             ImageOutcome::Skipped(err)
         }
     };
-    ImageReport { source, outcome }
+    ImageReport {
+        source,
+        outcome,
+        signer,
+    }
+}
+
+/// Whether `error` refused an image for its signatures.
+fn is_untrusted(error: &Error) -> bool {
+    matches!(error, Error::Image(error) if crate::trust::is_refusal(error))
 }
 
 /// What the init did.
@@ -407,6 +447,14 @@ impl InitReport {
         })
     }
 
+    /// The images refused because no trusted key signed them
+    /// (`KILN_TRUSTED_KEYS` set), with the reason: unsigned, signed by
+    /// other keys only, or a signature that does not verify. Also among
+    /// [`InitReport::skipped`].
+    pub fn untrusted(&self) -> impl Iterator<Item = (&ImageSource, &Error)> {
+        self.skipped().filter(|(_, err)| is_untrusted(err))
+    }
+
     /// Entries inserted, over all images.
     pub fn inserted(&self) -> u64 {
         self.merged().map(|(_, merge)| merge.inserted).sum()
@@ -433,6 +481,10 @@ pub struct ImageReport {
     pub source: ImageSource,
     /// What happened to it.
     pub outcome: ImageOutcome,
+    /// The trusted key that signed it, when `KILN_TRUSTED_KEYS` is set and
+    /// a signature was checked (`None` otherwise, and for an unsigned
+    /// embedded image).
+    pub signer: Option<kiln_image::PublicKey>,
 }
 
 impl fmt::Display for ImageReport {

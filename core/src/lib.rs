@@ -51,6 +51,8 @@
 //! - [`disk`]: the on-disk cache tier.
 //! - [`record`]: what a process asked its cache for (`KILN_RECORD`), and
 //!   reading record files back (for `kiln bake` and `kiln report`).
+//! - [`trust`]: whose signed code is accepted (`KILN_TRUSTED_KEYS`) and the
+//!   key this process signs with (`KILN_SIGNING_KEY`).
 //!
 //! Backends and other tiers are crates of their own, clients of this API:
 //! `kiln-cuda` (the NVRTC backend) and `kiln-redis` (the remote tier, which
@@ -69,6 +71,7 @@ pub mod record;
 pub mod registry;
 #[cfg(test)]
 mod test_support;
+pub mod trust;
 pub mod world;
 
 pub use cache::{

@@ -398,6 +398,49 @@ pub enum ImageError {
     /// rkyv failed to serialize the index.
     #[error("serializing the image index failed: {0}")]
     Serialize(String),
+
+    /// The signature trailer (or its length in the header) breaks a rule
+    /// of the format: the image is refused whether or not signatures are
+    /// checked.
+    #[error("image signature trailer is malformed: {0}")]
+    SignatureTrailer(String),
+
+    /// A signed image was required and this one carries no signature.
+    #[error(
+        "image is not signed, and only images signed by a trusted key are accepted: sign it \
+         (`kiln sign IMAGE --key KEY`, or build it with KILN_SIGNING_KEY set)"
+    )]
+    Unsigned,
+
+    /// None of the image's signers is a trusted key.
+    #[error(
+        "image is signed by {}, none of them a trusted key: add the signer's public key to \
+         KILN_TRUSTED_KEYS if you trust it",
+        signers.iter().map(|key| key.to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    UntrustedSigner {
+        /// The keys that signed it (claimed, not checked).
+        signers: Vec<crate::signature::PublicKey>,
+    },
+
+    /// A trusted key's signature does not verify: the image's header or
+    /// index changed after it was signed, or the signature was forged.
+    #[error(
+        "image signature by trusted key {key} does not verify: the image was changed after it \
+         was signed, or the signature is forged"
+    )]
+    BadSignature {
+        /// The trusted key whose signature failed.
+        key: crate::signature::PublicKey,
+    },
+
+    /// A key (public or secret) could not be read or parsed.
+    #[error("invalid key: {0}")]
+    InvalidKey(String),
+
+    /// The operating system gave no random bytes for a new key.
+    #[error("no random bytes for a new key: {0}")]
+    Random(String),
 }
 
 impl ImageError {
@@ -445,6 +488,12 @@ impl ImageError {
             | ImageError::TooLarge { .. }
             | ImageError::Serialize(_) => "writer.input",
             ImageError::InvalidHex { .. } => "argument.hex",
+            ImageError::SignatureTrailer(_) => "signature.trailer",
+            ImageError::Unsigned => "signature.missing",
+            ImageError::UntrustedSigner { .. } => "signature.untrusted",
+            ImageError::BadSignature { .. } => "signature.invalid",
+            ImageError::InvalidKey(_) => "argument.key",
+            ImageError::Random(_) => "random",
         }
     }
 }

@@ -34,6 +34,7 @@ pub fn exercise(bytes: &[u8]) -> Result<Exercised, ImageError> {
     let mut seen = Exercised::default();
     let _ = image.meta();
     let _ = (image.header(), image.owners(), image.owner_count());
+    let _ = (image.signers(), image.check_signatures(None));
     if let Ok(groups) = image.dep_groups() {
         let mut previous: Option<&str> = None;
         for group in groups {
@@ -83,7 +84,8 @@ pub fn exercise(bytes: &[u8]) -> Result<Exercised, ImageError> {
 }
 
 /// Recomputes the index checksum (when the index passes rkyv validation),
-/// the body checksum and the header checksum of a possibly mutated image,
+/// the body checksum (up to the signature trailer the header declares, if
+/// it fits) and the header checksum of a possibly mutated image,
 /// in place, so that a mutation reaches the checks behind them. Slices too
 /// short for a header, or with regions outside the slice, are left as they
 /// are past the header checksum.
@@ -115,7 +117,17 @@ pub fn reseal(image: &mut [u8]) {
             image[offsets::INDEX_CHECKSUM..][..32].copy_from_slice(&checksum.0);
         }
     }
-    let body = crate::Digest::of(&image[HEADER_LEN..]);
+    // The body ends where the signature trailer the header declares starts.
+    let trailer = image
+        .get(offsets::SIGNATURE_LEN..offsets::SIGNATURE_LEN + 4)
+        .and_then(|field| <[u8; 4]>::try_from(field).ok())
+        .map_or(0, |field| u32::from_le_bytes(field) as usize);
+    let body_end = image
+        .len()
+        .checked_sub(trailer)
+        .filter(|&end| end >= HEADER_LEN)
+        .unwrap_or(image.len());
+    let body = crate::Digest::of(&image[HEADER_LEN..body_end]);
     image[offsets::BODY_CHECKSUM..][..32].copy_from_slice(&body.0);
     crate::header::reseal_header(image);
 }

@@ -15,17 +15,23 @@
 //! | 19 | 1 | log2 of the region alignment (6: 64 bytes) |
 //! | 20 | 16 | rkyv version, NUL-padded |
 //! | 36 | 64 | producer, NUL-padded UTF-8 |
-//! | 100 | 4 | reserved: zero, a reader rejects other values |
+//! | 100 | 4 | signature trailer length: 0 (unsigned), or 16 + 96 × n for n signatures, 1 ≤ n ≤ 16 (see the signature module) |
 //! | 104 | 8 | entry count |
 //! | 112 | 8 | index offset |
 //! | 120 | 8 | index length |
 //! | 128 | 8 | payload region offset |
 //! | 136 | 8 | payload region length |
-//! | 144 | 8 | body length (everything after the header) |
+//! | 144 | 8 | body length (everything after the header, up to the signature trailer) |
 //! | 152 | 32 | BLAKE3 of the body |
 //! | 184 | 32 | index checksum (index tables, owners, metadata) |
 //! | 216 | 8 | reserved: zero, a reader rejects other values |
 //! | 224 | 32 | BLAKE3 of header bytes 0..224 |
+//!
+//! An image is the header, the body (`body length` bytes: index, padding,
+//! payloads) and, when the signature trailer length is not zero, the
+//! signature trailer right after the body. The file is exactly that long.
+//! Format 3 gave bytes 100..104 (reserved and zero in format 2) this
+//! meaning; nothing else changed.
 
 use std::fmt;
 
@@ -34,7 +40,7 @@ use crate::{Digest, ImageError};
 /// Magic bytes every image starts with.
 pub const MAGIC: [u8; 8] = *b"KILNIMG\0";
 /// The image format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// Length of the header in bytes.
 pub const HEADER_LEN: usize = 256;
 /// Alignment of the index and of every payload, relative to the image start.
@@ -129,8 +135,11 @@ pub struct Header {
     pub payload_offset: u64,
     /// Length of the payload region.
     pub payload_len: u64,
-    /// Length of everything after the header.
+    /// Length of everything after the header, up to the signature trailer.
     pub body_len: u64,
+    /// Length of the signature trailer after the body: 0 for an unsigned
+    /// image (see [`crate::signature`]).
+    pub signature_len: u32,
     /// BLAKE3 of everything after the header.
     pub body_checksum: Digest,
     /// Checksum over the index tables, owners and metadata.
@@ -211,6 +220,11 @@ impl Header {
             &self.payload_len.to_le_bytes(),
         );
         put(&mut out, offsets::BODY_LEN, &self.body_len.to_le_bytes());
+        put(
+            &mut out,
+            offsets::SIGNATURE_LEN,
+            &self.signature_len.to_le_bytes(),
+        );
         put(&mut out, offsets::BODY_CHECKSUM, &self.body_checksum.0);
         put(&mut out, offsets::INDEX_CHECKSUM, &self.index_checksum.0);
         let checksum = header_checksum(&out);
@@ -224,7 +238,10 @@ impl Header {
     ///
     /// Checks run in an order that gives the most useful message: magic,
     /// format version, header checksum, archive layout, rkyv version,
-    /// reserved bytes (zero), then lengths and regions.
+    /// reserved bytes (zero), the signature trailer's length (before
+    /// anything of the trailer is read: at most
+    /// [`MAX_TRAILER_LEN`](crate::signature::MAX_TRAILER_LEN)), then
+    /// lengths and regions.
     ///
     /// # Errors
     /// The [`ImageError`] of the first check that fails, in the order above.
@@ -276,6 +293,8 @@ impl Header {
             });
         }
         check_reserved(bytes)?;
+        let signature_len = u32::from_le_bytes(field(bytes, offsets::SIGNATURE_LEN));
+        crate::signature::check_trailer_len(signature_len)?;
         let producer = text_field(&bytes[offsets::PRODUCER..offsets::PRODUCER + MAX_PRODUCER_LEN])
             .ok_or_else(|| {
                 ImageError::Layout("the producer field is not NUL-padded UTF-8".into())
@@ -292,6 +311,7 @@ impl Header {
             payload_offset: u64::from_le_bytes(field(bytes, offsets::PAYLOAD_OFFSET)),
             payload_len: u64::from_le_bytes(field(bytes, offsets::PAYLOAD_LEN)),
             body_len: u64::from_le_bytes(field(bytes, offsets::BODY_LEN)),
+            signature_len,
             body_checksum: Digest(field(bytes, offsets::BODY_CHECKSUM)),
             index_checksum: Digest(field(bytes, offsets::INDEX_CHECKSUM)),
             header_checksum: stored_checksum,
@@ -300,10 +320,21 @@ impl Header {
         Ok(header)
     }
 
+    /// Where the body ends: the payload region's end, and the signature
+    /// trailer's start (checked at parse not to overflow).
+    pub fn body_end(&self) -> u64 {
+        self.body_len.saturating_add(HEADER_LEN as u64)
+    }
+
     fn check_regions(&self, file_len: u64) -> Result<(), ImageError> {
-        let expected_len = self
+        let body_end = self
             .body_len
             .checked_add(HEADER_LEN as u64)
+            .ok_or_else(|| {
+                ImageError::Layout(format!("body length {} overflows", self.body_len))
+            })?;
+        let expected_len = body_end
+            .checked_add(u64::from(self.signature_len))
             .ok_or_else(|| {
                 ImageError::Layout(format!("body length {} overflows", self.body_len))
             })?;
@@ -339,9 +370,9 @@ impl Header {
                 "index {}+{} overlaps the payload region at {}",
                 self.index_offset, self.index_len, self.payload_offset
             ))
-        } else if payload_end != Some(file_len) {
+        } else if payload_end != Some(body_end) {
             Some(format!(
-                "payload region {}+{} does not end at the image end {file_len}",
+                "payload region {}+{} does not end at the body end {body_end}",
                 self.payload_offset, self.payload_len
             ))
         } else {
@@ -357,7 +388,7 @@ impl Header {
 /// The reserved header ranges, `(offset, length)`: zero in this format
 /// version. A reader rejects other values, so that a later format that gives
 /// them a meaning is never misread by this one.
-const RESERVED: [(usize, usize); 2] = [(offsets::RESERVED, 4), (offsets::RESERVED_TAIL, 8)];
+const RESERVED: [(usize, usize); 1] = [(offsets::RESERVED_TAIL, 8)];
 
 fn check_reserved(bytes: &[u8; HEADER_LEN]) -> Result<(), ImageError> {
     for (offset, len) in RESERVED {
@@ -442,6 +473,13 @@ pub(crate) fn header_checksum(bytes: &[u8; HEADER_LEN]) -> Digest {
 /// feature `fuzzing` only.
 #[cfg(feature = "fuzzing")]
 pub fn reseal_header(image: &mut [u8]) {
+    reseal(image);
+}
+
+/// Recomputes and stores the header checksum of `image` in place (signing
+/// changes the signature trailer's length field). Does nothing on a slice
+/// shorter than a header.
+pub(crate) fn reseal(image: &mut [u8]) {
     if let Some(bytes) = image.first_chunk_mut::<HEADER_LEN>() {
         let checksum = header_checksum(bytes);
         bytes[CHECKSUMMED_LEN..].copy_from_slice(&checksum.0);
@@ -456,7 +494,7 @@ const _: () = {
     assert!(POINTER_WIDTH + 1 == ALIGNED_PRIMITIVES);
     assert!(ALIGNED_PRIMITIVES + 1 == REGION_ALIGN_LOG2 && REGION_ALIGN_LOG2 + 1 == RKYV_VERSION);
     assert!(RKYV_VERSION + RKYV_VERSION_LEN == PRODUCER);
-    assert!(PRODUCER + MAX_PRODUCER_LEN == RESERVED && RESERVED + 4 == ENTRY_COUNT);
+    assert!(PRODUCER + MAX_PRODUCER_LEN == SIGNATURE_LEN && SIGNATURE_LEN + 4 == ENTRY_COUNT);
     assert!(ENTRY_COUNT + 8 == INDEX_OFFSET && INDEX_OFFSET + 8 == INDEX_LEN);
     assert!(INDEX_LEN + 8 == PAYLOAD_OFFSET && PAYLOAD_OFFSET + 8 == PAYLOAD_LEN);
     assert!(PAYLOAD_LEN + 8 == BODY_LEN && BODY_LEN + 8 == BODY_CHECKSUM);
@@ -487,8 +525,8 @@ pub mod offsets {
     pub const RKYV_VERSION: usize = 20;
     /// Producer (64 bytes, NUL-padded).
     pub const PRODUCER: usize = 36;
-    /// Reserved, zero (4 bytes); nonzero bytes are rejected.
-    pub const RESERVED: usize = 100;
+    /// Signature trailer length (u32 LE): 0, or 16 + 96 × signatures.
+    pub const SIGNATURE_LEN: usize = 100;
     /// Entry count (u64 LE).
     pub const ENTRY_COUNT: usize = 104;
     /// Index offset (u64 LE).

@@ -70,6 +70,10 @@ pub struct Image {
     /// Where the block table's and the blocks' checks failed.
     pub(crate) block_failures: crate::partition::Failures,
     pub(crate) trusted: bool,
+    /// The signatures of the trailer, as read at open (not checked).
+    pub(crate) signatures: Vec<crate::signature::Record>,
+    /// The digest signatures sign, computed on first use.
+    pub(crate) signed_digest: std::sync::OnceLock<Digest>,
 }
 
 /// Payload checksum checks run in this process ([`Image::payload_checks`]).
@@ -195,6 +199,14 @@ impl Image {
         if mode == Mode::Full {
             crate::verify::check_body(head, storage.payloads(&payload_range)?, &header)?;
         }
+        // The length was checked with the header (at most a few KiB), and
+        // the file's length against it.
+        let signatures = if header.signature_len == 0 {
+            Vec::new()
+        } else {
+            let trailer = storage.tail(header.body_end(), header.signature_len as usize)?;
+            crate::signature::parse_trailer(&trailer)?
+        };
         let index_bytes = &head[index_range.clone()];
         let (entry_count, artifact_count, dep_group_count, block_count) = if mode == Mode::Trusted {
             crate::verify::trusted_counts(index_bytes, &header)?
@@ -217,6 +229,8 @@ impl Image {
             index_range,
             payload_range,
             trusted,
+            signatures,
+            signed_digest: std::sync::OnceLock::new(),
         };
         if mode == Mode::Full {
             image.verify_full()?;
@@ -291,7 +305,8 @@ impl Image {
         &self.header.producer
     }
 
-    /// Length of everything after the header, in bytes.
+    /// Length of everything after the header up to the signature trailer,
+    /// in bytes.
     pub fn body_len(&self) -> u64 {
         self.header.body_len
     }
@@ -301,7 +316,8 @@ impl Image {
         self.header.body_checksum
     }
 
-    /// Size of the whole image in bytes, header included.
+    /// Size of the whole image in bytes, header and signature trailer
+    /// included.
     pub fn byte_len(&self) -> u64 {
         self.storage.len()
     }

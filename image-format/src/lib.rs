@@ -40,7 +40,7 @@
 //! # Layout
 //!
 //! ```text
-//! [ header, 256 bytes ][ rkyv index, at offset 256 ][ pad ][ payloads, each at a multiple of 64 ]
+//! [ header, 256 bytes ][ rkyv index, at offset 256 ][ pad ][ payloads, each at a multiple of 64 ][ signatures, optional ]
 //! ```
 //!
 //! The [`header`] is read first: magic, format version, header
@@ -53,8 +53,11 @@
 //! sorted by (owner, key), block records, deps, artifact descriptors, entry
 //! points, the inverse dependency index, metadata) plus three text blobs
 //! (entry text, group names, metadata text). Payloads are kept apart from
-//! it, so opening and looking up touch only index pages. This is format 2
+//! it, so opening and looking up touch only index pages. This is format 3
 //! ([`header::FORMAT_VERSION`]); a reader refuses every other version.
+//! Format 3 is format 2 plus an optional signature trailer after the
+//! payloads, whose length the header gives in bytes that format 2 kept
+//! reserved and zero (see [`signature`]).
 //!
 //! # Verification and what each check covers
 //!
@@ -81,7 +84,12 @@
 //!
 //! Checksums are not signatures: anyone can recompute them. So every
 //! structural property a reader relies on is checked too, whatever the
-//! checksums say (see *Hostile images* below).
+//! checksums say (see *Hostile images* below). Origin is what signatures
+//! are for: an image may carry ed25519 signatures over its header and
+//! index (and so, through the digests there, its payloads), which a reader
+//! checks against the public keys it trusts
+//! ([`Image::verify_signature`]; what is covered, and the trailer's
+//! format, in the [`signature`] module).
 //!
 //! [`Verification::Structural`] open reads the header, the root, the owners
 //! and the metadata: its time grows with those, not with the entries or the
@@ -182,6 +190,7 @@ mod model;
 mod partition;
 mod seal;
 mod search;
+pub mod signature;
 mod storage;
 mod verify;
 mod writer;
@@ -193,5 +202,8 @@ pub use error::ImageError;
 pub use header::{ArchiveLayout, Endianness, Header};
 pub use image::{Image, Verification};
 pub use model::{Artifact, ArtifactKind, Dep, EntryData, ImageMeta};
+pub use signature::{
+    PublicKey, SignatureCheck, SigningKey, TrustedKeys, sign_image, strip_signatures,
+};
 pub use storage::{FileAccess, ImageFile};
 pub use writer::{ImageWriter, WRITE_PIECE, write_file_atomic, write_in_pieces};

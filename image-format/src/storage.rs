@@ -198,6 +198,38 @@ impl Storage {
         }
     }
 
+    /// A copy of the `len` bytes from `offset` (the signature trailer,
+    /// checked against the image length at open and a few KiB at most):
+    /// read from the file when they are not mapped.
+    pub(crate) fn tail(&self, offset: u64, len: usize) -> Result<Vec<u8>, ImageError> {
+        let outside = || ImageError::Truncated {
+            what: "the signature trailer",
+            len: self.len(),
+            needed: offset.saturating_add(len as u64),
+        };
+        let start = usize::try_from(offset).map_err(|_| outside())?;
+        let end = start.checked_add(len).ok_or_else(outside)?;
+        if let Some(bytes) = self.head().get(start..end) {
+            return Ok(bytes.to_vec());
+        }
+        match self {
+            Storage::Mapped(MappedFile {
+                lazy: Some(lazy),
+                path,
+                ..
+            }) => {
+                let mut out = vec![0u8; len];
+                read_exact_at(&lazy.file, &mut out, offset).map_err(|source| ImageError::Io {
+                    action: "read the signature trailer of",
+                    path: path.clone(),
+                    source,
+                })?;
+                Ok(out)
+            }
+            _ => Err(outside()),
+        }
+    }
+
     /// Copies `bytes` into a fresh 64-byte-aligned buffer.
     pub(crate) fn copy_aligned(bytes: &[u8]) -> Storage {
         let mut vec = AlignedVec::<STORAGE_ALIGN>::with_capacity(bytes.len());

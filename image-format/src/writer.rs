@@ -561,6 +561,7 @@ pub(crate) fn assemble<'p>(
         payload_offset,
         payload_len,
         body_len: total - HEADER_LEN as u64,
+        signature_len: 0,
         body_checksum: Digest::of(&out[HEADER_LEN..]),
         index_checksum,
         header_checksum: Digest::default(),

@@ -46,22 +46,23 @@ fn bad_magic() {
 #[test]
 fn format_version_is_checked_before_the_header_checksum() {
     let mut bytes = image_bytes();
-    bytes[offsets::FORMAT_VERSION..][..4].copy_from_slice(&3u32.to_le_bytes());
+    let next = FORMAT_VERSION + 1;
+    bytes[offsets::FORMAT_VERSION..][..4].copy_from_slice(&next.to_le_bytes());
     let error = open(&bytes);
     assert!(
         matches!(
             error,
             ImageError::FormatVersion {
-                found: 3,
+                found,
                 expected: FORMAT_VERSION
-            }
+            } if found == next
         ),
         "{error}"
     );
     assert!(
-        error
-            .to_string()
-            .contains(&format!("image format 3, this kiln reads {FORMAT_VERSION}")),
+        error.to_string().contains(&format!(
+            "image format {next}, this kiln reads {FORMAT_VERSION}"
+        )),
         "{error}"
     );
     // An image of the previous format, checksums and all, is refused by
@@ -283,55 +284,78 @@ fn a_valid_header_opens() {
 
 #[test]
 fn reserved_bytes_must_be_zero() {
-    let error = open_patched(offsets::RESERVED + 2, &[0x5a]);
-    match &error {
+    let tail = open_patched(offsets::RESERVED_TAIL + 7, &[1]);
+    match &tail {
         ImageError::ReservedBytes {
             offset,
             found,
             expected,
             version,
         } => {
-            assert_eq!(*offset, offsets::RESERVED);
-            assert_eq!(found, &[0, 0, 0x5a, 0]);
-            assert_eq!(expected, &[0; 4]);
+            assert_eq!(*offset, offsets::RESERVED_TAIL);
+            assert_eq!(found, &[0, 0, 0, 0, 0, 0, 0, 1]);
+            assert_eq!(expected, &[0; 8]);
             assert_eq!(*version, FORMAT_VERSION);
         }
         other => panic!("expected ReservedBytes, got {other}"),
     }
-    assert_eq!(error.check(), "header.reserved");
+    assert_eq!(tail.check(), "header.reserved");
     assert!(
-        error.to_string().contains(&format!(
-            "header bytes 100..104 are reserved in format {FORMAT_VERSION}"
+        tail.to_string().contains(&format!(
+            "header bytes 216..224 are reserved in format {FORMAT_VERSION}"
         )),
-        "{error}"
-    );
-    assert!(
-        error.to_string().contains("expected [00, 00, 00, 00]"),
-        "{error}"
-    );
-
-    let tail = open_patched(offsets::RESERVED_TAIL + 7, &[1]);
-    assert!(
-        matches!(
-            &tail,
-            ImageError::ReservedBytes { offset, found, .. }
-                if *offset == offsets::RESERVED_TAIL && found == &[0, 0, 0, 0, 0, 0, 0, 1]
-        ),
         "{tail}"
     );
-    assert!(tail.to_string().contains("216..224"), "{tail}");
+    assert!(
+        tail.to_string()
+            .contains("expected [00, 00, 00, 00, 00, 00, 00, 00]"),
+        "{tail}"
+    );
 
-    // Every bit of both reserved ranges, each with a resealed checksum.
-    for (start, len) in [(offsets::RESERVED, 4), (offsets::RESERVED_TAIL, 8)] {
-        for bit in 0..len * 8 {
-            let mut bytes = image_bytes();
-            bytes[start + bit / 8] ^= 1 << (bit % 8);
-            reseal_header(&mut bytes);
-            let error = open(&bytes);
-            assert!(
-                matches!(error, ImageError::ReservedBytes { .. }),
-                "bit {bit} at {start}: {error}"
-            );
-        }
+    // Every bit of the reserved range, each with a resealed checksum.
+    for bit in 0..64 {
+        let mut bytes = image_bytes();
+        bytes[offsets::RESERVED_TAIL + bit / 8] ^= 1 << (bit % 8);
+        reseal_header(&mut bytes);
+        let error = open(&bytes);
+        assert!(
+            matches!(error, ImageError::ReservedBytes { .. }),
+            "bit {bit}: {error}"
+        );
+    }
+}
+
+/// Bytes 100..104 (reserved in format 2) give the signature trailer's
+/// length: any value that is not whole records, or that the file does not
+/// hold, is refused by the header checks, before the trailer is read.
+#[test]
+fn the_signature_trailer_length_is_checked_before_the_trailer_is_read() {
+    use kiln_image::signature::{MAX_TRAILER_LEN, RECORD_LEN, TRAILER_HEAD_LEN};
+    for len in [
+        1u32,
+        15,
+        16,
+        17,
+        111,
+        113,
+        (MAX_TRAILER_LEN + RECORD_LEN) as u32,
+        u32::MAX,
+    ] {
+        let error = open_patched(offsets::SIGNATURE_LEN, &len.to_le_bytes());
+        assert_eq!(error.check(), "signature.trailer", "{len}: {error}");
+    }
+    // A valid length the file does not hold: the file is too short.
+    let one = (TRAILER_HEAD_LEN + RECORD_LEN) as u32;
+    let error = open_patched(offsets::SIGNATURE_LEN, &one.to_le_bytes());
+    assert!(matches!(error, ImageError::Truncated { .. }), "{error}");
+    // Every single-bit change of the field is refused.
+    for bit in 0..32 {
+        let mut bytes = image_bytes();
+        bytes[offsets::SIGNATURE_LEN + bit / 8] ^= 1 << (bit % 8);
+        reseal_header(&mut bytes);
+        assert!(
+            Image::from_bytes(&bytes, Verification::Structural).is_err(),
+            "bit {bit}"
+        );
     }
 }

@@ -11,6 +11,9 @@
 //!   tier is the remote one: owner and key, `GETRANGE`, full verification of the
 //!   image, the entry recorded in memory (connection pooled, as in a running
 //!   process);
+//! - `remote_hit_signed`: `remote_hit` with the value signed and the tier
+//!   requiring a trusted key's signature (`KILN_TRUSTED_KEYS`): the
+//!   difference is what checking a signature adds to a remote hit;
 //! - `remote_hit_write_through`: a fresh process's cache with the global
 //!   cache's tiers (`kiln_core::add_tiers`: a disk tier in an empty
 //!   directory, then the remote tier of `KILN_REMOTE_CACHE`, connecting on
@@ -39,6 +42,7 @@ fn variables<'a>(url: &'a str, disk: Option<&'a Path>) -> impl Fn(&str) -> Optio
     move |name| match name {
         "KILN_REMOTE_CACHE" => Some(OsString::from(url)),
         "KILN_REMOTE_TIMEOUT_MS" => Some(OsString::from("5000")),
+        "KILN_REMOTE_WRITE" => Some(OsString::from("1")),
         "KILN_CACHE_DIR" => disk.map(|dir| dir.as_os_str().to_owned()),
         "KILN_CACHE" => disk.is_none().then(|| OsString::from("0")),
         _ => None,
@@ -116,6 +120,51 @@ fn bench(c: &mut Criterion) {
                 cache
             },
             |cache| compiler.compile_cached(cache, &request).expect("hit").key(),
+            BatchSize::SmallInput,
+        )
+    });
+    // The same entry signed, read by a tier that requires a trusted key's
+    // signature (`KILN_TRUSTED_KEYS`): the difference with `remote_hit` is
+    // the check (hashing the value's header and index, one ed25519
+    // verification).
+    let keys = tempfile::tempdir().expect("temp dir");
+    let signing = Arc::new(kiln_image::SigningKey::from_secret_bytes([7; 32]));
+    let trusted_file = keys.path().join("trusted.pub");
+    std::fs::write(&trusted_file, format!("{}\n", signing.public_key())).expect("writes");
+    let signer = kiln_redis::RemoteTier::open(
+        kiln_redis::RemoteConfig::new(server.url()).signing_key(Arc::clone(&signing)),
+    )
+    .expect("a valid URL");
+    // Compiles (the unsigned value is not asked for) and stores it signed.
+    let resign = Cache::with_config(kiln_core::CacheConfig::default().always_compile(true));
+    resign.add_tier(Box::new(signer.clone()));
+    compiler.compile_cached(&resign, &request).expect("compile");
+    assert_eq!(
+        signer.stats().stored,
+        1,
+        "the signed entry is on the server"
+    );
+    let trusted_lookup = |name: &str| match name {
+        "KILN_TRUSTED_KEYS" => Some(trusted_file.clone().into_os_string()),
+        _ => lookup(name),
+    };
+    let checking: Arc<dyn Tier> = Arc::from(
+        factory
+            .build(&TierSetup::new(&trusted_lookup, None))
+            .expect("KILN_REMOTE_CACHE is set"),
+    );
+    group.bench_function("remote_hit_signed", |b| {
+        b.iter_batched_ref(
+            || {
+                let cache = Cache::new();
+                cache.add_tier(Box::new(Arc::clone(&checking)));
+                cache
+            },
+            |cache| {
+                let hit = compiler.compile_cached(cache, &request).expect("hit");
+                assert_eq!(cache.stats().compiles, 0, "a trusted remote hit");
+                hit.key()
+            },
             BatchSize::SmallInput,
         )
     });

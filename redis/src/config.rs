@@ -1,9 +1,12 @@
 //! The remote tier's settings: the server's URL, the timeout per operation,
-//! the back-off after a failure ([`RemoteConfig`]).
+//! the back-off after a failure, and signatures ([`RemoteConfig`]).
 
 use std::ffi::OsString;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
+
+use kiln_image::{SigningKey, TrustedKeys};
 
 use crate::Error;
 
@@ -20,8 +23,15 @@ pub const REMOTE_TIMEOUT_MS: &str = "KILN_REMOTE_TIMEOUT_MS";
 /// | --- | --- |
 /// | `KILN_REMOTE_CACHE=redis://host:port/db` | turn the remote tier on (`rediss://` for TLS; `redis://user:password@host:port/db` for AUTH) |
 /// | `KILN_REMOTE_TIMEOUT_MS=500` | the most one operation (connecting and the handshake included, `GETRANGE` or `SET` and its whole reply) may take, in milliseconds |
+/// | `KILN_TRUSTED_KEYS=file1:file2` | use only entries signed by one of these public keys (see [`kiln_core::trust`]) |
+/// | `KILN_SIGNING_KEY=path` | sign every entry stored with this secret key file; without it the tier stores nothing (read-only) |
+/// | `KILN_REMOTE_WRITE=1` | store unsigned entries (only without `KILN_TRUSTED_KEYS`) |
 ///
-/// An unset or empty `KILN_REMOTE_CACHE` leaves the remote tier off.
+/// An unset or empty `KILN_REMOTE_CACHE` leaves the remote tier off. A
+/// process writes to the server only with a signing key, or, with no
+/// trusted keys configured, with `KILN_REMOTE_WRITE=1`: readers are
+/// read-only by default, so a fleet of untrusted readers (CI jobs of
+/// anyone's branch) cannot fill the cache its trusted writers fill.
 ///
 /// ```
 /// use std::time::Duration;
@@ -54,6 +64,37 @@ pub struct RemoteConfig {
     /// cannot make the tier allocate more than a small multiple of it.
     /// Default 64 MiB.
     pub max_entry_bytes: usize,
+    /// Use only values signed by one of these keys (`KILN_TRUSTED_KEYS`);
+    /// others are refused and the entry compiled. `None` (the default):
+    /// signatures are not required.
+    pub trusted_keys: Option<TrustedKeys>,
+    /// Sign every value stored with this key (`KILN_SIGNING_KEY`). Default
+    /// none.
+    pub signing_key: Option<Signer>,
+    /// Store values unsigned when there is no signing key
+    /// (`KILN_REMOTE_WRITE=1`); ignored when trusted keys are set, since
+    /// readers that require signatures would refuse them. Default `false`:
+    /// without a signing key the tier only reads.
+    pub write_unsigned: bool,
+}
+
+/// The key a [`RemoteTier`](crate::RemoteTier) signs with (shared, never
+/// shown: its `Debug` is the public key).
+#[derive(Clone)]
+pub struct Signer(pub Arc<SigningKey>);
+
+impl PartialEq for Signer {
+    fn eq(&self, other: &Signer) -> bool {
+        self.0.public_key() == other.0.public_key()
+    }
+}
+
+impl Eq for Signer {}
+
+impl fmt::Debug for Signer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
 }
 
 impl RemoteConfig {
@@ -66,7 +107,34 @@ impl RemoteConfig {
             backoff: Duration::from_secs(30),
             namespace: "kiln".to_owned(),
             max_entry_bytes: 64 << 20,
+            trusted_keys: None,
+            signing_key: None,
+            write_unsigned: false,
         }
+    }
+
+    /// Whether the tier stores entries: with a signing key, or
+    /// [`RemoteConfig::write_unsigned`] and no trusted keys.
+    pub fn writes(&self) -> bool {
+        self.signing_key.is_some() || (self.write_unsigned && self.trusted_keys.is_none())
+    }
+
+    /// Sets [`RemoteConfig::trusted_keys`].
+    pub fn trusted_keys(mut self, keys: TrustedKeys) -> RemoteConfig {
+        self.trusted_keys = Some(keys);
+        self
+    }
+
+    /// Sets [`RemoteConfig::signing_key`]: the tier signs and stores.
+    pub fn signing_key(mut self, key: Arc<SigningKey>) -> RemoteConfig {
+        self.signing_key = Some(Signer(key));
+        self
+    }
+
+    /// Sets [`RemoteConfig::write_unsigned`].
+    pub fn write_unsigned(mut self, write: bool) -> RemoteConfig {
+        self.write_unsigned = write;
+        self
     }
 
     /// Reads `KILN_REMOTE_CACHE` and `KILN_REMOTE_TIMEOUT_MS` from the
@@ -79,7 +147,11 @@ impl RemoteConfig {
         RemoteConfig::from_lookup(|name| std::env::var_os(name))
     }
 
-    /// Reads the settings through `lookup` (a variable name to its value).
+    /// Reads the settings through `lookup` (a variable name to its value):
+    /// `KILN_REMOTE_CACHE`, `KILN_REMOTE_TIMEOUT_MS`, and the signature
+    /// policy (`KILN_TRUSTED_KEYS`, `KILN_SIGNING_KEY`, `KILN_REMOTE_WRITE`;
+    /// an unusable key file gives one warning: a trusted-keys file trusts
+    /// none of its keys, a signing key signs and writes nothing).
     ///
     /// # Errors
     /// [`Error::RemoteTimeout`] when the timeout is not a number of
@@ -103,6 +175,10 @@ impl RemoteConfig {
                 .ok_or(Error::RemoteTimeout { value })?;
             config.timeout = Duration::from_millis(millis);
         }
+        config.trusted_keys = kiln_core::trust::trusted_keys_from_lookup(&lookup);
+        config.signing_key = kiln_core::trust::signing_key_or_warn(&lookup).map(Signer);
+        config.write_unsigned = lookup(kiln_core::trust::REMOTE_WRITE)
+            .is_some_and(|value| kiln_core::env::is_on(&value));
         Ok(Some(config))
     }
 
@@ -149,6 +225,9 @@ impl fmt::Debug for RemoteConfig {
             .field("backoff", &self.backoff)
             .field("namespace", &self.namespace)
             .field("max_entry_bytes", &self.max_entry_bytes)
+            .field("trusted_keys", &self.trusted_keys)
+            .field("signing_key", &self.signing_key)
+            .field("writes", &self.writes())
             .finish()
     }
 }

@@ -71,6 +71,16 @@ pub enum Error {
         /// What the value holds instead, e.g. "2 entries" or "owner .. key ..".
         found: String,
     },
+    /// A value fetched from the remote cache is a valid image of exactly
+    /// the requested entry, but no trusted key signed it
+    /// (`KILN_TRUSTED_KEYS` is set). It was not used; the entry is compiled.
+    #[error("remote cache value {redis_key} was refused: {source} (it is compiled here instead)")]
+    RemoteEntryUntrusted {
+        /// The Redis key of the value.
+        redis_key: String,
+        /// What the signature check found.
+        source: Box<kiln_image::ImageError>,
+    },
     /// A value in the remote cache is larger than the tier accepts. It was
     /// not used.
     #[error(
@@ -90,12 +100,22 @@ pub enum Error {
 }
 
 /// What the cache sees of a remote-tier error: [`kiln_core::Error::Tier`],
-/// named `remote`, with this error as its source.
+/// named `remote`, with this error as its source; a value refused for its
+/// signature is [`kiln_core::Error::TierUntrusted`], which the cache counts
+/// in [`Stats::tier_untrusted`](kiln_core::Stats::tier_untrusted).
 impl From<Error> for kiln_core::Error {
     fn from(error: Error) -> kiln_core::Error {
-        kiln_core::Error::Tier {
-            tier: "remote".to_owned(),
-            source: Box::new(error),
+        match error {
+            // Counted by the cache as a refusal, not a failure.
+            Error::RemoteEntryUntrusted { redis_key, source } => kiln_core::Error::TierUntrusted {
+                tier: "remote".to_owned(),
+                what: redis_key,
+                source,
+            },
+            error => kiln_core::Error::Tier {
+                tier: "remote".to_owned(),
+                source: Box::new(error),
+            },
         }
     }
 }

@@ -66,10 +66,26 @@
 //! - A value is used only if it is a valid image of exactly the requested
 //!   `(owner, key)`: whoever can write to the server can make the tier
 //!   miss, but cannot make it serve corrupt bytes or another key's entry.
-//!   They can still store a valid image of a *wrong* artifact under the
-//!   right key (nothing tells a wrong compile from a right one short of
-//!   compiling again): give write access only to machines trusted to
-//!   compile.
+//!   Without signatures they can still store a valid image of a *wrong*
+//!   artifact under the right key (nothing tells a wrong compile from a
+//!   right one short of compiling again).
+//! - **Signatures** close that: writers sign what they store
+//!   (`KILN_SIGNING_KEY`, an ed25519 secret key file from `kiln keygen`),
+//!   and readers with `KILN_TRUSTED_KEYS` use only values one of those keys
+//!   signed; anything else is refused (counted in
+//!   [`RemoteStats::untrusted`] and kiln-core's `Stats::tier_untrusted`,
+//!   one warning) and compiled. The signature covers the one-entry image's
+//!   header and index, which name the `(owner, key)` and the BLAKE3 of
+//!   every payload: a signed value copied under another key is not the
+//!   entry asked for, and one edited to name it no longer verifies.
+//!   Readers hold public keys only, so no reader can forge a value another
+//!   reader accepts. A signed hit is written through to the disk tier with
+//!   its signature (a segment of its own), where it is checked again.
+//! - **Readers are read-only by default**: the tier stores only with a
+//!   signing key, or with `KILN_REMOTE_WRITE=1` when no trusted keys are
+//!   configured (unsigned values, which readers that trust keys refuse).
+//!   A CI farm runs trusted writers with the key and untrusted readers
+//!   without it.
 //!
 //! # Example
 //!
@@ -104,6 +120,6 @@ mod health;
 mod naming;
 mod tier;
 
-pub use config::{REMOTE_CACHE, REMOTE_TIMEOUT_MS, RemoteConfig};
+pub use config::{REMOTE_CACHE, REMOTE_TIMEOUT_MS, RemoteConfig, Signer};
 pub use error::Error;
 pub use tier::{RemoteStats, RemoteTier};

@@ -3,10 +3,10 @@
 //! [`Cache`]: kiln_core::Cache
 
 use std::ffi::OsString;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use kiln_image::EntryData;
+use kiln_image::{EntryData, SigningKey, TrustedKeys};
 
 use super::client::{Remote, Unanswered};
 use super::config::RemoteConfig;
@@ -25,7 +25,13 @@ use kiln_core::{Key, Owner, Tier, TierEntry};
 ///
 /// Every value is fully verified, and must hold exactly the entry asked
 /// for, before it is used; a value that fails is an error (the cache logs it
-/// and compiles; the compile's `SET` then replaces the bad value). When the
+/// and compiles; a writer's compile then replaces the bad value). With
+/// [`RemoteConfig::trusted_keys`], a value must also be signed by one of
+/// them: others are refused (counted, one warning per tier) and compiled.
+/// The tier stores only when [`RemoteConfig::writes`]: signed with
+/// [`RemoteConfig::signing_key`], or unsigned with
+/// [`RemoteConfig::write_unsigned`] and no trusted keys. A signed hit is
+/// written through with its signature ([`Tier::store_signed`]). When the
 /// server is unreachable, slow or failing, an operation costs at most
 /// [`RemoteConfig::timeout`], the tier logs one warning and then answers
 /// "miss" without asking for [`RemoteConfig::backoff`]; it never fails the
@@ -42,8 +48,14 @@ struct Shared {
     remote: Remote,
     namespace: String,
     max_entry_bytes: usize,
+    trusted_keys: Option<TrustedKeys>,
+    signing_key: Option<Arc<SigningKey>>,
+    writes: bool,
     local: OnceLock<Arc<dyn Tier>>,
     counters: Counters,
+    /// Whether the one warning about an unsigned or foreign-signed value
+    /// was given.
+    warned_untrusted: AtomicBool,
 }
 
 impl std::fmt::Debug for RemoteTier {
@@ -53,6 +65,12 @@ impl std::fmt::Debug for RemoteTier {
             .field("remote", &shared.remote)
             .field("namespace", &shared.namespace)
             .field("max_entry_bytes", &shared.max_entry_bytes)
+            .field("writes", &shared.writes)
+            .field("signs", &shared.signing_key.is_some())
+            .field(
+                "trusted_keys",
+                &shared.trusted_keys.as_ref().map(TrustedKeys::len),
+            )
             .field(
                 "write_through",
                 &shared.local.get().map(|local| local.name()),
@@ -72,6 +90,12 @@ pub struct RemoteStats {
     pub misses: u64,
     /// Values fetched and rejected (corrupt, or not the entry asked for).
     pub rejected: u64,
+    /// Values fetched, valid and of the entry asked for, refused because
+    /// no trusted key signed them ([`RemoteConfig::trusted_keys`]).
+    pub untrusted: u64,
+    /// Compiles not stored because the tier does not write (no signing
+    /// key: see [`RemoteConfig::writes`]).
+    pub not_written: u64,
     /// Entries stored on the server.
     pub stored: u64,
     /// Operations that failed (unreachable, timeout, error reply).
@@ -85,6 +109,8 @@ struct Counters {
     hits: AtomicU64,
     misses: AtomicU64,
     rejected: AtomicU64,
+    untrusted: AtomicU64,
+    not_written: AtomicU64,
     stored: AtomicU64,
     failures: AtomicU64,
     skipped: AtomicU64,
@@ -97,13 +123,18 @@ impl RemoteTier {
     /// # Errors
     /// [`Error::RemoteUrl`] when the URL is not a Redis URL.
     pub fn open(config: RemoteConfig) -> Result<RemoteTier, Error> {
+        let writes = config.writes();
         Ok(RemoteTier {
             shared: Arc::new(Shared {
                 remote: Remote::new(&config)?,
                 namespace: config.namespace,
                 max_entry_bytes: config.max_entry_bytes,
+                trusted_keys: config.trusted_keys,
+                signing_key: config.signing_key.map(|signer| signer.0),
+                writes,
                 local: OnceLock::new(),
                 counters: Counters::default(),
+                warned_untrusted: AtomicBool::new(false),
             }),
         })
     }
@@ -157,6 +188,8 @@ impl RemoteTier {
             hits: get(&c.hits),
             misses: get(&c.misses),
             rejected: get(&c.rejected),
+            untrusted: get(&c.untrusted),
+            not_written: get(&c.not_written),
             stored: get(&c.stored),
             failures: get(&c.failures),
             skipped: get(&c.skipped),
@@ -195,28 +228,48 @@ impl Tier for RemoteTier {
                 return Ok(None);
             }
         };
-        let entry = codec::decode(
+        let decoded = codec::decode(
             &name,
             &bytes,
             shared.max_entry_bytes,
             &owner_digest,
             key.digest(),
+            shared.trusted_keys.as_ref(),
         )
-        .inspect_err(|_| {
-            self.count(|c| &c.rejected);
+        .inspect_err(|error| {
+            if let Error::RemoteEntryUntrusted { .. } = error {
+                self.count(|c| &c.untrusted);
+                if !shared.warned_untrusted.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(%error, "remote cache entry not signed by a trusted key: refused and compiled here (further refusals are counted, not logged)");
+                }
+            } else {
+                self.count(|c| &c.rejected);
+            }
         })?;
         self.count(|c| &c.hits);
-        if let Some(local) = shared.local.get()
-            && let Err(error) = local.store(owner, &entry)
-        {
-            tracing::debug!(tier = local.name(), %error, "remote hit not written through");
+        let entry = decoded.entry;
+        if let Some(local) = shared.local.get() {
+            // A signed value keeps its signatures on disk, to be checked
+            // again by every process that reads it there.
+            let stored = if decoded.signed {
+                local.store_signed(owner, &entry, &bytes)
+            } else {
+                local.store(owner, &entry)
+            };
+            if let Err(error) = stored {
+                tracing::debug!(tier = local.name(), %error, "remote hit not written through");
+            }
         }
         Ok(Some(TierEntry::Owned(entry)))
     }
 
     fn store(&self, _owner: &Owner, entry: &EntryData) -> Result<(), kiln_core::Error> {
         let shared = &self.shared;
-        let bytes = codec::encode(entry)?;
+        if !shared.writes {
+            self.count(|c| &c.not_written);
+            return Ok(());
+        }
+        let bytes = codec::encode(entry, shared.signing_key.as_deref())?;
         if bytes.len() > shared.max_entry_bytes {
             tracing::debug!(name = %entry.name, len = bytes.len(), "entry too large for the remote cache: not stored");
             return Ok(());

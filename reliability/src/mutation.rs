@@ -69,7 +69,7 @@ pub const HEADER_FIELDS: [(&str, usize, usize); 18] = [
     ("region alignment", offsets::REGION_ALIGN_LOG2, 1),
     ("rkyv version", offsets::RKYV_VERSION, 16),
     ("producer", offsets::PRODUCER, 64),
-    ("reserved", 100, 4),
+    ("signature length", offsets::SIGNATURE_LEN, 4),
     ("entry count", offsets::ENTRY_COUNT, 8),
     ("index offset", offsets::INDEX_OFFSET, 8),
     ("index length", offsets::INDEX_LEN, 8),

@@ -5,7 +5,9 @@
 //! on the remote server) are queued for one writer thread per cache,
 //! started on the first store. Tiers that write through to another tier
 //! (the remote tier's hits into the disk tier) get a handle from
-//! [`Cache::background`] whose stores are queued the same way.
+//! [`Cache::background`] whose stores are queued the same way; a signed
+//! store ([`Tier::store_signed`]) keeps its signed image through the queue
+//! and reaches the tier as one.
 //!
 //! The queue is bounded: at most [`MAX_JOBS`] stores, and at most
 //! [`MAX_QUEUED_BYTES`] of payloads, or the memory cap when that is lower
@@ -65,15 +67,25 @@ pub(crate) enum JobEntry {
     Body { meta: EntryMeta, body: Arc<Body> },
     /// An owned entry (a remote hit written through).
     Data(EntryData),
+    /// An owned entry and the signed one-entry image it came in (a signed
+    /// remote hit written through): stored with [`Tier::store_signed`], so
+    /// that the signature is kept and checked again when read back.
+    Signed { data: EntryData, image: Vec<u8> },
 }
 
 impl JobEntry {
     fn bytes(&self) -> u64 {
         match self {
             JobEntry::Body { body, .. } => body.bytes,
-            JobEntry::Data(data) => data.artifacts.iter().map(|a| a.bytes.len() as u64).sum(),
+            JobEntry::Data(data) => data_bytes(data),
+            JobEntry::Signed { data, image } => data_bytes(data) + image.len() as u64,
         }
     }
+}
+
+/// The payload bytes of an owned entry.
+fn data_bytes(data: &EntryData) -> u64 {
+    data.artifacts.iter().map(|a| a.bytes.len() as u64).sum()
 }
 
 /// What the writer and the callers share.
@@ -241,9 +253,9 @@ impl StoreQueue {
             entry,
             tiers,
         } = job;
-        let data = match entry {
+        let (data, image) = match entry {
             JobEntry::Body { meta, body } => match meta.to_entry_data(&body) {
-                Some(data) => data,
+                Some(data) => (data, None),
                 None => {
                     tracing::debug!(
                         name = meta.name,
@@ -252,10 +264,14 @@ impl StoreQueue {
                     return;
                 }
             },
-            JobEntry::Data(data) => data,
+            JobEntry::Data(data) => (data, None),
+            JobEntry::Signed { data, image } => (data, Some(image)),
         };
         for tier in tiers {
-            let stored = std::panic::catch_unwind(AssertUnwindSafe(|| tier.store(&owner, &data)));
+            let stored = std::panic::catch_unwind(AssertUnwindSafe(|| match &image {
+                Some(image) => tier.store_signed(&owner, &data, image),
+                None => tier.store(&owner, &data),
+            }));
             match stored {
                 Ok(Ok(())) => bump(&self.counters.stored),
                 Ok(Err(error)) => {
@@ -324,7 +340,7 @@ impl StoreQueue {
 fn job_name(job: &Job) -> &str {
     match &job.entry {
         JobEntry::Body { meta, .. } => &meta.name,
-        JobEntry::Data(data) => &data.name,
+        JobEntry::Data(data) | JobEntry::Signed { data, .. } => &data.name,
     }
 }
 
@@ -352,12 +368,25 @@ impl Tier for Background {
         });
         Ok(())
     }
+
+    fn store_signed(&self, owner: &Owner, entry: &EntryData, image: &[u8]) -> Result<(), Error> {
+        self.queue.push(Job {
+            owner: owner.clone(),
+            entry: JobEntry::Signed {
+                data: entry.clone(),
+                image: image.to_vec(),
+            },
+            tiers: vec![Arc::clone(&self.tier)],
+        });
+        Ok(())
+    }
 }
 
 impl Cache {
     /// A handle on `tier` whose stores run on this cache's background
     /// writer (queued, bounded, flushed with the cache), and whose loads go
-    /// straight to `tier`. For a tier that writes through to another one:
+    /// straight to `tier` (signed stores, [`Tier::store_signed`], keep their
+    /// signature). For a tier that writes through to another one:
     /// [`add_tiers`](crate::add_tiers) gives the remote tier such a handle
     /// on the disk tier, so that a remote hit returns without waiting for
     /// the disk.

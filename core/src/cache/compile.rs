@@ -170,6 +170,12 @@ impl Cache {
             let (entry_owner, entry_key, parts) = match found {
                 Ok(Some(found)) => found,
                 Ok(None) => continue,
+                Err(error @ Error::TierUntrusted { .. }) => {
+                    // The tier gives the one warning; this is counted.
+                    bump(&self.counters.tier_untrusted);
+                    tracing::debug!(tier = tier.name(), %key, %error, "cache tier entry not signed by a trusted key; ignored");
+                    continue;
+                }
                 Err(error) => {
                     tracing::warn!(tier = tier.name(), %key, %error, "cache tier failed to load; ignored");
                     continue;

@@ -68,6 +68,7 @@ pub(crate) struct Counters {
     pub(crate) merge_duplicate: AtomicU64,
     pub(crate) merge_stale: AtomicU64,
     pub(crate) merge_foreign_owner: AtomicU64,
+    pub(crate) tier_untrusted: AtomicU64,
 }
 
 pub(crate) fn bump(counter: &AtomicU64) {
@@ -148,6 +149,10 @@ pub struct Stats {
     pub merge_stale: u64,
     /// Sum of [`MergeReport::foreign_owner`] over all merges.
     pub merge_foreign_owner: u64,
+    /// Tier entries refused because no trusted key signed them
+    /// (`KILN_TRUSTED_KEYS` set; [`Error::TierUntrusted`](crate::Error::TierUntrusted)):
+    /// each was a miss, then a compile.
+    pub tier_untrusted: u64,
     /// Entries in memory holding their payloads (evicted ones not counted).
     pub memory_entries: u64,
     /// Payload bytes the in-memory entries hold now (owned, or borrowed
@@ -264,6 +269,7 @@ pub(crate) fn collect(sources: Sources<'_>) -> Stats {
         stores: get(&stores.stored),
         store_failures: get(&stores.failures),
         stores_dropped: get(&stores.dropped),
+        tier_untrusted: get(&counters.tier_untrusted),
         world,
         ..Stats::default()
     };

@@ -58,6 +58,21 @@ pub trait Tier: Send + Sync {
     /// # Errors
     /// Whatever kept the tier from storing it; the cache logs it and goes on.
     fn store(&self, owner: &Owner, entry: &EntryData) -> Result<(), Error>;
+
+    /// Records an entry another tier loaded as a signed one-entry image
+    /// (`image`, verified by that tier; the remote tier's write-through),
+    /// keeping its signatures so that they can be checked again when the
+    /// entry is read back. The default stores the entry alone, without its
+    /// signatures ([`Tier::store`]); the disk tier keeps the image as a
+    /// segment of its own, and a wrapper must forward this method.
+    ///
+    /// # Errors
+    /// Whatever kept the tier from storing it; the caller logs it and goes
+    /// on.
+    fn store_signed(&self, owner: &Owner, entry: &EntryData, image: &[u8]) -> Result<(), Error> {
+        let _ = image;
+        self.store(owner, entry)
+    }
 }
 
 /// A shared tier is a tier: the same disk cache can be added to a [`Cache`]
@@ -76,5 +91,9 @@ impl<T: Tier + ?Sized> Tier for std::sync::Arc<T> {
 
     fn store(&self, owner: &Owner, entry: &EntryData) -> Result<(), Error> {
         (**self).store(owner, entry)
+    }
+
+    fn store_signed(&self, owner: &Owner, entry: &EntryData, image: &[u8]) -> Result<(), Error> {
+        (**self).store_signed(owner, entry, image)
     }
 }

@@ -141,21 +141,82 @@ impl DiskCache {
         key: &Digest,
         payloads: Payloads,
     ) -> Option<DiskHit> {
-        let mut hit = self.find(owner, key, payloads);
+        self.get_trusted(owner, key, payloads).ok().flatten()
+    }
+
+    /// Looks up `(owner, key)` as [`DiskCache::get_checked`] does; when the
+    /// only copy found was refused for its signature
+    /// ([`DiskConfig::trusted_keys`]), the error that says why.
+    pub(crate) fn get_trusted(
+        &self,
+        owner: &Digest,
+        key: &Digest,
+        payloads: Payloads,
+    ) -> Result<Option<DiskHit>, kiln_image::ImageError> {
+        let (mut hit, mut refused) = self.search(owner, key, payloads);
         if hit.is_none() && self.refresh() {
-            hit = self.find(owner, key, payloads);
+            (hit, refused) = self.search(owner, key, payloads);
         }
         match hit {
             Some(hit) => {
                 self.hits.fetch_add(1, Ordering::Relaxed);
                 self.touch((*owner, *key));
-                Some(hit)
+                Ok(Some(hit))
             }
             None => {
                 self.misses.fetch_add(1, Ordering::Relaxed);
-                None
+                refused.map_or(Ok(None), Err)
             }
         }
+    }
+
+    /// Stores `image`, a one-entry image of `entry` that carries
+    /// signatures (a remote entry, as the remote tier verified it), byte for
+    /// byte as a signed segment of its own, so that the signature can be
+    /// checked again by every process that reads it. Compaction never
+    /// merges signed segments (a merge would drop the signature); eviction
+    /// removes them whole. Returns whether a segment was published; never
+    /// fails, as [`DiskCache::put`].
+    pub fn put_signed(&self, entry: &EntryData, image: &[u8]) -> bool {
+        if !self.is_writable() {
+            return false;
+        }
+        let holds_entry =
+            kiln_image::Image::from_bytes(image, kiln_image::Verification::Structural).is_ok_and(
+                |opened| {
+                    opened.is_signed()
+                        && opened.len() == 1
+                        && opened
+                            .find(&entry.owner, &entry.key)
+                            .is_ok_and(|found| found.is_some())
+                },
+            );
+        if !holds_entry {
+            tracing::debug!(name = %entry.name, "not a signed image of the entry: stored unsigned");
+            return self.put(entry);
+        }
+        if image.len() as u64 > self.config.max_bytes {
+            return false;
+        }
+        if self.find(&entry.owner, &entry.key, Payloads::Now).is_some() {
+            return false;
+        }
+        let published = DirLock::open(self.images_dir()).and_then(|lock| {
+            let _shared = lock.shared()?;
+            segment::publish_signed(self.images_dir(), image, &entry.owner, &entry.key)
+        });
+        let file = match published {
+            Ok(file) => file,
+            Err(source) => {
+                self.store_failures.fetch_add(1, Ordering::Relaxed);
+                self.stop_writing("publish a segment in", source);
+                return false;
+            }
+        };
+        self.stored.fetch_add(1, Ordering::Relaxed);
+        self.add_segment(&file);
+        self.compact_if_needed();
+        true
     }
 
     /// Stores `entry` in a new segment, unless it is already on disk, larger
@@ -447,11 +508,51 @@ impl DiskCache {
 
     /// Searches the listed segments, fullest first, mapping each on first use.
     fn find(&self, owner: &Digest, key: &Digest, payloads: Payloads) -> Option<DiskHit> {
+        self.search(owner, key, payloads).0
+    }
+
+    /// Whether an entry of `segment` may be served under
+    /// [`DiskConfig::trusted_keys`]: any, without trusted keys; with them,
+    /// a signed segment's only while a trusted key's signature verifies,
+    /// and an unsigned one's only in a private directory (not one trusted
+    /// with [`DiskConfig::trust_dir`], which others may write to).
+    fn trusted(&self, segment: &Segment) -> Result<(), kiln_image::ImageError> {
+        let Some(keys) = &self.config.trusted_keys else {
+            return Ok(());
+        };
+        if !segment.image.is_signed() && !self.config.trust_dir {
+            return Ok(()); // compiled by this user's processes
+        }
+        if segment.signed_by(keys) {
+            return Ok(());
+        }
+        // The reason, for the caller (rare: a refused entry is compiled).
+        Err(segment
+            .image
+            .verify_signature(keys)
+            .err()
+            .unwrap_or(kiln_image::ImageError::Unsigned))
+    }
+
+    /// [`DiskCache::find`], and the reason the last copy of the entry found
+    /// was refused for its signature (if one was, and none was served).
+    fn search(
+        &self,
+        owner: &Digest,
+        key: &Digest,
+        payloads: Payloads,
+    ) -> (Option<DiskHit>, Option<kiln_image::ImageError>) {
         let mut damaged = Vec::new();
         let mut hit = None;
+        let mut refused = None;
         {
             let view = self.view();
             for slot in &view.slots {
+                if segment::is_signed_name(&slot.name)
+                    && !segment::signed_name_matches(&slot.name, owner, key)
+                {
+                    continue; // holds another entry: not even opened
+                }
                 let Some(s) = slot.segment(self.images_dir()) else {
                     // An assumed base that does not exist is no damage.
                     if slot.seen && !view.damaged.contains(&slot.name) {
@@ -462,6 +563,11 @@ impl DiskCache {
                 match s.image.find(owner, key) {
                     Ok(None) => continue,
                     Ok(Some(entry)) => {
+                        if let Err(why) = self.trusted(s) {
+                            tracing::debug!(segment = %slot.name, error = %why, "disk-cache entry not signed by a trusted key: not served");
+                            refused = Some(why);
+                            continue;
+                        }
                         match DiskHit::checked(Arc::clone(s), entry.index(), payloads) {
                             Some(found) => {
                                 hit = Some(found);
@@ -479,7 +585,7 @@ impl DiskCache {
             self.view_mut().damaged.extend(damaged);
             self.needs_cleanup.store(true, Ordering::Relaxed);
         }
-        hit
+        (hit, refused)
     }
 
     /// Lists the directory again if it changed since the last listing.
@@ -557,7 +663,13 @@ impl DiskCache {
             sum.saturating_add(segment::entries_in_name(&f.name))
         });
         let stamps_bytes = stamps::file_len(self.images_dir());
-        let needed = listing.segments.len() > self.config.compact_after
+        // Signed segments are never merged: they do not count here.
+        let mergeable = listing
+            .segments
+            .iter()
+            .filter(|f| !segment::is_signed_name(&f.name))
+            .count();
+        let needed = mergeable > self.config.compact_after
             || listing.segment_bytes() + stamps_bytes > self.config.max_bytes
             || stamps::bloated(stamps_bytes, usize::try_from(entries).unwrap_or(usize::MAX))
             || self.needs_cleanup.load(Ordering::Relaxed);

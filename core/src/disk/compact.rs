@@ -10,6 +10,12 @@
 //! the cap (the headroom keeps the next few stores from evicting again).
 //! Segments that do not open and temporary files are removed: under the
 //! exclusive lock nobody is writing, so they are garbage.
+//!
+//! Signed segments (remote entries written through with their signatures,
+//! `seg-sig*`) are never merged: a merge would drop the signature that
+//! readers with trusted keys check again. Over the cap they are evicted
+//! whole, in the same least-recently-used order as the entries merged; a
+//! damaged one is removed.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -128,6 +134,20 @@ pub(crate) fn compact(
 
     let total: u64 = segments.iter().map(|s| s.bytes).sum::<u64>() + stamps_bytes;
     let over_cap = total > config.max_bytes;
+    // Signed segments are kept whole (removed when damaged).
+    let (signed_segments, unsigned): (Vec<Segment>, Vec<Segment>) = segments
+        .into_iter()
+        .partition(|s| segment::is_signed_name(&s.name));
+    let segments = unsigned;
+    let mut signed: Vec<Segment> = Vec::new();
+    for s in signed_segments {
+        if damaged.contains(&s.name) {
+            segment::remove(dir, &s.name).map_err(io("remove", &dir.join(&s.name)))?;
+            report.corrupt_segments_removed += 1;
+        } else {
+            signed.push(s);
+        }
+    }
     let mut merge: Vec<bool> = if scope == Scope::All || over_cap {
         vec![true; segments.len()]
     } else {
@@ -154,13 +174,14 @@ pub(crate) fn compact(
     if merged < 2 && !rewrite_one && rewrite_stamps {
         // Only the stamps file needs compacting.
         merge.iter_mut().for_each(|m| *m = false);
-    } else if merged < 2 && !rewrite_one {
+    } else if merged < 2 && !rewrite_one && !over_cap {
         if report.temp_files_removed + report.corrupt_segments_removed > 0 {
             segment::sync_dir(dir).map_err(io("sync", dir))?;
         }
-        report.segments_after = segments.len();
-        report.bytes_after = total;
-        report.entries = distinct_entries(segments.iter());
+        report.segments_after = segments.len() + signed.len();
+        report.bytes_after =
+            segments.iter().chain(&signed).map(|s| s.bytes).sum::<u64>() + stamps_bytes;
+        report.entries = distinct_entries(segments.iter().chain(&signed));
         return Ok(report);
     }
 
@@ -170,7 +191,9 @@ pub(crate) fn compact(
         .zip(merge)
         .partition(|(_, merge)| *merge);
     let merging: Vec<Segment> = merging.into_iter().map(|(s, _)| s).collect();
-    let keeping: Vec<Segment> = keeping.into_iter().map(|(s, _)| s).collect();
+    let mut keeping: Vec<Segment> = keeping.into_iter().map(|(s, _)| s).collect();
+    let plain_kept_bytes: u64 = keeping.iter().map(|s| s.bytes).sum();
+    keeping.extend(signed);
 
     // Entries of the segments that stay, with their stamps.
     let mut stamps_after: HashMap<EntryId, u64> = HashMap::new();
@@ -211,20 +234,54 @@ pub(crate) fn compact(
         }
     }
 
+    let mut evicted_signed: Vec<String> = Vec::new();
     if over_cap {
-        let kept_bytes: u64 = keeping.iter().map(|s| s.bytes).sum();
-        let budget = (config.max_bytes / 10 * 9).saturating_sub(kept_bytes);
-        candidates.sort_by_key(|c| std::cmp::Reverse(c.1));
-        let mut cost = 0u64;
-        let fit = candidates
+        // Entries to merge and signed segments, most recently used first,
+        // kept while they fit in 90 % of the cap.
+        let budget = (config.max_bytes / 10 * 9).saturating_sub(plain_kept_bytes);
+        let mut units: Vec<(u64, u64, Option<usize>)> = candidates
             .iter()
-            .take_while(|(data, _)| {
-                cost += entry_cost(data);
-                cost <= budget
-            })
-            .count();
-        for (data, _) in candidates.drain(fit..) {
-            stamps_after.remove(&(data.owner, data.key));
+            .map(|(data, stamp)| (*stamp, entry_cost(data), None))
+            .collect();
+        for (i, s) in keeping.iter().enumerate() {
+            if segment::is_signed_name(&s.name) {
+                let stamp = s
+                    .image
+                    .entry(0)
+                    .ok()
+                    .and_then(|e| recorded.get(&(e.owner(), e.key())).copied())
+                    .unwrap_or(published_ms(s));
+                units.push((stamp, s.bytes + RECORD_BYTES as u64, Some(i)));
+            }
+        }
+        let mut order: Vec<usize> = (0..units.len()).collect();
+        order.sort_by_key(|&u| std::cmp::Reverse(units[u].0));
+        let mut cost = 0u64;
+        let mut evict_entry = vec![false; candidates.len()];
+        for u in order {
+            cost = cost.saturating_add(units[u].1);
+            if cost <= budget {
+                continue;
+            }
+            match units[u].2 {
+                None => evict_entry[u] = true,
+                Some(i) => evicted_signed.push(keeping[i].name.clone()),
+            }
+        }
+        let mut kept = Vec::with_capacity(candidates.len());
+        for ((data, stamp), evict) in candidates.drain(..).zip(evict_entry) {
+            if evict {
+                stamps_after.remove(&(data.owner, data.key));
+                report.entries_evicted += 1;
+            } else {
+                kept.push((data, stamp));
+            }
+        }
+        candidates = kept;
+        for s in keeping.iter().filter(|s| evicted_signed.contains(&s.name)) {
+            if let Ok(entry) = s.image.entry(0) {
+                stamps_after.remove(&(entry.owner(), entry.key()));
+            }
             report.entries_evicted += 1;
         }
     }
@@ -256,6 +313,10 @@ pub(crate) fn compact(
         }
         segment::remove(dir, &s.name).map_err(io("remove", &dir.join(&s.name)))?;
     }
+    for name in &evicted_signed {
+        segment::remove(dir, name).map_err(io("remove", &dir.join(name)))?;
+    }
+    keeping.retain(|s| !evicted_signed.contains(&s.name));
     segment::sync_dir(dir).map_err(io("sync", dir))?;
     stamps::rewrite(dir, &stamps_after).map_err(io("rewrite", &stamps_path))?;
 

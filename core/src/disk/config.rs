@@ -65,6 +65,13 @@ pub struct DiskConfig {
     /// directories' owner and mode bits only (group or others write,
     /// sticky bit or not), on Unix.
     pub trust_dir: bool,
+    /// `KILN_TRUSTED_KEYS` (see [`crate::trust`]): when set, an entry of a
+    /// signed segment (a remote entry written through with its signature)
+    /// is served only while a signature by one of these keys verifies; and
+    /// in a directory trusted with [`DiskConfig::trust_dir`], which others
+    /// may write to, unsigned entries are not served at all. `None`:
+    /// signatures are not checked.
+    pub trusted_keys: Option<kiln_image::TrustedKeys>,
 }
 
 impl DiskConfig {
@@ -77,6 +84,7 @@ impl DiskConfig {
             compact_after: DEFAULT_COMPACT_AFTER,
             stamp_interval: Duration::from_secs(60),
             trust_dir: false,
+            trusted_keys: None,
         }
     }
 
@@ -89,9 +97,9 @@ impl DiskConfig {
         self.dir.join(images_subdir())
     }
 
-    /// Reads `KILN_CACHE`, `KILN_CACHE_DIR`, `KILN_CACHE_MAX_BYTES` and
-    /// `KILN_CACHE_TRUST_DIR` from the process environment; `Ok(None)` when
-    /// the disk cache is turned off.
+    /// Reads `KILN_CACHE`, `KILN_CACHE_DIR`, `KILN_CACHE_MAX_BYTES`,
+    /// `KILN_CACHE_TRUST_DIR` and `KILN_TRUSTED_KEYS` from the process
+    /// environment; `Ok(None)` when the disk cache is turned off.
     ///
     /// # Errors
     /// As [`DiskConfig::from_lookup`].
@@ -116,6 +124,7 @@ impl DiskConfig {
             None => default_dir().ok_or(Error::DiskNoDir)?,
         };
         let mut config = DiskConfig::new(dir);
+        config.trusted_keys = crate::trust::trusted_keys_from_lookup(&lookup);
         config.trust_dir = lookup(CACHE_TRUST_DIR)
             .is_some_and(|value| !value.is_empty() && !is_off(&value.to_string_lossy()));
         if let Some(value) = lookup(CACHE_MAX_BYTES) {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use kiln_image::{FileAccess, Image, ImageError, ImageFile, Verification};
+use kiln_image::{Digest, FileAccess, Image, ImageError, ImageFile, Verification};
 
 /// Segment file names start with this.
 const SEGMENT_PREFIX: &str = "seg-";
@@ -32,6 +32,10 @@ pub(crate) const TEMP_PREFIX: &str = ".tmp-";
 /// there is none yet), replaced atomically each time. Its name is known, so
 /// a new process looks there first without listing the directory.
 pub(crate) const BASE_SEGMENT: &str = "seg-base.kimg";
+
+/// Signed segments' names start with this, then the first 16 hex digits
+/// of the owner's and of the key's digest (see [`new_signed_name`]).
+const SIGNED_PREFIX: &str = "seg-sig";
 
 /// The largest segment file that is read rather than mapped (other than
 /// the base, which is always mapped).
@@ -49,6 +53,9 @@ pub(crate) struct Segment {
     /// The base segment's file identity (its inode number): compaction
     /// replaces the base under the same name.
     pub(crate) file_id: Option<u64>,
+    /// Whether a trusted key's signature of the image verified (checked
+    /// once, on the first lookup that needs it).
+    pub(crate) signature_ok: std::sync::OnceLock<bool>,
 }
 
 impl Segment {
@@ -87,7 +94,16 @@ impl Segment {
             bytes: image.byte_len(),
             image: Arc::new(image),
             file_id,
+            signature_ok: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Whether a key of `trusted` signed the segment (checked on the first
+    /// call and remembered: the keys are the cache's, fixed at open).
+    pub(crate) fn signed_by(&self, trusted: &kiln_image::TrustedKeys) -> bool {
+        *self
+            .signature_ok
+            .get_or_init(|| self.image.verify_signature(trusted).is_ok())
     }
 }
 
@@ -210,6 +226,37 @@ fn new_segment_name(entries: usize) -> String {
     )
 }
 
+/// A new name for a signed one-entry segment holding `(owner, key)`: the
+/// owner's and key's first 16 hex digits after [`SIGNED_PREFIX`], so that
+/// a lookup opens only the signed segments that may hold its entry, then
+/// what [`new_segment_name`] gives.
+fn new_signed_name(owner: &Digest, key: &Digest) -> String {
+    let plain = new_segment_name(1);
+    let rest = plain.strip_prefix(SEGMENT_PREFIX).unwrap_or(&plain);
+    format!(
+        "{SIGNED_PREFIX}{}{}-{rest}",
+        &owner.to_hex()[..16],
+        &key.to_hex()[..16]
+    )
+}
+
+/// Whether `name` is a signed segment's (kept apart by compaction).
+pub(crate) fn is_signed_name(name: &str) -> bool {
+    name.starts_with(SIGNED_PREFIX)
+}
+
+/// Whether the signed segment `name` may hold `(owner, key)` (from its
+/// name; the image itself is what is checked).
+pub(crate) fn signed_name_matches(name: &str, owner: &Digest, key: &Digest) -> bool {
+    let Some(id) = name
+        .strip_prefix(SIGNED_PREFIX)
+        .and_then(|rest| rest.get(..32))
+    else {
+        return false;
+    };
+    owner.hex_starts_with(&id[..16]) && key.hex_starts_with(&id[16..])
+}
+
 /// The entry count recorded in a segment's name (0 when it has none).
 pub(crate) fn entries_in_name(name: &str) -> u64 {
     name.strip_suffix(SEGMENT_SUFFIX)
@@ -223,9 +270,27 @@ pub(crate) fn entries_in_name(name: &str) -> u64 {
 ///
 /// The caller holds the directory lock (shared or exclusive).
 pub(crate) fn publish(dir: &Path, bytes: &[u8], entries: usize) -> io::Result<FileInfo> {
+    publish_named(dir, bytes, || new_segment_name(entries))
+}
+
+/// Publishes `bytes`, a signed one-entry image of `(owner, key)`, as a new
+/// signed segment of `dir`, byte for byte (its signatures kept), and
+/// returns its file info.
+///
+/// The caller holds the directory lock (shared or exclusive).
+pub(crate) fn publish_signed(
+    dir: &Path,
+    bytes: &[u8],
+    owner: &Digest,
+    key: &Digest,
+) -> io::Result<FileInfo> {
+    publish_named(dir, bytes, || new_signed_name(owner, key))
+}
+
+fn publish_named(dir: &Path, bytes: &[u8], name: impl Fn() -> String) -> io::Result<FileInfo> {
     let mut temp = write_temp(dir, bytes)?;
     loop {
-        let name = new_segment_name(entries);
+        let name = name();
         match temp.persist_noclobber(dir.join(&name)) {
             Ok(_) => {
                 sync_dir(dir)?;

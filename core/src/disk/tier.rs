@@ -25,18 +25,34 @@ impl Tier for DiskCache {
         self.put_entry(entry).map(|_| ())
     }
 
+    /// Keeps the signed image as a segment of its own
+    /// ([`DiskCache::put_signed`]).
+    fn store_signed(&self, _owner: &Owner, entry: &EntryData, image: &[u8]) -> Result<(), Error> {
+        self.put_signed(entry, image);
+        Ok(())
+    }
+
     /// A hit as the segment's entry, which the cache borrows (no copy):
     /// the segment stays mapped as long as the cache holds the entry. Its
     /// record is checked here and each payload on its first use by the
     /// cache (an entry with a CUBIN and a PTX fallback hashes only the one
     /// used); an entry with a payload already known bad is a miss.
+    ///
+    /// With [`DiskConfig::trusted_keys`], an entry whose signature does not
+    /// verify with them is refused: [`Error::TierUntrusted`], which the
+    /// cache counts.
     fn load_entry(&self, owner: &Owner, key: &Key) -> Result<Option<TierEntry>, Error> {
-        Ok(self
-            .get_checked(&owner.digest(), key.digest(), Payloads::OnUse)
-            .map(|hit| TierEntry::Image {
-                image: Arc::clone(hit.image()),
-                index: hit.index(),
-            }))
+        let found = self
+            .get_trusted(&owner.digest(), key.digest(), Payloads::OnUse)
+            .map_err(|source| Error::TierUntrusted {
+                tier: "disk".to_owned(),
+                what: format!("{} {}", owner.label(), key),
+                source: Box::new(source),
+            })?;
+        Ok(found.map(|hit| TierEntry::Image {
+            image: Arc::clone(hit.image()),
+            index: hit.index(),
+        }))
     }
 }
 
@@ -128,6 +144,13 @@ impl Tier for DiskTier {
     fn store(&self, owner: &Owner, entry: &EntryData) -> Result<(), Error> {
         match self.cache() {
             Some(cache) => cache.store(owner, entry),
+            None => Ok(()),
+        }
+    }
+
+    fn store_signed(&self, owner: &Owner, entry: &EntryData, image: &[u8]) -> Result<(), Error> {
+        match self.cache() {
+            Some(cache) => cache.store_signed(owner, entry, image),
             None => Ok(()),
         }
     }

@@ -5,7 +5,8 @@
 //!
 //! `cache_*` check the cache's invariants (ARCHITECTURE.md, tests named
 //! `invariantN_*` after the invariant they check), `disk_*` the disk tier,
-//! `record_processes` `KILN_RECORD` across processes.
+//! `record_processes` `KILN_RECORD` across processes, `trust_*` signed
+//! images and disk segments under trusted keys.
 //! Tests that need several processes re-run this binary as a child running
 //! the ignored test [`child`] (see `kiln_test_support::child`).
 
@@ -34,13 +35,16 @@ mod disk_readonly;
 mod disk_store;
 mod hit_alignment;
 mod record_processes;
+mod trust_disk;
+mod trust_images;
 
 /// The child process of the tests that need several: this binary re-run
 /// with `--ignored --exact child` and a role variable set. Each module's
 /// role runs only when its own variable is set (`KILN_DISK_TEST_ROLE` for
 /// `disk_process` and `disk_readonly`, `KILN_DISK_GLOBAL_ROLE` for
 /// `disk_global`, `KILN_RECORD_TESTS_ROLE` for `record_processes`,
-/// `KILN_CACHE_BACKGROUND_ROLE` for `cache_background`), so in a normal run
+/// `KILN_CACHE_BACKGROUND_ROLE` for `cache_background`,
+/// `KILN_TRUST_IMAGES_ROLE` for `trust_images`), so in a normal run
 /// this test does nothing.
 #[test]
 #[ignore = "helper: run in a child process by the other tests"]
@@ -50,4 +54,5 @@ fn child() {
     disk_global::run_child_role();
     record_processes::run_child_role();
     cache_background::run_child_role();
+    trust_images::run_child_role();
 }

@@ -16,15 +16,18 @@ mod remote_global;
 mod remote_hostile;
 mod remote_security;
 mod remote_share;
+mod remote_signed;
 
 /// The child process of the tests that need several: this binary re-run
 /// with `--ignored --exact child` and a role variable set. Each role runs
 /// only when its own variable is set (`KILN_REMOTE_TEST_ROLE` for
-/// `remote_support`'s roles, `KILN_REMOTE_GLOBAL_ROLE` for `remote_global`),
+/// `remote_support`'s roles, `KILN_REMOTE_GLOBAL_ROLE` for `remote_global`,
+/// `KILN_SIGNED_TEST_ROLE` for `remote_signed`),
 /// so in a normal run this test does nothing.
 #[test]
 #[ignore = "helper: run in a child process by the other tests"]
 fn child() {
     remote_support::run_child_role();
     remote_global::run_child_role();
+    remote_signed::run_child_role();
 }

@@ -170,7 +170,8 @@ fn an_oversized_value_is_rejected_and_an_empty_one_is_a_miss() {
     let tier = RemoteTier::open(
         RemoteConfig::new(server.url())
             .timeout(Duration::from_secs(2))
-            .max_entry_bytes(64 << 10),
+            .max_entry_bytes(64 << 10)
+            .write_unsigned(true),
     )
     .expect("a valid URL");
     let cache = Cache::new();

@@ -25,6 +25,10 @@ fn process(dir: &std::path::Path, remote: Option<&str>) -> Command {
     command
         .env("KILN_CACHE_DIR", dir)
         .env("KILN_REMOTE_TIMEOUT_MS", "2000")
+        // An unsigned writer (no KILN_TRUSTED_KEYS): read-only otherwise.
+        .env("KILN_REMOTE_WRITE", "1")
+        .env_remove("KILN_TRUSTED_KEYS")
+        .env_remove("KILN_SIGNING_KEY")
         .env_remove("KILN_CACHE")
         .env_remove("KILN_DISABLE")
         .env_remove("KILN_ALWAYS_COMPILE");

@@ -27,7 +27,8 @@ fn tier(url: &str, timeout: Duration) -> RemoteTier {
         RemoteConfig::new(url)
             .timeout(timeout)
             .backoff(Duration::from_secs(3600))
-            .max_entry_bytes(1 << 20),
+            .max_entry_bytes(1 << 20)
+            .write_unsigned(true),
     )
     .expect("a valid URL")
 }

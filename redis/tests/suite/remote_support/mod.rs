@@ -264,7 +264,8 @@ pub fn remote(url: &str) -> RemoteTier {
     RemoteTier::open(
         RemoteConfig::new(url)
             .timeout(Duration::from_millis(500))
-            .backoff(Duration::from_secs(3600)),
+            .backoff(Duration::from_secs(3600))
+            .write_unsigned(true),
     )
     .expect("a valid URL")
 }
@@ -328,7 +329,12 @@ const ROLE: &str = "KILN_REMOTE_TEST_ROLE";
 /// role `role` (see [`run_child_role`]).
 pub fn child_process(role: &str) -> Command {
     let mut command = child::command(ROLE, role);
-    command.env("KILN_REMOTE_TIMEOUT_MS", "2000");
+    // An unsigned writer: no trusted keys, stores allowed.
+    command
+        .env("KILN_REMOTE_TIMEOUT_MS", "2000")
+        .env("KILN_REMOTE_WRITE", "1")
+        .env_remove("KILN_TRUSTED_KEYS")
+        .env_remove("KILN_SIGNING_KEY");
     command
 }
 
@@ -400,7 +406,8 @@ fn oversized_role() {
         RemoteConfig::new(server.url())
             .timeout(Duration::from_secs(60))
             .backoff(Duration::from_secs(3600))
-            .max_entry_bytes(cap),
+            .max_entry_bytes(cap)
+            .write_unsigned(true),
     )
     .expect("a valid URL");
     let cache = Cache::new();

@@ -1,0 +1,305 @@
+//! Images at init under `KILN_TRUSTED_KEYS`: a file of `KILN_IMAGE_PATH`
+//! unsigned, signed by a key nobody trusts, or signed by a trusted key;
+//! embedded images; key rotation; the report; and a build script's
+//! precompile block signing its image with `KILN_SIGNING_KEY`.
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use kiln_core::env::Switches;
+use kiln_core::registry::{EmbeddedImage, ImageSource};
+use kiln_core::{
+    Artifact, ArtifactKind, Cache, Compiled, Error, ImageOutcome, Key, KeyBuilder, Owner, Source,
+};
+use kiln_image::{
+    Image, ImageError, ImageMeta, PublicKey, SigningKey, TrustedKeys, Verification, sign_image,
+};
+use kiln_test_support::{child, leak_aligned};
+
+const ROLE: &str = "KILN_TRUST_IMAGES_ROLE";
+
+fn owner() -> Owner {
+    Owner::new("trust-test-cc", "1.0", "cpu", ["-O2"]).expect("a valid owner")
+}
+
+fn key(name: &str) -> Key {
+    KeyBuilder::new("kiln-trust-test", 1)
+        .str("name", name)
+        .finish()
+}
+
+/// An image of one entry per name, its code the name's bytes.
+fn image(names: &[&str]) -> Vec<u8> {
+    let cache = Cache::new();
+    let before = cache.snapshot();
+    for name in names {
+        cache.insert(
+            &owner(),
+            &key(name),
+            Compiled::new(*name).artifact(Artifact {
+                kind: ArtifactKind::Object,
+                entry_points: vec![(*name).to_owned()],
+                bytes: name.as_bytes().to_vec(),
+            }),
+        );
+    }
+    cache
+        .delta(&before)
+        .to_bytes(ImageMeta::new("trust-test", "1"))
+        .expect("an image")
+}
+
+fn signed(names: &[&str], key: &SigningKey) -> Vec<u8> {
+    sign_image(&image(names), key).expect("signs")
+}
+
+fn signer(n: u8) -> SigningKey {
+    SigningKey::from_secret_bytes([n; 32])
+}
+
+fn trusting(keys: &[&SigningKey]) -> TrustedKeys {
+    TrustedKeys::new(keys.iter().map(|key| key.public_key()))
+}
+
+/// Whether `cache` serves `name` from an image.
+fn served(cache: &Cache, name: &str) -> bool {
+    cache
+        .lookup(&owner().digest(), &key(name))
+        .is_some_and(|hit| {
+            hit.source() == Source::Image
+                && hit.artifact(&ArtifactKind::Object) == Some(name.as_bytes())
+        })
+}
+
+/// The outcome per image, as `(file or embedded name, signer or refusal)`.
+fn outcomes(report: &kiln_core::InitReport) -> Vec<(String, String)> {
+    report
+        .images()
+        .map(|image| {
+            let name = match &image.source {
+                ImageSource::File(path) => path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                other => other.to_string(),
+            };
+            let outcome = match (&image.outcome, image.signer) {
+                (ImageOutcome::Merged { .. }, Some(key)) => format!("merged, signed by {key}"),
+                (ImageOutcome::Merged { .. }, None) => "merged".to_owned(),
+                (ImageOutcome::Skipped(Error::Image(error)), _) => error.check().to_owned(),
+                (ImageOutcome::Skipped(other), _) => format!("skipped: {other}"),
+                (other, _) => format!("{other:?}"),
+            };
+            (name, outcome)
+        })
+        .collect()
+}
+
+fn write(dir: &Path, file: &str, bytes: &[u8]) {
+    std::fs::write(dir.join(file), bytes).expect("writes");
+}
+
+#[test]
+fn image_files_are_merged_only_when_a_trusted_key_signed_them() {
+    let (release, stranger) = (signer(1), signer(2));
+    let dir = tempfile::tempdir().expect("temp dir");
+    write(dir.path(), "a-unsigned.kimg", &image(&["a"]));
+    write(dir.path(), "b-stranger.kimg", &signed(&["b"], &stranger));
+    write(dir.path(), "c-release.kimg", &signed(&["c"], &release));
+    let mut tampered = signed(&["d"], &release);
+    let last = tampered.len() - 1;
+    tampered[last] ^= 1;
+    write(dir.path(), "d-tampered.kimg", &tampered);
+
+    // Keys configured: only the release-signed image.
+    let mut switches = Switches::default();
+    switches.image_path = vec![dir.path().to_path_buf()];
+    switches.trusted_keys = Some(trusting(&[&release]));
+    let cache = Cache::new();
+    let report = kiln_core::load_images(&cache, &switches, &[]);
+    assert_eq!(
+        outcomes(&report),
+        [
+            ("a-unsigned.kimg".into(), "signature.missing".into()),
+            ("b-stranger.kimg".into(), "signature.untrusted".into()),
+            (
+                "c-release.kimg".into(),
+                format!("merged, signed by {}", release.public_key())
+            ),
+            ("d-tampered.kimg".into(), "signature.invalid".into()),
+        ]
+    );
+    assert_eq!(report.untrusted().count(), 3);
+    assert_eq!(
+        [
+            served(&cache, "a"),
+            served(&cache, "b"),
+            served(&cache, "c"),
+            served(&cache, "d")
+        ],
+        [false, false, true, false]
+    );
+    let text = report.to_string();
+    assert!(
+        text.contains("a-unsigned.kimg: skipped: image is not signed"),
+        "{text}"
+    );
+
+    // No keys configured: every well-formed image, as before.
+    let mut switches = Switches::default();
+    switches.image_path = vec![dir.path().to_path_buf()];
+    let cache = Cache::new();
+    let report = kiln_core::load_images(&cache, &switches, &[]);
+    assert_eq!(report.merged().count(), 4);
+    assert_eq!(report.untrusted().count(), 0);
+    assert!(["a", "b", "c", "d"].iter().all(|name| served(&cache, name)));
+}
+
+#[test]
+fn rotating_keys_accepts_both_then_refuses_the_old_ones_images() {
+    let (old, new) = (signer(3), signer(4));
+    let dir = tempfile::tempdir().expect("temp dir");
+    write(dir.path(), "old.kimg", &signed(&["x"], &old));
+    write(dir.path(), "new.kimg", &signed(&["y"], &new));
+    let load = |keys: TrustedKeys| {
+        let mut switches = Switches::default();
+        switches.image_path = vec![dir.path().to_path_buf()];
+        switches.trusted_keys = Some(keys);
+        let cache = Cache::new();
+        let report = kiln_core::load_images(&cache, &switches, &[]);
+        (
+            report.merged().count(),
+            served(&cache, "x"),
+            served(&cache, "y"),
+        )
+    };
+    assert_eq!(load(trusting(&[&old, &new])), (2, true, true));
+    assert_eq!(load(trusting(&[&new])), (1, false, true));
+    // A trusted-keys setting whose files could not be read trusts nothing.
+    assert_eq!(load(TrustedKeys::default()), (0, false, false));
+}
+
+#[test]
+fn embedded_images_are_the_programs_own_unless_their_signature_says_otherwise() {
+    let (release, stranger) = (signer(5), signer(6));
+    let embedded = |name: &'static str, bytes: Vec<u8>| -> &'static EmbeddedImage {
+        Box::leak(Box::new(EmbeddedImage::new(
+            "lib",
+            name,
+            leak_aligned(&bytes),
+        )))
+    };
+    let images = [
+        embedded("unsigned.kimg", image(&["e"])),
+        embedded("release.kimg", signed(&["f"], &release)),
+        embedded("stranger.kimg", signed(&["g"], &stranger)),
+    ];
+    let mut switches = Switches::default();
+    switches.trusted_keys = Some(trusting(&[&release]));
+    let cache = Cache::new();
+    let report = kiln_core::load_images(&cache, &switches, &images);
+    let outcome: Vec<String> = outcomes(&report).into_iter().map(|(_, o)| o).collect();
+    assert_eq!(
+        outcome,
+        [
+            "merged".to_owned(),
+            format!("merged, signed by {}", release.public_key()),
+            "signature.untrusted".to_owned(),
+        ]
+    );
+    assert_eq!(
+        [
+            served(&cache, "e"),
+            served(&cache, "f"),
+            served(&cache, "g")
+        ],
+        [true, true, false]
+    );
+}
+
+/// A build script's precompile block with `KILN_SIGNING_KEY` set signs its
+/// image (and asks to rerun when the key file changes); the image verifies
+/// with the key's public half, and is deterministic.
+#[test]
+fn precompile_signs_its_image_when_a_signing_key_is_set() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let key_file = dir.path().join("release.key");
+    let key = signer(7);
+    key.write_file(&key_file).expect("writes the key");
+    let run = |out: &Path, signing: Option<&Path>| -> String {
+        let mut command = child::command(ROLE, "precompile");
+        command.env("KILN_TRUST_TEST_OUT", out);
+        match signing {
+            Some(path) => command.env("KILN_SIGNING_KEY", path),
+            None => command.env_remove("KILN_SIGNING_KEY"),
+        };
+        child::run(&mut command)
+    };
+    let (signed_out, plain_out, again_out) = (
+        dir.path().join("signed"),
+        dir.path().join("plain"),
+        dir.path().join("again"),
+    );
+    let stdout = run(&signed_out, Some(&key_file));
+    assert!(
+        stdout.contains(&format!("cargo:rerun-if-changed={}", key_file.display())),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("cargo:rerun-if-env-changed=KILN_SIGNING_KEY"),
+        "{stdout}"
+    );
+    run(&again_out, Some(&key_file));
+    run(&plain_out, None);
+    let bytes = std::fs::read(signed_out.join("trust-test.kimg")).expect("image written");
+    let image = Image::from_bytes(&bytes, Verification::Full).expect("valid");
+    let signer: Result<PublicKey, ImageError> = image.verify_signature(&trusting(&[&key]));
+    assert_eq!(signer.ok(), Some(key.public_key()));
+    assert_eq!(
+        std::fs::read(again_out.join("trust-test.kimg")).expect("written"),
+        bytes,
+        "signed images are deterministic"
+    );
+    let plain = std::fs::read(plain_out.join("trust-test.kimg")).expect("written");
+    assert_eq!(kiln_image::strip_signatures(&bytes).expect("strips"), plain);
+
+    // A key variable that does not name a key file fails the build rather
+    // than write an unsigned image.
+    let mut command = child::command(ROLE, "precompile");
+    command
+        .env("KILN_TRUST_TEST_OUT", dir.path().join("bad"))
+        .env("KILN_SIGNING_KEY", dir.path().join("missing.key"));
+    let output = command.output().expect("runs");
+    assert!(!output.status.success());
+    assert!(!dir.path().join("bad").join("trust-test.kimg").exists());
+}
+
+/// The role of a child process of these tests (`KILN_TRUST_IMAGES_ROLE`),
+/// run by the suite's `child` test; nothing when the variable is unset.
+pub fn run_child_role() {
+    match std::env::var(ROLE).as_deref() {
+        Ok("precompile") => {}
+        _ => return,
+    }
+    let out: OsString = std::env::var_os("KILN_TRUST_TEST_OUT").expect("KILN_TRUST_TEST_OUT");
+    std::fs::create_dir_all(&out).expect("creates the output directory");
+    let report = kiln_core::build::Precompile::new("trust-test")
+        .out_dir(&out)
+        .run(|session| {
+            for name in ["p", "q"] {
+                session.specialize(name, |cache| {
+                    cache
+                        .get_or_compile(&owner(), &key(name), || {
+                            Ok(Compiled::new(name).artifact(Artifact {
+                                kind: ArtifactKind::Object,
+                                entry_points: vec![name.to_owned()],
+                                bytes: name.as_bytes().to_vec(),
+                            }))
+                        })
+                        .map(|_| ())
+                });
+            }
+            Ok(())
+        });
+    report.expect("the image is written");
+}
