@@ -186,15 +186,13 @@ impl SigningKey {
             path: path.to_owned(),
             source,
         };
-        let metadata = std::fs::metadata(path).map_err(io)?;
-        if metadata.len() > 1024 {
-            return Err(ImageError::InvalidKey(format!(
-                "{} is {} bytes, not a kiln signing key file (64 hex digits)",
-                path.display(),
-                metadata.len()
-            )));
-        }
-        let text = std::fs::read_to_string(path).map_err(io)?;
+        let text = read_small_text(path, 1024).map_err(|error| match error {
+            SmallText::Io(source) => io(source),
+            SmallText::TooLarge => ImageError::InvalidKey(format!(
+                "{} is not a kiln signing key file (a regular file of 64 hex digits)",
+                path.display()
+            )),
+        })?;
         let digest = Digest::from_hex(text.trim()).map_err(|_| {
             ImageError::InvalidKey(format!(
                 "{} does not hold a kiln signing key (64 hex digits; `kiln keygen` writes one)",
@@ -297,15 +295,13 @@ impl TrustedKeys {
             path: path.to_owned(),
             source,
         };
-        let metadata = std::fs::metadata(path).map_err(io)?;
-        if metadata.len() > 1 << 20 {
-            let too_large = std::io::Error::new(
+        let text = read_small_text(path, 1 << 20).map_err(|error| match error {
+            SmallText::Io(source) => io(source),
+            SmallText::TooLarge => io(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
-                "larger than 1 MiB, not a trusted-keys file",
-            );
-            return Err(io(too_large));
-        }
-        let text = std::fs::read_to_string(path).map_err(io)?;
+                "not a regular file of at most 1 MiB, so not a trusted-keys file",
+            )),
+        })?;
         TrustedKeys::parse(&text)
             .map_err(|error| ImageError::InvalidKey(format!("{}: {error}", path.display())))
     }
@@ -608,6 +604,36 @@ impl Image {
     }
 }
 
+/// Why [`read_small_text`] read nothing.
+enum SmallText {
+    /// The file could not be opened or read, or is not UTF-8.
+    Io(std::io::Error),
+    /// Not a regular file, or longer than the limit.
+    TooLarge,
+}
+
+/// The text of the regular file at `path`, of at most `limit` bytes. Key
+/// paths come from the environment, so they are untrusted: a FIFO (whose
+/// open would block) or a device such as `/dev/zero` (whose size reads as 0
+/// and whose reads never end) is refused before it is opened, and the read
+/// stops one byte past `limit` whatever the file does meanwhile.
+fn read_small_text(path: &Path, limit: u64) -> Result<String, SmallText> {
+    use std::io::Read;
+    let metadata = std::fs::metadata(path).map_err(SmallText::Io)?;
+    if !metadata.is_file() || metadata.len() > limit {
+        return Err(SmallText::TooLarge);
+    }
+    let file = std::fs::File::open(path).map_err(SmallText::Io)?;
+    let mut text = String::new();
+    file.take(limit + 1)
+        .read_to_string(&mut text)
+        .map_err(SmallText::Io)?;
+    if text.len() as u64 > limit {
+        return Err(SmallText::TooLarge);
+    }
+    Ok(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -687,5 +713,29 @@ mod tests {
         let error = TrustedKeys::parse(&format!("{public}\nnot a key\n")).expect_err("line 2");
         assert!(error.to_string().contains("line 2"), "{error}");
         Ok(())
+    }
+
+    #[test]
+    fn key_files_that_are_devices_or_fifos_are_refused_before_reading() {
+        let zero = Path::new("/dev/zero");
+        assert!(matches!(
+            TrustedKeys::read_file(zero),
+            Err(ImageError::Io { .. })
+        ));
+        assert!(matches!(
+            SigningKey::read_file(zero),
+            Err(ImageError::InvalidKey(_))
+        ));
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("keys");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        // Opening a FIFO for reading would block with no writer: refused
+        // before the open, so this returns.
+        assert!(TrustedKeys::read_file(&fifo).is_err());
+        assert!(SigningKey::read_file(&fifo).is_err());
     }
 }
