@@ -1,21 +1,23 @@
 //! `kiln bake RECORD... -o OUT.kimg [--image FILE]... [--cache-dir DIR]...
-//! [--only-compiled] [--producer TEXT] [--json]`: one image of exactly the
-//! entries that record files (written by processes run with
-//! `KILN_RECORD`) say an application used, taken from the images and disk
-//! caches given, so that a fresh process with the image in its
-//! `KILN_IMAGE_PATH` compiles nothing for the same workload.
+//! [--remote URL] [--only-compiled] [--producer TEXT] [--json]`: one image
+//! of exactly the entries that record files (written by processes run with
+//! `KILN_RECORD`) say an application used, taken from the images, disk
+//! caches and remote cache given, so that a fresh process with the image in
+//! its `KILN_IMAGE_PATH` compiles nothing for the same workload.
 //!
 //! Each recorded `(owner, key)` is looked for in the `--image` files (in
 //! the order given: the libraries' images, images already shipped), then in
 //! the `--cache-dir` disk caches (the `KILN_CACHE_DIR` of the machines that
-//! ran the application). Every artifact is checked against its checksum
-//! before it is baked. `--only-compiled` leaves out the entries some
-//! process got from an image: what no shipped image held.
-//!
-//! There is no `--remote`: the remote tier (`kiln-redis`) fetches an entry
-//! for an `Owner`, which a record holds only as a digest, and a remote hit
-//! is written through to the disk tier of the machine that got it, so that
-//! machine's `--cache-dir` holds it.
+//! ran the application), then on the `--remote` Redis server (the fleet's
+//! `KILN_REMOTE_CACHE`), asked only for what the others lack. Every
+//! artifact is checked against its checksum before it is baked; a remote
+//! value is verified as the remote tier verifies a hit (a valid one-entry
+//! image of exactly that entry) and, with `KILN_TRUSTED_KEYS` set, must be
+//! signed by one of those keys. `KILN_REMOTE_TIMEOUT_MS` bounds each
+//! request; after a failure the server is not asked again for 30 s (the
+//! entries left are listed as missing, with why). `--only-compiled`
+//! leaves out the entries some process got from an image: what no shipped
+//! image held.
 //!
 //! The image is deterministic (entries sorted, no timestamps, no paths) and
 //! written atomically, also when some recorded entries were not found;
@@ -31,6 +33,7 @@ use std::path::{Path, PathBuf};
 use kiln_core::disk::{DiskCache, DiskConfig, config};
 use kiln_core::record::{DEFAULT_READ_LIMIT, Damage, Recording, Used};
 use kiln_image::{Digest, EntryData, Image, ImageMeta, ImageWriter, Verification};
+use kiln_redis::{RemoteConfig, RemoteTier};
 use serde_json::{Value, json};
 
 use crate::common::{Table, print_json, short};
@@ -55,6 +58,11 @@ pub(crate) struct Args {
     /// searched after the images.
     #[arg(long = "cache-dir", value_name = "DIR")]
     cache_dirs: Vec<PathBuf>,
+    /// A remote cache (redis://host:port/db, rediss:// for TLS) that may
+    /// hold the entries; asked last, for what the images and disk caches
+    /// lack. KILN_TRUSTED_KEYS and KILN_REMOTE_TIMEOUT_MS apply.
+    #[arg(long, value_name = "URL")]
+    remote: Option<String>,
     /// Bake only the entries no process got from an image: what no shipped
     /// image held.
     #[arg(long)]
@@ -123,6 +131,7 @@ pub(crate) fn sources(used: &Used) -> String {
 enum Store {
     Image { path: PathBuf, image: Image },
     Disk { dir: PathBuf, cache: DiskCache },
+    Remote { tier: RemoteTier },
 }
 
 impl Store {
@@ -130,6 +139,7 @@ impl Store {
         match self {
             Store::Image { path, .. } => format!("image {}", path.display()),
             Store::Disk { dir, .. } => format!("disk cache {}", dir.display()),
+            Store::Remote { tier } => format!("remote cache {}", tier.server()),
         }
     }
 
@@ -151,8 +161,24 @@ impl Store {
                     .map_err(|e| e.to_string()),
                 None => Ok(None),
             },
+            // Verified (and, with trusted keys, its signature checked).
+            Store::Remote { tier } => tier.fetch(owner, key).map_err(|e| e.to_string()),
         }
     }
+}
+
+/// The remote tier of the server at `url`, with the environment's other
+/// remote settings (`KILN_REMOTE_TIMEOUT_MS`, `KILN_TRUSTED_KEYS`).
+fn open_remote(url: &str) -> Result<RemoteTier, CliError> {
+    let config = RemoteConfig::from_lookup(|name| {
+        if name == kiln_redis::REMOTE_CACHE {
+            Some(url.into())
+        } else {
+            std::env::var_os(name)
+        }
+    })?
+    .ok_or(CliError::NoRemoteUrl)?;
+    Ok(RemoteTier::open(config)?)
 }
 
 /// Opens the disk cache in `dir`, which must exist; its other settings come
@@ -206,6 +232,11 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
         stores.push(Store::Disk {
             dir: dir.clone(),
             cache: open_disk(dir)?,
+        });
+    }
+    if let Some(url) = &args.remote {
+        stores.push(Store::Remote {
+            tier: open_remote(url)?,
         });
     }
 
@@ -369,10 +400,10 @@ fn print_text(
     }
     writeln!(
         out,
-        "\nnot found in the images and disk caches given ({}):",
+        "\nnot found in the images, disk caches and remote cache given ({}):",
         missing.len()
     )?;
-    let mut table = Table::new(&["NAME", "OWNER", "KEY", "RECORDED FROM", "DAMAGED IN"]);
+    let mut table = Table::new(&["NAME", "OWNER", "KEY", "RECORDED FROM", "REFUSED BY"]);
     for m in missing {
         table.row(vec![
             m.used.name.clone(),

@@ -101,6 +101,15 @@ pub(crate) enum CliError {
         path: PathBuf,
     },
 
+    /// `bake --remote`: the remote cache cannot be used (its URL, or
+    /// `KILN_REMOTE_TIMEOUT_MS`).
+    #[error(transparent)]
+    Remote(#[from] kiln_redis::Error),
+
+    /// `bake --remote ""`.
+    #[error("--remote needs the server's URL, e.g. redis://cache.internal:6379/0")]
+    NoRemoteUrl,
+
     /// `install`: an image argument is not a regular file.
     #[error("{path} is not a regular file: give image files")]
     NotAFile {

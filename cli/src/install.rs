@@ -1,6 +1,6 @@
-//! `kiln install IMAGE... DIR [--name NAME] [--json]`: puts verified images
-//! into a directory (such as one in `KILN_IMAGE_PATH`) by rename, never in
-//! place.
+//! `kiln install IMAGE... DIR [--name NAME] [--trusted-key K]... [--json]`:
+//! puts verified images into a directory (such as one in
+//! `KILN_IMAGE_PATH`) by rename, never in place.
 //!
 //! Arguments are checked first (DIR is a directory, every image a regular
 //! file that opens, no two images under one name), so a usage error
@@ -14,6 +14,13 @@
 //! gets the new one; a crash leaves the old file or the new one, never a
 //! mix. Memory: about twice the largest image (the bytes read, and the
 //! aligned copy verification reads).
+//!
+//! With `--trusted-key` (a public key in hex or a `.pub` file, as for
+//! `kiln verify`; several for rotation), an image must also be signed by
+//! one of those keys, and every signature it carries must verify: what a
+//! process with the same keys in `KILN_TRUSTED_KEYS` would merge. Use the
+//! keys of the machines the directory serves, so that an image they would
+//! skip is refused here rather than installed.
 //!
 //! An image that fails verification is refused (its line names the failed
 //! check) and the file it would replace is left untouched; the other
@@ -30,7 +37,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use kiln_image::{Image, ImageError, Verification, write_file_atomic};
+use kiln_image::{Image, ImageError, TrustedKeys, Verification, write_file_atomic};
 use serde_json::json;
 
 use crate::common::print_json;
@@ -49,6 +56,10 @@ pub(crate) struct Args {
     /// only; a plain file name, no directory).
     #[arg(long)]
     name: Option<String>,
+    /// Install only images signed by this public key (hex, or a .pub file
+    /// from `kiln keygen`); repeat for several.
+    #[arg(long = "trusted-key", value_name = "K")]
+    trusted_keys: Vec<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -136,8 +147,23 @@ fn read_image(file: File, len: u64, path: &Path) -> Result<Vec<u8>, CliError> {
     Ok(bytes)
 }
 
+/// `bytes` fully verified and, with `trusted`, signed by one of those keys
+/// (and every signature it carries valid): the number of entries.
+fn check(bytes: &[u8], trusted: Option<&TrustedKeys>) -> Result<usize, ImageError> {
+    let image = Image::from_bytes(bytes, Verification::Full)?;
+    if let Some(trusted) = trusted {
+        let checks = image.check_signatures(Some(trusted));
+        if let Some(bad) = checks.iter().find(|check| !check.valid) {
+            return Err(ImageError::BadSignature { key: bad.key });
+        }
+        image.verify_signature(trusted)?;
+    }
+    Ok(image.len())
+}
+
 pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     let names = destinations(&args)?;
+    let trusted = crate::common::trusted_keys(&args.trusted_keys)?;
     let files = args
         .images
         .iter()
@@ -149,10 +175,8 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     for ((path, name), (file, len)) in args.images.iter().zip(&names).zip(files) {
         let target = args.dir.join(name);
         let bytes = read_image(file, len, path)?;
-        match Image::from_bytes(&bytes, Verification::Full) {
-            Ok(image) => {
-                let entries = image.len();
-                drop(image);
+        match check(&bytes, trusted.as_ref()) {
+            Ok(entries) => {
                 write_file_atomic(&target, &bytes).map_err(CliError::image(&target))?;
                 if Path::new(name).extension().is_none_or(|ext| ext != "kimg") {
                     eprintln!(

@@ -1,7 +1,7 @@
 //! `kiln bake` and `kiln report` on record files written by real caches
-//! (`kiln_core::record::Recorder`), with a real image and a real disk
-//! cache: what is baked, what is missing, determinism, and what a report
-//! says library authors missed.
+//! (`kiln_core::record::Recorder`), with a real image, a real disk cache
+//! and a real `redis-server` (`--remote`): what is baked, what is missing,
+//! determinism, and what a report says library authors missed.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -10,6 +10,8 @@ use std::process::{Command, Output};
 use kiln_core::record::Recorder;
 use kiln_core::{Artifact, ArtifactKind, Cache, Compiled, Key, KeyBuilder, Owner};
 use kiln_image::{Image, ImageMeta, Verification};
+use kiln_redis::{RemoteConfig, RemoteTier};
+use kiln_test_support::redis_server::RedisServer;
 use serde_json::Value;
 
 fn kiln(args: &[&str]) -> Output {
@@ -396,4 +398,181 @@ fn damaged_record_files_are_read_as_far_as_they_are_whole() {
     let missing = kiln(&["report", s(&t.root.join("absent.rec"))]);
     assert_eq!(missing.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("absent.rec"));
+}
+
+/// `kiln ARGS` with the variables `vars` set (and no signing key).
+fn kiln_vars(args: &[&str], vars: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kiln"));
+    command
+        .args(args)
+        .env_remove("KILN_LOG")
+        .env_remove("KILN_SIGNING_KEY")
+        .env_remove("KILN_TRUSTED_KEYS");
+    command.envs(vars.iter().copied());
+    command.output().expect("run kiln")
+}
+
+/// The remote tier of `server`: writing unsigned values when `writes`.
+fn remote(server: &RedisServer, writes: bool) -> RemoteTier {
+    let config = RemoteConfig::new(server.url()).write_unsigned(writes);
+    RemoteTier::open(config).unwrap()
+}
+
+/// A fleet that shares a Redis server and no disk: a writer compiles
+/// `remote-r` and `remote-s` (stored on the server), a reader gets
+/// `remote-r` from the server, and a process with no tier compiles
+/// `lost-t`. All three record into one file.
+fn remote_setup(server: &RedisServer, record: &Path) {
+    let writer = Cache::new();
+    let tier = remote(server, true);
+    writer.add_tier(Box::new(tier.clone()));
+    writer.record_into(Recorder::open(record).unwrap()).unwrap();
+    assert!(get(&writer, "remote-r"));
+    assert!(get(&writer, "remote-s"));
+    writer.flush();
+    assert_eq!(tier.stats().stored, 2, "{:?}", tier.stats());
+    drop(writer);
+
+    let reader = Cache::new();
+    reader.add_tier(Box::new(remote(server, false)));
+    reader.record_into(Recorder::open(record).unwrap()).unwrap();
+    assert!(!get(&reader, "remote-r"), "a remote hit");
+    drop(reader);
+
+    let alone = Cache::new();
+    alone.record_into(Recorder::open(record).unwrap()).unwrap();
+    assert!(get(&alone, "lost-t"));
+}
+
+#[test]
+fn bake_takes_from_the_remote_cache_what_it_holds() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (record, out) = (dir.path().join("app.rec"), dir.path().join("app.kimg"));
+    remote_setup(&server, &record);
+
+    let args = ["bake", s(&record), "-o", s(&out), "--remote", &server.url()];
+    let text = kiln_vars(&args, &[]);
+    assert_eq!(text.status.code(), Some(1), "lost-t is missing: {text:?}");
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(stdout.contains("baked 2 of 3 recorded entries"), "{stdout}");
+    assert_eq!(names(&out), ["remote-r", "remote-s"]);
+
+    let mut with_json = args.to_vec();
+    with_json.push("--json");
+    let report = json(&kiln_vars(&with_json, &[]));
+    let from = format!("remote cache {}", server.url());
+    for baked in report["baked"].as_array().unwrap() {
+        assert_eq!(baked["from"], *from, "{report:#}");
+    }
+    let missing = report["missing"].as_array().unwrap();
+    assert_eq!(missing.len(), 1, "{report:#}");
+    assert_eq!(missing[0]["name"], "lost-t");
+    assert_eq!(
+        missing[0]["damaged_in"],
+        serde_json::json!([]),
+        "a plain miss"
+    );
+
+    // The baked image serves both in a fresh process, with no tier.
+    let fresh = Cache::new();
+    fresh.merge_image(Image::open(&out, Verification::Structural).unwrap());
+    for name in ["remote-r", "remote-s"] {
+        assert!(!get(&fresh, name), "{name} compiled again");
+    }
+}
+
+#[test]
+fn bake_with_trusted_keys_refuses_unsigned_remote_values() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (record, out) = (dir.path().join("app.rec"), dir.path().join("app.kimg"));
+    remote_setup(&server, &record);
+    let key = dir.path().join("fleet.key");
+    assert!(kiln(&["keygen", "-o", s(&key)]).status.success());
+    let public = dir.path().join("fleet.key.pub");
+
+    let args = [
+        "bake",
+        s(&record),
+        "-o",
+        s(&out),
+        "--remote",
+        &server.url(),
+        "--json",
+    ];
+    let output = kiln_vars(&args, &[("KILN_TRUSTED_KEYS", s(&public))]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let report = json(&output);
+    assert_eq!(report["baked"], serde_json::json!([]), "{report:#}");
+    let missing = report["missing"].as_array().unwrap();
+    assert_eq!(missing.len(), 3, "{report:#}");
+    for m in missing.iter().filter(|m| m["name"] != "lost-t") {
+        let why = m["damaged_in"][0].as_str().unwrap_or_default();
+        assert!(
+            why.starts_with(&format!("remote cache {}", server.url())) && why.contains("refused"),
+            "{report:#}"
+        );
+    }
+}
+
+#[test]
+fn bake_lists_what_an_unreachable_remote_cache_could_not_give() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (record, out) = (dir.path().join("app.rec"), dir.path().join("app.kimg"));
+    remote_setup(&server, &record);
+    let url = server.url();
+    drop(server);
+
+    let args = [
+        "bake",
+        s(&record),
+        "-o",
+        s(&out),
+        "--remote",
+        &url,
+        "--json",
+    ];
+    let output = kiln_vars(&args, &[("KILN_REMOTE_TIMEOUT_MS", "500")]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let report = json(&output);
+    let missing = report["missing"].as_array().unwrap();
+    assert_eq!(missing.len(), 3, "{report:#}");
+    let reasons: Vec<&str> = missing
+        .iter()
+        .map(|m| m["damaged_in"][0].as_str().unwrap_or_default())
+        .collect();
+    // The first request fails; the others are not sent (the tier backs off).
+    assert_eq!(
+        reasons.iter().filter(|why| why.contains("cannot")).count(),
+        1,
+        "{reasons:?}"
+    );
+    assert_eq!(
+        reasons
+            .iter()
+            .filter(|why| why.contains("was not asked"))
+            .count(),
+        2,
+        "{reasons:?}"
+    );
+    // An image is written anyway, empty.
+    assert!(names(&out).is_empty());
+
+    let bad = kiln_vars(
+        &["bake", s(&record), "-o", s(&out), "--remote", "http://x"],
+        &[],
+    );
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("redis://"),
+        "{bad:?}"
+    );
 }

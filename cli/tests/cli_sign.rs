@@ -269,3 +269,58 @@ fn sign_replaces_in_place_by_rename_and_keeps_other_signatures() {
     let output = kiln(&["sign", s(&path), "--key", s(&bad)]);
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
 }
+
+#[test]
+fn install_with_trusted_keys_installs_only_what_those_keys_signed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, public) = keygen(dir.path(), "release.key");
+    let (_, other) = keygen(dir.path(), "other.key");
+    let unsigned = image(dir.path(), "a.kimg", b"ptx saxpy");
+    let signed = dir.path().join("b.kimg");
+    let output = kiln(&["sign", s(&unsigned), "--key", s(&key), "-o", s(&signed)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let into = dir.path().join("images");
+    std::fs::create_dir(&into).unwrap();
+
+    // Signed by the trusted key: installed. Unsigned: refused, nothing
+    // written under its name; the exit status says something was refused.
+    let output = kiln(&[
+        "install",
+        "--trusted-key",
+        &public.to_hex(),
+        s(&signed),
+        s(&unsigned),
+        s(&into),
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
+    let text = stdout(&output);
+    assert!(text.contains("ok    ") && text.contains("b.kimg"), "{text}");
+    assert!(text.contains("signature.missing"), "{text}");
+    assert_eq!(
+        std::fs::read(into.join("b.kimg")).unwrap(),
+        std::fs::read(&signed).unwrap()
+    );
+    assert!(
+        !into.join("a.kimg").exists(),
+        "the unsigned image installed"
+    );
+
+    // Signed, but by a key the machines do not trust: refused.
+    let output = kiln(&[
+        "install",
+        "--trusted-key",
+        &other.to_hex(),
+        s(&signed),
+        s(&into),
+        "--name",
+        "c.kimg",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
+    assert!(stdout(&output).contains("signature.untrusted"));
+    assert!(!into.join("c.kimg").exists());
+
+    // Without --trusted-key, an unsigned image installs as before.
+    let output = kiln(&["install", s(&unsigned), s(&into)]);
+    assert!(output.status.success(), "{}", stdout(&output));
+    assert!(into.join("a.kimg").exists());
+}

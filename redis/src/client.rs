@@ -59,8 +59,8 @@ const BULK_FRAMING: usize = 32;
 pub(super) enum Unanswered {
     /// The tier is backing off after a failure: the server was not asked.
     BackingOff,
-    /// The server failed (already reported through [`Health`]).
-    Failed,
+    /// The server failed (already reported through [`Health`]): why.
+    Failed(Box<Error>),
 }
 
 /// How an operation failed.
@@ -228,7 +228,7 @@ impl Remote {
                 } else {
                     self.health.refused(&error);
                 }
-                Err(Unanswered::Failed)
+                Err(Unanswered::Failed(Box::new(error)))
             }
         }
     }

@@ -46,6 +46,21 @@ pub enum Error {
         /// What the client reported.
         source: Box<redis::RedisError>,
     },
+    /// The server failed less than [`RemoteConfig::backoff`] ago, so it
+    /// was not asked ([`RemoteTier::fetch`]).
+    ///
+    /// [`RemoteConfig::backoff`]: crate::RemoteConfig::backoff
+    /// [`RemoteTier::fetch`]: crate::RemoteTier::fetch
+    #[error(
+        "remote cache {server} was not asked: it failed less than {backoff:?} ago (wait, or \
+         check that the server is up)"
+    )]
+    RemoteBackingOff {
+        /// The server's URL, password removed.
+        server: String,
+        /// How long the tier waits after a failure.
+        backoff: std::time::Duration,
+    },
     /// A value fetched from the remote cache is not a valid kiln image (bad
     /// header, checksum or structure). It was not used; the entry is
     /// compiled and the value overwritten.

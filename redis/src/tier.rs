@@ -6,13 +6,23 @@ use std::ffi::OsString;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use kiln_image::{EntryData, SigningKey, TrustedKeys};
+use std::time::Duration;
+
+use kiln_image::{Digest, EntryData, SigningKey, TrustedKeys};
 
 use super::client::{Remote, Unanswered};
 use super::config::RemoteConfig;
 use super::{codec, naming};
 use crate::Error;
 use kiln_core::{Key, Owner, Tier, TierEntry};
+
+/// Why a fetch has no entry to give.
+enum Fetch {
+    /// The server was not asked, or did not answer.
+    Unanswered(Unanswered),
+    /// The server's value was rejected.
+    Rejected(Error),
+}
 
 /// A cache tier on a Redis server shared by many machines.
 ///
@@ -48,6 +58,7 @@ struct Shared {
     remote: Remote,
     namespace: String,
     max_entry_bytes: usize,
+    backoff: Duration,
     trusted_keys: Option<TrustedKeys>,
     signing_key: Option<Arc<SigningKey>>,
     writes: bool,
@@ -129,6 +140,7 @@ impl RemoteTier {
                 remote: Remote::new(&config)?,
                 namespace: config.namespace,
                 max_entry_bytes: config.max_entry_bytes,
+                backoff: config.backoff,
                 trusted_keys: config.trusted_keys,
                 signing_key: config.signing_key.map(|signer| signer.0),
                 writes,
@@ -196,44 +208,63 @@ impl RemoteTier {
         }
     }
 
-    fn count(&self, counter: impl FnOnce(&Counters) -> &AtomicU64) {
-        counter(&self.shared.counters).fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn count_unanswered(&self, why: Unanswered) {
-        match why {
-            Unanswered::BackingOff => self.count(|c| &c.skipped),
-            Unanswered::Failed => self.count(|c| &c.failures),
+    /// The entry `(owner, key)` from the server, by the owner's digest
+    /// (what a record file or an image holds), verified as a load is
+    /// (a valid one-entry image of exactly that entry, signed by a trusted
+    /// key when [`RemoteConfig::trusted_keys`] are set), or `None` when
+    /// the server has no value for it. Counted in [`RemoteTier::stats`];
+    /// not written through. For tools such as `kiln bake`, which know
+    /// entries by digest; the [`Cache`](kiln_core::Cache) loads through
+    /// [`Tier::load_entry`].
+    ///
+    /// # Errors
+    /// [`Error::RemoteUnavailable`] when the server cannot be reached or
+    /// fails the command, [`Error::RemoteBackingOff`] when an earlier
+    /// failure is less than [`RemoteConfig::backoff`] old (the server was
+    /// not asked), and the rejections of a load:
+    /// [`Error::RemoteEntryCorrupt`], [`Error::RemoteEntryMismatch`],
+    /// [`Error::RemoteEntryTooLarge`], [`Error::RemoteEntryUntrusted`].
+    pub fn fetch(&self, owner: &Digest, key: &Digest) -> Result<Option<EntryData>, Error> {
+        match self.fetch_value(owner, key) {
+            Ok(found) => Ok(found.map(|(decoded, _)| decoded.entry)),
+            Err(Fetch::Rejected(error)) => Err(error),
+            Err(Fetch::Unanswered(why)) => {
+                let error = match why {
+                    Unanswered::Failed(error) => *error,
+                    Unanswered::BackingOff => Error::RemoteBackingOff {
+                        server: self.server().to_owned(),
+                        backoff: self.shared.backoff,
+                    },
+                };
+                self.count_unanswered_ref(&error);
+                Err(error)
+            }
         }
     }
-}
 
-impl Tier for RemoteTier {
-    fn name(&self) -> &str {
-        "remote"
-    }
-
-    fn load_entry(&self, owner: &Owner, key: &Key) -> Result<Option<TierEntry>, kiln_core::Error> {
+    /// Fetches and decodes the value of `(owner, key)`, counting hits,
+    /// misses and rejections (not unanswered operations: the caller does).
+    fn fetch_value(
+        &self,
+        owner: &Digest,
+        key: &Digest,
+    ) -> Result<Option<(codec::Decoded, Vec<u8>)>, Fetch> {
         let shared = &self.shared;
-        let owner_digest = owner.digest();
-        let name = naming::entry_key(&shared.namespace, &owner_digest, key.digest());
+        let name = naming::entry_key(&shared.namespace, owner, key);
         let bytes = match shared.remote.get(&name, shared.max_entry_bytes) {
             Ok(Some(bytes)) => bytes,
             Ok(None) => {
                 self.count(|c| &c.misses);
                 return Ok(None);
             }
-            Err(why) => {
-                self.count_unanswered(why);
-                return Ok(None);
-            }
+            Err(why) => return Err(Fetch::Unanswered(why)),
         };
         let decoded = codec::decode(
             &name,
             &bytes,
             shared.max_entry_bytes,
-            &owner_digest,
-            key.digest(),
+            owner,
+            key,
             shared.trusted_keys.as_ref(),
         )
         .inspect_err(|error| {
@@ -245,8 +276,48 @@ impl Tier for RemoteTier {
             } else {
                 self.count(|c| &c.rejected);
             }
-        })?;
+        })
+        .map_err(Fetch::Rejected)?;
         self.count(|c| &c.hits);
+        Ok(Some((decoded, bytes)))
+    }
+
+    fn count(&self, counter: impl FnOnce(&Counters) -> &AtomicU64) {
+        counter(&self.shared.counters).fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an operation that got no answer, as [`Self::count_unanswered`].
+    fn count_unanswered_ref(&self, error: &Error) {
+        match error {
+            Error::RemoteBackingOff { .. } => self.count(|c| &c.skipped),
+            _ => self.count(|c| &c.failures),
+        }
+    }
+
+    fn count_unanswered(&self, why: Unanswered) {
+        match why {
+            Unanswered::BackingOff => self.count(|c| &c.skipped),
+            Unanswered::Failed(_) => self.count(|c| &c.failures),
+        }
+    }
+}
+
+impl Tier for RemoteTier {
+    fn name(&self) -> &str {
+        "remote"
+    }
+
+    fn load_entry(&self, owner: &Owner, key: &Key) -> Result<Option<TierEntry>, kiln_core::Error> {
+        let shared = &self.shared;
+        let (decoded, bytes) = match self.fetch_value(&owner.digest(), key.digest()) {
+            Ok(Some(found)) => found,
+            Ok(None) => return Ok(None),
+            Err(Fetch::Unanswered(why)) => {
+                self.count_unanswered(why);
+                return Ok(None);
+            }
+            Err(Fetch::Rejected(error)) => return Err(error.into()),
+        };
         let entry = decoded.entry;
         if let Some(local) = shared.local.get() {
             // A signed value keeps its signatures on disk, to be checked

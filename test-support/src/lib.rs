@@ -11,6 +11,7 @@
 //!   variable, and collecting what it printed.
 //! - [`ci`]: tests that need something this machine may lack skip with a
 //!   message locally and fail in CI ([`ci::required`]).
+//! - [`redis_server`]: a private `redis-server` on a free loopback port.
 //!
 //! The crate uses only `std` and depends on no Kiln crate, so `kiln-image`
 //! and `kiln-core` can take it as a dev-dependency without building a
@@ -33,6 +34,7 @@
 pub mod aligned;
 pub mod child;
 pub mod ci;
+pub mod redis_server;
 pub mod rng;
 
 pub use aligned::leak_aligned;
