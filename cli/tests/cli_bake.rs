@@ -418,11 +418,35 @@ fn remote(server: &RedisServer, writes: bool) -> RemoteTier {
     RemoteTier::open(config).unwrap()
 }
 
+/// A fleet's Redis server, a temporary directory, the fleet's record file
+/// in it and the path of the image to bake.
+struct Fleet {
+    server: RedisServer,
+    dir: tempfile::TempDir,
+    record: PathBuf,
+    out: PathBuf,
+}
+
+/// A [`Fleet`] that has run ([`fleet_run`]); `None` when `redis-server`
+/// is missing (outside CI).
+fn fleet() -> Option<Fleet> {
+    let server = RedisServer::start()?;
+    let dir = tempfile::tempdir().unwrap();
+    let (record, out) = (dir.path().join("app.rec"), dir.path().join("app.kimg"));
+    fleet_run(&server, &record);
+    Some(Fleet {
+        server,
+        dir,
+        record,
+        out,
+    })
+}
+
 /// A fleet that shares a Redis server and no disk: a writer compiles
 /// `remote-r` and `remote-s` (stored on the server), a reader gets
 /// `remote-r` from the server, and a process with no tier compiles
 /// `lost-t`. All three record into one file.
-fn remote_setup(server: &RedisServer, record: &Path) {
+fn fleet_run(server: &RedisServer, record: &Path) {
     let writer = Cache::new();
     let tier = remote(server, true);
     writer.add_tier(Box::new(tier.clone()));
@@ -446,12 +470,15 @@ fn remote_setup(server: &RedisServer, record: &Path) {
 
 #[test]
 fn bake_takes_from_the_remote_cache_what_it_holds() {
-    let Some(server) = RedisServer::start() else {
+    let Some(Fleet {
+        server,
+        dir: _dir,
+        record,
+        out,
+    }) = fleet()
+    else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let (record, out) = (dir.path().join("app.rec"), dir.path().join("app.kimg"));
-    remote_setup(&server, &record);
 
     let args = ["bake", s(&record), "-o", s(&out), "--remote", &server.url()];
     let text = kiln_vars(&args, &[]);
@@ -486,12 +513,15 @@ fn bake_takes_from_the_remote_cache_what_it_holds() {
 
 #[test]
 fn bake_with_trusted_keys_refuses_unsigned_remote_values() {
-    let Some(server) = RedisServer::start() else {
+    let Some(Fleet {
+        server,
+        dir,
+        record,
+        out,
+    }) = fleet()
+    else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let (record, out) = (dir.path().join("app.rec"), dir.path().join("app.kimg"));
-    remote_setup(&server, &record);
     let key = dir.path().join("fleet.key");
     assert!(kiln(&["keygen", "-o", s(&key)]).status.success());
     let public = dir.path().join("fleet.key.pub");
@@ -522,12 +552,15 @@ fn bake_with_trusted_keys_refuses_unsigned_remote_values() {
 
 #[test]
 fn bake_lists_what_an_unreachable_remote_cache_could_not_give() {
-    let Some(server) = RedisServer::start() else {
+    let Some(Fleet {
+        server,
+        dir: _dir,
+        record,
+        out,
+    }) = fleet()
+    else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let (record, out) = (dir.path().join("app.rec"), dir.path().join("app.kimg"));
-    remote_setup(&server, &record);
     let url = server.url();
     drop(server);
 
