@@ -6,7 +6,10 @@
 //! turns the record into one image, taken from the libraries' images and
 //! the disk tier; a fresh process with that image in `KILN_IMAGE_PATH` and
 //! no disk tier then compiles nothing, the extras coming from the baked
-//! image, also with an otherwise empty environment (no NVRTC to be found). `kiln report` lists the extras as in no shipped image.
+//! image, also with an otherwise empty environment (no NVRTC to be found);
+//! and such a stripped process with only the first run's disk tier serves
+//! the extras from it. `kiln report` lists the extras as in no shipped
+//! image.
 //!
 //! Needs NVRTC for the first run's compiles; without it the test skips,
 //! except under `CI=true`, where it fails.
@@ -299,6 +302,23 @@ fn a_baked_image_makes_the_next_fresh_process_compile_nothing() {
         SHIPPED + 3,
         "{stripped:#?}"
     );
+
+    // Without the baked image, the same stripped machine finds the extras
+    // in the disk tier the first run (with NVRTC) filled: compiled by the
+    // toolchain the libraries' build recorded, they are what a compile
+    // here would give, so they are served although nothing can compile.
+    let mut from_disk = Command::new(&programs().app);
+    from_disk.env_clear();
+    let from_disk = run_command(from_disk, &[("KILN_CACHE_DIR", &cache)]);
+    assert_eq!(with_outcome(&from_disk, "tier"), extras, "{from_disk:#?}");
+    assert_eq!(with_outcome(&from_disk, "image").len(), SHIPPED);
+    let selections: BTreeSet<&str> = events(&from_disk, "kernel")
+        .into_iter()
+        .filter(|kernel| kernel["outcome"] == "tier")
+        .filter_map(|kernel| kernel["selection"].as_str())
+        .collect();
+    assert_eq!(selections, BTreeSet::from(["compiled"]), "{from_disk:#?}");
+    assert_eq!(events(&from_disk, "summary")[0]["nvrtc_compiles"], 0);
 
     // Its record says where each came from: the extras from the baked image.
     let report = kiln(&["report", s(&second_record), "--json"]);

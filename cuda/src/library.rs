@@ -13,8 +13,13 @@
 //!    header sets a request asks for) and gets the kernel for the device's exact arch
 //!    through [`Compiler::compile_cached`](super::Compiler::compile_cached): memory,
 //!    images, the disk and remote tiers, then NVRTC. Such entries name the local
-//!    compiler and headers. Without NVRTC the miss is [`Error::NotShipped`], which
-//!    names the kernel, the arch and what to install.
+//!    compiler and headers. Without NVRTC (a production machine), the kernel for
+//!    the device's exact arch *as the recorded toolchain compiles it* is looked for
+//!    in memory, the images and the disk and remote tiers ([`Cache::get_cached`]):
+//!    a machine with the build's toolchain that compiled it at run time stored it
+//!    under the same owner and key, so it is what a compile here would give. Only
+//!    when that misses too is the miss [`Error::NotShipped`], which names the
+//!    kernel, the arch, what was tried and what to install.
 //!
 //! Under `KILN_STRICT_TOOLCHAIN=1` ([`ToolchainPolicy::Strict`]) step 1 first locates
 //! the local toolchain, defines its fingerprints in the cache
@@ -301,8 +306,9 @@ where
     /// documentation).
     ///
     /// # Errors
-    /// [`Error::NotShipped`] when no shipped entry serves and this process cannot
-    /// compile (no NVRTC, or no headers); a compile failure; the errors of the
+    /// [`Error::NotShipped`] when no shipped entry serves, this process cannot
+    /// compile (no NVRTC, or no headers) and the cache's tiers do not hold the
+    /// kernel as the build's toolchain compiles it; a compile failure; the errors of the
     /// library's request function; [`Error::BadBuildRecord`].
     pub fn get<'c>(
         &self,
@@ -423,9 +429,38 @@ where
                 tried: tried.join("; "),
                 cause,
             };
-        let local = self
-            .local()
-            .map_err(|cause| not_shipped(kernel.clone(), &tried, cause))?;
+        let local = match self.local() {
+            Ok(local) => local,
+            Err(cause) => {
+                // No toolchain here: what a machine with the build's
+                // toolchain compiled for this arch at run time (the disk
+                // or remote tier) is as good as a compile here would be.
+                if let Some(recorded) = &shipped.recorded
+                    && !cache.config().always_compile
+                {
+                    match self.compiled_elsewhere(cache, device, spec, recorded) {
+                        Ok(Some((hit, request))) => {
+                            return Ok(self.serve(
+                                cache,
+                                world,
+                                device,
+                                spec,
+                                hit,
+                                Selection::Compiled,
+                                request,
+                            ));
+                        }
+                        Ok(None) => tried.push(format!(
+                            "{} compiled by {}: not in the cache's tiers",
+                            device.arch(),
+                            recorded.nvrtc()
+                        )),
+                        Err(why) => tried.push(format!("{}: {why}", device.arch())),
+                    }
+                }
+                return Err(not_shipped(kernel, &tried, cause));
+            }
+        };
         let request = match (self.request)(spec, &local, device.arch()) {
             Ok(request) => request,
             Err(Error::Cache(other)) => return Err(Error::Cache(other)),
@@ -447,6 +482,23 @@ where
             Selection::Compiled,
             request,
         ))
+    }
+
+    /// The kernel for `device`'s exact arch as the build's toolchain
+    /// `recorded` compiles it, if the cache's tiers hold it (a machine with
+    /// that toolchain compiled it at run time and stored it): the same
+    /// owner and key a compile here would have, were the toolchain here.
+    fn compiled_elsewhere<'c>(
+        &self,
+        cache: &'c Cache,
+        device: &Device,
+        spec: &S,
+        recorded: &Toolchain,
+    ) -> Result<Option<(Hit<'c>, KernelRequest)>, crate::Error> {
+        let request = (self.request)(spec, recorded, device.arch())?;
+        let owner = request.owner(recorded.nvrtc())?;
+        let key = request.key()?;
+        Ok(cache.get_cached(&owner, &key).map(|hit| (hit, request)))
     }
 
     #[allow(clippy::too_many_arguments)]

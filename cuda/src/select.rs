@@ -34,8 +34,9 @@ pub enum Selection {
     CompatibleCubin,
     /// Shipped PTX, JIT-compiled by the driver when the module is loaded.
     Ptx,
-    /// Compiled on this machine for the device's arch, now or earlier (memory, the
-    /// disk or remote tier).
+    /// Compiled at run time for the device's exact arch: here, now or earlier, or
+    /// by another machine with the build's toolchain (from memory, the disk or
+    /// remote tier, or an application's baked image).
     Compiled,
 }
 

@@ -158,6 +158,57 @@ impl Cache {
         }
     }
 
+    /// The entry of `(owner, key)` valid now from memory, the merged images
+    /// or the extra tiers (in that order, as [`Cache::get_or_compile`]
+    /// looks), or `None`; never compiles. For a caller that cannot compile
+    /// here (no compiler on this machine) but may find what another
+    /// machine compiled in the disk or remote tier.
+    ///
+    /// A tier's entry is loaded once for concurrent callers (the same
+    /// single flight as compiles): a caller that finds a compile of the
+    /// same key running waits for it. `None` with
+    /// [`CacheConfig::always_compile`](crate::CacheConfig::always_compile).
+    ///
+    /// ```
+    /// use kiln_core::{Cache, KeyBuilder, Owner};
+    ///
+    /// let cache = Cache::new();
+    /// let owner = Owner::new("my-compiler", "1.0", "x86_64", ["-O2"])?;
+    /// let key = KeyBuilder::new("doc", 1).str("function", "f").finish();
+    /// assert!(cache.get_cached(&owner, &key).is_none(), "nothing compiled it");
+    /// # Ok::<(), kiln_core::Error>(())
+    /// ```
+    pub fn get_cached(&self, owner: &Owner, key: &Key) -> Option<Hit<'_>> {
+        if self.config.always_compile {
+            return None;
+        }
+        let digest = owner.digest();
+        loop {
+            if let Some(hit) = self.lookup(&digest, key) {
+                return Some(hit); // noted by `lookup`
+            }
+            match self.flights.join(SlotKey::new(&digest, key)) {
+                Join::Leader(leader) => {
+                    if let Some(hit) = self.find(self.world().0, &digest, key) {
+                        leader.end(Outcome::Succeeded(served(&hit)));
+                        return Some(self.note_found(hit));
+                    }
+                    let hit = self.load_from_tiers(owner, key);
+                    // Nothing found: followers look again, and compile if
+                    // they can.
+                    leader.end(Outcome::Succeeded(hit.as_ref().and_then(served)));
+                    return hit;
+                }
+                // Whatever the flight did, look again: its entry, if any,
+                // is in memory now; if it failed, the tiers are asked.
+                Join::Follower(flight) => {
+                    bump(&self.counters.compile_waits);
+                    let _ = flight.wait();
+                }
+            }
+        }
+    }
+
     /// The first usable entry an extra tier has for `(owner, key)`, recorded
     /// in memory (borrowed from the tier's image when it hands one over).
     fn load_from_tiers(&self, owner: &Owner, key: &Key) -> Option<Hit<'_>> {

@@ -330,3 +330,62 @@ fn only_the_artifacts_used_of_a_tier_entry_are_read() {
         Some(&b"cubin of f1"[..])
     );
 }
+
+#[test]
+fn get_cached_finds_what_tiers_hold_and_never_compiles() {
+    let tier: &'static MapTier = Box::leak(Box::default());
+    let o = owner();
+    let first = cache_with(tier, CacheConfig::default());
+    first
+        .get_or_compile(&o, &key(1), || Ok(compiled(1, "elsewhere")))
+        .unwrap();
+    first.flush();
+
+    // A process that cannot compile: what the tier holds, once loaded.
+    let second = cache_with(tier, CacheConfig::default());
+    let hit = second.get_cached(&o, &key(1)).expect("in the tier");
+    assert_eq!(hit.source(), Source::Tier);
+    assert_eq!(ptx(&hit), payload(1, "elsewhere"));
+    let loads = *tier.loads.lock().unwrap();
+    assert!(second.get_cached(&o, &key(1)).is_some());
+    assert_eq!(*tier.loads.lock().unwrap(), loads, "then from memory");
+    // What no tier holds: nothing, and nothing compiled or recorded.
+    assert!(second.get_cached(&o, &key(2)).is_none());
+    let stats = second.stats();
+    assert_eq!((stats.hits_tier, stats.compiles), (1, 0));
+    // A later get_or_compile of the missing key still compiles it.
+    let hit = second
+        .get_or_compile(&o, &key(2), || Ok(compiled(2, "here")))
+        .unwrap();
+    assert_eq!(ptx(&hit), payload(2, "here"));
+    // Under always_compile, nothing is cached to get.
+    let always = cache_with(tier, CacheConfig::default().always_compile(true));
+    assert!(always.get_cached(&o, &key(1)).is_none());
+}
+
+#[test]
+fn get_cached_waits_for_a_running_compile_of_the_same_key() {
+    use std::sync::Barrier;
+    let tier: &'static MapTier = Box::leak(Box::default());
+    let o = owner();
+    let cache = cache_with(tier, CacheConfig::default());
+    let started = Barrier::new(2);
+    std::thread::scope(|scope| {
+        let compiling = scope.spawn(|| {
+            cache
+                .get_or_compile(&o, &key(3), || {
+                    started.wait();
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                    Ok(compiled(3, "slow"))
+                })
+                .map(|hit| ptx(&hit))
+                .unwrap()
+        });
+        started.wait();
+        // The compile is running: get_cached waits for it, then finds it.
+        let hit = cache.get_cached(&o, &key(3)).expect("the compile's result");
+        assert_eq!(ptx(&hit), payload(3, "slow"));
+        assert_eq!(compiling.join().unwrap(), payload(3, "slow"));
+    });
+    assert_eq!(cache.stats().compiles, 1);
+}
