@@ -39,6 +39,13 @@
 //! the disk cache turned off (`KILN_CACHE=0`) nothing is memoized and every process
 //! does the full work. A memo that cannot be read, parsed or written is ignored:
 //! memos only ever save time.
+//!
+//! A memo is input the process trusts (it names a toolchain's identity), so it is
+//! kept and read as the disk cache keeps and reads its segments: only in a cache
+//! directory that passes the disk cache's check (this user's, not writable by
+//! others, unless `KILN_CACHE_TRUST_DIR=1`; otherwise memos are off), in a
+//! subdirectory created with mode 700, each file opened without following a
+//! symbolic link or blocking on a FIFO, and read up to [`MAX_MEMO_BYTES`].
 
 use std::fs::Metadata;
 use std::io::Write;
@@ -53,6 +60,9 @@ use kiln_core::Digest;
 const HEADER: &str = "kiln-cuda-memo 1";
 /// The folder below the disk cache directory.
 const SUBDIR: &str = "cuda-memo";
+/// The largest memo read (an include tree's manifest of a few thousand lines is
+/// a few hundred KiB); a larger file is ignored.
+pub const MAX_MEMO_BYTES: u64 = 8 << 20;
 /// Default [`MemoDir::settle`].
 pub const DEFAULT_SETTLE: Duration = Duration::from_secs(2);
 
@@ -88,12 +98,28 @@ impl MemoDir {
     }
 
     /// `cuda-memo/` in the disk cache directory named by `KILN_CACHE_DIR` (or the
-    /// platform default); disabled when `KILN_CACHE` turns the disk cache off or no
-    /// directory can be named.
+    /// platform default); disabled when `KILN_CACHE` turns the disk cache off, no
+    /// directory can be named, or the directory fails the disk cache's check
+    /// ([`DiskConfig::check_dir`](kiln_core::disk::DiskConfig::check_dir): another
+    /// user's, or writable by others; the disk cache warns of it).
     pub fn from_env() -> MemoDir {
         match kiln_core::disk::DiskConfig::from_env() {
-            Ok(Some(config)) => MemoDir::at(config.dir.join(SUBDIR)),
+            Ok(Some(config)) => MemoDir::in_cache_dir(&config),
             _ => MemoDir::disabled(),
+        }
+    }
+
+    /// `cuda-memo/` in the directory of the disk cache `config`, if that
+    /// directory passes the disk cache's check
+    /// ([`DiskConfig::check_dir`](kiln_core::disk::DiskConfig::check_dir));
+    /// disabled otherwise.
+    pub fn in_cache_dir(config: &kiln_core::disk::DiskConfig) -> MemoDir {
+        match config.check_dir() {
+            Ok(()) => MemoDir::at(config.dir.join(SUBDIR)),
+            Err(error) => {
+                tracing::debug!(%error, "identity memos off");
+                MemoDir::disabled()
+            }
         }
     }
 
@@ -134,7 +160,7 @@ impl MemoDir {
     /// The values memoized for `subject` under `stamps`, if the memo exists and was
     /// written for exactly these stamps.
     pub(crate) fn read(&self, kind: &str, subject: &Path, stamps: &Digest) -> Option<Vec<String>> {
-        let text = std::fs::read_to_string(self.record_path(kind, subject)?).ok()?;
+        let text = read_memo(&self.record_path(kind, subject)?)?;
         let mut lines = text.lines();
         let subject_line = subject.to_string_lossy();
         let header_ok = lines.next() == Some(HEADER)
@@ -155,7 +181,7 @@ impl MemoDir {
         kind: &str,
         subject: &Path,
     ) -> Option<(Digest, Vec<String>)> {
-        let text = std::fs::read_to_string(self.record_path(kind, subject)?).ok()?;
+        let text = read_memo(&self.record_path(kind, subject)?)?;
         let mut lines = text.lines();
         let subject_line = subject.to_string_lossy();
         let header_ok = lines.next() == Some(HEADER)
@@ -174,7 +200,7 @@ impl MemoDir {
     /// before reading them, and give it to [`MemoDir::write`].
     pub(crate) fn clock(&self) -> Option<FsInstant> {
         let dir = self.dir.as_ref()?;
-        std::fs::create_dir_all(dir).ok()?;
+        create_private_dir(dir).ok()?;
         let file = tempfile::NamedTempFile::new_in(dir).ok()?;
         let meta = file.as_file().metadata().ok()?;
         let on_disk = FileStamp::of(&meta).last_change_ns();
@@ -219,7 +245,7 @@ impl MemoDir {
             text.push_str(value);
             text.push('\n');
         }
-        let written = std::fs::create_dir_all(dir).and_then(|()| {
+        let written = create_private_dir(dir).and_then(|()| {
             let mut file = tempfile::NamedTempFile::new_in(dir)?;
             file.write_all(text.as_bytes())?;
             file.persist(&path).map_err(|e| e.error)?;
@@ -236,6 +262,30 @@ impl MemoDir {
             let _ = std::fs::remove_file(path);
         }
     }
+}
+
+/// The text of the memo file at `path`, read the safe way
+/// ([`kiln_core::disk::read_regular_file`], at most [`MAX_MEMO_BYTES`]); `None`
+/// when it is missing, not a regular file, too large or not UTF-8.
+fn read_memo(path: &Path) -> Option<String> {
+    match kiln_core::disk::read_regular_file(path, MAX_MEMO_BYTES) {
+        Ok(bytes) => String::from_utf8(bytes).ok(),
+        Err(error) => {
+            if error.kind() != std::io::ErrorKind::NotFound {
+                tracing::debug!(path = %path.display(), %error, "memo ignored");
+            }
+            None
+        }
+    }
+}
+
+/// Creates `dir` and its missing parents with mode 700 (memos are this user's).
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }
 
 /// A time on a file system's clock, in nanoseconds since the Unix epoch.
@@ -420,5 +470,83 @@ mod tests {
         let stamps = stamps_of(&file);
         memo.write("t", &file, &stamps, memo.clock(), &["v".to_owned()]);
         assert_eq!(memo.read("t", &file, &stamps.digest()), None);
+    }
+
+    /// A memo of one value for `file`, written and read back.
+    fn written(memo: &MemoDir, file: &Path) -> Digest {
+        std::thread::sleep(Duration::from_millis(20));
+        let stamps = stamps_of(file);
+        memo.write("t", file, &stamps, memo.clock(), &["v".to_owned()]);
+        let digest = stamps.digest();
+        assert!(memo.read("t", file, &digest).is_some());
+        digest
+    }
+
+    #[test]
+    fn memos_are_private_and_read_the_safe_way() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, "1").unwrap();
+        let memo = MemoDir::at(dir.path().join("cache/cuda-memo")).with_settle(Duration::ZERO);
+        let digest = written(&memo, &file);
+        for created in ["cache", "cache/cuda-memo"] {
+            let mode = std::fs::metadata(dir.path().join(created))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o700, "{created}");
+        }
+        let path = memo.record_path("t", &file).unwrap();
+        let good = std::fs::read(&path).unwrap();
+
+        // A symbolic link to a valid memo is not followed.
+        let elsewhere = dir.path().join("planted");
+        std::fs::write(&elsewhere, &good).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        assert_eq!(memo.read("t", &file, &digest), None, "a symbolic link");
+
+        // A FIFO does not block the reader.
+        std::fs::remove_file(&path).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &path,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        assert_eq!(memo.read("t", &file, &digest), None, "a FIFO");
+        assert_eq!(memo.read_unchecked("t", &file), None, "a FIFO");
+
+        // A memo past the size limit is ignored, not read whole.
+        std::fs::remove_file(&path).unwrap();
+        let mut big = good.clone();
+        big.resize(usize::try_from(MAX_MEMO_BYTES).unwrap() + 1, b'v');
+        std::fs::write(&path, &big).unwrap();
+        assert_eq!(memo.read_unchecked("t", &file), None, "too large");
+        std::fs::write(&path, &good).unwrap();
+        assert!(memo.read("t", &file, &digest).is_some(), "whole again");
+    }
+
+    #[test]
+    fn a_cache_directory_others_may_write_keeps_no_memos() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        std::fs::create_dir(&cache).unwrap();
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let mut config = kiln_core::disk::DiskConfig::new(&cache);
+        assert_eq!(MemoDir::in_cache_dir(&config), MemoDir::disabled());
+        config.trust_dir = true;
+        assert_eq!(
+            MemoDir::in_cache_dir(&config).dir(),
+            Some(cache.join(SUBDIR).as_path()),
+            "KILN_CACHE_TRUST_DIR=1"
+        );
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+        config.trust_dir = false;
+        assert!(MemoDir::in_cache_dir(&config).dir().is_some());
     }
 }

@@ -772,7 +772,7 @@ impl std::fmt::Debug for DiskCache {
 /// user and not writable by other users ([`segment::untrusted_dir`]). A
 /// symbolic link to a directory is followed (users may point
 /// `KILN_CACHE_DIR` anywhere); its target is checked.
-fn check_dir(dir: &Path, trust: bool) -> Result<(), Error> {
+pub(super) fn check_dir(dir: &Path, trust: bool) -> Result<(), Error> {
     let io = |action: &'static str| {
         move |source| Error::DiskIo {
             action,

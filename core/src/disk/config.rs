@@ -75,6 +75,20 @@ pub struct DiskConfig {
 }
 
 impl DiskConfig {
+    /// Checks the cache directory as [`DiskCache::open`](super::DiskCache::open)
+    /// does, creating it (mode 700) when missing: it must be a directory and,
+    /// unless [`DiskConfig::trust_dir`], owned by this process's user and
+    /// not writable by other users. For other files kept in the directory
+    /// (a backend's memos), which must be refused where the cache is.
+    ///
+    /// # Errors
+    /// [`Error::DiskDirUntrusted`] for a directory another user owns or may
+    /// write to; [`Error::DiskIo`] when it cannot be created or is not a
+    /// directory.
+    pub fn check_dir(&self) -> Result<(), Error> {
+        super::cache::check_dir(&self.dir, self.trust_dir)
+    }
+
     /// A configuration for `dir` with the default cap, compaction threshold
     /// and stamp interval.
     pub fn new(dir: impl Into<PathBuf>) -> DiskConfig {

@@ -178,3 +178,27 @@ pub use report::{
     VerifyReport,
 };
 pub use tier::DiskTier;
+
+/// Reads the file at `path`, kept in a cache directory, as the disk cache
+/// reads its own files: a symbolic link is refused, not followed; a FIFO,
+/// socket or device is refused without blocking; and at most `limit` bytes
+/// are read. For files a backend keeps beside the cache's segments (its
+/// memos); check the directory first with [`DiskConfig::check_dir`].
+///
+/// # Errors
+/// The open's or read's error; [`std::io::ErrorKind::InvalidData`] when the
+/// file is larger than `limit`; an error saying what it is when it is not
+/// a regular file.
+pub fn read_regular_file(path: &std::path::Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = segment::open_regular(path, segment::Access::Read)?;
+    let mut bytes = Vec::new();
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} is larger than {limit} bytes", path.display()),
+        ));
+    }
+    Ok(bytes)
+}
