@@ -62,7 +62,7 @@ enum Command {
     /// in place), so programs that mapped the old file keep reading it.
     Install(install::Args),
     /// Bake one image of the entries that record files (KILN_RECORD) say an
-    /// application used, from the images and disk caches given.
+    /// application used, from the images, disk caches and remote cache given.
     Bake(bake::Args),
     /// What record files (KILN_RECORD) say an application used: per library
     /// and owner, compiles at run time, and what no shipped image holds.
