@@ -203,7 +203,8 @@ pub use header::{ArchiveLayout, Endianness, Header};
 pub use image::{Image, Verification};
 pub use model::{Artifact, ArtifactKind, Dep, EntryData, ImageMeta};
 pub use signature::{
-    PublicKey, SignatureCheck, SigningKey, TrustedKeys, sign_image, strip_signatures,
+    BatchPosition, PublicKey, SignatureCheck, SigningKey, TrustedKeys, sign_image,
+    sign_images_batch, strip_signatures,
 };
 pub use storage::{FileAccess, ImageFile};
 pub use writer::{ImageWriter, WRITE_PIECE, write_file_atomic, write_in_pieces};
