@@ -89,7 +89,10 @@
 //! index (and so, through the digests there, its payloads), which a reader
 //! checks against the public keys it trusts
 //! ([`Image::verify_signature`]; what is covered, and the trailer's
-//! format, in the [`signature`] module).
+//! format, in the [`signature`] module). Many images can be signed
+//! together ([`sign_images_batch`]): one signature of a Merkle root, each
+//! image carrying its path, verified once per batch by a reader that keeps
+//! its [`TrustedKeys`].
 //!
 //! [`Verification::Structural`] open reads the header, the root, the owners
 //! and the metadata: its time grows with those, not with the entries or the
