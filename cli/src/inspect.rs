@@ -62,6 +62,7 @@ fn to_json(path: &std::path::Path, image: &Image) -> Value {
             "signature_len": header.signature_len,
         },
         "signatures": crate::verify::signatures_json(&image.check_signatures(None)),
+        "signature_batch": crate::verify::batch_json(image),
         "meta": {
             "producer_name": meta.producer_name,
             "producer_version": meta.producer_version,
@@ -164,13 +165,14 @@ fn print_text(path: &std::path::Path, image: &Image) -> Result<(), CliError> {
     if checks.is_empty() {
         writeln!(out, "signed    no")?;
     }
+    let batch = crate::verify::batch_text(image);
     for check in checks {
         let status = if check.valid {
             "signature verifies"
         } else {
             "signature does not verify"
         };
-        writeln!(out, "signed    by {} ({status})", check.key)?;
+        writeln!(out, "signed    by {} ({status}{batch})", check.key)?;
     }
     writeln!(
         out,

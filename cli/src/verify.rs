@@ -74,6 +74,24 @@ pub(crate) fn signed_by(checks: &[SignatureCheck], asked: bool) -> String {
     format!("signed by {}", keys.join(", "))
 }
 
+/// For a batch-signed image, `, member I of a batch of N` (for the text
+/// outputs); empty otherwise.
+pub(crate) fn batch_text(image: &Image) -> String {
+    image
+        .signature_batch()
+        .map(|batch| format!(", member {} of a batch of {}", batch.index, batch.size))
+        .unwrap_or_default()
+}
+
+/// For a batch-signed image, its place in the batch as JSON; `null`
+/// otherwise.
+pub(crate) fn batch_json(image: &Image) -> serde_json::Value {
+    image.signature_batch().map_or(
+        serde_json::Value::Null,
+        |batch| json!({ "index": batch.index, "size": batch.size }),
+    )
+}
+
 /// The signatures as JSON.
 pub(crate) fn signatures_json(checks: &[SignatureCheck]) -> serde_json::Value {
     checks
@@ -96,14 +114,16 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
                     reports.push(json!({
                         "path": json_path, "ok": true, "entries": image.len(), "bytes": bytes,
                         "signatures": signatures_json(&checks),
+                        "signature_batch": batch_json(&image),
                     }));
                 } else {
                     writeln!(
                         out,
-                        "ok    {}: {} entries, {bytes} bytes, {}",
+                        "ok    {}: {} entries, {bytes} bytes, {}{}",
                         escape::path(path),
                         image.len(),
-                        signed_by(&checks, trusted.is_some())
+                        signed_by(&checks, trusted.is_some()),
+                        batch_text(&image)
                     )?;
                 }
             }

@@ -324,3 +324,51 @@ fn install_with_trusted_keys_installs_only_what_those_keys_signed() {
     assert!(output.status.success(), "{}", stdout(&output));
     assert!(into.join("a.kimg").exists());
 }
+
+#[test]
+fn verify_and_inspect_name_the_signer_of_a_batch_member_and_its_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, public) = keygen(dir.path(), "release.key");
+    let secret = kiln_image::SigningKey::read_file(&key).unwrap();
+    let unsigned: Vec<Vec<u8>> = ["a", "b", "c"]
+        .iter()
+        .map(|name| {
+            std::fs::read(image(dir.path(), &format!("{name}.kimg"), name.as_bytes())).unwrap()
+        })
+        .collect();
+    let signed = kiln_image::sign_images_batch(
+        &unsigned.iter().map(Vec::as_slice).collect::<Vec<_>>(),
+        &secret,
+    )
+    .unwrap();
+    let member = dir.path().join("b.signed.kimg");
+    std::fs::write(&member, &signed[1]).unwrap();
+
+    let output = kiln(&["verify", "--trusted-key", &public.to_hex(), s(&member)]);
+    assert!(output.status.success(), "{}", stdout(&output));
+    assert!(
+        stdout(&output).contains(&format!(
+            "signed by {public} (trusted), member 1 of a batch of 3"
+        )),
+        "{}",
+        stdout(&output)
+    );
+    let output = kiln(&["verify", "--json", s(&member)]);
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json[0]["signature_batch"]["size"], 3);
+    assert_eq!(json[0]["signatures"][0]["valid"], true);
+    let output = kiln(&["inspect", s(&member)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains(&format!(
+            "signed    by {public} (signature verifies, member 1 of a batch of 3)"
+        )),
+        "{}",
+        stdout(&output)
+    );
+    // `kiln sign` adds no signature beside a batch signature.
+    let output = kiln(&["sign", s(&member), "--key", s(&key)]);
+    assert!(!output.status.success());
+    let said = format!("{}{}", stdout(&output), stderr(&output));
+    assert!(said.contains("batch of 3"), "{said}");
+}

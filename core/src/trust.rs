@@ -26,7 +26,9 @@
 //! - **remote tier** (`kiln-redis`): with trusted keys, an entry is used
 //!   only if a trusted key signed it (its one-entry image, whose index
 //!   names the `(owner, key)`, so a signed entry cannot be replayed under
-//!   another key); otherwise it is refused (counted in
+//!   another key; entries a writer stored together share one batch
+//!   signature, verified once per process: see
+//!   [`kiln_image::signature`]); otherwise it is refused (counted in
 //!   [`Stats::tier_untrusted`](crate::Stats::tier_untrusted), one warning
 //!   per process) and compiled. It writes only entries it can sign
 //!   (`KILN_SIGNING_KEY`), or with `KILN_REMOTE_WRITE=1` and no trusted

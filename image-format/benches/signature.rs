@@ -19,13 +19,22 @@
 //!   with a value on each hit, a `Full` open of a one-entry image (a
 //!   kernel's few KiB) and its entry read whole, without and with the
 //!   signature check.
+//! - `remote_decode11/{unsigned,per_entry_signed,batch_signed}`: the
+//!   same for eleven such values stored together, unsigned, each signed on
+//!   its own, or with one batch signature (a fresh `TrustedKeys` memo each
+//!   iteration, as in a new process: one verification, then a path of
+//!   four hashes per other member); `batch_signed_memo_warm` with the
+//!   batch's root already remembered.
+//! - `sign11/{per_entry,batch}`: what the writer pays to sign those eleven
+//!   values, each on its own ([`sign_image`]) or together
+//!   ([`sign_images_batch`]).
 
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use kiln_image::{
     Artifact, ArtifactKind, Digest, EntryData, Image, ImageMeta, ImageWriter, SigningKey,
-    TrustedKeys, Verification, sign_image,
+    TrustedKeys, Verification, sign_image, sign_images_batch,
 };
 
 fn image(entries: usize, payload: usize) -> Vec<u8> {
@@ -99,6 +108,59 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("remote_decode_verify/1x4096", |b| {
         b.iter(|| decode(black_box(&signed_value), Some(&trusted)))
+    });
+
+    // Eleven one-entry values, as the remote tier stores what the
+    // background writer took together.
+    let values: Vec<Vec<u8>> = (0..11)
+        .map(|i| {
+            let mut writer = ImageWriter::new(ImageMeta::new("kiln-remote", "1"));
+            writer.push(EntryData {
+                name: format!("kernel_{i}"),
+                key: Digest::of(&(i as u64).to_le_bytes()),
+                ..Image::from_bytes(&unsigned_value, Verification::Full)
+                    .and_then(|image| image.entry(0)?.to_data())
+                    .expect("entry")
+            });
+            writer.to_bytes().expect("valid entry")
+        })
+        .collect();
+    let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+    let per_entry: Vec<Vec<u8>> = refs
+        .iter()
+        .map(|value| sign_image(value, &key).expect("signs"))
+        .collect();
+    let batch = sign_images_batch(&refs, &key).expect("signs");
+    group.bench_function("sign11/per_entry", |b| {
+        b.iter(|| {
+            refs.iter()
+                .map(|value| sign_image(black_box(value), &key).expect("signs"))
+                .collect::<Vec<_>>()
+        })
+    });
+    group.bench_function("sign11/batch", |b| {
+        b.iter(|| sign_images_batch(black_box(&refs), &key).expect("signs"))
+    });
+    let decode_all = |values: &[Vec<u8>], trusted: Option<&TrustedKeys>| {
+        for value in values {
+            black_box(decode(black_box(value), trusted));
+        }
+    };
+    group.bench_function("remote_decode11/unsigned", |b| {
+        b.iter(|| decode_all(&values, None))
+    });
+    group.bench_function("remote_decode11/per_entry_signed", |b| {
+        b.iter(|| decode_all(&per_entry, Some(&trusted)))
+    });
+    group.bench_function("remote_decode11/batch_signed", |b| {
+        b.iter_batched_ref(
+            || TrustedKeys::new([key.public_key()]),
+            |fresh| decode_all(&batch, Some(fresh)),
+            criterion::BatchSize::SmallInput,
+        )
+    });
+    group.bench_function("remote_decode11/batch_signed_memo_warm", |b| {
+        b.iter(|| decode_all(&batch, Some(&trusted)))
     });
     group.finish();
 }

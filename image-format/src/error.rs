@@ -434,6 +434,33 @@ pub enum ImageError {
         key: crate::signature::PublicKey,
     },
 
+    /// A signature was to be added to an image signed as a member of a
+    /// batch ([`sign_images_batch`](crate::signature::sign_images_batch)),
+    /// whose signature signs the batch's root, not the image alone.
+    #[error(
+        "image is member {index} of a batch of {size} images signed together: a signature \
+         cannot be added beside a batch signature; strip its signatures first \
+         (`strip_signatures`), then sign it"
+    )]
+    BatchSigned {
+        /// The image's leaf index in its batch.
+        index: u32,
+        /// The batch's size.
+        size: u32,
+    },
+
+    /// An image given to
+    /// [`sign_images_batch`](crate::signature::sign_images_batch) with
+    /// others already carries signatures.
+    #[error(
+        "image {image} of the batch is signed already: images signed together must be \
+         unsigned (strip their signatures first, or sign it alone with `sign_image`)"
+    )]
+    AlreadySigned {
+        /// The image's position among those given.
+        image: usize,
+    },
+
     /// A key (public or secret) could not be read or parsed.
     #[error("invalid key: {0}")]
     InvalidKey(String),
@@ -492,6 +519,7 @@ impl ImageError {
             ImageError::Unsigned => "signature.missing",
             ImageError::UntrustedSigner { .. } => "signature.untrusted",
             ImageError::BadSignature { .. } => "signature.invalid",
+            ImageError::BatchSigned { .. } | ImageError::AlreadySigned { .. } => "signature.batch",
             ImageError::InvalidKey(_) => "argument.key",
             ImageError::Random(_) => "random",
         }

@@ -35,6 +35,7 @@ pub fn exercise(bytes: &[u8]) -> Result<Exercised, ImageError> {
     let _ = image.meta();
     let _ = (image.header(), image.owners(), image.owner_count());
     let _ = (image.signers(), image.check_signatures(None));
+    let _ = (image.signature_batch(), image.signature_message());
     if let Ok(groups) = image.dep_groups() {
         let mut previous: Option<&str> = None;
         for group in groups {

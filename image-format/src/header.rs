@@ -15,7 +15,7 @@
 //! | 19 | 1 | log2 of the region alignment (6: 64 bytes) |
 //! | 20 | 16 | rkyv version, NUL-padded |
 //! | 36 | 64 | producer, NUL-padded UTF-8 |
-//! | 100 | 4 | signature trailer length: 0 (unsigned), or 16 + 96 × n for n signatures, 1 ≤ n ≤ 16 (see the signature module) |
+//! | 100 | 4 | signature trailer length: 0 (unsigned), 16 + 96 × n for n direct signatures, or 24 + 32 × depth + 96 × n for a batch signature (1 ≤ n ≤ 16, 1 ≤ depth ≤ 16; see the signature module) |
 //! | 104 | 8 | entry count |
 //! | 112 | 8 | index offset |
 //! | 120 | 8 | index length |
@@ -525,7 +525,8 @@ pub mod offsets {
     pub const RKYV_VERSION: usize = 20;
     /// Producer (64 bytes, NUL-padded).
     pub const PRODUCER: usize = 36;
-    /// Signature trailer length (u32 LE): 0, or 16 + 96 × signatures.
+    /// Signature trailer length (u32 LE): 0, 16 + 96 × signatures (direct),
+    /// or 24 + 32 × depth + 96 × signatures (batch).
     pub const SIGNATURE_LEN: usize = 100;
     /// Entry count (u64 LE).
     pub const ENTRY_COUNT: usize = 104;

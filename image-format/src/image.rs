@@ -72,6 +72,9 @@ pub struct Image {
     pub(crate) trusted: bool,
     /// The signatures of the trailer, as read at open (not checked).
     pub(crate) signatures: Vec<crate::signature::Record>,
+    /// For a batch signature: the image's place in the batch and its
+    /// Merkle path, as read at open (not checked).
+    pub(crate) batch: Option<crate::signature::BatchPath>,
     /// The digest signatures sign, computed on first use.
     pub(crate) signed_digest: std::sync::OnceLock<Digest>,
 }
@@ -201,8 +204,11 @@ impl Image {
         }
         // The length was checked with the header (at most a few KiB), and
         // the file's length against it.
-        let signatures = if header.signature_len == 0 {
-            Vec::new()
+        let crate::signature::Trailer {
+            records: signatures,
+            batch,
+        } = if header.signature_len == 0 {
+            crate::signature::Trailer::default()
         } else {
             let trailer = storage.tail(header.body_end(), header.signature_len as usize)?;
             crate::signature::parse_trailer(&trailer)?
@@ -230,6 +236,7 @@ impl Image {
             payload_range,
             trusted,
             signatures,
+            batch,
             signed_digest: std::sync::OnceLock::new(),
         };
         if mode == Mode::Full {

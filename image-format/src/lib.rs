@@ -89,7 +89,10 @@
 //! index (and so, through the digests there, its payloads), which a reader
 //! checks against the public keys it trusts
 //! ([`Image::verify_signature`]; what is covered, and the trailer's
-//! format, in the [`signature`] module).
+//! format, in the [`signature`] module). Many images can be signed
+//! together ([`sign_images_batch`]): one signature of a Merkle root, each
+//! image carrying its path, verified once per batch by a reader that keeps
+//! its [`TrustedKeys`].
 //!
 //! [`Verification::Structural`] open reads the header, the root, the owners
 //! and the metadata: its time grows with those, not with the entries or the
@@ -203,7 +206,8 @@ pub use header::{ArchiveLayout, Endianness, Header};
 pub use image::{Image, Verification};
 pub use model::{Artifact, ArtifactKind, Dep, EntryData, ImageMeta};
 pub use signature::{
-    PublicKey, SignatureCheck, SigningKey, TrustedKeys, sign_image, strip_signatures,
+    BatchPosition, PublicKey, SignatureCheck, SigningKey, TrustedKeys, sign_image,
+    sign_images_batch, strip_signatures,
 };
 pub use storage::{FileAccess, ImageFile};
 pub use writer::{ImageWriter, WRITE_PIECE, write_file_atomic, write_in_pieces};

@@ -35,6 +35,63 @@
 //! key, and ed25519 signatures are deterministic, so signing the same image
 //! with the same keys gives the same bytes whatever the order.
 //!
+//! # Batch signatures
+//!
+//! One ed25519 verification costs about as much as a whole remote-tier hit
+//! on loopback, so a writer that stores many entries at once can sign them
+//! together: [`sign_images_batch`] builds a Merkle tree over the images'
+//! signed digests and signs its root once; each image carries, in its own
+//! trailer, its place in the batch and the sibling digests on the way to
+//! the root (its *path*). A reader recomputes the root from the image's
+//! signed digest and its path (a few BLAKE3 hashes) and checks the one
+//! signature of the root; [`TrustedKeys`] remembers the roots it verified
+//! (see *The memo of verified roots* below), so the other members of a
+//! batch cost the hashes alone.
+//!
+//! Hashes, each BLAKE3 in derive-key mode, every context distinct from the
+//! others and from [`SIGNED_DIGEST_CONTEXT`] (a leaf, an inner node, a
+//! root message and a direct signed digest can never stand for one
+//! another):
+//!
+//! - leaf `i` = derive-key([`BATCH_LEAF_CONTEXT`], signed digest of image `i`);
+//! - node = derive-key([`BATCH_NODE_CONTEXT`], left ‖ right);
+//! - a level of `w` nodes gives the level above it `ceil(w / 2)` nodes:
+//!   node `j` above is the node of `2j` and `2j + 1`, and when `w` is odd
+//!   its last node is **promoted unchanged** (no hash); the root is the one
+//!   node left after `depth = ceil(log2(size))` levels;
+//! - each record signs the *root message* =
+//!   derive-key([`BATCH_ROOT_CONTEXT`], root ‖ size as u32 LE), so the
+//!   batch size is signed too.
+//!
+//! A member's path holds one 32-byte digest per level, leaf level first:
+//! its sibling at that level, or 32 zero bytes where the node on its way
+//! is promoted (then any other value refuses the trailer, so each member
+//! has exactly one valid trailer per signer). A batch of one image is a
+//! direct signature ([`sign_image`]'s bytes).
+//!
+//! # The memo of verified roots
+//!
+//! [`TrustedKeys`] (and every clone of it: one memo per process when the
+//! set is cloned from one place) remembers the pairs (root message, public
+//! key) whose batch signature verified, at most [`MEMO_CAPACITY`] of them
+//! (when full it is emptied, so memory stays bounded whatever the
+//! input; a root forgotten is verified again). A batch member whose
+//! recomputed root message and trusted signer are in the memo is accepted
+//! without an ed25519 verification. This is sound because what a verified
+//! signature proves depends only on the message and the key: "the holder
+//! of this key signed this root message". The root message is a hash of
+//! the root and the batch size, and the root a hash of every leaf, so the
+//! pair names exactly the set of signed digests the key's holder vouched
+//! for; a member whose own signed digest and path lead to that root
+//! message is one of them, whatever signature bytes its own trailer
+//! carries (they are not needed to prove what is already proven). Only
+//! successful verifications are remembered, only batch roots (a direct
+//! signature signs one image, which nothing else could share), and whether
+//! a signer is trusted is asked of the set at every check, never of the
+//! memo: a clone that does not trust a key does not accept what the memo
+//! says that key signed. [`TrustedKeys::verifications`] counts the ed25519
+//! verifications performed through a set and its clones.
+//!
 //! # The signature trailer
 //!
 //! After the body, when header bytes 100..104 (little-endian) are not zero:
@@ -43,21 +100,41 @@
 //! | --: | --: | --- |
 //! | 0 | 8 | magic `KILNSIG\0` |
 //! | 8 | 4 | signature count `n`, 1 ≤ n ≤ [`MAX_SIGNATURES`] (u32 LE) |
-//! | 12 | 4 | reserved: zero |
+//! | 12 | 4 | kind (u32 LE): 0 = direct ([`KIND_DIRECT`]), 1 = batch ([`KIND_BATCH`]) |
+//!
+//! A direct trailer (kind 0) continues with the records:
+//!
+//! | offset | size | field |
+//! | --: | --: | --- |
 //! | 16 + 96 i | 32 | public key of signature `i` (strictly ascending) |
 //! | 48 + 96 i | 64 | ed25519 signature `i` of the signed digest |
 //!
-//! The header's length field must be exactly `16 + 96 n` and at most
+//! A batch trailer (kind 1), with `depth = ceil(log2(size))`:
+//!
+//! | offset | size | field |
+//! | --: | --: | --- |
+//! | 16 | 4 | leaf index (u32 LE), less than the size |
+//! | 20 | 4 | batch size (u32 LE), 2 ≤ size ≤ [`MAX_BATCH`] |
+//! | 24 + 32 l | 32 | the path's digest at level `l`, for `l` < depth |
+//! | 24 + 32 depth + 96 i | 32 | public key of signature `i` (strictly ascending) |
+//! | 56 + 32 depth + 96 i | 64 | ed25519 signature `i` of the root message |
+//!
+//! The header's length field must be `16 + 96 n` (direct) or
+//! `24 + 32 depth + 96 n` with `1 ≤ depth ≤ 16` (batch: the two forms
+//! never meet, being 16 and 24 modulo 32), and at most
 //! [`MAX_TRAILER_LEN`]; it is checked with the rest of the header, before
 //! any byte of the trailer is read, and the file must end right after the
-//! trailer. A trailer that breaks any rule refuses the image
-//! ([`ImageError::SignatureTrailer`]), whether or not the reader checks
-//! signatures.
+//! trailer. Reading the trailer then checks that its length is exactly the
+//! one its kind, count and size give. A trailer that breaks any rule
+//! refuses the image ([`ImageError::SignatureTrailer`]), whether or not
+//! the reader checks signatures.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use ed25519_dalek::Signer;
 
@@ -68,14 +145,42 @@ use crate::{Digest, Image, ImageError, Verification};
 pub const MAX_SIGNATURES: usize = 16;
 /// Magic bytes the signature trailer starts with.
 pub const TRAILER_MAGIC: [u8; 8] = *b"KILNSIG\0";
-/// Length of the trailer's fixed part (magic, count, reserved).
+/// Length of the trailer's fixed part (magic, count, kind).
 pub const TRAILER_HEAD_LEN: usize = 16;
 /// Length of one signature record (public key, signature).
 pub const RECORD_LEN: usize = 32 + 64;
-/// The longest signature trailer: [`MAX_SIGNATURES`] records.
-pub const MAX_TRAILER_LEN: usize = TRAILER_HEAD_LEN + MAX_SIGNATURES * RECORD_LEN;
+/// Trailer kind (bytes 12..16): signatures of the image's signed digest.
+pub const KIND_DIRECT: u32 = 0;
+/// Trailer kind (bytes 12..16): signatures of a batch's Merkle root.
+pub const KIND_BATCH: u32 = 1;
+/// The most images one batch signature may cover.
+pub const MAX_BATCH: usize = 1 << MAX_BATCH_DEPTH;
+/// The deepest Merkle path: `log2(MAX_BATCH)` digests.
+pub const MAX_BATCH_DEPTH: usize = 16;
+/// Length of a batch trailer's fields after the fixed part (leaf index,
+/// batch size), before the path.
+pub const BATCH_FIELDS_LEN: usize = 8;
+/// Length of one digest of a Merkle path.
+pub const PATH_DIGEST_LEN: usize = 32;
+/// The longest direct trailer: [`MAX_SIGNATURES`] records.
+pub const MAX_DIRECT_TRAILER_LEN: usize = TRAILER_HEAD_LEN + MAX_SIGNATURES * RECORD_LEN;
+/// The longest signature trailer: a batch trailer with a path of
+/// [`MAX_BATCH_DEPTH`] digests and [`MAX_SIGNATURES`] records.
+pub const MAX_TRAILER_LEN: usize = TRAILER_HEAD_LEN
+    + BATCH_FIELDS_LEN
+    + MAX_BATCH_DEPTH * PATH_DIGEST_LEN
+    + MAX_SIGNATURES * RECORD_LEN;
 /// BLAKE3 derive-key context of the signed digest.
 pub const SIGNED_DIGEST_CONTEXT: &str = "kiln-image 3 signed digest (header and index)";
+/// BLAKE3 derive-key context of a batch's leaf (over a signed digest).
+pub const BATCH_LEAF_CONTEXT: &str = "kiln-image 3 batch leaf";
+/// BLAKE3 derive-key context of a batch's inner node (over left ‖ right).
+pub const BATCH_NODE_CONTEXT: &str = "kiln-image 3 batch node";
+/// BLAKE3 derive-key context of the message a batch signature signs (over
+/// root ‖ size as u32 LE).
+pub const BATCH_ROOT_CONTEXT: &str = "kiln-image 3 batch root";
+/// The most (root message, key) pairs a [`TrustedKeys`] memo holds.
+pub const MEMO_CAPACITY: usize = 4096;
 
 /// An ed25519 public key: who signed an image.
 ///
@@ -243,12 +348,46 @@ impl fmt::Debug for SigningKey {
 /// can be rotated: trust the new key, re-sign or rebuild, then drop the
 /// old one. Each key is decoded (a curve point decompressed) once, when it
 /// is added, not at every verification.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TrustedKeys(BTreeMap<PublicKey, ed25519_dalek::VerifyingKey>);
+///
+/// The set also holds the memo of verified batch roots (see the module
+/// docs), shared by its clones, and the count of ed25519 verifications
+/// performed through it ([`TrustedKeys::verifications`]). Equality
+/// compares the keys alone.
+#[derive(Clone, Default)]
+pub struct TrustedKeys {
+    keys: BTreeMap<PublicKey, ed25519_dalek::VerifyingKey>,
+    memo: Arc<Memo>,
+}
+
+/// The verified (root message, key) pairs and the verification count of a
+/// [`TrustedKeys`] and its clones.
+#[derive(Default)]
+struct Memo {
+    roots: Mutex<HashSet<([u8; 32], PublicKey)>>,
+    verifications: AtomicU64,
+}
+
+impl PartialEq for TrustedKeys {
+    fn eq(&self, other: &TrustedKeys) -> bool {
+        self.keys == other.keys
+    }
+}
+
+impl Eq for TrustedKeys {}
+
+impl fmt::Debug for TrustedKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TrustedKeys")
+            .field("keys", &self.keys.keys().collect::<Vec<_>>())
+            .field("verified_roots", &self.verified_roots())
+            .field("verifications", &self.verifications())
+            .finish()
+    }
+}
 
 impl TrustedKeys {
     /// The set of `keys` (a key that is no curve point, which no signature
-    /// could verify with, is left out).
+    /// could verify with, is left out), with a memo of its own.
     pub fn new(keys: impl IntoIterator<Item = PublicKey>) -> TrustedKeys {
         let mut trusted = TrustedKeys::default();
         keys.into_iter().for_each(|key| trusted.insert(key));
@@ -257,7 +396,58 @@ impl TrustedKeys {
 
     /// The decoded key of `key`, if it is trusted.
     fn decoded(&self, key: &PublicKey) -> Option<&ed25519_dalek::VerifyingKey> {
-        self.0.get(key)
+        self.keys.get(key)
+    }
+
+    /// Ed25519 verifications performed through this set and its clones
+    /// ([`Image::verify_signature`]; batch members whose root was verified
+    /// already are not verified again).
+    pub fn verifications(&self) -> u64 {
+        self.memo.verifications.load(Ordering::Relaxed)
+    }
+
+    /// Batch roots (with their signer) this set and its clones remember as
+    /// verified: at most [`MEMO_CAPACITY`].
+    pub fn verified_roots(&self) -> usize {
+        self.memo_roots().len()
+    }
+
+    fn memo_roots(&self) -> std::sync::MutexGuard<'_, HashSet<([u8; 32], PublicKey)>> {
+        // The set is whole after every update: a panic elsewhere leaves it
+        // usable.
+        self.memo
+            .roots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether `key`'s signature of the batch root message `message` was
+    /// verified already.
+    fn remembers(&self, message: &Digest, key: &PublicKey) -> bool {
+        self.memo_roots().contains(&(message.0, *key))
+    }
+
+    /// Remembers that `key` signed the batch root message `message`
+    /// (verified); when the memo is full it is emptied first.
+    fn remember(&self, message: &Digest, key: &PublicKey) {
+        let mut roots = self.memo_roots();
+        if roots.len() >= MEMO_CAPACITY {
+            roots.clear();
+        }
+        roots.insert((message.0, *key));
+    }
+
+    /// Strict ed25519 verification of `signature` of `message` by the
+    /// decoded `key`, counted.
+    fn verify(
+        &self,
+        key: &ed25519_dalek::VerifyingKey,
+        message: &Digest,
+        signature: &[u8; 64],
+    ) -> bool {
+        self.memo.verifications.fetch_add(1, Ordering::Relaxed);
+        let signature = ed25519_dalek::Signature::from_bytes(signature);
+        key.verify_strict(&message.0, &signature).is_ok()
     }
 
     /// Parses a trusted-keys text: one public key (64 hex digits) per
@@ -309,33 +499,33 @@ impl TrustedKeys {
     /// Adds `key` (unless it is no curve point: see [`TrustedKeys::new`]).
     pub fn insert(&mut self, key: PublicKey) {
         if let Ok(decoded) = ed25519_dalek::VerifyingKey::from_bytes(&key.0) {
-            self.0.insert(key, decoded);
+            self.keys.insert(key, decoded);
         }
     }
 
-    /// Adds every key of `other`.
+    /// Adds every key of `other` (this set keeps its own memo).
     pub fn extend(&mut self, other: TrustedKeys) {
-        self.0.extend(other.0);
+        self.keys.extend(other.keys);
     }
 
     /// Whether `key` is trusted.
     pub fn contains(&self, key: &PublicKey) -> bool {
-        self.0.contains_key(key)
+        self.keys.contains_key(key)
     }
 
     /// Number of keys.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.keys.len()
     }
 
     /// Whether no key is trusted (then nothing signed is accepted).
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.keys.is_empty()
     }
 
     /// The keys, in ascending order.
     pub fn iter(&self) -> impl Iterator<Item = &PublicKey> {
-        self.0.keys()
+        self.keys.keys()
     }
 }
 
@@ -346,42 +536,146 @@ pub(crate) struct Record {
     pub(crate) signature: [u8; 64],
 }
 
+/// A batch member's place in its batch and its Merkle path, as read from
+/// its trailer (not yet checked; promoted levels already checked to be
+/// zeros).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct BatchPath {
+    pub(crate) index: u32,
+    pub(crate) size: u32,
+    /// One digest per level, leaf level first: [`batch_depth`] of them.
+    pub(crate) path: Vec<[u8; 32]>,
+}
+
+/// A trailer as read at open: its records and, for a batch signature, the
+/// member's path.
+#[derive(Default)]
+pub(crate) struct Trailer {
+    pub(crate) records: Vec<Record>,
+    pub(crate) batch: Option<BatchPath>,
+}
+
+/// Where a batch-signed image sits in its batch ([`Image::signature_batch`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchPosition {
+    /// The image's leaf index, less than `size`.
+    pub index: u32,
+    /// How many images were signed together.
+    pub size: u32,
+}
+
 /// What [`Image::check_signatures`] found of one signature.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SignatureCheck {
     /// Who claims to have signed.
     pub key: PublicKey,
     /// Whether the signature verifies: the key's holder signed exactly this
-    /// header and index.
+    /// header and index (directly, or as a member of a batch).
     pub valid: bool,
     /// Whether the key is among the trusted keys given.
     pub trusted: bool,
 }
 
-/// Checks the trailer length recorded in a header: 0, or `16 + 96 n` with
-/// `1 <= n <= MAX_SIGNATURES`.
-pub(crate) fn check_trailer_len(len: u32) -> Result<(), ImageError> {
-    let len = len as usize;
-    if len == 0 {
-        return Ok(());
+/// The depth of a batch of `size` images, the length of each member's
+/// path: `ceil(log2(size))` (0 for a single image).
+pub fn batch_depth(size: usize) -> usize {
+    if size <= 1 {
+        return 0;
     }
-    let records = len.checked_sub(TRAILER_HEAD_LEN).unwrap_or(usize::MAX);
-    if len > MAX_TRAILER_LEN || records == 0 || !records.is_multiple_of(RECORD_LEN) {
-        return Err(ImageError::SignatureTrailer(format!(
-            "the header gives it {len} bytes: a trailer is {TRAILER_HEAD_LEN} + {RECORD_LEN} \
-             bytes per signature, 1 to {MAX_SIGNATURES} signatures"
-        )));
-    }
-    Ok(())
+    (usize::BITS - (size - 1).leading_zeros()) as usize
 }
 
-/// Parses a trailer whose length passed [`check_trailer_len`].
-pub(crate) fn parse_trailer(bytes: &[u8]) -> Result<Vec<Record>, ImageError> {
+/// BLAKE3 in derive-key mode of the concatenation of `parts`.
+fn derive(context: &str, parts: &[&[u8]]) -> [u8; 32] {
+    let mut hasher = blake3::Hasher::new_derive_key(context);
+    for part in parts {
+        hasher.update(part);
+    }
+    *hasher.finalize().as_bytes()
+}
+
+/// The leaf of an image whose signed digest is `digest`.
+fn batch_leaf(digest: &Digest) -> [u8; 32] {
+    derive(BATCH_LEAF_CONTEXT, &[&digest.0])
+}
+
+/// The node above `left` and `right`.
+fn batch_node(left: &[u8; 32], right: &[u8; 32]) -> [u8; 32] {
+    derive(BATCH_NODE_CONTEXT, &[left, right])
+}
+
+/// The message a batch signature signs: the root and the batch size.
+fn batch_root_message(root: &[u8; 32], size: u32) -> Digest {
+    Digest(derive(BATCH_ROOT_CONTEXT, &[root, &size.to_le_bytes()]))
+}
+
+/// Whether the node at `index` of a level of `width` nodes is promoted
+/// unchanged to the level above (the last node of an odd count).
+fn promoted(index: usize, width: usize) -> bool {
+    index.is_multiple_of(2) && index + 1 == width
+}
+
+impl BatchPath {
+    /// The root message reached from the image whose signed digest is
+    /// `digest` along this path: [`batch_depth`] levels, a few BLAKE3
+    /// hashes of 64 bytes.
+    fn root_message(&self, digest: &Digest) -> Digest {
+        let mut node = batch_leaf(digest);
+        let (mut index, mut width) = (self.index as usize, self.size as usize);
+        for sibling in &self.path {
+            if !promoted(index, width) {
+                node = if index.is_multiple_of(2) {
+                    batch_node(&node, sibling)
+                } else {
+                    batch_node(sibling, &node)
+                };
+            }
+            index /= 2;
+            width = width.div_ceil(2);
+        }
+        batch_root_message(&node, self.size)
+    }
+}
+
+/// Whether some direct or batch trailer is `len` bytes long (see the
+/// module docs): `16 + 96 n`, or `24 + 32 depth + 96 n`, with
+/// `1 <= n <= MAX_SIGNATURES` and `1 <= depth <= MAX_BATCH_DEPTH`.
+fn possible_trailer_len(len: usize) -> bool {
+    len <= MAX_TRAILER_LEN
+        && (1..=MAX_SIGNATURES).any(|n| {
+            let records = n * RECORD_LEN;
+            len == TRAILER_HEAD_LEN + records
+                || (1..=MAX_BATCH_DEPTH).any(|depth| {
+                    len == TRAILER_HEAD_LEN + BATCH_FIELDS_LEN + depth * PATH_DIGEST_LEN + records
+                })
+        })
+}
+
+/// Checks the trailer length recorded in a header: 0, or the length of a
+/// direct or batch trailer (see the module docs).
+pub(crate) fn check_trailer_len(len: u32) -> Result<(), ImageError> {
+    let len = len as usize;
+    if len == 0 || possible_trailer_len(len) {
+        return Ok(());
+    }
+    Err(ImageError::SignatureTrailer(format!(
+        "the header gives it {len} bytes: a trailer is {TRAILER_HEAD_LEN} + {RECORD_LEN} bytes \
+         per signature (direct), or {} + {PATH_DIGEST_LEN} per path digest (1 to \
+         {MAX_BATCH_DEPTH}) + {RECORD_LEN} per signature (batch), 1 to {MAX_SIGNATURES} \
+         signatures",
+        TRAILER_HEAD_LEN + BATCH_FIELDS_LEN
+    )))
+}
+
+/// Parses a trailer whose length passed [`check_trailer_len`]: every
+/// length is derived from the fields read and checked against the bytes
+/// before they are read.
+pub(crate) fn parse_trailer(bytes: &[u8]) -> Result<Trailer, ImageError> {
     let bad = |what: String| Err(ImageError::SignatureTrailer(what));
     if bytes.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Trailer::default());
     }
-    let Some((head, records)) = bytes.split_first_chunk::<TRAILER_HEAD_LEN>() else {
+    let Some((head, rest)) = bytes.split_first_chunk::<TRAILER_HEAD_LEN>() else {
         return bad(format!(
             "{} bytes, shorter than its fixed part",
             bytes.len()
@@ -394,13 +688,68 @@ pub(crate) fn parse_trailer(bytes: &[u8]) -> Result<Vec<Record>, ImageError> {
         ));
     }
     let count = u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize;
-    if head[12..] != [0; 4] {
+    let kind = u32::from_le_bytes([head[12], head[13], head[14], head[15]]);
+    if count == 0 || count > MAX_SIGNATURES {
         return bad(format!(
-            "reserved bytes are {:02x?}, expected zeros",
-            &head[12..]
+            "counts {count} signatures: 1 to {MAX_SIGNATURES} are allowed"
         ));
     }
-    if count == 0 || count > MAX_SIGNATURES || records.len() != count * RECORD_LEN {
+    let (batch, records) = match kind {
+        KIND_DIRECT => (None, rest),
+        KIND_BATCH => {
+            let Some((fields, rest)) = rest.split_first_chunk::<BATCH_FIELDS_LEN>() else {
+                return bad(format!(
+                    "a batch trailer of {} bytes, shorter than its fixed fields",
+                    bytes.len()
+                ));
+            };
+            let index = u32::from_le_bytes([fields[0], fields[1], fields[2], fields[3]]);
+            let size = u32::from_le_bytes([fields[4], fields[5], fields[6], fields[7]]);
+            if !(2..=MAX_BATCH).contains(&(size as usize)) {
+                return bad(format!(
+                    "gives a batch of {size} images: a batch signs 2 to {MAX_BATCH}"
+                ));
+            }
+            if index >= size {
+                return bad(format!(
+                    "gives leaf index {index} in a batch of {size}: the index must be less"
+                ));
+            }
+            let depth = batch_depth(size as usize);
+            let path_len = depth * PATH_DIGEST_LEN;
+            if rest.len() != path_len + count * RECORD_LEN {
+                return bad(format!(
+                    "a batch of {size} (a path of {depth} digests) with {count} signatures takes \
+                     {} bytes after the batch fields, the trailer has {}",
+                    path_len + count * RECORD_LEN,
+                    rest.len()
+                ));
+            }
+            let (path_bytes, records) = rest.split_at(path_len);
+            let mut path = Vec::with_capacity(depth);
+            let (mut at, mut width) = (index as usize, size as usize);
+            for (level, chunk) in path_bytes.chunks_exact(PATH_DIGEST_LEN).enumerate() {
+                let mut digest = [0u8; 32];
+                digest.copy_from_slice(chunk);
+                if promoted(at, width) && digest != [0; 32] {
+                    return bad(format!(
+                        "path digest {level} of leaf {index} in a batch of {size} stands where \
+                         the node is promoted unchanged: it must be zeros"
+                    ));
+                }
+                path.push(digest);
+                at /= 2;
+                width = width.div_ceil(2);
+            }
+            (Some(BatchPath { index, size, path }), records)
+        }
+        other => {
+            return bad(format!(
+                "is of kind {other}, which this version does not read (0: direct, 1: batch)"
+            ));
+        }
+    };
+    if records.len() != count * RECORD_LEN {
         return bad(format!(
             "counts {count} signatures in {} bytes of records",
             records.len()
@@ -420,15 +769,32 @@ pub(crate) fn parse_trailer(bytes: &[u8]) -> Result<Vec<Record>, ImageError> {
         }
         parsed.push(Record { key, signature });
     }
-    Ok(parsed)
+    Ok(Trailer {
+        records: parsed,
+        batch,
+    })
 }
 
-/// Encodes `records` (sorted, distinct, 1 to [`MAX_SIGNATURES`]).
-fn encode_trailer(records: &[Record]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(TRAILER_HEAD_LEN + records.len() * RECORD_LEN);
+/// Encodes `records` (sorted, distinct, 1 to [`MAX_SIGNATURES`]), of the
+/// image's signed digest, or with `batch` of its batch's root message.
+fn encode_trailer(records: &[Record], batch: Option<&BatchPath>) -> Vec<u8> {
+    let path_len = batch.map_or(0, |batch| {
+        BATCH_FIELDS_LEN + batch.path.len() * PATH_DIGEST_LEN
+    });
+    let mut out = Vec::with_capacity(TRAILER_HEAD_LEN + path_len + records.len() * RECORD_LEN);
     out.extend_from_slice(&TRAILER_MAGIC);
     out.extend_from_slice(&(records.len() as u32).to_le_bytes());
-    out.extend_from_slice(&[0; 4]);
+    match batch {
+        None => out.extend_from_slice(&KIND_DIRECT.to_le_bytes()),
+        Some(batch) => {
+            out.extend_from_slice(&KIND_BATCH.to_le_bytes());
+            out.extend_from_slice(&batch.index.to_le_bytes());
+            out.extend_from_slice(&batch.size.to_le_bytes());
+            for digest in &batch.path {
+                out.extend_from_slice(digest);
+            }
+        }
+    }
     for record in records {
         out.extend_from_slice(&record.key.0);
         out.extend_from_slice(&record.signature);
@@ -446,6 +812,27 @@ pub(crate) fn signed_digest(header: &[u8; HEADER_LEN], index: &[u8]) -> Digest {
     hasher.update(&unsigned);
     hasher.update(index);
     Digest(*hasher.finalize().as_bytes())
+}
+
+/// Where the body of `opened` ends, as an index into its bytes.
+fn body_end(opened: &Image) -> Result<usize, ImageError> {
+    usize::try_from(opened.header().body_end()).map_err(|_| ImageError::TooLarge {
+        what: "the image",
+        size: opened.header().body_end(),
+        limit: usize::MAX as u64,
+    })
+}
+
+/// `image[..body_end]` followed by `trailer`, the trailer length and the
+/// header checksum updated.
+fn with_trailer(image: &[u8], body_end: usize, trailer: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body_end + trailer.len());
+    out.extend_from_slice(&image[..body_end]);
+    out.extend_from_slice(trailer);
+    out[offsets::SIGNATURE_LEN..offsets::SIGNATURE_LEN + 4]
+        .copy_from_slice(&(trailer.len() as u32).to_le_bytes());
+    header::reseal(&mut out);
+    out
 }
 
 /// `image` signed by `key` as well: the image's bytes with a signature by
@@ -473,9 +860,17 @@ pub(crate) fn signed_digest(header: &[u8; HEADER_LEN], index: &[u8]) -> Digest {
 ///
 /// # Errors
 /// Whatever opening the image reports; [`ImageError::TooLarge`] when it
-/// carries [`MAX_SIGNATURES`] signatures already.
+/// carries [`MAX_SIGNATURES`] signatures already;
+/// [`ImageError::BatchSigned`] when it carries a batch signature (which
+/// signs its batch's root, not the image alone: strip it first).
 pub fn sign_image(image: &[u8], key: &SigningKey) -> Result<Vec<u8>, ImageError> {
     let opened = Image::from_bytes(image, Verification::Structural)?;
+    if let Some(batch) = opened.signature_batch() {
+        return Err(ImageError::BatchSigned {
+            index: batch.index,
+            size: batch.size,
+        });
+    }
     let digest = opened.signed_digest();
     let mut records: Vec<Record> = opened.signatures.clone();
     let public = key.public_key();
@@ -492,21 +887,120 @@ pub fn sign_image(image: &[u8], key: &SigningKey) -> Result<Vec<u8>, ImageError>
         signature: key.sign(&digest),
     });
     records.sort_by_key(|record| record.key);
-    let body_end =
-        usize::try_from(opened.header().body_end()).map_err(|_| ImageError::TooLarge {
-            what: "the image",
-            size: opened.header().body_end(),
-            limit: usize::MAX as u64,
-        })?;
+    let body_end = body_end(&opened)?;
     drop(opened);
-    let trailer = encode_trailer(&records);
-    let mut out = Vec::with_capacity(body_end + trailer.len());
-    out.extend_from_slice(&image[..body_end]);
-    out.extend_from_slice(&trailer);
-    out[offsets::SIGNATURE_LEN..offsets::SIGNATURE_LEN + 4]
-        .copy_from_slice(&(trailer.len() as u32).to_le_bytes());
-    header::reseal(&mut out);
-    Ok(out)
+    Ok(with_trailer(
+        image,
+        body_end,
+        &encode_trailer(&records, None),
+    ))
+}
+
+/// `images` signed by `key` together: one ed25519 signature of the root of
+/// a Merkle tree over their signed digests, each image given its own path
+/// to the root (see the module docs), in the same order. A reader then
+/// pays one verification per batch and process, and a few BLAKE3 hashes
+/// per member ([`Image::verify_signature`], [`TrustedKeys`]).
+/// Deterministic; a batch of one gives exactly [`sign_image`]'s bytes, and
+/// an empty batch nothing.
+///
+/// Each image is opened with [`Verification::Structural`] (as
+/// [`sign_image`] does); images of a batch larger than one must be
+/// unsigned.
+///
+/// ```
+/// use kiln_image::signature::{SigningKey, TrustedKeys, sign_images_batch};
+/// use kiln_image::{Image, ImageMeta, ImageWriter, Verification};
+///
+/// let key = SigningKey::from_secret_bytes([7; 32]);
+/// let images: Vec<Vec<u8>> = (0..3)
+///     .map(|n| ImageWriter::new(ImageMeta::new("batch", &n.to_string())).to_bytes())
+///     .collect::<Result<_, _>>()?;
+/// let signed = sign_images_batch(&images.iter().map(Vec::as_slice).collect::<Vec<_>>(), &key)?;
+/// let trusted = TrustedKeys::new([key.public_key()]);
+/// for bytes in &signed {
+///     let image = Image::from_bytes(bytes, Verification::Full)?;
+///     assert_eq!(image.verify_signature(&trusted)?, key.public_key());
+/// }
+/// assert_eq!(trusted.verifications(), 1);
+/// # Ok::<(), kiln_image::ImageError>(())
+/// ```
+///
+/// # Errors
+/// Whatever opening an image reports; [`ImageError::TooLarge`] for more
+/// than [`MAX_BATCH`] images; [`ImageError::AlreadySigned`] when an image of
+/// a batch of two or more carries signatures.
+pub fn sign_images_batch(images: &[&[u8]], key: &SigningKey) -> Result<Vec<Vec<u8>>, ImageError> {
+    match images {
+        [] => return Ok(Vec::new()),
+        [one] => return Ok(vec![sign_image(one, key)?]),
+        _ if images.len() > MAX_BATCH => {
+            return Err(ImageError::TooLarge {
+                what: "the number of images signed together",
+                size: images.len() as u64,
+                limit: MAX_BATCH as u64,
+            });
+        }
+        _ => {}
+    }
+    let size = images.len();
+    let mut leaves = Vec::with_capacity(size);
+    let mut ends = Vec::with_capacity(size);
+    for (n, image) in images.iter().enumerate() {
+        let opened = Image::from_bytes(image, Verification::Structural)?;
+        if opened.is_signed() {
+            return Err(ImageError::AlreadySigned { image: n });
+        }
+        leaves.push(batch_leaf(&opened.signed_digest()));
+        ends.push(body_end(&opened)?);
+    }
+    // Every level of the tree, leaves first, the root alone last.
+    let mut levels = vec![leaves];
+    while let Some(level) = levels.last().filter(|level| level.len() > 1) {
+        let above = level
+            .chunks(2)
+            .map(|pair| match pair {
+                [left, right] => batch_node(left, right),
+                // The last node of an odd count: promoted unchanged.
+                [lone, ..] => *lone,
+                [] => [0; 32],
+            })
+            .collect();
+        levels.push(above);
+    }
+    let root = levels
+        .last()
+        .and_then(|level| level.first())
+        .copied()
+        .unwrap_or_default();
+    let size_u32 = size as u32;
+    let records = [Record {
+        key: key.public_key(),
+        signature: key.sign(&batch_root_message(&root, size_u32)),
+    }];
+    let depth = levels.len() - 1;
+    debug_assert_eq!(depth, batch_depth(size));
+    Ok(images
+        .iter()
+        .zip(ends)
+        .enumerate()
+        .map(|(index, (image, end))| {
+            let path = levels[..depth]
+                .iter()
+                .enumerate()
+                .map(|(level, nodes)| {
+                    let at = index >> level;
+                    nodes.get(at ^ 1).copied().unwrap_or_default()
+                })
+                .collect();
+            let batch = BatchPath {
+                index: index as u32,
+                size: size_u32,
+                path,
+            };
+            with_trailer(image, end, &encode_trailer(&records, Some(&batch)))
+        })
+        .collect())
 }
 
 /// `image` without its signatures: the bytes an unsigned image has (its
@@ -537,6 +1031,16 @@ impl Image {
         !self.signatures.is_empty()
     }
 
+    /// For a batch-signed image ([`sign_images_batch`]), its place in the
+    /// batch (read from its trailer; not checked); `None` for an unsigned
+    /// or directly signed one.
+    pub fn signature_batch(&self) -> Option<BatchPosition> {
+        self.batch.as_ref().map(|batch| BatchPosition {
+            index: batch.index,
+            size: batch.size,
+        })
+    }
+
     /// The digest every signature of this image signs (see the module
     /// docs): computed on the first call, from the header and the index,
     /// and remembered.
@@ -548,34 +1052,52 @@ impl Image {
         })
     }
 
+    /// The message the trailer's records sign: the signed digest for a
+    /// direct signature, the batch's root message, reached from the
+    /// signed digest along the image's path, for a batch signature.
+    pub fn signature_message(&self) -> Digest {
+        let digest = self.signed_digest();
+        match &self.batch {
+            None => digest,
+            Some(batch) => batch.root_message(&digest),
+        }
+    }
+
     /// The key among `trusted` whose signature of this image verifies.
     ///
     /// A valid signature authenticates the header and the index, and with
     /// them every entry and the BLAKE3 of every payload, which a reader
     /// checks before returning a payload's bytes (see the module docs).
     /// Costs hashing the header and index once per image, and one ed25519
-    /// verification per trusted signature tried.
+    /// verification per trusted signature tried; for a batch signature,
+    /// a few BLAKE3 hashes more (the path), and no verification when
+    /// `trusted` (or a clone of it) verified the same root and signer
+    /// already.
     ///
     /// # Errors
     /// [`ImageError::Unsigned`] when the image carries no signature,
     /// [`ImageError::UntrustedSigner`] when none of its signers is trusted,
     /// [`ImageError::BadSignature`] when every trusted signer's signature
-    /// fails (the image changed after it was signed, or the signature was
-    /// forged).
+    /// fails (the image or its path changed after it was signed, or the
+    /// signature was forged).
     pub fn verify_signature(&self, trusted: &TrustedKeys) -> Result<PublicKey, ImageError> {
         if self.signatures.is_empty() {
             return Err(ImageError::Unsigned);
         }
+        let message = self.signature_message();
+        let batch = self.batch.is_some();
         let mut failed = None;
         for record in &self.signatures {
             let Some(key) = trusted.decoded(&record.key) else {
                 continue;
             };
-            let signature = ed25519_dalek::Signature::from_bytes(&record.signature);
-            if key
-                .verify_strict(&self.signed_digest().0, &signature)
-                .is_ok()
-            {
+            if batch && trusted.remembers(&message, &record.key) {
+                return Ok(record.key);
+            }
+            if trusted.verify(key, &message, &record.signature) {
+                if batch {
+                    trusted.remember(&message, &record.key);
+                }
                 return Ok(record.key);
             }
             failed.get_or_insert(record.key);
@@ -589,15 +1111,15 @@ impl Image {
     }
 
     /// Every signature of the image, each checked, and whether its key is
-    /// in `trusted` (for tools: `kiln verify`, `kiln inspect`).
+    /// in `trusted` (for tools: `kiln verify`, `kiln inspect`). Each
+    /// signature is verified here (no memo).
     pub fn check_signatures(&self, trusted: Option<&TrustedKeys>) -> Vec<SignatureCheck> {
+        let message = self.signature_message();
         self.signatures
             .iter()
             .map(|record| SignatureCheck {
                 key: record.key,
-                valid: record
-                    .key
-                    .verifies(&self.signed_digest().0, &record.signature),
+                valid: record.key.verifies(&message.0, &record.signature),
                 trusted: trusted.is_some_and(|keys| keys.contains(&record.key)),
             })
             .collect()
@@ -663,10 +1185,21 @@ mod tests {
         assert!(check_trailer_len(0).is_ok());
         for n in 1..=MAX_SIGNATURES {
             assert!(check_trailer_len((TRAILER_HEAD_LEN + n * RECORD_LEN) as u32).is_ok());
+            for depth in 1..=MAX_BATCH_DEPTH {
+                let len = TRAILER_HEAD_LEN + BATCH_FIELDS_LEN + depth * PATH_DIGEST_LEN;
+                assert!(check_trailer_len((len + n * RECORD_LEN) as u32).is_ok());
+            }
         }
+        assert_eq!(
+            MAX_TRAILER_LEN,
+            TRAILER_HEAD_LEN + BATCH_FIELDS_LEN + 16 * 32 + 16 * RECORD_LEN
+        );
         for bad in [
             1,
             TRAILER_HEAD_LEN,
+            TRAILER_HEAD_LEN + BATCH_FIELDS_LEN + RECORD_LEN,
+            TRAILER_HEAD_LEN + BATCH_FIELDS_LEN + RECORD_LEN + 1,
+            MAX_TRAILER_LEN + PATH_DIGEST_LEN,
             TRAILER_HEAD_LEN + RECORD_LEN - 1,
             TRAILER_HEAD_LEN + RECORD_LEN + 1,
             MAX_TRAILER_LEN + RECORD_LEN,
@@ -675,6 +1208,64 @@ mod tests {
             let error = check_trailer_len(bad as u32).expect_err("refused");
             assert_eq!(error.check(), "signature.trailer", "{bad}: {error}");
         }
+    }
+
+    #[test]
+    fn batch_depths_and_promoted_nodes() {
+        let depths: Vec<usize> = [1, 2, 3, 4, 5, 8, 9, 11, 65_536]
+            .into_iter()
+            .map(batch_depth)
+            .collect();
+        assert_eq!(depths, [0, 1, 2, 2, 3, 3, 4, 4, 16]);
+        assert!(promoted(2, 3) && promoted(10, 11));
+        assert!(!promoted(1, 3) && !promoted(0, 2) && !promoted(9, 11));
+    }
+
+    #[test]
+    fn the_memo_stays_bounded_and_checking_stays_right() -> Result<(), ImageError> {
+        let signer = SigningKey::from_secret_bytes([5; 32]);
+        let trusted = TrustedKeys::new([signer.public_key()]);
+        let unsigned = [image(), {
+            let mut writer = ImageWriter::new(ImageMeta::new("signed", "2"));
+            writer.push(EntryData {
+                name: "other".into(),
+                ..Image::from_bytes(&image(), Verification::Full)?
+                    .entry(0)?
+                    .to_data()?
+            });
+            writer.to_bytes()?
+        }];
+        let signed = sign_images_batch(&[&unsigned[0], &unsigned[1]], &signer)?;
+        let opened = Image::from_bytes(&signed[0], Verification::Full)?;
+        opened.verify_signature(&trusted)?;
+        assert_eq!((trusted.verifications(), trusted.verified_roots()), (1, 1));
+        // Fill the memo past its capacity with roots nobody signed (as
+        // many distinct verified roots would): it never holds more than
+        // its capacity.
+        let clone = trusted.clone();
+        for n in 0..MEMO_CAPACITY as u64 + 10 {
+            let mut root = [0u8; 32];
+            root[..8].copy_from_slice(&n.to_le_bytes());
+            clone.remember(&Digest(root), &signer.public_key());
+            assert!(trusted.verified_roots() <= MEMO_CAPACITY);
+        }
+        // The real root was forgotten when the memo was emptied: verified
+        // again, correctly, and a member of another batch is refused.
+        assert!(!trusted.remembers(&opened.signature_message(), &signer.public_key()));
+        opened.verify_signature(&trusted)?;
+        assert_eq!(trusted.verifications(), 2);
+        let other = sign_images_batch(
+            &[&unsigned[1], &unsigned[0]],
+            &SigningKey::from_secret_bytes([6; 32]),
+        )?;
+        let error = Image::from_bytes(&other[1], Verification::Full)?
+            .verify_signature(&trusted)
+            .expect_err("another signer");
+        assert!(
+            matches!(error, ImageError::UntrustedSigner { .. }),
+            "{error}"
+        );
+        Ok(())
     }
 
     #[test]

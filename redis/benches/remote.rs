@@ -22,6 +22,25 @@
 //!
 //! Both hits use the tiers `kiln_core::add_tiers` builds, as the global cache
 //! does. Compare them with `nvrtc_cold` measured in the same run.
+//!
+//! Without NVRTC, the group `remote/batch11` still runs (it compiles
+//! nothing): one iteration is eleven remote hits (`RemoteTier::load_entry`,
+//! pooled connection, no write-through) on eleven entries of 6.5 KiB stored
+//! together, divide by 11 for a hit:
+//!
+//! - `unsigned`: values unsigned, a reader without trusted keys;
+//! - `per_entry_signed`: each value signed on its own (`Tier::store` one by
+//!   one), a reader with trusted keys: eleven verifications;
+//! - `batch_signed`: the values signed with one batch signature
+//!   (`Tier::store_batch`, as the background writer stores what was queued
+//!   together), a reader with a fresh `TrustedKeys` memo each iteration (a
+//!   new process): one verification, then a path of four hashes per other
+//!   member;
+//! - `batch_signed_memo_warm`: the same reader kept across iterations, the
+//!   batch's root remembered: no verification at all.
+//!
+//! The readers of the first three are opened, and connected, in the
+//! iteration's setup (not timed).
 
 #[path = "../tests/suite/remote_support/mod.rs"]
 mod remote_support;
@@ -30,10 +49,11 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::sync::Arc;
 
-use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use kiln_core::{Cache, Tier, TierSetup};
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use kiln_core::{Cache, Key, Owner, Tier, TierEntry, TierSetup};
 use kiln_cuda::{Arch, Compiler};
 use kiln_kernel_set::{Dtype, KernelSpec};
+use kiln_redis::{RemoteConfig, RemoteTier};
 use remote_support::{RedisServer, remote};
 
 /// The variables of a process using the remote tier at `url` (a long
@@ -85,6 +105,8 @@ fn bench(c: &mut Criterion) {
     let seed = Cache::new();
     seed.add_tier(Box::new(tier.clone()));
     compiler.compile_cached(&seed, &request).expect("compile");
+    // Stores run on the cache's background writer.
+    seed.flush();
     assert_eq!(tier.stats().stored, 1, "the entry is on the server");
 
     let mut group = c.benchmark_group("remote/axpy_f32");
@@ -139,6 +161,7 @@ fn bench(c: &mut Criterion) {
     let resign = Cache::with_config(kiln_core::CacheConfig::default().always_compile(true));
     resign.add_tier(Box::new(signer.clone()));
     compiler.compile_cached(&resign, &request).expect("compile");
+    resign.flush();
     assert_eq!(
         signer.stats().stored,
         1,
@@ -183,5 +206,129 @@ fn bench(c: &mut Criterion) {
     assert_eq!((stats.rejected, stats.failures), (0, 0), "{stats:?}");
 }
 
-criterion_group!(benches, bench);
+/// Members of the batch in `remote/batch11`.
+const BATCH: u64 = 11;
+
+/// Entry `i` of the batch bench: 6.5 KiB of code, as the axpy value.
+fn batch_entry(i: u64) -> kiln_image::EntryData {
+    let mut code = vec![0; 6656];
+    blake3::Hasher::new()
+        .update(&i.to_le_bytes())
+        .finalize_xof()
+        .fill(&mut code);
+    kiln_image::EntryData {
+        owner: remote_support::owner().digest(),
+        owner_label: remote_support::owner().label().to_owned(),
+        key: *remote_support::key(i).digest(),
+        name: format!("kernel{i}"),
+        min_world: 1,
+        max_world: u64::MAX,
+        deps: vec![],
+        artifacts: vec![kiln_image::Artifact {
+            kind: kiln_core::ArtifactKind::Cubin,
+            entry_points: vec![format!("kernel{i}")],
+            bytes: code,
+        }],
+    }
+}
+
+/// A tier on `url` in `namespace` (long timeout: the bench wants hits).
+fn batch_tier(
+    url: &str,
+    namespace: &str,
+    configure: impl FnOnce(RemoteConfig) -> RemoteConfig,
+) -> RemoteTier {
+    let config = RemoteConfig::new(url)
+        .namespace(namespace)
+        .timeout(std::time::Duration::from_secs(5));
+    RemoteTier::open(configure(config)).expect("a valid URL")
+}
+
+/// Reads the eleven entries through `tier`: all hits.
+fn read_all(tier: &RemoteTier, owner: &Owner, keys: &[Key]) -> usize {
+    keys.iter()
+        .filter(|key| {
+            matches!(
+                tier.load_entry(owner, key).expect("answers"),
+                Some(TierEntry::Owned(_))
+            )
+        })
+        .count()
+}
+
+fn batch(c: &mut Criterion) {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let url = server.url();
+    let signing = Arc::new(kiln_image::SigningKey::from_secret_bytes([11; 32]));
+    let public = signing.public_key();
+    let owner = remote_support::owner();
+    let entries: Vec<kiln_image::EntryData> = (0..BATCH).map(batch_entry).collect();
+    let items: Vec<(&Owner, &kiln_image::EntryData)> =
+        entries.iter().map(|entry| (&owner, entry)).collect();
+    let keys: Vec<Key> = (0..BATCH).map(remote_support::key).collect();
+
+    // The same entries stored three ways, each in its own namespace.
+    let unsigned = batch_tier(&url, "unsigned", |c| c.write_unsigned(true));
+    for entry in &entries {
+        unsigned.store(&owner, entry).expect("stores");
+    }
+    let direct = batch_tier(&url, "direct", |c| c.signing_key(Arc::clone(&signing)));
+    for entry in &entries {
+        direct.store(&owner, entry).expect("stores");
+    }
+    let batched = batch_tier(&url, "batch", |c| c.signing_key(Arc::clone(&signing)));
+    assert!(batched.store_batch(&items).iter().all(Result::is_ok));
+    for tier in [&unsigned, &direct, &batched] {
+        assert_eq!(tier.stats().stored, BATCH, "{tier:?}");
+    }
+
+    // A reader as a fresh process opens it (its own memo), connected.
+    let reader = |namespace: &str, trusted: bool| {
+        let tier = batch_tier(&url, namespace, |c| {
+            if trusted {
+                c.trusted_keys(kiln_image::TrustedKeys::new([public]))
+            } else {
+                c
+            }
+        });
+        let missing = remote_support::key(u64::MAX);
+        assert!(
+            tier.load_entry(&owner, &missing)
+                .expect("answers")
+                .is_none()
+        );
+        tier
+    };
+    let mut group = c.benchmark_group("remote/batch11");
+    group.throughput(Throughput::Elements(BATCH));
+    for (name, namespace, trusted) in [
+        ("unsigned", "unsigned", false),
+        ("per_entry_signed", "direct", true),
+        ("batch_signed", "batch", true),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_batched_ref(
+                || reader(namespace, trusted),
+                |tier| assert_eq!(read_all(tier, &owner, &keys), BATCH as usize),
+                // One reader (one connection) alive at a time.
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    let warm = reader("batch", true);
+    group.bench_function("batch_signed_memo_warm", |b| {
+        b.iter(|| assert_eq!(read_all(&warm, &owner, &keys), BATCH as usize))
+    });
+    group.finish();
+    let stats = warm.stats();
+    assert_eq!(
+        (stats.untrusted, stats.rejected, stats.failures),
+        (0, 0, 0),
+        "{stats:?}"
+    );
+}
+
+criterion_group!(benches, bench, batch);
 criterion_main!(benches);

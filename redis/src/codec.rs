@@ -10,6 +10,13 @@
 //! refused (it is not the entry asked for), and one edited to name the
 //! other key no longer verifies. With trusted keys, a value no trusted key
 //! signed is refused.
+//!
+//! Entries stored together ([`encode_batch`]) are signed with one batch
+//! signature ([`kiln_image::sign_images_batch`]): each value carries its
+//! path to the batch's signed root, which binds its own header and index
+//! exactly as a direct signature does, so every rule above holds for each
+//! value alone; a reader verifies the root once per process (the memo of
+//! its [`TrustedKeys`]) and each other member with a few hashes.
 
 use kiln_image::{
     Digest, EntryData, Image, ImageMeta, ImageWriter, SigningKey, TrustedKeys, Verification,
@@ -28,6 +35,47 @@ pub(super) fn encode(entry: &EntryData, signer: Option<&SigningKey>) -> Result<V
         Some(key) => kiln_image::sign_image(&bytes, key)?,
         None => bytes,
     })
+}
+
+/// `entries` as values, each as [`encode`] gives it, signed by `signer`
+/// together (one batch signature for all those that encoded: see the
+/// module docs); one result per entry, in order. At most
+/// [`kiln_image::signature::MAX_BATCH`] entries are signed together.
+pub(super) fn encode_batch(
+    entries: &[&EntryData],
+    signer: Option<&SigningKey>,
+) -> Vec<Result<Vec<u8>, Error>> {
+    let mut values: Vec<Result<Vec<u8>, Error>> =
+        entries.iter().map(|entry| encode(entry, None)).collect();
+    let Some(key) = signer else {
+        return values;
+    };
+    for chunk in values.chunks_mut(kiln_image::signature::MAX_BATCH) {
+        let unsigned: Vec<&[u8]> = chunk
+            .iter()
+            .filter_map(|value| value.as_deref().ok())
+            .collect();
+        match kiln_image::sign_images_batch(&unsigned, key) {
+            Ok(signed) => {
+                let mut signed = signed.into_iter();
+                for value in chunk.iter_mut().filter(|value| value.is_ok()) {
+                    if let Some(bytes) = signed.next() {
+                        *value = Ok(bytes);
+                    }
+                }
+            }
+            // Fresh one-entry images always sign; should one not, each is
+            // signed alone and keeps its own error.
+            Err(_) => {
+                for value in chunk.iter_mut() {
+                    if let Ok(bytes) = value {
+                        *value = kiln_image::sign_image(bytes, key).map_err(Error::from);
+                    }
+                }
+            }
+        }
+    }
+    values
 }
 
 /// A value decoded: the entry, and whether the value carries signatures
@@ -130,6 +178,34 @@ mod tests {
             .entry;
         assert_eq!(back.artifacts, e.artifacts);
         assert_eq!(back.name, e.name);
+    }
+
+    #[test]
+    fn entries_encoded_together_share_one_batch_signature() {
+        let entries: Vec<EntryData> = (0..5).map(|i| entry(&format!("h<{i}>"))).collect();
+        let refs: Vec<&EntryData> = entries.iter().collect();
+        let key = SigningKey::from_secret_bytes([3; 32]);
+        let trusted = TrustedKeys::new([key.public_key()]);
+        let values = encode_batch(&refs, Some(&key));
+        for (e, value) in entries.iter().zip(&values) {
+            let bytes = value.as_ref().expect("encodes");
+            let image = Image::from_bytes(bytes, Verification::Full).expect("opens");
+            assert_eq!(image.signature_batch().map(|b| b.size), Some(5));
+            let decoded = decode("k", bytes, LIMIT, &e.owner, &e.key, Some(&trusted));
+            assert_eq!(decoded.expect("verifies").entry, *e);
+        }
+        assert_eq!(trusted.verifications(), 1);
+        // Unsigned: the values `encode` gives, one by one.
+        let unsigned = encode_batch(&refs, None);
+        for (e, value) in entries.iter().zip(unsigned) {
+            assert_eq!(value.expect("encodes"), encode(e, None).expect("encodes"));
+        }
+        // One entry alone: a direct signature, as `encode` gives.
+        let one = encode_batch(&refs[..1], Some(&key));
+        assert_eq!(
+            one.into_iter().next().map(|v| v.expect("encodes")),
+            Some(encode(&entries[0], Some(&key)).expect("encodes"))
+        );
     }
 
     #[test]

@@ -40,7 +40,10 @@ enum Fetch {
 /// them: others are refused (counted, one warning per tier) and compiled.
 /// The tier stores only when [`RemoteConfig::writes`]: signed with
 /// [`RemoteConfig::signing_key`], or unsigned with
-/// [`RemoteConfig::write_unsigned`] and no trusted keys. A signed hit is
+/// [`RemoteConfig::write_unsigned`] and no trusted keys. Entries the
+/// cache's background writer stores together ([`Tier::store_batch`]) are
+/// signed with one batch signature, which a reader verifies once per
+/// process and batch (then a few hashes per other member). A signed hit is
 /// written through with its signature ([`Tier::store_signed`]). When the
 /// server is unreachable, slow or failing, an operation costs at most
 /// [`RemoteConfig::timeout`], the tier logs one warning and then answers
@@ -341,15 +344,52 @@ impl Tier for RemoteTier {
             return Ok(());
         }
         let bytes = codec::encode(entry, shared.signing_key.as_deref())?;
+        self.put(entry, &bytes);
+        Ok(())
+    }
+
+    /// Stores the entries together: each encoded as [`Tier::store`] does,
+    /// all of them signed with one batch signature when the tier signs
+    /// (a reader then verifies one signature for the batch, and a few
+    /// hashes per other member), then each `SET` on its own, each within
+    /// [`RemoteConfig::timeout`] and the back-off, as a single store.
+    fn store_batch(&self, items: &[(&Owner, &EntryData)]) -> Vec<Result<(), kiln_core::Error>> {
+        let shared = &self.shared;
+        if !shared.writes {
+            return items
+                .iter()
+                .map(|_| {
+                    self.count(|c| &c.not_written);
+                    Ok(())
+                })
+                .collect();
+        }
+        let entries: Vec<&EntryData> = items.iter().map(|(_, entry)| *entry).collect();
+        let values = codec::encode_batch(&entries, shared.signing_key.as_deref());
+        entries
+            .iter()
+            .zip(values)
+            .map(|(entry, value)| {
+                self.put(entry, &value?);
+                Ok(())
+            })
+            .collect()
+    }
+}
+
+impl RemoteTier {
+    /// `SET`s the value `bytes` of `entry` (not when it is larger than
+    /// [`RemoteConfig::max_entry_bytes`]), counted.
+    fn put(&self, entry: &EntryData, bytes: &[u8]) {
+        let shared = &self.shared;
         if bytes.len() > shared.max_entry_bytes {
             tracing::debug!(name = %entry.name, len = bytes.len(), "entry too large for the remote cache: not stored");
-            return Ok(());
+            return;
         }
         let name = naming::entry_key(&shared.namespace, &entry.owner, &entry.key);
-        match shared.remote.set(&name, &bytes) {
+        match shared.remote.set(&name, bytes) {
             Ok(()) => self.count(|c| &c.stored),
             Err(why) => self.count_unanswered(why),
         }
-        Ok(())
     }
 }

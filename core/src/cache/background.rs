@@ -21,6 +21,19 @@
 //! the process holds at most twice the memory cap of payloads (the cap
 //! plus [`MAX_QUEUED_BYTES`] when the cap is larger).
 //!
+//! **Batches.** When the writer takes a job, it also takes the jobs queued
+//! right behind it that go to the same tiers (the same `Arc`s, in the same
+//! order) and are plain stores (not [`Tier::store_signed`]), at most
+//! [`MAX_BATCH_JOBS`] in all, and hands them to each tier in one
+//! [`Tier::store_batch`] call, so that a tier can amortize work over them
+//! (the remote tier signs them with one batch signature, which a reader
+//! verifies once). It never waits for more: a batch is what was already
+//! queued, so a lone store runs as soon as the writer is free. Counters
+//! stay per entry and per tier (each item's result), and each tier still
+//! sees the entries in the order they were queued. A batch's call runs
+//! with the `tracing` dispatcher of its first job; each entry's failure is
+//! logged to its own job's.
+//!
 //! [`Cache::flush`] waits until every store queued before it has run. A
 //! cache flushes when dropped, and every live cache flushes when the
 //! process exits normally (an `atexit` hook, as the disk tier's recency
@@ -44,6 +57,9 @@ use crate::{Error, Key, Owner};
 
 /// The most stores queued at once.
 pub const MAX_JOBS: usize = 1024;
+/// The most jobs the writer hands to a tier in one [`Tier::store_batch`]
+/// call (see the module docs).
+pub const MAX_BATCH_JOBS: usize = 256;
 /// The most payload bytes queued at once (the job running included), unless
 /// the memory cap is lower: 64 MiB.
 pub const MAX_QUEUED_BYTES: u64 = 64 << 20;
@@ -213,18 +229,19 @@ impl StoreQueue {
     /// The writer thread: runs jobs in order until the queue is closed
     /// and empty, at a lower scheduling priority than the threads that
     /// compile (on Linux, where the nice value is per thread): persistence
-    /// yields the CPU to callers.
+    /// yields the CPU to callers. Plain jobs queued together for the same
+    /// tiers run as one batch (see the module docs).
     fn writer(&self) {
         #[cfg(target_os = "linux")]
         if let Err(error) = rustix::process::setpriority_process(None, WRITER_NICE) {
             tracing::debug!(%error, "kiln store thread keeps its priority");
         }
         loop {
-            let (job, bytes, dispatch) = {
+            let group = {
                 let mut state = self.state();
                 loop {
-                    if let Some(queued) = state.jobs.pop_front() {
-                        break queued;
+                    if let Some(first) = state.jobs.pop_front() {
+                        break take_batch(first, &mut state.jobs);
                     }
                     if state.closed {
                         return;
@@ -235,13 +252,84 @@ impl StoreQueue {
                         .unwrap_or_else(PoisonError::into_inner);
                 }
             };
-            tracing::dispatcher::with_default(&dispatch, || self.run(job));
-            drop(dispatch);
+            let bytes: u64 = group.iter().map(|(_, bytes, _)| bytes).sum();
+            let jobs = group.len() as u64;
+            self.run_group(group);
             let mut state = self.state();
             state.bytes = state.bytes.saturating_sub(bytes);
-            state.finished += 1;
+            state.finished += jobs;
             drop(state);
             self.progress.notify_all();
+        }
+    }
+
+    /// Runs the jobs of one batch ([`take_batch`]): one job as
+    /// [`StoreQueue::run`] does, several with one [`Tier::store_batch`] per
+    /// tier.
+    fn run_group(&self, group: Vec<(Job, u64, Dispatch)>) {
+        let mut group = group.into_iter();
+        let Some((first, _, dispatch)) = group.next() else {
+            return;
+        };
+        if group.len() == 0 {
+            tracing::dispatcher::with_default(&dispatch, || self.run(first));
+            return;
+        }
+        let tiers = first.tiers.clone();
+        let mut items: Vec<(Owner, EntryData, Dispatch)> = Vec::with_capacity(group.len() + 1);
+        for (job, _, dispatch) in std::iter::once((first, 0, dispatch)).chain(group) {
+            let data = tracing::dispatcher::with_default(&dispatch, || plain_data(job.entry));
+            if let Some(data) = data {
+                items.push((job.owner, data, dispatch));
+            }
+        }
+        let Some((_, _, batch_dispatch)) = items.first() else {
+            return;
+        };
+        let refs: Vec<(&Owner, &EntryData)> =
+            items.iter().map(|(owner, data, _)| (owner, data)).collect();
+        for tier in tiers {
+            let results = tracing::dispatcher::with_default(batch_dispatch, || {
+                std::panic::catch_unwind(AssertUnwindSafe(|| tier.store_batch(&refs)))
+            });
+            match results {
+                Ok(results) => {
+                    let mut results = results.into_iter();
+                    for (_, data, dispatch) in &items {
+                        match results.next() {
+                            Some(Ok(())) => bump(&self.counters.stored),
+                            Some(Err(error)) => {
+                                bump(&self.counters.failures);
+                                tracing::dispatcher::with_default(dispatch, || {
+                                    tracing::debug!(tier = tier.name(), name = data.name, %error, "cache tier failed to store; ignored");
+                                });
+                            }
+                            None => {
+                                bump(&self.counters.failures);
+                                tracing::dispatcher::with_default(dispatch, || {
+                                    tracing::debug!(
+                                        tier = tier.name(),
+                                        name = data.name,
+                                        "cache tier gave no result for this store; counted as failed"
+                                    );
+                                });
+                            }
+                        }
+                    }
+                }
+                Err(_) => {
+                    for _ in &items {
+                        bump(&self.counters.failures);
+                    }
+                    tracing::dispatcher::with_default(batch_dispatch, || {
+                        tracing::warn!(
+                            tier = tier.name(),
+                            entries = items.len(),
+                            "cache tier panicked while storing a batch; ignored"
+                        );
+                    });
+                }
+            }
         }
     }
 
@@ -254,18 +342,11 @@ impl StoreQueue {
             tiers,
         } = job;
         let (data, image) = match entry {
-            JobEntry::Body { meta, body } => match meta.to_entry_data(&body) {
-                Some(data) => (data, None),
-                None => {
-                    tracing::debug!(
-                        name = meta.name,
-                        "entry not stored: a payload failed its checksum"
-                    );
-                    return;
-                }
-            },
-            JobEntry::Data(data) => (data, None),
             JobEntry::Signed { data, image } => (data, Some(image)),
+            plain => match plain_data(plain) {
+                Some(data) => (data, None),
+                None => return,
+            },
         };
         for tier in tiers {
             let stored = std::panic::catch_unwind(AssertUnwindSafe(|| match &image {
@@ -334,6 +415,61 @@ impl StoreQueue {
         self.flush(None);
         self.state().closed = true;
         self.work.notify_all();
+    }
+}
+
+/// Whether `job` may be batched with others: a plain store (a signed one
+/// goes through [`Tier::store_signed`]).
+fn batchable(job: &Job) -> bool {
+    !matches!(job.entry, JobEntry::Signed { .. })
+}
+
+/// Whether `a` and `b` go to the same tiers: the same `Arc`s, in the same
+/// order.
+fn same_tiers(a: &Job, b: &Job) -> bool {
+    a.tiers.len() == b.tiers.len() && a.tiers.iter().zip(&b.tiers).all(|(a, b)| Arc::ptr_eq(a, b))
+}
+
+/// `first` and, when it is plain, the plain jobs queued right behind it for
+/// the same tiers, at most [`MAX_BATCH_JOBS`] in all, taken off `jobs`.
+fn take_batch(
+    first: (Job, u64, Dispatch),
+    jobs: &mut VecDeque<(Job, u64, Dispatch)>,
+) -> Vec<(Job, u64, Dispatch)> {
+    let mut group = vec![first];
+    if !batchable(&group[0].0) {
+        return group;
+    }
+    while group.len() < MAX_BATCH_JOBS {
+        let Some(next) = jobs.pop_front() else {
+            break;
+        };
+        if batchable(&next.0) && same_tiers(&group[0].0, &next.0) {
+            group.push(next);
+        } else {
+            jobs.push_front(next);
+            break;
+        }
+    }
+    group
+}
+
+/// The entry of a plain job (built from the resident entry for a `Body`);
+/// `None`, logged, when a payload failed its checksum. A `Signed` job's
+/// entry is returned without its image.
+fn plain_data(entry: JobEntry) -> Option<EntryData> {
+    match entry {
+        JobEntry::Body { meta, body } => {
+            let data = meta.to_entry_data(&body);
+            if data.is_none() {
+                tracing::debug!(
+                    name = meta.name,
+                    "entry not stored: a payload failed its checksum"
+                );
+            }
+            data
+        }
+        JobEntry::Data(data) | JobEntry::Signed { data, .. } => Some(data),
     }
 }
 

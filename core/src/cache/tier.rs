@@ -73,6 +73,24 @@ pub trait Tier: Send + Sync {
         let _ = image;
         self.store(owner, entry)
     }
+
+    /// Records several freshly compiled entries at once (each as
+    /// [`Tier::store`] would), returning one result per item, in order. The
+    /// background writer calls it with the plain stores already queued
+    /// together for the same tiers (up to
+    /// [`MAX_BATCH_JOBS`](crate::cache::MAX_BATCH_JOBS)), so that a tier can
+    /// amortize work over them: the remote tier signs them with one batch
+    /// signature. The default stores each item with [`Tier::store`]; a
+    /// wrapper should forward this method (or it stores item by item).
+    ///
+    /// A result missing from the returned list (a list shorter than
+    /// `items`) is counted as a failed store.
+    fn store_batch(&self, items: &[(&Owner, &EntryData)]) -> Vec<Result<(), Error>> {
+        items
+            .iter()
+            .map(|(owner, entry)| self.store(owner, entry))
+            .collect()
+    }
 }
 
 /// A shared tier is a tier: the same disk cache can be added to a [`Cache`]
@@ -95,5 +113,9 @@ impl<T: Tier + ?Sized> Tier for std::sync::Arc<T> {
 
     fn store_signed(&self, owner: &Owner, entry: &EntryData, image: &[u8]) -> Result<(), Error> {
         (**self).store_signed(owner, entry, image)
+    }
+
+    fn store_batch(&self, items: &[(&Owner, &EntryData)]) -> Vec<Result<(), Error>> {
+        (**self).store_batch(items)
     }
 }

@@ -245,6 +245,159 @@ fn a_background_handle_queues_stores_and_loads_directly() {
     assert_eq!(tier.stored(), 2);
 }
 
+/// What a [`BatchingTier`] was asked: single stores and batches, each by
+/// the kernel numbers of its entries.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Calls {
+    stores: Vec<u64>,
+    batches: Vec<Vec<u64>>,
+}
+
+/// A tier that records how the writer calls it: each call (single store
+/// or batch) counts itself as entered, then waits at a gate (so that
+/// stores queue behind the one running); it refuses the entries whose
+/// number is in `refuse`, and gives no result for the last item of a batch
+/// when `short`.
+#[derive(Default)]
+struct BatchingTier {
+    gate: GatedTier,
+    entered: AtomicU64,
+    calls: Mutex<Calls>,
+    refuse: Vec<u64>,
+    short: bool,
+}
+
+/// The kernel number of an entry of [`compiled`] (`kernel_N`).
+fn number(entry: &EntryData) -> u64 {
+    entry.name["kernel_".len()..].parse().expect("kernel_N")
+}
+
+impl BatchingTier {
+    /// Counts the call in, then waits at the gate.
+    fn enter(&self, owner: &Owner, entry: &EntryData) {
+        self.entered.fetch_add(1, Ordering::SeqCst);
+        let _ = self.gate.store(owner, entry);
+    }
+
+    /// Waits until the writer is inside a call of this tier.
+    fn wait_entered(&self) {
+        for _ in 0..6000 {
+            if self.entered.load(Ordering::SeqCst) > 0 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("the writer never called the tier");
+    }
+
+    fn result(&self, entry: &EntryData) -> Result<(), Error> {
+        if self.refuse.contains(&number(entry)) {
+            return Err(Error::DiskIo {
+                action: "publish a segment in",
+                path: "/nonexistent".into(),
+                source: std::io::Error::other("refused by the test"),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Tier for BatchingTier {
+    fn name(&self) -> &str {
+        "batching"
+    }
+
+    fn load_entry(&self, _: &Owner, _: &Key) -> Result<Option<TierEntry>, Error> {
+        Ok(None)
+    }
+
+    fn store(&self, owner: &Owner, entry: &EntryData) -> Result<(), Error> {
+        self.enter(owner, entry);
+        self.calls.lock().expect("lock").stores.push(number(entry));
+        self.result(entry)
+    }
+
+    fn store_batch(&self, items: &[(&Owner, &EntryData)]) -> Vec<Result<(), Error>> {
+        if let Some((owner, entry)) = items.first() {
+            self.enter(owner, entry);
+        }
+        let numbers = items.iter().map(|(_, entry)| number(entry)).collect();
+        self.calls.lock().expect("lock").batches.push(numbers);
+        let mut results: Vec<Result<(), Error>> =
+            items.iter().map(|(_, entry)| self.result(entry)).collect();
+        if self.short {
+            results.pop();
+        }
+        results
+    }
+}
+
+#[test]
+fn queued_plain_stores_reach_each_tier_as_one_batch_in_order() {
+    let first = Arc::new(BatchingTier {
+        refuse: vec![3, 7],
+        ..BatchingTier::default()
+    });
+    let second = Arc::new(BatchingTier {
+        short: true,
+        ..BatchingTier::default()
+    });
+    second.gate.open();
+    let cache = Cache::new();
+    cache.add_tier(Box::new(Arc::clone(&first)));
+    cache.add_tier(Box::new(Arc::clone(&second)));
+    // Store 0 runs alone, held at the first tier's gate; 1..=11 queue
+    // behind it.
+    compile(&cache, 0);
+    first.wait_entered();
+    for n in 1..12 {
+        compile(&cache, n);
+    }
+    assert_eq!(cache.stats().store_queue_depth, 12);
+    first.gate.open();
+    cache.flush();
+    let expected = Calls {
+        stores: vec![0],
+        batches: vec![(1..12).collect()],
+    };
+    assert_eq!(*first.calls.lock().expect("lock"), expected);
+    assert_eq!(*second.calls.lock().expect("lock"), expected);
+    // Counted per entry and tier: the first tier refused 3 and 7, the
+    // second gave no result for 11 (a failure).
+    let stats = cache.stats();
+    assert_eq!(
+        (stats.stores, stats.store_failures, stats.store_queue_depth),
+        (24 - 3, 3, 0),
+        "{stats:?}"
+    );
+}
+
+#[test]
+fn a_batch_takes_only_what_is_queued_and_at_most_the_bound() {
+    let tier = Arc::new(BatchingTier::default());
+    let cache = Cache::new();
+    cache.add_tier(Box::new(Arc::clone(&tier)));
+    let extra = 10;
+    let total = kiln_core::cache::MAX_BATCH_JOBS as u64 + extra + 1;
+    compile(&cache, 0);
+    tier.wait_entered();
+    for n in 1..total {
+        compile(&cache, n);
+    }
+    tier.gate.open();
+    cache.flush();
+    // Nothing queued: a lone store, run at once.
+    compile(&cache, total);
+    cache.flush();
+    let calls = tier.calls.lock().expect("lock");
+    assert_eq!(calls.stores, [0, total]);
+    let sizes: Vec<usize> = calls.batches.iter().map(Vec::len).collect();
+    assert_eq!(sizes, [kiln_core::cache::MAX_BATCH_JOBS, extra as usize]);
+    let flat: Vec<u64> = calls.batches.iter().flatten().copied().collect();
+    assert_eq!(flat, (1..total).collect::<Vec<_>>(), "in order");
+    assert_eq!(cache.stats().stores, total + 1);
+}
+
 /// The child process: compiles `KILN_TEST_ENTRIES` entries through
 /// `global()` (disk tier in `KILN_CACHE_DIR`) and returns from the test
 /// without flushing: the exit hook must store them. Run by the suite's

@@ -9,17 +9,17 @@
 //! running the suite's ignored test `child`, which uses `kiln_core::global()`.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::remote_support::{RedisServer, WarnCounter, code, compile, get, key, owner};
 use kiln_core::disk::{DiskCache, DiskConfig};
-use kiln_core::{ArtifactKind, Cache, Source};
+use kiln_core::{ArtifactKind, Cache, Key, Owner, Source, Tier, TierEntry};
 use kiln_image::header::{offsets, reseal_header};
 use kiln_image::{
-    EntryData, Image, ImageMeta, ImageWriter, SigningKey, TrustedKeys, Verification, sign_image,
-    strip_signatures,
+    BatchPosition, EntryData, Image, ImageMeta, ImageWriter, SigningKey, TrustedKeys, Verification,
+    sign_image, strip_signatures,
 };
 use kiln_redis::{RemoteConfig, RemoteTier};
 use kiln_test_support::child;
@@ -526,6 +526,177 @@ fn the_global_cache_signs_and_checks_with_the_variables() {
         "compiles=4 tier_hits=0 untrusted=4"
     );
     assert_eq!(value(&server, &redis_key(0)), Some(poisoned(0, None)));
+}
+
+/// Holds a cache's background writer in its first store until released,
+/// so that the stores queued meanwhile reach the next tiers together, as
+/// they do behind any slow store. It stores nothing: the remote tier
+/// behind it, and its server, are real.
+#[derive(Default)]
+struct Hold {
+    state: Mutex<(bool, bool)>,
+    changed: Condvar,
+}
+
+impl Hold {
+    /// Waits (at most a minute) until the writer is held.
+    fn wait_entered(&self) {
+        let state = self.state.lock().expect("lock");
+        let (state, _) = self
+            .changed
+            .wait_timeout_while(state, Duration::from_secs(60), |(entered, _)| !*entered)
+            .expect("lock");
+        assert!(state.0, "the writer never reached the held store");
+    }
+
+    fn release(&self) {
+        self.state.lock().expect("lock").1 = true;
+        self.changed.notify_all();
+    }
+}
+
+impl Tier for Hold {
+    fn name(&self) -> &str {
+        "hold"
+    }
+
+    fn load_entry(&self, _: &Owner, _: &Key) -> Result<Option<TierEntry>, kiln_core::Error> {
+        Ok(None)
+    }
+
+    fn store(&self, _: &Owner, _: &EntryData) -> Result<(), kiln_core::Error> {
+        let mut state = self.state.lock().expect("lock");
+        state.0 = true;
+        self.changed.notify_all();
+        let _held = self
+            .changed
+            .wait_timeout_while(state, Duration::from_secs(60), |(_, released)| !*released)
+            .expect("lock");
+        Ok(())
+    }
+}
+
+/// Where the signature trailer of `value` starts.
+fn trailer_at(value: &[u8]) -> usize {
+    let len = u32::from_le_bytes(
+        value[offsets::SIGNATURE_LEN..][..4]
+            .try_into()
+            .expect("four bytes"),
+    );
+    value.len() - len as usize
+}
+
+#[test]
+fn entries_stored_together_cost_a_reader_one_verification() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let url = server.url();
+    let writer_key = signer(12);
+    let compiles = AtomicUsize::new(0);
+
+    // A writer with the remote tier alone (no disk tier): kernel 59 holds
+    // its background writer while kernels 40..51 are compiled, so that
+    // their eleven stores queue together and reach the remote tier as one
+    // batch.
+    let hold = Arc::new(Hold::default());
+    let writer = tier(&url, Some(&writer_key), None);
+    let w = Cache::new();
+    w.add_tier(Box::new(Arc::clone(&hold)));
+    w.add_tier(Box::new(writer.clone()));
+    let compile_in = |cache: &Cache, i: u64| {
+        cache
+            .get_or_compile(&owner(), &key(i), || compile(i, &compiles))
+            .expect("compiles");
+    };
+    compile_in(&w, 59);
+    hold.wait_entered();
+    for i in 40..51 {
+        compile_in(&w, i);
+    }
+    assert_eq!(w.stats().store_queue_depth, 12);
+    hold.release();
+    w.flush();
+    assert_eq!(writer.stats().stored, 12);
+    let stats = w.stats();
+    assert_eq!((stats.stores, stats.store_failures), (24, 0), "{stats:?}");
+    for i in 40..51 {
+        let stored = value(&server, &redis_key(i)).expect("stored");
+        let image = Image::from_bytes(&stored, Verification::Full).expect("valid");
+        assert_eq!(
+            image.signature_batch(),
+            Some(BatchPosition {
+                index: (i - 40) as u32,
+                size: 11
+            })
+        );
+    }
+
+    // A fresh reader trusting the key, with a disk tier written through:
+    // eleven remote hits, one ed25519 verification.
+    let trusted = trusting(&[&writer_key]);
+    let reader = tier(&url, None, Some(trusted.clone()));
+    let reader_dir = tempdir();
+    let r = cache(reader_dir.path(), &reader, Some(trusting(&[&writer_key])));
+    let before = compiles.load(Ordering::SeqCst);
+    for i in 40..51 {
+        assert_eq!(get(&r, i, &compiles), Source::Tier, "kernel {i}");
+    }
+    assert_eq!(compiles.load(Ordering::SeqCst), before);
+    assert_eq!((reader.stats().hits, reader.stats().untrusted), (11, 0));
+    assert_eq!(trusted.verifications(), 1);
+    // Written through with their batch trailers and checked again from
+    // disk by a new process: one verification there too.
+    assert_eq!(signed_segments(reader_dir.path()).len(), 11);
+    let disk_keys = trusting(&[&writer_key]);
+    let from_disk = cache_on_disk(reader_dir.path(), Some(disk_keys.clone()));
+    for i in 40..51 {
+        assert_eq!(get(&from_disk, i, &compiles), Source::Tier, "kernel {i}");
+    }
+    assert_eq!(compiles.load(Ordering::SeqCst), before);
+    assert_eq!(disk_keys.verifications(), 1);
+
+    // A member copied under another member's key: not the entry asked for.
+    let member_40 = value(&server, &redis_key(40)).expect("stored");
+    set(&server, &redis_key(41), &member_40);
+    // A member with a sibling digest of its path flipped.
+    let mut member_42 = value(&server, &redis_key(42)).expect("stored");
+    let path = trailer_at(&member_42) + 24;
+    member_42[path] ^= 1;
+    set(&server, &redis_key(42), &member_42);
+    // Refused and compiled by a fresh reader, and by one that verified the
+    // batch's root already (the memo does not vouch for another path).
+    for warm in [false, true] {
+        let keys = if warm {
+            trusted.clone()
+        } else {
+            trusting(&[&writer_key])
+        };
+        let verified = keys.verifications();
+        let reader = tier(&url, None, Some(keys.clone()));
+        let r = Cache::new();
+        r.add_tier(Box::new(reader.clone()));
+        let before = compiles.load(Ordering::SeqCst);
+        assert_eq!(get(&r, 41, &compiles), Source::Memory);
+        assert_eq!(get(&r, 42, &compiles), Source::Memory);
+        assert_eq!(get(&r, 43, &compiles), Source::Tier);
+        assert_eq!(compiles.load(Ordering::SeqCst), before + 2);
+        let stats = reader.stats();
+        assert_eq!(
+            (stats.rejected, stats.untrusted, stats.hits),
+            (1, 1, 1),
+            "warm {warm}"
+        );
+        assert_eq!(r.stats().tier_untrusted, 1);
+        // Fresh: the flipped path's root (failed) and the batch's root, one
+        // verification each; warm: the flipped path's root only (the copy
+        // under another key is refused before any signature is checked).
+        assert_eq!(
+            keys.verifications() - verified,
+            if warm { 1 } else { 2 },
+            "warm {warm}"
+        );
+    }
 }
 
 /// The role of a child process of these tests (`KILN_SIGNED_TEST_ROLE`),
