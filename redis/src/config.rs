@@ -14,6 +14,9 @@ use crate::Error;
 pub const REMOTE_CACHE: &str = "KILN_REMOTE_CACHE";
 /// `KILN_REMOTE_TIMEOUT_MS`: the timeout of one operation, in milliseconds.
 pub const REMOTE_TIMEOUT_MS: &str = "KILN_REMOTE_TIMEOUT_MS";
+/// `KILN_REMOTE_BATCH_MS`: how long a signing writer gathers stores into one
+/// batch signature, in milliseconds (`0`: only what is already queued).
+pub const REMOTE_BATCH_MS: &str = "KILN_REMOTE_BATCH_MS";
 
 /// Where the remote tier is and how long it may take.
 ///
@@ -26,6 +29,7 @@ pub const REMOTE_TIMEOUT_MS: &str = "KILN_REMOTE_TIMEOUT_MS";
 /// | `KILN_TRUSTED_KEYS=file1:file2` | use only entries signed by one of these public keys (see [`kiln_core::trust`]) |
 /// | `KILN_SIGNING_KEY=path` | sign every entry stored with this secret key file; without it the tier stores nothing (read-only) |
 /// | `KILN_REMOTE_WRITE=1` | store unsigned entries (only without `KILN_TRUSTED_KEYS`) |
+/// | `KILN_REMOTE_BATCH_MS=1000` | with a signing key: gather the stores of up to this many milliseconds into one batch signature (see [`RemoteConfig::batch_window`]) |
 ///
 /// An unset or empty `KILN_REMOTE_CACHE` leaves the remote tier off. A
 /// process writes to the server only with a signing key, or, with no
@@ -76,6 +80,15 @@ pub struct RemoteConfig {
     /// readers that require signatures would refuse them. Default `false`:
     /// without a signing key the tier only reads.
     pub write_unsigned: bool,
+    /// With a signing key: how long the cache's background writer may hold
+    /// a store for this tier to gather later stores into the same batch
+    /// signature (`KILN_REMOTE_BATCH_MS`), so that a writer compiling one
+    /// kernel after another still signs them in few batches and a reader
+    /// verifies one signature per batch. A store reaches the server at
+    /// most this much later; `Cache::flush`, the exit hook and the cache's
+    /// drop do not wait for it. Zero: a batch is only what is already
+    /// queued. Default 1 s.
+    pub batch_window: Duration,
 }
 
 /// The key a [`RemoteTier`](crate::RemoteTier) signs with (shared, never
@@ -110,6 +123,7 @@ impl RemoteConfig {
             trusted_keys: None,
             signing_key: None,
             write_unsigned: false,
+            batch_window: Duration::from_secs(1),
         }
     }
 
@@ -148,14 +162,16 @@ impl RemoteConfig {
     }
 
     /// Reads the settings through `lookup` (a variable name to its value):
-    /// `KILN_REMOTE_CACHE`, `KILN_REMOTE_TIMEOUT_MS`, and the signature
+    /// `KILN_REMOTE_CACHE`, `KILN_REMOTE_TIMEOUT_MS`, `KILN_REMOTE_BATCH_MS`,
+    /// and the signature
     /// policy (`KILN_TRUSTED_KEYS`, `KILN_SIGNING_KEY`, `KILN_REMOTE_WRITE`;
     /// an unusable key file gives one warning: a trusted-keys file trusts
     /// none of its keys, a signing key signs and writes nothing).
     ///
     /// # Errors
     /// [`Error::RemoteTimeout`] when the timeout is not a number of
-    /// milliseconds.
+    /// milliseconds, [`Error::RemoteBatchWindow`] when the batch window is
+    /// not.
     pub fn from_lookup(
         lookup: impl Fn(&str) -> Option<OsString>,
     ) -> Result<Option<RemoteConfig>, Error> {
@@ -175,6 +191,13 @@ impl RemoteConfig {
                 .ok_or(Error::RemoteTimeout { value })?;
             config.timeout = Duration::from_millis(millis);
         }
+        if let Some(value) = lookup(REMOTE_BATCH_MS) {
+            let value = value.to_string_lossy().trim().to_owned();
+            let millis = value
+                .parse::<u64>()
+                .map_err(|_| Error::RemoteBatchWindow { value })?;
+            config.batch_window = Duration::from_millis(millis);
+        }
         config.trusted_keys = kiln_core::trust::trusted_keys_from_lookup(&lookup);
         config.signing_key = kiln_core::trust::signing_key_or_warn(&lookup).map(Signer);
         config.write_unsigned = lookup(kiln_core::trust::REMOTE_WRITE)
@@ -185,6 +208,12 @@ impl RemoteConfig {
     /// Sets [`RemoteConfig::timeout`].
     pub fn timeout(mut self, timeout: Duration) -> RemoteConfig {
         self.timeout = timeout;
+        self
+    }
+
+    /// Sets [`RemoteConfig::batch_window`].
+    pub fn batch_window(mut self, window: Duration) -> RemoteConfig {
+        self.batch_window = window;
         self
     }
 
@@ -228,6 +257,7 @@ impl fmt::Debug for RemoteConfig {
             .field("trusted_keys", &self.trusted_keys)
             .field("signing_key", &self.signing_key)
             .field("writes", &self.writes())
+            .field("batch_window", &self.batch_window)
             .finish()
     }
 }
@@ -289,6 +319,24 @@ mod tests {
             let result = from(&[(REMOTE_CACHE, "redis://h:1"), (REMOTE_TIMEOUT_MS, bad)]);
             assert!(
                 matches!(result, Err(Error::RemoteTimeout { ref value }) if value == bad.trim()),
+                "{bad:?}: {result:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_batch_window_is_read_in_milliseconds() {
+        let on = |vars: &[(&str, &str)]| from(vars).expect("valid").expect("on");
+        let url = (REMOTE_CACHE, "redis://h:1");
+        assert_eq!(on(&[url]).batch_window, Duration::from_secs(1));
+        let zero = on(&[url, (REMOTE_BATCH_MS, " 0 ")]);
+        assert_eq!(zero.batch_window, Duration::ZERO);
+        let set = on(&[url, (REMOTE_BATCH_MS, "250")]);
+        assert_eq!(set.batch_window, Duration::from_millis(250));
+        for bad in ["", "-1", "1.5", "1s"] {
+            let result = from(&[url, (REMOTE_BATCH_MS, bad)]);
+            assert!(
+                matches!(result, Err(Error::RemoteBatchWindow { ref value }) if value == bad.trim()),
                 "{bad:?}: {result:?}"
             );
         }

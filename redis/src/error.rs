@@ -31,6 +31,15 @@ pub enum Error {
         /// The variable's value.
         value: String,
     },
+    /// `KILN_REMOTE_BATCH_MS` is not a whole number of milliseconds.
+    #[error(
+        "KILN_REMOTE_BATCH_MS={value:?} is not a batch window: give a whole number of \
+         milliseconds, e.g. 1000, or 0 to sign only what is already queued together"
+    )]
+    RemoteBatchWindow {
+        /// The variable's value.
+        value: String,
+    },
     /// The Redis server could not be reached, or failed or refused a command
     /// (within the configured timeout). The caller compiles; the remote tier
     /// backs off unless the server merely refused the command.

@@ -120,6 +120,6 @@ mod health;
 mod naming;
 mod tier;
 
-pub use config::{REMOTE_CACHE, REMOTE_TIMEOUT_MS, RemoteConfig, Signer};
+pub use config::{REMOTE_BATCH_MS, REMOTE_CACHE, REMOTE_TIMEOUT_MS, RemoteConfig, Signer};
 pub use error::Error;
 pub use tier::{RemoteStats, RemoteTier};

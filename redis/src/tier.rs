@@ -62,6 +62,9 @@ struct Shared {
     namespace: String,
     max_entry_bytes: usize,
     backoff: Duration,
+    /// [`Tier::batch_window`]: the configured window when the tier signs
+    /// what it stores, else zero.
+    batch_window: Duration,
     trusted_keys: Option<TrustedKeys>,
     signing_key: Option<Arc<SigningKey>>,
     writes: bool,
@@ -144,6 +147,11 @@ impl RemoteTier {
                 namespace: config.namespace,
                 max_entry_bytes: config.max_entry_bytes,
                 backoff: config.backoff,
+                batch_window: if writes && config.signing_key.is_some() {
+                    config.batch_window
+                } else {
+                    Duration::ZERO
+                },
                 trusted_keys: config.trusted_keys,
                 signing_key: config.signing_key.map(|signer| signer.0),
                 writes,
@@ -374,6 +382,10 @@ impl Tier for RemoteTier {
                 Ok(())
             })
             .collect()
+    }
+
+    fn batch_window(&self) -> Duration {
+        self.shared.batch_window
     }
 }
 

@@ -27,8 +27,14 @@
 //! [`MAX_BATCH_JOBS`] in all, and hands them to each tier in one
 //! [`Tier::store_batch`] call, so that a tier can amortize work over them
 //! (the remote tier signs them with one batch signature, which a reader
-//! verifies once). It never waits for more: a batch is what was already
-//! queued, so a lone store runs as soon as the writer is free. Counters
+//! verifies once). For most tiers it never waits for more: a batch is what
+//! was already queued, so a lone store runs as soon as the writer is free.
+//! A tier with a [`Tier::batch_window`] (the remote tier when it signs)
+//! lets the writer wait up to that long after taking a store for more
+//! stores to the same tiers, so that a process compiling one kernel after
+//! another still publishes them in few batches; a [`Cache::flush`] (and so
+//! the exit hook and the cache's drop) cuts the wait short, and a store
+//! for other tiers, or a signed one, closes the batch. Counters
 //! stay per entry and per tier (each item's result), and each tier still
 //! sees the entries in the order they were queued. A batch's call runs
 //! with the `tracing` dispatcher of its first job; each entry's failure is
@@ -131,6 +137,9 @@ struct QueueState {
     failed_start: bool,
     /// The cache is being dropped: the writer ends once the queue is empty.
     closed: bool,
+    /// Callers waiting in [`StoreQueue::flush`]: the writer gathers no
+    /// batch while there are any.
+    flushing: usize,
 }
 
 /// Counters of the background writer.
@@ -239,9 +248,9 @@ impl StoreQueue {
         loop {
             let group = {
                 let mut state = self.state();
-                loop {
+                let first = loop {
                     if let Some(first) = state.jobs.pop_front() {
-                        break take_batch(first, &mut state.jobs);
+                        break first;
                     }
                     if state.closed {
                         return;
@@ -250,7 +259,8 @@ impl StoreQueue {
                         .work
                         .wait(state)
                         .unwrap_or_else(PoisonError::into_inner);
-                }
+                };
+                self.gather(first, state)
             };
             let bytes: u64 = group.iter().map(|(_, bytes, _)| bytes).sum();
             let jobs = group.len() as u64;
@@ -263,7 +273,50 @@ impl StoreQueue {
         }
     }
 
-    /// Runs the jobs of one batch ([`take_batch`]): one job as
+    /// `first` and the jobs that join it in one batch: the plain jobs
+    /// queued right behind it for the same tiers ([`take_batch`]) and, for
+    /// tiers with a [`Tier::batch_window`], those queued within that window
+    /// of `first` being taken, unless a flush or the cache's drop is
+    /// waiting, a job for other tiers (or a signed one) comes next, or the
+    /// batch is full.
+    fn gather(
+        &self,
+        first: (Job, u64, Dispatch),
+        mut state: MutexGuard<'_, QueueState>,
+    ) -> Vec<(Job, u64, Dispatch)> {
+        let window = if batchable(&first.0) {
+            first
+                .0
+                .tiers
+                .iter()
+                .map(|tier| tier.batch_window())
+                .max()
+                .unwrap_or_default()
+        } else {
+            Duration::ZERO
+        };
+        let deadline = Instant::now().checked_add(window);
+        let mut group = vec![first];
+        loop {
+            let blocked = take_batch(&mut group, &mut state.jobs);
+            if blocked || group.len() >= MAX_BATCH_JOBS || state.closed || state.flushing > 0 {
+                return group;
+            }
+            let left = deadline.map_or(Duration::ZERO, |deadline| {
+                deadline.saturating_duration_since(Instant::now())
+            });
+            if left.is_zero() {
+                return group;
+            }
+            state = self
+                .work
+                .wait_timeout(state, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Runs the jobs of one batch ([`StoreQueue::gather`]): one job as
     /// [`StoreQueue::run`] does, several with one [`Tier::store_batch`] per
     /// tier.
     fn run_group(&self, group: Vec<(Job, u64, Dispatch)>) {
@@ -374,8 +427,23 @@ impl StoreQueue {
     /// Waits until every job queued before the call has finished, or
     /// until `limit` has passed. Returns whether the queue caught up.
     pub(crate) fn flush(&self, limit: Option<Duration>) -> bool {
-        let deadline = limit.map(|limit| Instant::now() + limit);
         let mut state = self.state();
+        // A batch being gathered is cut short: the writer runs it now.
+        state.flushing += 1;
+        self.work.notify_all();
+        let (mut state, done) = self.wait_for_finished(state, limit);
+        state.flushing -= 1;
+        done
+    }
+
+    /// Waits until every job queued before the call has finished, or
+    /// `limit` has passed (then `false`).
+    fn wait_for_finished<'s>(
+        &'s self,
+        mut state: MutexGuard<'s, QueueState>,
+        limit: Option<Duration>,
+    ) -> (MutexGuard<'s, QueueState>, bool) {
+        let deadline = limit.map(|limit| Instant::now() + limit);
         let target = state.queued;
         while state.finished < target {
             state = match deadline {
@@ -386,7 +454,7 @@ impl StoreQueue {
                 Some(deadline) => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
-                        return false;
+                        return (state, false);
                     }
                     self.progress
                         .wait_timeout(state, left)
@@ -395,7 +463,7 @@ impl StoreQueue {
                 }
             };
         }
-        true
+        (state, true)
     }
 
     /// The exit hook's flush: bounded, so a stuck file system cannot hang
@@ -430,28 +498,30 @@ fn same_tiers(a: &Job, b: &Job) -> bool {
     a.tiers.len() == b.tiers.len() && a.tiers.iter().zip(&b.tiers).all(|(a, b)| Arc::ptr_eq(a, b))
 }
 
-/// `first` and, when it is plain, the plain jobs queued right behind it for
-/// the same tiers, at most [`MAX_BATCH_JOBS`] in all, taken off `jobs`.
+/// Moves the plain jobs queued at the front of `jobs` for the same tiers
+/// as the batch `group` (whose first job is plain) into it, up to
+/// [`MAX_BATCH_JOBS`] in all. Returns whether a job that cannot join (a
+/// signed one, or one for other tiers) is next in `jobs`: then the batch
+/// is closed, so that every tier sees the jobs in the order queued.
 fn take_batch(
-    first: (Job, u64, Dispatch),
+    group: &mut Vec<(Job, u64, Dispatch)>,
     jobs: &mut VecDeque<(Job, u64, Dispatch)>,
-) -> Vec<(Job, u64, Dispatch)> {
-    let mut group = vec![first];
+) -> bool {
     if !batchable(&group[0].0) {
-        return group;
+        return true;
     }
     while group.len() < MAX_BATCH_JOBS {
-        let Some(next) = jobs.pop_front() else {
-            break;
+        let Some(next) = jobs.front() else {
+            return false;
         };
-        if batchable(&next.0) && same_tiers(&group[0].0, &next.0) {
+        if !(batchable(&next.0) && same_tiers(&group[0].0, &next.0)) {
+            return true;
+        }
+        if let Some(next) = jobs.pop_front() {
             group.push(next);
-        } else {
-            jobs.push_front(next);
-            break;
         }
     }
-    group
+    false
 }
 
 /// The entry of a plain job (built from the resident entry for a `Body`);

@@ -91,6 +91,16 @@ pub trait Tier: Send + Sync {
             .map(|(owner, entry)| self.store(owner, entry))
             .collect()
     }
+
+    /// How long the background writer may hold a store for this tier to
+    /// gather more stores into one [`Tier::store_batch`] call (a store
+    /// reaches the tier at most this much later; [`Cache::flush`](crate::Cache::flush) and the
+    /// exit hook do not wait for it). Default zero: a batch is only what
+    /// is already queued. Called on the writer thread with its queue
+    /// locked: return a stored value.
+    fn batch_window(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
 }
 
 /// A shared tier is a tier: the same disk cache can be added to a [`Cache`]
@@ -117,5 +127,9 @@ impl<T: Tier + ?Sized> Tier for std::sync::Arc<T> {
 
     fn store_batch(&self, items: &[(&Owner, &EntryData)]) -> Vec<Result<(), Error>> {
         (**self).store_batch(items)
+    }
+
+    fn batch_window(&self) -> std::time::Duration {
+        (**self).batch_window()
     }
 }

@@ -265,6 +265,8 @@ struct BatchingTier {
     calls: Mutex<Calls>,
     refuse: Vec<u64>,
     short: bool,
+    /// Its [`Tier::batch_window`].
+    window: Duration,
 }
 
 /// The kernel number of an entry of [`compiled`] (`kernel_N`).
@@ -329,6 +331,10 @@ impl Tier for BatchingTier {
             results.pop();
         }
         results
+    }
+
+    fn batch_window(&self) -> Duration {
+        self.window
     }
 }
 
@@ -396,6 +402,57 @@ fn a_batch_takes_only_what_is_queued_and_at_most_the_bound() {
     let flat: Vec<u64> = calls.batches.iter().flatten().copied().collect();
     assert_eq!(flat, (1..total).collect::<Vec<_>>(), "in order");
     assert_eq!(cache.stats().stores, total + 1);
+}
+
+#[test]
+fn a_batch_window_gathers_stores_made_one_after_another_until_a_flush() {
+    let tier = Arc::new(BatchingTier {
+        window: Duration::from_secs(600),
+        ..BatchingTier::default()
+    });
+    tier.gate.open();
+    let cache = Cache::new();
+    cache.add_tier(Box::new(Arc::clone(&tier)));
+    for n in 0..3 {
+        compile(&cache, n);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The writer holds them for the window: nothing stored yet.
+    assert_eq!(*tier.calls.lock().expect("lock"), Calls::default());
+    assert_eq!(cache.stats().store_queue_depth, 3);
+    // A flush cuts the window short (a bound against waiting it out, not a
+    // performance figure).
+    let started = std::time::Instant::now();
+    cache.flush();
+    assert!(started.elapsed() < Duration::from_secs(300));
+    let expected = Calls {
+        stores: vec![],
+        batches: vec![vec![0, 1, 2]],
+    };
+    assert_eq!(*tier.calls.lock().expect("lock"), expected);
+    assert_eq!(cache.stats().stores, 3);
+}
+
+#[test]
+fn a_batch_window_ends_on_its_own() {
+    let tier = Arc::new(BatchingTier {
+        window: Duration::from_millis(300),
+        ..BatchingTier::default()
+    });
+    tier.gate.open();
+    let cache = Cache::new();
+    cache.add_tier(Box::new(Arc::clone(&tier)));
+    compile(&cache, 0);
+    compile(&cache, 1);
+    // No flush: the window passes and the writer stores the batch.
+    for _ in 0..2000 {
+        if cache.stats().stores == 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let calls = tier.calls.lock().expect("lock");
+    assert_eq!(calls.batches, [vec![0, 1]], "{calls:?}");
 }
 
 /// The child process: compiles `KILN_TEST_ENTRIES` entries through

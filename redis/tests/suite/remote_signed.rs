@@ -723,3 +723,57 @@ pub fn run_child_role() {
 fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")
 }
+
+#[test]
+fn a_writer_compiling_one_kernel_after_another_signs_them_in_one_batch() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let url = server.url();
+    let writer_key = signer(13);
+    let compiles = AtomicUsize::new(0);
+    // The default window (1 s) is longer than these compiles take; a long
+    // one keeps the test free of timing. A tier that does not sign has no
+    // window: nothing to gather for.
+    let writer = RemoteTier::open(
+        RemoteConfig::new(&url)
+            .signing_key(Arc::clone(&writer_key))
+            .batch_window(Duration::from_secs(600)),
+    )
+    .expect("a valid URL");
+    assert_eq!(writer.batch_window(), Duration::from_secs(600));
+    assert_eq!(tier(&url, None, None).batch_window(), Duration::ZERO);
+    let w = Cache::new();
+    w.add_tier(Box::new(writer.clone()));
+    for i in 60..71 {
+        w.get_or_compile(&owner(), &key(i), || compile(i, &compiles))
+            .expect("compiles");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Gathered, not yet sent; the flush (as the exit hook) sends them at once.
+    assert_eq!(writer.stats().stored, 0);
+    w.flush();
+    assert_eq!(writer.stats().stored, 11);
+    for i in 60..71 {
+        let stored = value(&server, &redis_key(i)).expect("stored");
+        let image = Image::from_bytes(&stored, Verification::Full).expect("valid");
+        assert_eq!(
+            image.signature_batch(),
+            Some(BatchPosition {
+                index: (i - 60) as u32,
+                size: 11
+            })
+        );
+    }
+    // A reader pays one verification for the eleven.
+    let trusted = trusting(&[&writer_key]);
+    let reader = tier(&url, None, Some(trusted.clone()));
+    let r = Cache::new();
+    r.add_tier(Box::new(reader.clone()));
+    let before = compiles.load(Ordering::SeqCst);
+    for i in 60..71 {
+        assert_eq!(get(&r, i, &compiles), Source::Tier, "kernel {i}");
+    }
+    assert_eq!(compiles.load(Ordering::SeqCst), before);
+    assert_eq!(trusted.verifications(), 1);
+}
