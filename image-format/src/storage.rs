@@ -124,6 +124,33 @@ impl ImageFile {
         })
     }
 
+    /// The file `file`, already open for reading (e.g. opened with flags of
+    /// the caller's choosing, such as `O_NOFOLLOW`, and checked), known as
+    /// `path` in errors; reads its metadata.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use kiln_image::{ImageFile, ImageMeta, ImageWriter};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("empty.kimg");
+    /// ImageWriter::new(ImageMeta::new("doc", "1")).write_atomic(&path)?;
+    /// let file = ImageFile::from_file(std::fs::File::open(&path)?, &path)?;
+    /// assert!(file.metadata().is_file());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ImageError::Io`] when its metadata cannot be read.
+    pub fn from_file(file: File, path: &Path) -> Result<ImageFile, ImageError> {
+        let metadata = file.metadata().map_err(io_error("stat", path))?;
+        Ok(ImageFile {
+            file,
+            path: path.to_owned(),
+            metadata,
+        })
+    }
+
     /// The file's metadata, read when it was opened.
     pub fn metadata(&self) -> &Metadata {
         &self.metadata

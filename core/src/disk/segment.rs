@@ -433,7 +433,7 @@ pub(crate) fn open_regular(path: &Path, access: Access) -> io::Result<File> {
 }
 
 /// [`open_regular`] up to the check, `O_NONBLOCK` still set: for a file
-/// only looked at, or opened again ([`image_file_of`]).
+/// only looked at, or read and mapped ([`open_image`]).
 #[cfg(unix)]
 fn open_checked(path: &Path, access: Access) -> io::Result<std::os::fd::OwnedFd> {
     use rustix::fs::{FileType, Mode, OFlags};
@@ -525,46 +525,10 @@ pub(crate) fn open_image(path: &Path) -> Result<ImageFile, ImageError> {
             source,
         }
     };
-    #[cfg(unix)]
-    let file = File::from(open_checked(path, Access::Read).map_err(io("open"))?);
-    #[cfg(not(unix))]
+    // The very file checked (`O_NOFOLLOW`, a regular file by `fstat`),
+    // never opened again by name.
     let file = open_regular(path, Access::Read).map_err(io("open"))?;
-    image_file_of(&file, path).map_err(io("open"))
-}
-
-/// The [`ImageFile`] of `file`, a regular file opened from `path`.
-///
-/// `ImageFile` opens by path, so the very file checked is opened again
-/// through `/proc/self/fd` (the same inode, whatever has happened to the
-/// name since; without `O_NONBLOCK`); where that is unavailable, by
-/// `path`. Either way the result must be the same file (device and
-/// inode), else it is refused. `file` is closed by the caller: a segment
-/// costs two more system calls than a plain `open` and `fstat` (the
-/// second `open` and its `fstat`), a few microseconds.
-#[cfg(unix)]
-fn image_file_of(file: &File, path: &Path) -> io::Result<ImageFile> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::MetadataExt;
-    let checked = file.metadata()?;
-    let by_fd = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
-    let opened = match ImageFile::open(&by_fd) {
-        Ok(opened) => opened,
-        Err(_) => ImageFile::open(path).map_err(io::Error::other)?,
-    };
-    let meta = opened.metadata();
-    if (meta.dev(), meta.ino()) != (checked.dev(), checked.ino()) || !meta.is_file() {
-        return Err(not_regular(path, "replaced while being opened"));
-    }
-    Ok(opened)
-}
-
-#[cfg(not(unix))]
-fn image_file_of(_: &File, path: &Path) -> io::Result<ImageFile> {
-    let opened = ImageFile::open(path).map_err(io::Error::other)?;
-    if !opened.metadata().is_file() {
-        return Err(not_regular(path, "not a regular file"));
-    }
-    Ok(opened)
+    ImageFile::from_file(file, path)
 }
 
 /// Creates `dir` and any missing parent with [`DIR_MODE`].
