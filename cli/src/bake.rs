@@ -15,7 +15,9 @@
 //! image of exactly that entry) and, with `KILN_TRUSTED_KEYS` set, must be
 //! signed by one of those keys. `KILN_REMOTE_TIMEOUT_MS` bounds each
 //! request; after a failure the server is not asked again for 30 s (the
-//! entries left are listed as missing, with why). `--only-compiled`
+//! entries left are listed as missing, with why: the `damaged_in` list of
+//! `--json` and the `REFUSED BY` column hold each store's reason, damage,
+//! a refused signature or an unreachable server). `--only-compiled`
 //! leaves out the entries some process got from an image: what no shipped
 //! image held.
 //!
@@ -24,7 +26,10 @@
 //! those are listed, and the exit status is then 1. With
 //! `KILN_SIGNING_KEY` set it is signed with that key before it is written
 //! (`"signed": true` in `--json`); a key that cannot be used writes
-//! nothing (exit status 2).
+//! nothing (exit status 2). Signing with `--remote` needs
+//! `KILN_TRUSTED_KEYS`: the server is untrusted, and an image signed over
+//! values nobody verified would vouch for whatever it held (exit status
+//! 2, nothing written).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -178,6 +183,12 @@ fn open_remote(url: &str) -> Result<RemoteTier, CliError> {
         }
     })?
     .ok_or(CliError::NoRemoteUrl)?;
+    // Signing what an untrusted server gave, unchecked, would vouch for it.
+    if config.trusted_keys.is_none()
+        && kiln_core::trust::signing_key_path(|name| std::env::var_os(name)).is_some()
+    {
+        return Err(CliError::SigningUnverifiedRemote);
+    }
     Ok(RemoteTier::open(config)?)
 }
 

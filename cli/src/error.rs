@@ -106,6 +106,14 @@ pub(crate) enum CliError {
     #[error(transparent)]
     Remote(#[from] kiln_redis::Error),
 
+    /// `bake --remote` with `KILN_SIGNING_KEY` but no `KILN_TRUSTED_KEYS`.
+    #[error(
+        "kiln bake --remote with KILN_SIGNING_KEY needs KILN_TRUSTED_KEYS: the remote cache is \
+         untrusted, and the baked image would be signed over values no trusted key vouched for \
+         (set KILN_TRUSTED_KEYS to the keys of the fleet's writers, or bake unsigned)"
+    )]
+    SigningUnverifiedRemote,
+
     /// `bake --remote ""`.
     #[error("--remote needs the server's URL, e.g. redis://cache.internal:6379/0")]
     NoRemoteUrl,

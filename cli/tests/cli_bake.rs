@@ -400,6 +400,13 @@ fn damaged_record_files_are_read_as_far_as_they_are_whole() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("absent.rec"));
 }
 
+/// A signing key from `kiln keygen`, beside `image`.
+fn dir_key(image: &Path) -> PathBuf {
+    let key = image.with_extension("key");
+    assert!(kiln(&["keygen", "-o", s(&key)]).status.success());
+    key
+}
+
 /// `kiln ARGS` with the variables `vars` set (and no signing key).
 fn kiln_vars(args: &[&str], vars: &[(&str, &str)]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_kiln"));
@@ -598,6 +605,18 @@ fn bake_lists_what_an_unreachable_remote_cache_could_not_give() {
     );
     // An image is written anyway, empty.
     assert!(names(&out).is_empty());
+
+    // Signing what the untrusted server gave, with no trusted keys to check
+    // it by: refused before anything is asked or written.
+    let key = dir_key(&out);
+    std::fs::remove_file(&out).unwrap();
+    let signing = kiln_vars(&args, &[("KILN_SIGNING_KEY", s(&key))]);
+    assert_eq!(signing.status.code(), Some(2), "{signing:?}");
+    assert!(
+        String::from_utf8_lossy(&signing.stderr).contains("needs KILN_TRUSTED_KEYS"),
+        "{signing:?}"
+    );
+    assert!(!out.exists());
 
     let bad = kiln_vars(
         &["bake", s(&record), "-o", s(&out), "--remote", "http://x"],

@@ -27,7 +27,7 @@
 //!   only if a trusted key signed it (its one-entry image, whose index
 //!   names the `(owner, key)`, so a signed entry cannot be replayed under
 //!   another key; entries a writer stored together share one batch
-//!   signature, verified once per process: see
+//!   signature, verified once per process and tier: see
 //!   [`kiln_image::signature`]); otherwise it is refused (counted in
 //!   [`Stats::tier_untrusted`](crate::Stats::tier_untrusted), one warning
 //!   per process) and compiled. It writes only entries it can sign

@@ -429,48 +429,59 @@ where
                 tried: tried.join("; "),
                 cause,
             };
+        // No compile possible here (no NVRTC, or a header set missing):
+        // what a machine with the build's toolchain compiled for this arch
+        // at run time and stored (the disk or remote tier) is what a
+        // compile here would give; else the miss is `NotShipped`.
+        let cannot_compile = |kernel: Option<String>,
+                              tried: &mut Vec<String>,
+                              cause: Arc<Error>|
+         -> Result<Served<'c>, crate::Error> {
+            // Under KILN_STRICT_TOOLCHAIN a process that has a toolchain
+            // serves only what that toolchain built.
+            let strict_here =
+                matches!(self.policy(), ToolchainPolicy::Strict) && self.local().is_ok();
+            if let Some(recorded) = &shipped.recorded
+                && !cache.config().always_compile
+                && !strict_here
+            {
+                match self.compiled_elsewhere(cache, device, spec, recorded) {
+                    Ok(Some((hit, request))) => {
+                        return Ok(self.serve(
+                            cache,
+                            world,
+                            device,
+                            spec,
+                            hit,
+                            Selection::Compiled,
+                            request,
+                        ));
+                    }
+                    Ok(None) => tried.push(format!(
+                        "{} compiled by {}: not in the cache's tiers",
+                        device.arch(),
+                        recorded.nvrtc()
+                    )),
+                    Err(Error::Cache(other)) => return Err(Error::Cache(other)),
+                    Err(why) => tried.push(format!("{}: {why}", device.arch())),
+                }
+            }
+            Err(not_shipped(kernel, tried, cause))
+        };
         let local = match self.local() {
             Ok(local) => local,
-            Err(cause) => {
-                // No toolchain here: what a machine with the build's
-                // toolchain compiled for this arch at run time (the disk
-                // or remote tier) is as good as a compile here would be.
-                if let Some(recorded) = &shipped.recorded
-                    && !cache.config().always_compile
-                {
-                    match self.compiled_elsewhere(cache, device, spec, recorded) {
-                        Ok(Some((hit, request))) => {
-                            return Ok(self.serve(
-                                cache,
-                                world,
-                                device,
-                                spec,
-                                hit,
-                                Selection::Compiled,
-                                request,
-                            ));
-                        }
-                        Ok(None) => tried.push(format!(
-                            "{} compiled by {}: not in the cache's tiers",
-                            device.arch(),
-                            recorded.nvrtc()
-                        )),
-                        Err(why) => tried.push(format!("{}: {why}", device.arch())),
-                    }
-                }
-                return Err(not_shipped(kernel, &tried, cause));
-            }
+            Err(cause) => return cannot_compile(kernel, &mut tried, cause),
         };
         let request = match (self.request)(spec, &local, device.arch()) {
             Ok(request) => request,
             Err(Error::Cache(other)) => return Err(Error::Cache(other)),
-            Err(cause) => return Err(not_shipped(kernel, &tried, Arc::new(cause))),
+            Err(cause) => return cannot_compile(kernel, &mut tried, Arc::new(cause)),
         };
         let Some(compiler) = local.compiler() else {
             let cause = Arc::new(Error::NoNvrtc {
                 version: local.nvrtc().release.clone(),
             });
-            return Err(not_shipped(Some(request.name().to_owned()), &tried, cause));
+            return cannot_compile(Some(request.name().to_owned()), &mut tried, cause);
         };
         let hit = compiler.compile_cached(cache, &request)?;
         Ok(self.serve(

@@ -110,12 +110,17 @@ impl MemoDir {
     }
 
     /// `cuda-memo/` in the directory of the disk cache `config`, if that
-    /// directory passes the disk cache's check
+    /// directory and `cuda-memo/` itself (created 700 when missing) pass the
+    /// disk cache's check
     /// ([`DiskConfig::check_dir`](kiln_core::disk::DiskConfig::check_dir));
     /// disabled otherwise.
     pub fn in_cache_dir(config: &kiln_core::disk::DiskConfig) -> MemoDir {
-        match config.check_dir() {
-            Ok(()) => MemoDir::at(config.dir.join(SUBDIR)),
+        let dir = config.dir.join(SUBDIR);
+        let checked = config
+            .check_dir()
+            .and_then(|()| kiln_core::disk::check_subdir(&dir, config.trust_dir));
+        match checked {
+            Ok(()) => MemoDir::at(dir),
             Err(error) => {
                 tracing::debug!(%error, "identity memos off");
                 MemoDir::disabled()
@@ -548,5 +553,10 @@ mod tests {
         std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
         config.trust_dir = false;
         assert!(MemoDir::in_cache_dir(&config).dir().is_some());
+        // A `cuda-memo/` others may write (left by an older build, say) is
+        // refused as well.
+        let memo = cache.join(SUBDIR);
+        std::fs::set_permissions(&memo, std::fs::Permissions::from_mode(0o775)).unwrap();
+        assert_eq!(MemoDir::in_cache_dir(&config), MemoDir::disabled());
     }
 }

@@ -53,11 +53,13 @@
 //! sorted by (owner, key), block records, deps, artifact descriptors, entry
 //! points, the inverse dependency index, metadata) plus three text blobs
 //! (entry text, group names, metadata text). Payloads are kept apart from
-//! it, so opening and looking up touch only index pages. This is format 3
+//! it, so opening and looking up touch only index pages. This is format 4
 //! ([`header::FORMAT_VERSION`]); a reader refuses every other version.
 //! Format 3 is format 2 plus an optional signature trailer after the
 //! payloads, whose length the header gives in bytes that format 2 kept
-//! reserved and zero (see [`signature`]).
+//! reserved and zero; format 4 gives the trailer a kind (bytes 12..16,
+//! reserved zero in format 3) and adds batch signatures (see
+//! [`signature`]).
 //!
 //! # Verification and what each check covers
 //!

@@ -66,7 +66,8 @@
 //! A member's path holds one 32-byte digest per level, leaf level first:
 //! its sibling at that level, or 32 zero bytes where the node on its way
 //! is promoted (then any other value refuses the trailer, so each member
-//! has exactly one valid trailer per signer). A batch of one image is a
+//! has exactly one valid trailer per signer, unless the same image appears
+//! twice in one batch). A batch of one image is a
 //! direct signature ([`sign_image`]'s bytes).
 //!
 //! # The memo of verified roots
@@ -1250,7 +1251,7 @@ mod tests {
             assert!(trusted.verified_roots() <= MEMO_CAPACITY);
         }
         // The real root was forgotten when the memo was emptied: verified
-        // again, correctly, and a member of another batch is refused.
+        // again, correctly; and a batch by a key not trusted is refused.
         assert!(!trusted.remembers(&opened.signature_message(), &signer.public_key()));
         opened.verify_signature(&trusted)?;
         assert_eq!(trusted.verifications(), 2);

@@ -59,7 +59,7 @@ pub struct RemoteConfig {
     /// After a failure, how long the tier answers "miss" without trying the
     /// server. Default 30 s.
     pub backoff: Duration,
-    /// The first part of every Redis key (`<namespace>:v1:<owner>:<key>`),
+    /// The first part of every Redis key (`<namespace>:v2:<owner>:<key>`),
     /// to share one server among unrelated users. Default `kiln`.
     pub namespace: String,
     /// The largest value stored or fetched: larger entries are not stored,
@@ -87,7 +87,9 @@ pub struct RemoteConfig {
     /// verifies one signature per batch. A store reaches the server at
     /// most this much later; `Cache::flush`, the exit hook and the cache's
     /// drop do not wait for it. Zero: a batch is only what is already
-    /// queued. Default 1 s.
+    /// queued. Default 1 s; at most 60 s
+    /// ([`MAX_BATCH_WINDOW`](kiln_core::cache::MAX_BATCH_WINDOW)). The
+    /// stores of the same compile into the disk tier wait with it.
     pub batch_window: Duration,
 }
 
@@ -193,10 +195,13 @@ impl RemoteConfig {
         }
         if let Some(value) = lookup(REMOTE_BATCH_MS) {
             let value = value.to_string_lossy().trim().to_owned();
-            let millis = value
+            let window = value
                 .parse::<u64>()
-                .map_err(|_| Error::RemoteBatchWindow { value })?;
-            config.batch_window = Duration::from_millis(millis);
+                .ok()
+                .map(Duration::from_millis)
+                .filter(|window| *window <= kiln_core::cache::MAX_BATCH_WINDOW)
+                .ok_or(Error::RemoteBatchWindow { value })?;
+            config.batch_window = window;
         }
         config.trusted_keys = kiln_core::trust::trusted_keys_from_lookup(&lookup);
         config.signing_key = kiln_core::trust::signing_key_or_warn(&lookup).map(Signer);
@@ -333,7 +338,9 @@ mod tests {
         assert_eq!(zero.batch_window, Duration::ZERO);
         let set = on(&[url, (REMOTE_BATCH_MS, "250")]);
         assert_eq!(set.batch_window, Duration::from_millis(250));
-        for bad in ["", "-1", "1.5", "1s"] {
+        let most = on(&[url, (REMOTE_BATCH_MS, "60000")]);
+        assert_eq!(most.batch_window, Duration::from_secs(60));
+        for bad in ["", "-1", "1.5", "1s", "60001", "18446744073709551615"] {
             let result = from(&[url, (REMOTE_BATCH_MS, bad)]);
             assert!(
                 matches!(result, Err(Error::RemoteBatchWindow { ref value }) if value == bad.trim()),

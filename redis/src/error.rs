@@ -31,10 +31,12 @@ pub enum Error {
         /// The variable's value.
         value: String,
     },
-    /// `KILN_REMOTE_BATCH_MS` is not a whole number of milliseconds.
+    /// `KILN_REMOTE_BATCH_MS` is not a whole number of milliseconds up to
+    /// 60,000.
     #[error(
         "KILN_REMOTE_BATCH_MS={value:?} is not a batch window: give a whole number of \
-         milliseconds, e.g. 1000, or 0 to sign only what is already queued together"
+         milliseconds from 0 to 60000, e.g. 1000, or 0 to sign only what is already queued \
+         together"
     )]
     RemoteBatchWindow {
         /// The variable's value.
@@ -50,7 +52,7 @@ pub enum Error {
     RemoteUnavailable {
         /// The server's URL, password removed.
         server: String,
-        /// What was being done, e.g. "connect" or "GET kiln:v1:..".
+        /// What was being done, e.g. "connect" or "GET kiln:v2:..".
         action: String,
         /// What the client reported.
         source: Box<redis::RedisError>,

@@ -30,11 +30,14 @@
 //! verifies once). For most tiers it never waits for more: a batch is what
 //! was already queued, so a lone store runs as soon as the writer is free.
 //! A tier with a [`Tier::batch_window`] (the remote tier when it signs)
-//! lets the writer wait up to that long after taking a store for more
-//! stores to the same tiers, so that a process compiling one kernel after
-//! another still publishes them in few batches; a [`Cache::flush`] (and so
-//! the exit hook and the cache's drop) cuts the wait short, and a store
-//! for other tiers, or a signed one, closes the batch. Counters
+//! lets the writer wait up to that long (at most [`MAX_BATCH_WINDOW`])
+//! after taking a store for more stores to the same tiers, so that a
+//! process compiling one kernel after another still publishes them in few
+//! batches. Every tier of the job waits with it (the disk tier's segment
+//! of a compile stored to disk and remote appears up to the window later).
+//! A [`Cache::flush`] (and so the exit hook and the cache's drop) cuts the
+//! wait short, as does a queue at half its bounds; a store for other
+//! tiers, or a signed one, closes the batch. Counters
 //! stay per entry and per tier (each item's result), and each tier still
 //! sees the entries in the order they were queued. A batch's call runs
 //! with the `tracing` dispatcher of its first job; each entry's failure is
@@ -66,6 +69,9 @@ pub const MAX_JOBS: usize = 1024;
 /// The most jobs the writer hands to a tier in one [`Tier::store_batch`]
 /// call (see the module docs).
 pub const MAX_BATCH_JOBS: usize = 256;
+/// The longest [`Tier::batch_window`] the writer honours: a longer one is
+/// cut to this.
+pub const MAX_BATCH_WINDOW: Duration = Duration::from_secs(60);
 /// The most payload bytes queued at once (the job running included), unless
 /// the memory cap is lower: 64 MiB.
 pub const MAX_QUEUED_BYTES: u64 = 64 << 20;
@@ -276,9 +282,10 @@ impl StoreQueue {
     /// `first` and the jobs that join it in one batch: the plain jobs
     /// queued right behind it for the same tiers ([`take_batch`]) and, for
     /// tiers with a [`Tier::batch_window`], those queued within that window
-    /// of `first` being taken, unless a flush or the cache's drop is
-    /// waiting, a job for other tiers (or a signed one) comes next, or the
-    /// batch is full.
+    /// of `first` being taken (at most [`MAX_BATCH_WINDOW`]), unless a
+    /// flush or the cache's drop is waiting, a job for other tiers (or a
+    /// signed one) comes next, the batch is full, or the queue holds half
+    /// its bounds (so that waiting never makes `push` drop stores).
     fn gather(
         &self,
         first: (Job, u64, Dispatch),
@@ -292,19 +299,27 @@ impl StoreQueue {
                 .map(|tier| tier.batch_window())
                 .max()
                 .unwrap_or_default()
+                .min(MAX_BATCH_WINDOW)
         } else {
             Duration::ZERO
         };
-        let deadline = Instant::now().checked_add(window);
+        let deadline = Instant::now() + window;
         let mut group = vec![first];
         loop {
             let blocked = take_batch(&mut group, &mut state.jobs);
-            if blocked || group.len() >= MAX_BATCH_JOBS || state.closed || state.flushing > 0 {
+            // Half the queue's bounds in use: waiting longer would have
+            // `push` drop stores while the writer idles.
+            let pressed = state.bytes.saturating_mul(2) >= self.max_bytes
+                || (state.queued - state.finished).saturating_mul(2) >= MAX_JOBS as u64;
+            if blocked
+                || pressed
+                || group.len() >= MAX_BATCH_JOBS
+                || state.closed
+                || state.flushing > 0
+            {
                 return group;
             }
-            let left = deadline.map_or(Duration::ZERO, |deadline| {
-                deadline.saturating_duration_since(Instant::now())
-            });
+            let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return group;
             }

@@ -113,6 +113,9 @@ impl Cache {
                                 return Ok(self.note_found(hit));
                             }
                         }
+                        // A lookup without compile found nothing: look again,
+                        // and lead a compile if nobody else does.
+                        Outcome::Missed => {}
                         Outcome::Failed(source) => {
                             return Err(compile_error(owner, key, source));
                         }
@@ -194,16 +197,34 @@ impl Cache {
                         return Some(self.note_found(hit));
                     }
                     let hit = self.load_from_tiers(owner, key);
-                    // Nothing found: followers look again, and compile if
-                    // they can.
-                    leader.end(Outcome::Succeeded(hit.as_ref().and_then(served)));
+                    leader.end(match &hit {
+                        Some(hit) => Outcome::Succeeded(served(hit)),
+                        // Followers that compile look again and compile;
+                        // those that do not have their answer.
+                        None => Outcome::Missed,
+                    });
                     return hit;
                 }
-                // Whatever the flight did, look again: its entry, if any,
-                // is in memory now; if it failed, the tiers are asked.
                 Join::Follower(flight) => {
                     bump(&self.counters.compile_waits);
-                    let _ = flight.wait();
+                    match flight.wait() {
+                        // The tiers were asked for it just now.
+                        Outcome::Missed => return None,
+                        // Its entry, handed over even if evicted since.
+                        Outcome::Succeeded(Some((index, body))) => {
+                            let world = self.world().0;
+                            if let Some(instance) = self.store.get(index)
+                                && instance.is_valid_in(world)
+                            {
+                                instance.touch(self.memory.now());
+                                return Some(self.note_found(Hit::memory(index, instance, body)));
+                            }
+                        }
+                        // Look again: an image-backed entry is found by
+                        // lookup; after a failed compile the tiers are
+                        // asked.
+                        Outcome::Succeeded(None) | Outcome::Failed(_) | Outcome::Panicked => {}
+                    }
                 }
             }
         }

@@ -78,7 +78,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 pub(crate) use background::StoreQueue;
-pub use background::{MAX_BATCH_JOBS, MAX_JOBS, MAX_QUEUED_BYTES};
+pub use background::{MAX_BATCH_JOBS, MAX_BATCH_WINDOW, MAX_JOBS, MAX_QUEUED_BYTES};
 pub use config::{CacheConfig, DEFAULT_MEMORY_MAX_BYTES, OwnerFilter};
 pub use delta::{Delta, Snapshot};
 pub use hit::{ArtifactView, Hit, Source};

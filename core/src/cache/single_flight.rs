@@ -20,6 +20,9 @@ pub(crate) enum Outcome {
     /// and payloads, so that followers get it even if the entry was
     /// evicted before they looked.
     Succeeded(Option<(usize, Arc<Body>)>),
+    /// A lookup that never compiles (`Cache::get_cached`) found nothing in
+    /// memory, the images or the tiers.
+    Missed,
     Failed(CompileFailure),
     Panicked,
 }

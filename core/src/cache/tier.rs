@@ -76,8 +76,8 @@ pub trait Tier: Send + Sync {
 
     /// Records several freshly compiled entries at once (each as
     /// [`Tier::store`] would), returning one result per item, in order. The
-    /// background writer calls it with the plain stores already queued
-    /// together for the same tiers (up to
+    /// background writer calls it with the plain stores queued together
+    /// for the same tiers, or gathered within [`Tier::batch_window`] (up to
     /// [`MAX_BATCH_JOBS`](crate::cache::MAX_BATCH_JOBS)), so that a tier can
     /// amortize work over them: the remote tier signs them with one batch
     /// signature. The default stores each item with [`Tier::store`]; a
@@ -93,11 +93,14 @@ pub trait Tier: Send + Sync {
     }
 
     /// How long the background writer may hold a store for this tier to
-    /// gather more stores into one [`Tier::store_batch`] call (a store
-    /// reaches the tier at most this much later; [`Cache::flush`](crate::Cache::flush) and the
-    /// exit hook do not wait for it). Default zero: a batch is only what
-    /// is already queued. Called on the writer thread with its queue
-    /// locked: return a stored value.
+    /// gather more stores into one [`Tier::store_batch`] call (at most
+    /// [`MAX_BATCH_WINDOW`](crate::cache::MAX_BATCH_WINDOW)). A store
+    /// reaches the tier at most this much later, and so do its stores into
+    /// the job's other tiers (a compile's store goes to every tier as one
+    /// job); [`Cache::flush`](crate::Cache::flush), the exit hook and a
+    /// queue at half its bounds cut the wait short. Default zero: a batch
+    /// is only what is already queued. Called on the writer thread with its
+    /// queue locked: return a stored value.
     fn batch_window(&self) -> std::time::Duration {
         std::time::Duration::ZERO
     }

@@ -54,9 +54,9 @@
 //! verification. The entry's payload checksums are checked before
 //! answering, so a hit's bytes are borrowed from the segment (zero-copy) and
 //! the first hit of a new process usually opens one file and lists nothing.
-//! Opening a segment costs one `open` and one `fstat` (and, to hand the
-//! very file checked to the image reader, a second `open` through
-//! `/proc/self/fd` and its `fstat`), then one map of the whole file (the
+//! Opening a segment costs one `open` and one `fstat` (the very file
+//! checked is handed to the image reader, which reads its metadata once
+//! more), then one map of the whole file (the
 //! base, and segments over 64 KiB: a hit touches only its pages) or one
 //! `read` of the size `fstat` gave (smaller segments, such as a store's:
 //! no map to set up, fault in and tear down, no file left open). On a miss the directory
@@ -178,6 +178,17 @@ pub use report::{
     VerifyReport,
 };
 pub use tier::DiskTier;
+
+/// Checks `dir`, a subdirectory a backend keeps in the cache directory,
+/// as [`DiskConfig::check_dir`] checks the cache directory: created with
+/// mode 700 when missing; a directory, and unless `trust`
+/// ([`DiskConfig::trust_dir`]) this user's and not writable by others.
+///
+/// # Errors
+/// As [`DiskConfig::check_dir`].
+pub fn check_subdir(dir: &std::path::Path, trust: bool) -> Result<(), crate::Error> {
+    cache::check_dir(dir, trust)
+}
 
 /// Reads the file at `path`, kept in a cache directory, as the disk cache
 /// reads its own files: a symbolic link is refused, not followed; a FIFO,

@@ -432,8 +432,7 @@ pub(crate) fn open_regular(path: &Path, access: Access) -> io::Result<File> {
     Ok(File::from(fd))
 }
 
-/// [`open_regular`] up to the check, `O_NONBLOCK` still set: for a file
-/// only looked at, or read and mapped ([`open_image`]).
+/// [`open_regular`] up to the check, `O_NONBLOCK` still set.
 #[cfg(unix)]
 fn open_checked(path: &Path, access: Access) -> io::Result<std::os::fd::OwnedFd> {
     use rustix::fs::{FileType, Mode, OFlags};

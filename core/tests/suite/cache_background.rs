@@ -455,6 +455,54 @@ fn a_batch_window_ends_on_its_own() {
     assert_eq!(calls.batches, [vec![0, 1]], "{calls:?}");
 }
 
+#[test]
+fn dropping_the_cache_cuts_a_batch_window_short() {
+    let tier = Arc::new(BatchingTier {
+        window: Duration::from_secs(600),
+        ..BatchingTier::default()
+    });
+    tier.gate.open();
+    let cache = Cache::new();
+    cache.add_tier(Box::new(Arc::clone(&tier)));
+    compile(&cache, 0);
+    compile(&cache, 1);
+    // As the exit hook: the drop flushes, and the flush does not wait out
+    // the window (a bound against waiting it, not a performance figure).
+    let started = std::time::Instant::now();
+    drop(cache);
+    assert!(started.elapsed() < Duration::from_secs(300));
+    assert_eq!(tier.calls.lock().expect("lock").batches, [vec![0, 1]]);
+}
+
+#[test]
+fn a_batch_window_ends_when_the_queue_holds_half_its_bytes() {
+    let tier = Arc::new(BatchingTier {
+        window: Duration::from_secs(600),
+        ..BatchingTier::default()
+    });
+    tier.gate.open();
+    // A memory cap of eight payloads bounds the queue to eight payloads'
+    // bytes: at four queued, the writer stops gathering.
+    let cache =
+        Cache::with_config(kiln_core::CacheConfig::default().memory_max_bytes(Some(8 * 512)));
+    cache.add_tier(Box::new(Arc::clone(&tier)));
+    for n in 0..4 {
+        compile(&cache, n);
+    }
+    for _ in 0..2000 {
+        if cache.stats().stores == 4 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stats = cache.stats();
+    assert_eq!((stats.stores, stats.stores_dropped), (4, 0), "{stats:?}");
+    assert_eq!(
+        tier.calls.lock().expect("lock").batches.concat(),
+        [0, 1, 2, 3]
+    );
+}
+
 /// The child process: compiles `KILN_TEST_ENTRIES` entries through
 /// `global()` (disk tier in `KILN_CACHE_DIR`) and returns from the test
 /// without flushing: the exit hook must store them. Run by the suite's

@@ -68,7 +68,7 @@ fn cache(dir: &Path, remote: &RemoteTier, trusted: Option<TrustedKeys>) -> Cache
 
 /// The Redis key of test kernel `i`.
 fn redis_key(i: u64) -> String {
-    format!("kiln:v1:{}:{}", owner().digest(), key(i).digest())
+    format!("kiln:v2:{}:{}", owner().digest(), key(i).digest())
 }
 
 fn set(server: &RedisServer, name: &str, value: &[u8]) {
