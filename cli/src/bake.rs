@@ -16,7 +16,7 @@
 //! signed by one of those keys. `KILN_REMOTE_TIMEOUT_MS` bounds each
 //! request; after a failure the server is not asked again for 30 s (the
 //! entries left are listed as missing, with why: the `damaged_in` list of
-//! `--json` and the `REFUSED BY` column hold each store's reason, damage,
+//! `--json` and the `REFUSED BY` column hold each store's reason: damage,
 //! a refused signature or an unreachable server). `--only-compiled`
 //! leaves out the entries some process got from an image: what no shipped
 //! image held.

@@ -7,7 +7,7 @@
 
 use std::io::Write;
 
-use kiln_image::{Digest, EntryRef, PublicKey, TrustedKeys};
+use kiln_image::{Digest, EntryRef, Image, ImageError, PublicKey, SignatureCheck, TrustedKeys};
 
 use crate::escape::escape;
 
@@ -100,6 +100,23 @@ pub(crate) fn print_json(value: &impl serde::Serialize) -> Result<(), crate::Cli
     crate::escape::write_json(&mut out, value)?;
     writeln!(out)?;
     Ok(())
+}
+
+/// `image`'s signatures checked as `kiln verify` checks them: every one
+/// must verify, and with `trusted` one of them must be by a trusted key.
+/// What each signature is, for the report.
+pub(crate) fn check_signatures(
+    image: &Image,
+    trusted: Option<&TrustedKeys>,
+) -> Result<Vec<SignatureCheck>, ImageError> {
+    let checks = image.check_signatures(trusted);
+    if let Some(bad) = checks.iter().find(|check| !check.valid) {
+        return Err(ImageError::BadSignature { key: bad.key });
+    }
+    if let Some(trusted) = trusted {
+        image.verify_signature(trusted)?;
+    }
+    Ok(checks)
 }
 
 /// The keys of `--trusted-key` arguments, each a public key (64 hex

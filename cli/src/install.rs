@@ -15,9 +15,10 @@
 //! mix. Memory: about twice the largest image (the bytes read, and the
 //! aligned copy verification reads).
 //!
-//! With `--trusted-key` (a public key in hex or a `.pub` file, as for
-//! `kiln verify`; several for rotation), an image must also be signed by
-//! one of those keys, and every signature it carries must verify: what a
+//! Every signature an image carries must verify (a tampered one is
+//! refused, as by `kiln verify`). With `--trusted-key` (a public key in hex
+//! or a `.pub` file, as for `kiln verify`; several for rotation), an image
+//! must also be signed by one of those keys: what a
 //! process with the same keys in `KILN_TRUSTED_KEYS` would merge. Use the
 //! keys of the machines the directory serves, so that an image they would
 //! skip is refused here rather than installed.
@@ -147,17 +148,12 @@ fn read_image(file: File, len: u64, path: &Path) -> Result<Vec<u8>, CliError> {
     Ok(bytes)
 }
 
-/// `bytes` fully verified and, with `trusted`, signed by one of those keys
-/// (and every signature it carries valid): the number of entries.
+/// `bytes` fully verified as `kiln verify` verifies (every signature it
+/// carries valid and, with `trusted`, one by a trusted key): the number of
+/// entries.
 fn check(bytes: &[u8], trusted: Option<&TrustedKeys>) -> Result<usize, ImageError> {
     let image = Image::from_bytes(bytes, Verification::Full)?;
-    if let Some(trusted) = trusted {
-        let checks = image.check_signatures(Some(trusted));
-        if let Some(bad) = checks.iter().find(|check| !check.valid) {
-            return Err(ImageError::BadSignature { key: bad.key });
-        }
-        image.verify_signature(trusted)?;
-    }
+    crate::common::check_signatures(&image, trusted)?;
     Ok(image.len())
 }
 

@@ -43,13 +43,7 @@ fn check(
     trusted: Option<&TrustedKeys>,
 ) -> Result<(Image, Vec<SignatureCheck>), ImageError> {
     let image = Image::open(path, Verification::Full)?;
-    let checks = image.check_signatures(trusted);
-    if let Some(bad) = checks.iter().find(|check| !check.valid) {
-        return Err(ImageError::BadSignature { key: bad.key });
-    }
-    if let Some(trusted) = trusted {
-        image.verify_signature(trusted)?;
-    }
+    let checks = crate::common::check_signatures(&image, trusted)?;
     Ok((image, checks))
 }
 

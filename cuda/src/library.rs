@@ -429,6 +429,17 @@ where
                 tried: tried.join("; "),
                 cause,
             };
+        let serve_compiled = |hit: Hit<'c>, request: KernelRequest| {
+            self.serve(
+                cache,
+                world,
+                device,
+                spec,
+                hit,
+                Selection::Compiled,
+                request,
+            )
+        };
         // No compile possible here (no NVRTC, or a header set missing):
         // what a machine with the build's toolchain compiled for this arch
         // at run time and stored (the disk or remote tier) is what a
@@ -446,17 +457,7 @@ where
                 && !strict_here
             {
                 match self.compiled_elsewhere(cache, device, spec, recorded) {
-                    Ok(Some((hit, request))) => {
-                        return Ok(self.serve(
-                            cache,
-                            world,
-                            device,
-                            spec,
-                            hit,
-                            Selection::Compiled,
-                            request,
-                        ));
-                    }
+                    Ok(Some((hit, request))) => return Ok(serve_compiled(hit, request)),
                     Ok(None) => tried.push(format!(
                         "{} compiled by {}: not in the cache's tiers",
                         device.arch(),
@@ -484,15 +485,7 @@ where
             return cannot_compile(Some(request.name().to_owned()), &mut tried, cause);
         };
         let hit = compiler.compile_cached(cache, &request)?;
-        Ok(self.serve(
-            cache,
-            world,
-            device,
-            spec,
-            hit,
-            Selection::Compiled,
-            request,
-        ))
+        Ok(serve_compiled(hit, request))
     }
 
     /// The kernel for `device`'s exact arch as the build's toolchain

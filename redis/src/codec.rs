@@ -24,29 +24,26 @@ use kiln_image::{
 
 use crate::Error;
 
-/// `entry` as the bytes of a one-entry image, signed by `signer` if given
-/// (deterministic: the same entry and key give the same bytes on every
-/// machine).
-pub(super) fn encode(entry: &EntryData, signer: Option<&SigningKey>) -> Result<Vec<u8>, Error> {
+/// `entry` as the bytes of an unsigned one-entry image (deterministic:
+/// the same entry gives the same bytes on every machine); [`encode_batch`]
+/// signs.
+pub(super) fn encode(entry: &EntryData) -> Result<Vec<u8>, Error> {
     let mut writer = ImageWriter::new(ImageMeta::new("kiln-remote", env!("CARGO_PKG_VERSION")));
     writer.push(entry.clone());
-    let bytes = writer.to_bytes()?;
-    Ok(match signer {
-        Some(key) => kiln_image::sign_image(&bytes, key)?,
-        None => bytes,
-    })
+    Ok(writer.to_bytes()?)
 }
 
 /// `entries` as values, each as [`encode`] gives it, signed by `signer`
 /// together (one batch signature for all those that encoded: see the
-/// module docs); one result per entry, in order. At most
+/// module docs; one entry alone is signed directly, as
+/// [`kiln_image::sign_image`] does); one result per entry, in order. At most
 /// [`kiln_image::signature::MAX_BATCH`] entries are signed together.
 pub(super) fn encode_batch(
     entries: &[&EntryData],
     signer: Option<&SigningKey>,
 ) -> Vec<Result<Vec<u8>, Error>> {
     let mut values: Vec<Result<Vec<u8>, Error>> =
-        entries.iter().map(|entry| encode(entry, None)).collect();
+        entries.iter().map(|entry| encode(entry)).collect();
     let Some(key) = signer else {
         return values;
     };
@@ -171,8 +168,8 @@ mod tests {
     #[test]
     fn round_trip() {
         let e = entry("f<i32>");
-        let bytes = encode(&e, None).expect("encodes");
-        assert_eq!(encode(&e, None).expect("encodes"), bytes, "deterministic");
+        let bytes = encode(&e).expect("encodes");
+        assert_eq!(encode(&e).expect("encodes"), bytes, "deterministic");
         let back = decode("k", &bytes, LIMIT, &e.owner, &e.key, None)
             .expect("decodes")
             .entry;
@@ -198,20 +195,23 @@ mod tests {
         // Unsigned: the values `encode` gives, one by one.
         let unsigned = encode_batch(&refs, None);
         for (e, value) in entries.iter().zip(unsigned) {
-            assert_eq!(value.expect("encodes"), encode(e, None).expect("encodes"));
+            assert_eq!(value.expect("encodes"), encode(e).expect("encodes"));
         }
-        // One entry alone: a direct signature, as `encode` gives.
+        // One entry alone: a direct signature.
         let one = encode_batch(&refs[..1], Some(&key));
         assert_eq!(
             one.into_iter().next().map(|v| v.expect("encodes")),
-            Some(encode(&entries[0], Some(&key)).expect("encodes"))
+            Some(
+                kiln_image::sign_image(&encode(&entries[0]).expect("encodes"), &key)
+                    .expect("signs")
+            )
         );
     }
 
     #[test]
     fn every_single_bit_flip_is_rejected() {
         let e = entry("f<u8>");
-        let bytes = encode(&e, None).expect("encodes");
+        let bytes = encode(&e).expect("encodes");
         for i in 0..bytes.len() {
             let mut flipped = bytes.clone();
             flipped[i] ^= 0x10;
@@ -227,7 +227,7 @@ mod tests {
     #[test]
     fn truncation_is_rejected() {
         let e = entry("f<u16>");
-        let bytes = encode(&e, None).expect("encodes");
+        let bytes = encode(&e).expect("encodes");
         for len in [0, 1, 16, bytes.len() / 2, bytes.len() - 1] {
             assert!(
                 matches!(
@@ -242,7 +242,7 @@ mod tests {
     #[test]
     fn a_value_over_the_limit_is_rejected_before_it_is_parsed() {
         let e = entry("f<i8>");
-        let bytes = encode(&e, None).expect("encodes");
+        let bytes = encode(&e).expect("encodes");
         assert!(decode("k", &bytes, bytes.len(), &e.owner, &e.key, None).is_ok());
         let result = decode("k", &bytes, bytes.len() - 1, &e.owner, &e.key, None);
         assert!(
@@ -254,7 +254,7 @@ mod tests {
     #[test]
     fn another_entry_is_rejected() {
         let (asked, other) = (entry("f<f32>"), entry("f<f64>"));
-        let bytes = encode(&other, None).expect("encodes");
+        let bytes = encode(&other).expect("encodes");
         let result = decode("k", &bytes, LIMIT, &asked.owner, &asked.key, None);
         assert!(
             matches!(result, Err(Error::RemoteEntryMismatch { .. })),

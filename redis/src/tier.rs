@@ -239,16 +239,16 @@ impl RemoteTier {
         match self.fetch_value(owner, key) {
             Ok(found) => Ok(found.map(|(decoded, _)| decoded.entry)),
             Err(Fetch::Rejected(error)) => Err(error),
-            Err(Fetch::Unanswered(why)) => {
-                let error = match why {
-                    Unanswered::Failed(error) => *error,
-                    Unanswered::BackingOff => Error::RemoteBackingOff {
-                        server: self.server().to_owned(),
-                        backoff: self.shared.backoff,
-                    },
-                };
-                self.count_unanswered_ref(&error);
-                Err(error)
+            Err(Fetch::Unanswered(Unanswered::Failed(error))) => {
+                self.count(|c| &c.failures);
+                Err(*error)
+            }
+            Err(Fetch::Unanswered(Unanswered::BackingOff)) => {
+                self.count(|c| &c.skipped);
+                Err(Error::RemoteBackingOff {
+                    server: self.server().to_owned(),
+                    backoff: self.shared.backoff,
+                })
             }
         }
     }
@@ -297,14 +297,6 @@ impl RemoteTier {
         counter(&self.shared.counters).fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts an operation that got no answer, as [`Self::count_unanswered`].
-    fn count_unanswered_ref(&self, error: &Error) {
-        match error {
-            Error::RemoteBackingOff { .. } => self.count(|c| &c.skipped),
-            _ => self.count(|c| &c.failures),
-        }
-    }
-
     fn count_unanswered(&self, why: Unanswered) {
         match why {
             Unanswered::BackingOff => self.count(|c| &c.skipped),
@@ -345,15 +337,9 @@ impl Tier for RemoteTier {
         Ok(Some(TierEntry::Owned(entry)))
     }
 
-    fn store(&self, _owner: &Owner, entry: &EntryData) -> Result<(), kiln_core::Error> {
-        let shared = &self.shared;
-        if !shared.writes {
-            self.count(|c| &c.not_written);
-            return Ok(());
-        }
-        let bytes = codec::encode(entry, shared.signing_key.as_deref())?;
-        self.put(entry, &bytes);
-        Ok(())
+    /// A batch of one: signed directly when the tier signs.
+    fn store(&self, owner: &Owner, entry: &EntryData) -> Result<(), kiln_core::Error> {
+        self.store_batch(&[(owner, entry)]).pop().unwrap_or(Ok(()))
     }
 
     /// Stores the entries together: each encoded as [`Tier::store`] does,

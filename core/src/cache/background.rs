@@ -364,25 +364,9 @@ impl StoreQueue {
                 Ok(results) => {
                     let mut results = results.into_iter();
                     for (_, data, dispatch) in &items {
-                        match results.next() {
-                            Some(Ok(())) => bump(&self.counters.stored),
-                            Some(Err(error)) => {
-                                bump(&self.counters.failures);
-                                tracing::dispatcher::with_default(dispatch, || {
-                                    tracing::debug!(tier = tier.name(), name = data.name, %error, "cache tier failed to store; ignored");
-                                });
-                            }
-                            None => {
-                                bump(&self.counters.failures);
-                                tracing::dispatcher::with_default(dispatch, || {
-                                    tracing::debug!(
-                                        tier = tier.name(),
-                                        name = data.name,
-                                        "cache tier gave no result for this store; counted as failed"
-                                    );
-                                });
-                            }
-                        }
+                        tracing::dispatcher::with_default(dispatch, || {
+                            self.count_store(&*tier, &data.name, results.next());
+                        });
                     }
                 }
                 Err(_) => {
@@ -422,11 +406,7 @@ impl StoreQueue {
                 None => tier.store(&owner, &data),
             }));
             match stored {
-                Ok(Ok(())) => bump(&self.counters.stored),
-                Ok(Err(error)) => {
-                    bump(&self.counters.failures);
-                    tracing::debug!(tier = tier.name(), name = data.name, %error, "cache tier failed to store; ignored");
-                }
+                Ok(result) => self.count_store(&*tier, &data.name, Some(result)),
                 Err(_) => {
                     bump(&self.counters.failures);
                     tracing::warn!(
@@ -435,6 +415,26 @@ impl StoreQueue {
                         "cache tier panicked while storing; ignored"
                     );
                 }
+            }
+        }
+    }
+
+    /// Counts the result of one entry's store into `tier` (`None`: the
+    /// tier gave none, a failure) and logs a failure.
+    fn count_store(&self, tier: &dyn Tier, name: &str, result: Option<Result<(), Error>>) {
+        match result {
+            Some(Ok(())) => bump(&self.counters.stored),
+            Some(Err(error)) => {
+                bump(&self.counters.failures);
+                tracing::debug!(tier = tier.name(), name, %error, "cache tier failed to store; ignored");
+            }
+            None => {
+                bump(&self.counters.failures);
+                tracing::debug!(
+                    tier = tier.name(),
+                    name,
+                    "cache tier gave no result for this store; counted as failed"
+                );
             }
         }
     }

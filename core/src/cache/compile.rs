@@ -96,21 +96,11 @@ impl Cache {
                 Join::Follower(flight) => {
                     bump(&self.counters.compile_waits);
                     match flight.wait() {
+                        // The leader's result (unless a redefinition closed
+                        // it meanwhile: then go again).
                         Outcome::Succeeded(served) => {
-                            // The leader's result (unless a redefinition
-                            // closed it meanwhile: then go again). Handed
-                            // over with its payloads: it may have been
-                            // evicted since.
-                            let world = self.world().0;
-                            if let Some((index, body)) = served
-                                && let Some(instance) = self.store.get(index)
-                                && instance.is_valid_in(world)
-                            {
-                                instance.touch(self.memory.now());
-                                return Ok(self.note_found(Hit::memory(index, instance, body)));
-                            }
-                            if let Some(hit) = self.find(world, &digest, key) {
-                                return Ok(self.note_found(hit));
+                            if let Some(hit) = self.handed_over(served, &digest, key) {
+                                return Ok(hit);
                             }
                         }
                         // A lookup without compile found nothing: look again,
@@ -210,24 +200,40 @@ impl Cache {
                     match flight.wait() {
                         // The tiers were asked for it just now.
                         Outcome::Missed => return None,
-                        // Its entry, handed over even if evicted since.
-                        Outcome::Succeeded(Some((index, body))) => {
-                            let world = self.world().0;
-                            if let Some(instance) = self.store.get(index)
-                                && instance.is_valid_in(world)
-                            {
-                                instance.touch(self.memory.now());
-                                return Some(self.note_found(Hit::memory(index, instance, body)));
+                        Outcome::Succeeded(served) => {
+                            if let Some(hit) = self.handed_over(served, &digest, key) {
+                                return Some(hit);
                             }
                         }
-                        // Look again: an image-backed entry is found by
-                        // lookup; after a failed compile the tiers are
+                        // Look again: after a failed compile the tiers are
                         // asked.
-                        Outcome::Succeeded(None) | Outcome::Failed(_) | Outcome::Panicked => {}
+                        Outcome::Failed(_) | Outcome::Panicked => {}
                     }
                 }
             }
         }
+    }
+
+    /// What a flight that succeeded handed its followers: its in-memory
+    /// entry, from the payloads it handed over (the entry may have been
+    /// evicted since), while it is valid now; else the entry found again
+    /// (an image-backed one); `None` when a redefinition closed it.
+    fn handed_over(
+        &self,
+        served: Option<(usize, Arc<super::instance::Body>)>,
+        digest: &Digest,
+        key: &Key,
+    ) -> Option<Hit<'_>> {
+        let world = self.world().0;
+        if let Some((index, body)) = served
+            && let Some(instance) = self.store.get(index)
+            && instance.is_valid_in(world)
+        {
+            instance.touch(self.memory.now());
+            return Some(self.note_found(Hit::memory(index, instance, body)));
+        }
+        self.find(world, digest, key)
+            .map(|hit| self.note_found(hit))
     }
 
     /// The first usable entry an extra tier has for `(owner, key)`, recorded

@@ -404,15 +404,22 @@ fn a_batch_takes_only_what_is_queued_and_at_most_the_bound() {
     assert_eq!(cache.stats().stores, total + 1);
 }
 
-#[test]
-fn a_batch_window_gathers_stores_made_one_after_another_until_a_flush() {
+/// A cache of `config` whose one tier is a [`BatchingTier`] with the batch
+/// window `window`, its gate open.
+fn windowed(config: kiln_core::CacheConfig, window: Duration) -> (Cache, Arc<BatchingTier>) {
     let tier = Arc::new(BatchingTier {
-        window: Duration::from_secs(600),
+        window,
         ..BatchingTier::default()
     });
     tier.gate.open();
-    let cache = Cache::new();
+    let cache = Cache::with_config(config);
     cache.add_tier(Box::new(Arc::clone(&tier)));
+    (cache, tier)
+}
+
+#[test]
+fn a_batch_window_gathers_stores_made_one_after_another_until_a_flush() {
+    let (cache, tier) = windowed(kiln_core::CacheConfig::default(), Duration::from_secs(600));
     for n in 0..3 {
         compile(&cache, n);
         std::thread::sleep(Duration::from_millis(50));
@@ -435,13 +442,10 @@ fn a_batch_window_gathers_stores_made_one_after_another_until_a_flush() {
 
 #[test]
 fn a_batch_window_ends_on_its_own() {
-    let tier = Arc::new(BatchingTier {
-        window: Duration::from_millis(300),
-        ..BatchingTier::default()
-    });
-    tier.gate.open();
-    let cache = Cache::new();
-    cache.add_tier(Box::new(Arc::clone(&tier)));
+    let (cache, tier) = windowed(
+        kiln_core::CacheConfig::default(),
+        Duration::from_millis(300),
+    );
     compile(&cache, 0);
     compile(&cache, 1);
     // No flush: the window passes and the writer stores the batch.
@@ -457,13 +461,7 @@ fn a_batch_window_ends_on_its_own() {
 
 #[test]
 fn dropping_the_cache_cuts_a_batch_window_short() {
-    let tier = Arc::new(BatchingTier {
-        window: Duration::from_secs(600),
-        ..BatchingTier::default()
-    });
-    tier.gate.open();
-    let cache = Cache::new();
-    cache.add_tier(Box::new(Arc::clone(&tier)));
+    let (cache, tier) = windowed(kiln_core::CacheConfig::default(), Duration::from_secs(600));
     compile(&cache, 0);
     compile(&cache, 1);
     // As the exit hook: the drop flushes, and the flush does not wait out
@@ -476,16 +474,10 @@ fn dropping_the_cache_cuts_a_batch_window_short() {
 
 #[test]
 fn a_batch_window_ends_when_the_queue_holds_half_its_bytes() {
-    let tier = Arc::new(BatchingTier {
-        window: Duration::from_secs(600),
-        ..BatchingTier::default()
-    });
-    tier.gate.open();
     // A memory cap of eight payloads bounds the queue to eight payloads'
     // bytes: at four queued, the writer stops gathering.
-    let cache =
-        Cache::with_config(kiln_core::CacheConfig::default().memory_max_bytes(Some(8 * 512)));
-    cache.add_tier(Box::new(Arc::clone(&tier)));
+    let config = kiln_core::CacheConfig::default().memory_max_bytes(Some(8 * 512));
+    let (cache, tier) = windowed(config, Duration::from_secs(600));
     for n in 0..4 {
         compile(&cache, n);
     }
