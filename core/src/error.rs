@@ -257,7 +257,27 @@ pub enum Error {
          sets for build scripts; elsewhere, give the directory with Precompile::out_dir"
     )]
     OutDirUnset,
+    /// Specializations of a precompile block (or the block) failed: the
+    /// library's code does not compile. Each with its compiler's message.
+    #[error("precompiling {name} failed: {}", failed_list(.failed))]
+    Precompile {
+        /// The image's name.
+        name: String,
+        /// Each failed specialization and why.
+        failed: Vec<(String, String)>,
+    },
+    /// A shipped image's candidate file could not be written.
+    #[error(transparent)]
+    Ship(#[from] kiln_ship::ShipError),
     /// The `cargo:` directives of a build script could not be printed.
     #[error("cannot print the build script's cargo directives: {0}")]
     BuildOutput(#[source] std::io::Error),
+}
+
+/// `label: message` for each failure, one per line.
+fn failed_list(failed: &[(String, String)]) -> String {
+    failed
+        .iter()
+        .map(|(label, why)| format!("\n  {label}: {why}"))
+        .collect()
 }

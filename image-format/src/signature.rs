@@ -212,6 +212,14 @@ impl PublicKey {
         Digest(self.0).to_hex()
     }
 
+    /// Whether `signature` is this key's ed25519 signature of the 32-byte
+    /// `message` (strict verification: malleable signatures and weak keys
+    /// refused). For other signed formats (a shipped image's header digest);
+    /// images use [`Image::verify_signature`].
+    pub fn verifies_digest(&self, message: &Digest, signature: &[u8; 64]) -> bool {
+        self.verifies(&message.0, signature)
+    }
+
     /// Whether `signature` is this key's ed25519 signature of `message`
     /// (strict verification: malleable signatures and weak keys refused).
     fn verifies(&self, message: &[u8; 32], signature: &[u8; 64]) -> bool {
@@ -332,6 +340,14 @@ impl SigningKey {
         file.write_all(text.as_bytes())
             .and_then(|()| file.sync_all())
             .map_err(io("write the signing key"))
+    }
+
+    /// This key's ed25519 signature of the 32-byte `message` (deterministic:
+    /// the same key and message give the same signature). For other signed
+    /// formats (a shipped image's header digest); images are signed with
+    /// [`sign_image`].
+    pub fn sign_digest(&self, message: &Digest) -> [u8; 64] {
+        self.sign(message)
     }
 
     fn sign(&self, digest: &Digest) -> [u8; 64] {

@@ -268,6 +268,9 @@ impl Cache {
                 continue;
             }
             bump(&self.counters.hits_tier);
+            if let Some(hits) = self.tier_hits.get(index) {
+                hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             let name = tier.name();
             self.note_acquired(owner, key, &parts.name, Acquired::Tier { index, name });
             return Some(self.record_parts(owner, key, parts, Origin::Tier, true));

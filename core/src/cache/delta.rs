@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
-use kiln_image::{ImageMeta, ImageWriter};
+use kiln_image::{EntryData, ImageMeta, ImageWriter};
 
 use super::Cache;
 use super::instance::{Body, Instance};
@@ -126,10 +126,24 @@ impl<'c> Delta<'c> {
 
     /// An image writer holding the delta (entries copied, worlds normalised).
     pub fn to_writer(&self, meta: ImageMeta) -> ImageWriter {
+        self.to_writer_with(meta, |_| {})
+    }
+
+    /// An image writer holding the delta, each entry passed through `edit`
+    /// on its way (a precompile block leaves out artifacts it does not
+    /// ship).
+    pub fn to_writer_with(
+        &self,
+        meta: ImageMeta,
+        mut edit: impl FnMut(&mut EntryData),
+    ) -> ImageWriter {
         let mut writer = ImageWriter::new(meta);
         for (instance, body) in &self.entries {
             match instance.meta().to_entry_data(body) {
-                Some(data) => writer.push(data),
+                Some(mut data) => {
+                    edit(&mut data);
+                    writer.push(data)
+                }
                 None => tracing::warn!(
                     name = instance.name,
                     key = %instance.key,

@@ -133,6 +133,9 @@ pub struct Cache {
     store: MemoryStore,
     layers: boxcar::Vec<Layer>,
     tiers: boxcar::Vec<Arc<dyn Tier>>,
+    /// Hits of each tier, by its index in `tiers` (pushed first, so that
+    /// every tier has its counter).
+    tier_hits: boxcar::Vec<AtomicU64>,
     writer: Mutex<WriterState>,
     flights: Flights,
     counters: Counters,
@@ -187,6 +190,7 @@ impl Cache {
             store: MemoryStore::new(),
             layers: boxcar::Vec::new(),
             tiers: boxcar::Vec::new(),
+            tier_hits: boxcar::Vec::new(),
             writer: Mutex::new(WriterState::default()),
             flights: Flights::default(),
             counters: Counters::default(),
@@ -210,7 +214,27 @@ impl Cache {
     /// images (in the order tiers were added) and given every new compile
     /// (on the background writer: see [`Cache::flush`]).
     pub fn add_tier(&self, tier: Box<dyn Tier>) {
+        // Under the writer lock, so that a tier's index in `tiers` is its
+        // counter's in `tier_hits`.
+        let _writer = self.writer();
+        self.tier_hits.push(AtomicU64::new(0));
         self.tiers.push(Arc::from(tier));
+    }
+
+    /// Each extra tier's name and how many entries it gave this cache, in
+    /// the order tiers were added (a precompile block reports where its
+    /// entries came from).
+    pub fn tier_hits(&self) -> Vec<(String, u64)> {
+        self.tiers
+            .iter()
+            .map(|(index, tier)| {
+                let hits = self
+                    .tier_hits
+                    .get(index)
+                    .map_or(0, |hits| hits.load(Ordering::Relaxed));
+                (tier.name().to_owned(), hits)
+            })
+            .collect()
     }
 
     /// Number of merged images.

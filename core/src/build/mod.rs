@@ -1,0 +1,659 @@
+//! Build-script helpers: a library's precompile block, which ships what its
+//! author compiled and compiles on other machines only what is missing.
+//!
+//! ```no_run
+//! // build.rs of a kernel library
+//! use kiln_core::build::Precompile;
+//! use kiln_core::{Compiled, KeyBuilder, Owner};
+//!
+//! fn main() -> Result<(), kiln_core::Error> {
+//!     Precompile::new("my-kernels").run(|session| {
+//!         session.uses_source("src/kernels.rs");
+//!         // The target cargo builds for, not the host this script runs on.
+//!         let target = session.target().map_or("unknown", |t| t.arch()).to_owned();
+//!         let owner = Owner::new("my-compiler", "1.0", &target, Vec::<String>::new())?;
+//!         for n in [1u32, 2, 4] {
+//!             session.specialize(&format!("unroll<{n}>"), |cache| {
+//!                 let key = KeyBuilder::new("unroll", 1).u32("n", n).finish();
+//!                 // Shipped image, disk and remote caches first; compiles on a miss.
+//!                 cache.get_or_compile(&owner, &key, || Ok(Compiled::new(format!("unroll<{n}>"))))
+//!             });
+//!         }
+//!         Ok(())
+//!     })?;
+//!     Ok(())
+//! }
+//! // and in the library: kiln::include_image!("my-kernels.kimg");
+//! ```
+//!
+//! A build script cannot depend on its own crate, so the code that builds
+//! keys and compiles usually lives in one module that both include: the
+//! library as `mod kernels;`, the build script as
+//! `#[path = "src/kernels.rs"] mod kernels;` (declared with
+//! [`Session::uses_source`]). Then the library and its build script derive
+//! the same owners and keys. `examples/kiln-kernels-demo` does this.
+//!
+//! # Compile once, where the author builds; check everywhere else
+//!
+//! A library's build script runs on every machine that builds an
+//! application using it: the application developer's laptop, its CI,
+//! docs.rs. Most have no compiler for the library's code (no NVRTC, no CUDA
+//! headers) and no network. So the author ships what the block compiled:
+//!
+//! 1. the author builds the library where the toolchain is (the block
+//!    compiles into `OUT_DIR`, reusing what earlier builds compiled);
+//! 2. `kiln ship` writes that image, compressed, into the library's source
+//!    tree as `kiln-shipped/<name>.kship`, with what it was built from (the
+//!    backends' records, the digests of the declared sources and of the
+//!    specialization list); `cargo package` takes it along;
+//! 3. every build of the library then finds each specialization in that
+//!    shipped image before it compiles anything: a downstream build checks
+//!    the shipped image (every digest, and the signature when the library
+//!    names its key with [`Precompile::shipped_key`]), finds every entry the
+//!    block asks for, writes them to `OUT_DIR` for `include_image!`, and
+//!    opens no compiler.
+//!
+//! `kiln ship --check` fails when the shipped image no longer covers the
+//! block (run it in the library's CI). A normal build never writes into the
+//! source tree: the block leaves `OUT_DIR/<name>.kship-candidate` beside its
+//! image, which `kiln ship` reads.
+//!
+//! # Where each specialization comes from
+//!
+//! The block's cache ([`Session::cache`]) looks an entry up, in order, in
+//! the library's shipped image, the disk tier (`KILN_CACHE_DIR`, on by
+//! default) and the remote tier (`KILN_REMOTE_CACHE`, when the build script
+//! links `kiln-redis`: the `redis` feature of the `kiln` build-dependency),
+//! with the same trust rules as at run time, and compiles only what none
+//! holds; what it compiles is stored into those tiers (flushed before the
+//! run ends). The image written does not depend on where an entry came
+//! from: the same block gives the same bytes. `KILN_ALWAYS_COMPILE=1`
+//! compiles everything. The tiers' switches are run-time switches: turning
+//! them on or off never reruns a build script by itself.
+//!
+//! A specialization ends one of three ways:
+//!
+//! - **ready**: found or compiled; it goes into the image;
+//! - **missing**: this machine cannot compile it (its compile, or the
+//!   block, returned [`Unavailable`]: no NVRTC, no headers, another
+//!   compiler release than the shipped entries'): a `cargo:warning` names
+//!   each one, says why and what to do, and the others still ship;
+//! - **failed**: its compile returned any other error or panicked: the
+//!   library's code does not compile. The build fails, with the compiler's
+//!   message (`cargo::error` lines, details on stderr), after the block ran
+//!   to the end, so one build shows every failure.
+//!
+//! # The target, not the host
+//!
+//! A build script is compiled for, and runs on, the *host*: in code it
+//! shares with the library, `cfg!(target_arch = ..)`, `cfg!(target_os = ..)`,
+//! `cfg!(target_feature = ..)` and `std::env::consts` describe the host
+//! inside the build script and the target inside the library. When the two
+//! differ (cross-compiling, or `-C target-cpu` / `-C target-feature` in
+//! `RUSTFLAGS`), keys or owners built from them differ between the build
+//! script and the library, and every precompiled entry misses. Build them
+//! from a [`Target`] instead: [`Session::target`] in the build script (read
+//! from cargo's `TARGET` and `CARGO_CFG_TARGET_*` variables), and in the
+//! library the same values from `cfg!`.
+//!
+//! # Build scripts run unoptimized
+//!
+//! Cargo builds build scripts (and their dependencies, kiln and the
+//! compiler included) with the `build-override` profile, which in a debug
+//! build is unoptimized: a compiler written in Rust then precompiles several
+//! times slower than it runs in the application. Only the profile of the
+//! workspace being built counts, so this is the *application's* choice, in
+//! its `Cargo.toml`:
+//!
+//! ```toml
+//! [profile.dev.build-override]
+//! opt-level = 3
+//! [profile.release.build-override]
+//! opt-level = 3
+//! ```
+//!
+//! A compiler loaded as a shared library (NVRTC) runs at full speed either
+//! way.
+//!
+//! # What a run prints
+//!
+//! - `cargo:rerun-if-changed=PATH` for every source the block declared with
+//!   [`Session::uses_source`], for the shipped image (when there is one),
+//!   and for the key file of `KILN_SIGNING_KEY` when it is set (and
+//!   `rerun-if-env-changed=KILN_SIGNING_KEY` always, so that setting it
+//!   later signs the image): the image is then signed with that key (see
+//!   [`trust`](crate::trust); an unusable key fails the build rather than
+//!   write an unsigned image);
+//! - `cargo:rerun-if-env-changed=VAR` for the variables declared with
+//!   [`Session::uses_env`] and every `KILN_*` variable set now (such as
+//!   `KILN_NVRTC`), except the run-time switches
+//!   ([`env::is_run_time`](crate::env::is_run_time): those of
+//!   [`env::RUN_TIME`](crate::env::RUN_TIME) and those other crates register
+//!   as [`RunTimeSwitch`](crate::registry::RunTimeSwitch)): they do not change
+//!   what a build script compiles, so toggling them never rebuilds an image;
+//! - one plain line per specialization with its time, and one summary line
+//!   that says how many entries came from the shipped image and from each
+//!   tier, how many were compiled, missing or failed (cargo keeps these in
+//!   the build script's output; `cargo build -vv` shows them). The summary
+//!   is a `cargo:warning` when something is missing or the image is empty
+//!   while the block asked for entries: a build that ships nothing never
+//!   looks like success. (Cargo shows warnings of path and workspace
+//!   packages only; an application that must not build without its
+//!   libraries' kernels can check `kiln::init()`'s report, or the library's
+//!   own error, at run time.)
+
+mod output;
+mod session;
+mod shipped;
+mod target;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kiln_image::{ImageMeta, PublicKey};
+use kiln_ship::{CANDIDATE_EXTENSION, Candidate, EXTENSION, Manifest, SHIPPED_DIR};
+
+pub use session::{Session, Unavailable, jobs};
+pub use target::Target;
+
+use self::output::Printer;
+use self::session::NotDone;
+use crate::registry::IMAGE_EXTENSION;
+use crate::{BoxError, Cache, CacheConfig, Error};
+
+/// A precompile run: the image's name, where it goes, where its directives go.
+///
+/// See the [module documentation](self) for what a run does and prints,
+/// how the author ships the image with the library, how to see the target
+/// rather than the host, and why an application should build build scripts
+/// optimized (`[profile.dev.build-override] opt-level = 3`).
+pub struct Precompile<'out> {
+    name: String,
+    out_dir: Option<PathBuf>,
+    library_dir: Option<PathBuf>,
+    target: Option<Target>,
+    shipped_key: Option<String>,
+    lookup: Box<dyn Fn(&str) -> Option<OsString> + 'out>,
+    output: Box<dyn Write + 'out>,
+}
+
+impl Precompile<'static> {
+    /// A run writing `$OUT_DIR/<name>.kimg` and printing to stdout (where
+    /// cargo reads a build script's directives), reading the process's
+    /// environment, with the library at `$CARGO_MANIFEST_DIR`.
+    pub fn new(name: impl Into<String>) -> Precompile<'static> {
+        Precompile {
+            name: name.into(),
+            out_dir: None,
+            library_dir: None,
+            target: None,
+            shipped_key: None,
+            lookup: Box::new(|name| std::env::var_os(name)),
+            output: Box::new(std::io::stdout()),
+        }
+    }
+}
+
+impl<'out> Precompile<'out> {
+    /// Writes the image into `dir` instead of `OUT_DIR`.
+    pub fn out_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.out_dir = Some(dir.into());
+        self
+    }
+
+    /// The library's root (where `kiln-shipped/` and the declared sources
+    /// are) instead of `CARGO_MANIFEST_DIR`.
+    pub fn library_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.library_dir = Some(dir.into());
+        self
+    }
+
+    /// Gives the block `target` as [`Session::target`] instead of the one
+    /// cargo's variables describe (for tests, or a run outside a build
+    /// script).
+    pub fn target(mut self, target: Target) -> Self {
+        self.target = Some(target);
+        self
+    }
+
+    /// Uses the library's shipped image only if the ed25519 public key
+    /// `key` (64 hex digits, as `kiln keygen` prints it) signed it: a
+    /// shipped image that this key did not sign is not used (a warning
+    /// says why), and what it held is compiled here, or missing.
+    ///
+    /// Without a key, the shipped image is trusted as the package's source
+    /// code is (cargo checks the package's checksum); its digests are
+    /// checked all the same.
+    pub fn shipped_key(mut self, key: impl Into<String>) -> Self {
+        self.shipped_key = Some(key.into());
+        self
+    }
+
+    /// Reads variables through `lookup` instead of the process environment
+    /// (for tests: the tiers' switches, `KILN_ALWAYS_COMPILE`,
+    /// `KILN_SIGNING_KEY`, and what the block reads with [`Session::env`]).
+    pub fn env(mut self, lookup: impl Fn(&str) -> Option<OsString> + 'out) -> Self {
+        self.lookup = Box::new(lookup);
+        self
+    }
+
+    /// Sends the `cargo:` directives and progress lines to `output` instead
+    /// of stdout.
+    pub fn output<'w>(self, output: impl Write + 'w) -> Precompile<'w>
+    where
+        'out: 'w,
+    {
+        Precompile {
+            name: self.name,
+            out_dir: self.out_dir,
+            library_dir: self.library_dir,
+            target: self.target,
+            shipped_key: self.shipped_key,
+            lookup: self.lookup,
+            output: Box::new(output),
+        }
+    }
+
+    /// The path of the image: `<out_dir>/<name>.kimg`.
+    ///
+    /// # Errors
+    /// [`Error::OutDirUnset`] when no directory was given and `OUT_DIR` is
+    /// not set (outside a build script).
+    pub fn image_path(&self) -> Result<PathBuf, Error> {
+        let dir = match &self.out_dir {
+            Some(dir) => dir.clone(),
+            None => (self.lookup)("OUT_DIR")
+                .map(PathBuf::from)
+                .ok_or(Error::OutDirUnset)?,
+        };
+        Ok(dir.join(format!("{}.{IMAGE_EXTENSION}", self.name)))
+    }
+
+    /// The library's shipped image: `<library>/kiln-shipped/<name>.kship`.
+    pub fn shipped_path(&self) -> PathBuf {
+        self.library_root()
+            .join(SHIPPED_DIR)
+            .join(format!("{}.{EXTENSION}", self.name))
+    }
+
+    fn library_root(&self) -> PathBuf {
+        self.library_dir
+            .clone()
+            .or_else(|| (self.lookup)("CARGO_MANIFEST_DIR").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from("."))
+    }
+
+    /// Runs `block` on the block's cache (the shipped image, then the disk
+    /// and remote tiers, then compiles), then writes the entries it got
+    /// into the image and prints the `cargo:` directives.
+    ///
+    /// The image is written in every case, with what is ready, so that
+    /// `include_image!` always finds it. A specialization this machine
+    /// cannot compile ([`Unavailable`]), or a block that returns
+    /// `Unavailable`, is a warning; any other failure is an error, returned
+    /// after the image is written and every directive printed.
+    ///
+    /// `block` returns [`BoxError`], so `?` works on any error in it and
+    /// its final `Ok(())` needs no annotation.
+    ///
+    /// # Errors
+    /// [`Error::Precompile`] when a specialization or the block failed (the
+    /// library's code does not compile); [`Error::OutDirUnset`];
+    /// [`Error::Image`] when the image cannot be written or the shipped key
+    /// is not a public key; [`Error::BuildOutput`] when the directives
+    /// cannot be printed.
+    pub fn run<F>(self, block: F) -> Result<PrecompileReport, Error>
+    where
+        F: FnOnce(&mut Session<'_>) -> Result<(), BoxError>,
+    {
+        let path = self.image_path()?;
+        let shipped_path = self.shipped_path();
+        let library = self.library_root();
+        let meta = self.meta();
+        let key = self
+            .shipped_key
+            .as_deref()
+            .map(str::parse::<PublicKey>)
+            .transpose()?;
+        let Precompile {
+            name,
+            target,
+            lookup,
+            output,
+            ..
+        } = self;
+        let target = target.or_else(Target::from_env);
+        let started = Instant::now();
+        let mut out = Printer::new(output);
+
+        let switches = crate::env::Switches::from_lookup(&*lookup);
+        // No memory cap: every entry the block gets must reach the image
+        // (the snapshot would pin them anyway).
+        let cache = Cache::with_config(
+            CacheConfig::default()
+                .memory_max_bytes(None)
+                .always_compile(switches.always_compile),
+        );
+        let shipped = match shipped::read(&shipped_path, &name, key.as_ref()) {
+            Ok(found) => found,
+            Err(why) => {
+                out.line(format_args!(
+                    "cargo:warning=kiln: {name}: the shipped image {} is not used: {why}",
+                    shipped_path.display()
+                ));
+                None
+            }
+        };
+        if let Some(found) = &shipped {
+            cache.add_tier(Box::new(shipped::ShippedTier::new(Arc::clone(
+                &found.image,
+            ))));
+        }
+        crate::add_tiers(&cache, &*lookup);
+
+        let snapshot = cache.snapshot();
+        let mut session = Session {
+            cache: &cache,
+            target: target.as_ref(),
+            lookup: &*lookup,
+            shipped: shipped.as_ref().map(|found| &found.manifest),
+            out,
+            sources: BTreeSet::new(),
+            env: BTreeSet::new(),
+            records: BTreeMap::new(),
+            labels: Vec::new(),
+            done: Vec::new(),
+            missing: Vec::new(),
+            failed: Vec::new(),
+            dropped: Default::default(),
+            not_shippable: None,
+        };
+        match block(&mut session).err().map(NotDone::of) {
+            None => {}
+            Some(NotDone::Missing(why)) => session.missing.push((BLOCK.to_owned(), why)),
+            Some(NotDone::Failed(why)) => session.failed.push((BLOCK.to_owned(), why)),
+        }
+        // What was compiled reaches the disk and remote tiers before the
+        // build script exits.
+        cache.flush();
+        let Session {
+            mut out,
+            sources,
+            env,
+            records,
+            labels,
+            done,
+            missing,
+            failed,
+            dropped,
+            not_shippable,
+            ..
+        } = session;
+
+        let delta = cache.delta(&snapshot);
+        let entries = delta.len();
+        let writer = delta.to_writer_with(meta, |entry| {
+            if let Some(kinds) = dropped.get(&(entry.owner, entry.key)) {
+                entry.artifacts.retain(|a| !kinds.contains(&a.kind));
+            }
+        });
+        let bytes = crate::trust::sign_if_configured_with(&*lookup, writer.to_bytes()?)?;
+        kiln_image::write_file_atomic(&path, &bytes)?;
+
+        let sources_now = shipped::source_digests(&library, &sources);
+        let mut manifest = Manifest::new(name.clone());
+        manifest.records = records;
+        manifest.sources = sources_now.clone();
+        manifest.specializations = Manifest::digest_labels(&labels);
+        manifest.specialization_count = labels.len() as u64;
+        let mut candidate = Candidate::new(manifest, path.clone(), shipped_path.clone());
+        candidate.not_shippable = not_shippable.clone().or_else(|| {
+            (!missing.is_empty() || !failed.is_empty()).then(|| {
+                format!(
+                    "{} specializations are missing and {} failed in this build",
+                    missing.len(),
+                    failed.len()
+                )
+            })
+        });
+        candidate.write(&path.with_extension(CANDIDATE_EXTENSION))?;
+
+        for source in &sources {
+            out.line(format_args!("cargo:rerun-if-changed={}", source.display()));
+        }
+        if shipped.is_some() {
+            out.line(format_args!(
+                "cargo:rerun-if-changed={}",
+                shipped_path.display()
+            ));
+        }
+        if let Some(key) = crate::trust::signing_key_path(&*lookup) {
+            // The key's content, not only the variable, changes the image.
+            out.line(format_args!("cargo:rerun-if-changed={}", key.display()));
+        }
+        let set: Vec<String> = std::env::vars_os()
+            .filter_map(|(name, _)| name.into_string().ok())
+            .collect();
+        // Watched set or not: setting it later must sign the image.
+        let mut env = env;
+        env.insert(crate::trust::SIGNING_KEY.to_owned());
+        for var in rerun_env_vars(env, set) {
+            out.line(format_args!("cargo:rerun-if-env-changed={var}"));
+        }
+
+        let changed = shipped
+            .as_ref()
+            .filter(|_| !missing.is_empty())
+            .map(|found| shipped::changed_since(&found.manifest, &sources_now))
+            .unwrap_or_default();
+        for line in missing_lines(
+            &missing,
+            shipped.as_ref().map(|s| s.path.as_path()),
+            &changed,
+        ) {
+            out.line(format_args!("cargo:warning=kiln: {name}: {line}"));
+        }
+        for (label, why) in &failed {
+            out.line(format_args!(
+                "cargo::error=kiln: {name}: {label} does not compile: {}",
+                first_line(why)
+            ));
+        }
+
+        let from_tiers = cache.tier_hits();
+        let compiles = cache.stats().compiles;
+        let summary = Summary {
+            entries,
+            from_tiers: &from_tiers,
+            compiles,
+            missing: missing.len(),
+            failed: failed.len(),
+        };
+        let warn = !missing.is_empty() || (entries == 0 && !labels.is_empty());
+        out.line(format_args!(
+            "{}kiln: {name}: {summary} into {} in {:.1?}",
+            if warn { "cargo:warning=" } else { "" },
+            path.display(),
+            started.elapsed(),
+        ));
+        out.finish()?;
+        if !failed.is_empty() {
+            let mut details = String::new();
+            for (label, why) in &failed {
+                let _ = writeln!(details, "kiln: {name}: {label} does not compile:\n{why}\n");
+            }
+            eprint!("{details}");
+            return Err(Error::Precompile {
+                name,
+                failed: failed.clone(),
+            });
+        }
+        Ok(PrecompileReport {
+            path,
+            entries,
+            ready: done,
+            compiles,
+            from_tiers,
+            missing,
+            failed,
+            not_shippable,
+        })
+    }
+
+    /// Image metadata: the producing crate and the image name, nothing that
+    /// changes from one build to the next.
+    fn meta(&self) -> ImageMeta {
+        let var = |name: &str| (self.lookup)(name).and_then(|v| v.into_string().ok());
+        let mut meta = ImageMeta {
+            producer_name: var("CARGO_PKG_NAME").unwrap_or_else(|| self.name.clone()),
+            producer_version: var("CARGO_PKG_VERSION").unwrap_or_default(),
+            ..ImageMeta::default()
+        };
+        meta.labels.insert("image".to_owned(), self.name.clone());
+        meta
+    }
+}
+
+/// The label of what the block itself returned.
+const BLOCK: &str = "the precompile block";
+
+/// What a precompile run did.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct PrecompileReport {
+    /// The image written.
+    pub path: PathBuf,
+    /// How many entries it holds.
+    pub entries: usize,
+    /// Each specialization ready (found or compiled), with the time it took.
+    pub ready: Vec<(String, Duration)>,
+    /// How many compiles ran (the rest came from the tiers).
+    pub compiles: u64,
+    /// Each tier (the shipped image first, then disk and remote) and how
+    /// many entries it gave.
+    pub from_tiers: Vec<(String, u64)>,
+    /// Each specialization this machine could not compile, with why.
+    pub missing: Vec<(String, String)>,
+    /// Each specialization that failed, with the reason (the run returned
+    /// an error then; this is for callers that catch it).
+    pub failed: Vec<(String, String)>,
+    /// Why this build's image must not be shipped, if it must not.
+    pub not_shippable: Option<String>,
+}
+
+impl PrecompileReport {
+    /// How many entries the tier named `tier` gave (`shipped`, `disk`,
+    /// `remote`).
+    pub fn from_tier(&self, tier: &str) -> u64 {
+        self.from_tiers
+            .iter()
+            .filter(|(name, _)| name == tier)
+            .map(|(_, hits)| hits)
+            .sum()
+    }
+}
+
+/// The summary line's counts.
+struct Summary<'a> {
+    entries: usize,
+    from_tiers: &'a [(String, u64)],
+    compiles: u64,
+    missing: usize,
+    failed: usize,
+}
+
+impl std::fmt::Display for Summary<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (", count(self.entries, "entry", "entries"))?;
+        for (tier, hits) in self.from_tiers {
+            write!(f, "{hits} from {tier}, ")?;
+        }
+        write!(
+            f,
+            "{} compiled, {} missing, {} failed)",
+            self.compiles, self.missing, self.failed
+        )
+    }
+}
+
+/// The warnings for missing specializations: one line per reason, naming
+/// every specialization it left out, and why shipped entries no longer
+/// cover them.
+fn missing_lines(
+    missing: &[(String, String)],
+    shipped: Option<&Path>,
+    changed: &[String],
+) -> Vec<String> {
+    let mut by_reason: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (label, why) in missing {
+        by_reason.entry(why.as_str()).or_default().push(label);
+    }
+    let mut lines: Vec<String> = by_reason
+        .into_iter()
+        .map(|(why, labels)| {
+            format!(
+                "not precompiled ({}): {}; {}",
+                labels.len(),
+                labels.join(", "),
+                one_line(why)
+            )
+        })
+        .collect();
+    if !missing.is_empty() {
+        lines.push(match shipped {
+            Some(path) if changed.is_empty() => format!(
+                "the shipped image {} does not hold them: build where the toolchain is and run \
+                 `kiln ship` to ship them",
+                path.display()
+            ),
+            Some(path) => format!(
+                "the shipped image {} does not hold them ({} changed since it was shipped): \
+                 build where the toolchain is and run `kiln ship`",
+                path.display(),
+                changed.join(", ")
+            ),
+            None => "this library ships no image: its author builds where the toolchain is and \
+                     runs `kiln ship`"
+                .to_owned(),
+        });
+    }
+    lines
+}
+
+/// The variables whose change must rerun the build script: `declared`, and
+/// of the variables `set` now, every `KILN_*` one (a backend's, such as
+/// `KILN_NVRTC`) except the run-time switches ([`crate::env::is_run_time`]);
+/// sorted.
+fn rerun_env_vars(
+    declared: BTreeSet<String>,
+    set: impl IntoIterator<Item = String>,
+) -> BTreeSet<String> {
+    let mut vars = declared;
+    vars.extend(
+        set.into_iter()
+            .filter(|name| name.starts_with("KILN_") && !crate::env::is_run_time(name)),
+    );
+    vars
+}
+
+/// `n` and the noun that goes with it: "1 entry", "2 entries".
+fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// `text` on one line: cargo shows only the first line of a warning.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The first non-empty line of `text`.
+fn first_line(text: &str) -> &str {
+    text.lines().find(|l| !l.trim().is_empty()).unwrap_or(text)
+}

@@ -1,0 +1,190 @@
+//! The library's shipped image, as a precompile block reads it: found in
+//! the library's `kiln-shipped/` folder, checked, converted into a kiln
+//! image and looked up as the block cache's first tier; and the digests of
+//! the declared sources that a shipped image records.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use kiln_image::{EntryData, Image, PublicKey};
+use kiln_ship::{Manifest, Shipped, ShippedFile};
+
+use crate::cache::{Tier, TierEntry};
+use crate::{Digest, Error, Key, Owner};
+
+/// The largest shipped file read (a crate package is at most 10 MiB on
+/// crates.io; git and path dependencies are not bound by that).
+const SHIPPED_FILE_MAX: u64 = 512 << 20;
+/// The largest declared source file hashed into a manifest.
+const SOURCE_FILE_MAX: u64 = 256 << 20;
+
+/// A shipped image that passed every check: its manifest, and its entries
+/// as a kiln image.
+pub(super) struct ShippedSource {
+    pub(super) path: PathBuf,
+    pub(super) manifest: Manifest,
+    pub(super) image: Arc<Image>,
+}
+
+/// Reads the shipped image at `path`: `Ok(None)` when there is none,
+/// `Err(why)` when there is one that must not be used (unreadable, damaged,
+/// not signed by `key` when the library names one, another block's).
+pub(super) fn read(
+    path: &Path,
+    name: &str,
+    key: Option<&PublicKey>,
+) -> Result<Option<ShippedSource>, String> {
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(format!("it cannot be opened ({error})")),
+    };
+    let mut bytes = Vec::new();
+    file.take(SHIPPED_FILE_MAX + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|error| format!("it cannot be read ({error})"))?;
+    if bytes.len() as u64 > SHIPPED_FILE_MAX {
+        return Err(format!("it is larger than {SHIPPED_FILE_MAX} bytes"));
+    }
+    let file = ShippedFile::parse(&bytes).map_err(|error| error.to_string())?;
+    if let Some(key) = key {
+        file.check_signed_by(key)
+            .map_err(|error| error.to_string())?;
+    }
+    let shipped = Shipped::unpack(&file).map_err(|error| error.to_string())?;
+    if shipped.manifest.name != name {
+        return Err(format!(
+            "it holds the image {:?}, this block writes {name:?}",
+            shipped.manifest.name
+        ));
+    }
+    let image = shipped.to_image().map_err(|error| error.to_string())?;
+    Ok(Some(ShippedSource {
+        path: path.to_owned(),
+        manifest: shipped.manifest,
+        image: Arc::new(image),
+    }))
+}
+
+/// The block cache's first tier: the library's shipped entries, borrowed
+/// from the image built from them. Read-only.
+pub(super) struct ShippedTier {
+    image: Arc<Image>,
+}
+
+/// The name of the shipped tier in reports.
+pub(super) const TIER_NAME: &str = "shipped";
+
+impl ShippedTier {
+    pub(super) fn new(image: Arc<Image>) -> ShippedTier {
+        ShippedTier { image }
+    }
+}
+
+impl Tier for ShippedTier {
+    fn name(&self) -> &str {
+        TIER_NAME
+    }
+
+    fn load_entry(&self, owner: &Owner, key: &Key) -> Result<Option<TierEntry>, Error> {
+        let found = self.image.find(&owner.digest(), key.digest())?;
+        Ok(found.map(|entry| TierEntry::Image {
+            image: Arc::clone(&self.image),
+            index: entry.index(),
+        }))
+    }
+
+    /// The shipped image is the package's: nothing is stored into it.
+    fn store(&self, _owner: &Owner, _entry: &EntryData) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+/// The digest of each declared source inside the library (`crate_dir`):
+/// relative paths without `..`, `/`-separated; a directory's digest covers
+/// every file below it (names and contents). Sources outside the library
+/// (absolute paths, such as a compiler's) are machine-specific and left
+/// out; so is a source that cannot be read.
+pub(super) fn source_digests(
+    crate_dir: &Path,
+    sources: &BTreeSet<PathBuf>,
+) -> BTreeMap<String, Digest> {
+    sources
+        .iter()
+        .filter_map(|source| {
+            let name = relative_name(source)?;
+            Some((name, digest_path(&crate_dir.join(source))?))
+        })
+        .collect()
+}
+
+/// `path` as a `/`-separated relative name, if it is relative and stays
+/// inside the library.
+fn relative_name(path: &Path) -> Option<String> {
+    let mut parts = Vec::new();
+    for component in path.components() {
+        match component {
+            Component::Normal(part) => parts.push(part.to_str()?.to_owned()),
+            Component::CurDir => {}
+            _ => return None,
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("/"))
+}
+
+fn digest_path(path: &Path) -> Option<Digest> {
+    let meta = std::fs::metadata(path).ok()?;
+    if meta.is_file() {
+        return digest_file(path);
+    }
+    let mut files = Vec::new();
+    walk(path, Path::new(""), &mut files);
+    files.sort();
+    let mut hasher = blake3::Hasher::new_derive_key("kiln-core build source directory");
+    for (name, digest) in files {
+        hasher.update(&(name.len() as u64).to_le_bytes());
+        hasher.update(name.as_bytes());
+        hasher.update(&digest.0);
+    }
+    Some(Digest(*hasher.finalize().as_bytes()))
+}
+
+fn digest_file(path: &Path) -> Option<Digest> {
+    let mut hasher = blake3::Hasher::new();
+    let file = std::fs::File::open(path).ok()?;
+    std::io::copy(&mut file.take(SOURCE_FILE_MAX), &mut hasher).ok()?;
+    Some(Digest(*hasher.finalize().as_bytes()))
+}
+
+/// Every regular file below `dir` (no symbolic link followed), with its
+/// name relative to where the walk began.
+fn walk(dir: &Path, prefix: &Path, files: &mut Vec<(String, Digest)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        let name = prefix.join(entry.file_name());
+        if kind.is_dir() {
+            walk(&entry.path(), &name, files);
+        } else if kind.is_file()
+            && let (Some(name), Some(digest)) = (relative_name(&name), digest_file(&entry.path()))
+        {
+            files.push((name, digest));
+        }
+    }
+}
+
+/// The declared sources whose digest differs from what `shipped` recorded
+/// (or that it did not record), for the warning that says why shipped
+/// entries no longer cover the block.
+pub(super) fn changed_since(shipped: &Manifest, now: &BTreeMap<String, Digest>) -> Vec<String> {
+    now.iter()
+        .filter(|(name, digest)| shipped.sources.get(*name) != Some(digest))
+        .map(|(name, _)| name.clone())
+        .collect()
+}

@@ -1,0 +1,643 @@
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use kiln_image::{Image, SigningKey, Verification};
+use kiln_ship::{CANDIDATE_EXTENSION, Candidate, Shipped, ShippedFile};
+
+use super::*;
+use crate::{Artifact, ArtifactKind, Compiled, Digest, KeyBuilder, Owner};
+
+/// The owner of the test compiler's entries.
+fn owner() -> Owner {
+    Owner::new("test-compiler", "1.0", "test-target", Vec::<String>::new()).unwrap()
+}
+
+fn key(name: &str) -> crate::Key {
+    KeyBuilder::new("kiln-core build tests", 1)
+        .str("name", name)
+        .finish()
+}
+
+/// Compiles `name` into `cache` (lookups first): its artifacts are the
+/// name's bytes as an object and as text.
+fn compile(cache: &Cache, name: &str) -> Result<(), Error> {
+    cache.get_or_compile(&owner(), &key(name), || {
+        Ok(Compiled::new(name)
+            .artifact(Artifact {
+                kind: ArtifactKind::Object,
+                entry_points: vec![name.to_owned()],
+                bytes: name.as_bytes().to_vec(),
+            })
+            .artifact(Artifact {
+                kind: ArtifactKind::Ptx,
+                entry_points: vec![name.to_owned()],
+                bytes: format!(".entry {name}").into_bytes(),
+            }))
+    })?;
+    Ok(())
+}
+
+/// A library folder and its build's variables: no disk tier unless
+/// `cache_dir` is given, nothing else from the process's environment.
+struct Library {
+    root: tempfile::TempDir,
+    cache_dir: Option<PathBuf>,
+    vars: Vec<(&'static str, OsString)>,
+}
+
+impl Library {
+    fn new() -> Library {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("src")).unwrap();
+        std::fs::write(root.path().join("src/kernels.rs"), "// kernels\n").unwrap();
+        Library {
+            root,
+            cache_dir: None,
+            vars: Vec::new(),
+        }
+    }
+
+    fn with_disk_cache(mut self, dir: &Path) -> Library {
+        self.cache_dir = Some(dir.to_owned());
+        self
+    }
+
+    fn lookup(&self) -> impl Fn(&str) -> Option<OsString> + 'static {
+        let cache_dir = self.cache_dir.clone();
+        let vars = self.vars.clone();
+        move |name| {
+            if let Some((_, value)) = vars.iter().find(|(n, _)| *n == name) {
+                return Some(value.clone());
+            }
+            match (name, &cache_dir) {
+                ("KILN_CACHE_DIR", Some(dir)) => Some(dir.clone().into()),
+                ("KILN_CACHE", None) => Some("0".into()),
+                _ => None,
+            }
+        }
+    }
+
+    /// A precompile run of this library into `out`, its output into `log`.
+    fn precompile<'w>(&self, out: &Path, log: &'w mut Vec<u8>) -> Precompile<'w> {
+        Precompile::new("demo")
+            .out_dir(out)
+            .library_dir(self.root.path())
+            .env(self.lookup())
+            .output(log)
+    }
+
+    /// Ships what the run into `out` built (as `kiln ship` does, stored
+    /// rather than compressed), signed by `key` if given.
+    fn ship(&self, out: &Path, key: Option<&SigningKey>) {
+        let candidate =
+            Candidate::read(&out.join("demo").with_extension(CANDIDATE_EXTENSION)).unwrap();
+        assert_eq!(candidate.not_shippable, None);
+        let image = Image::open(&candidate.image, Verification::Full).unwrap();
+        let bytes = Shipped::from_image(&image, candidate.manifest)
+            .unwrap()
+            .encode_stored()
+            .unwrap();
+        let bytes = match key {
+            Some(key) => ShippedFile::parse(&bytes)
+                .unwrap()
+                .signed_with(key)
+                .unwrap(),
+            None => bytes,
+        };
+        std::fs::create_dir_all(candidate.shipped.parent().unwrap()).unwrap();
+        std::fs::write(&candidate.shipped, bytes).unwrap();
+    }
+}
+
+/// Runs a block that gets `names`, each compiled (or found) with
+/// `compile`, in a fresh `out` directory.
+fn run_names(
+    library: &Library,
+    out: &Path,
+    names: &[&str],
+    log: &mut Vec<u8>,
+) -> Result<PrecompileReport, Error> {
+    library.precompile(out, log).run(|session| {
+        session.uses_source("src/kernels.rs");
+        for name in names {
+            session.specialize(name, |cache| compile(cache, name));
+        }
+        Ok(())
+    })
+}
+
+fn entry_names(path: &Path) -> Vec<String> {
+    let image = Image::open(path, Verification::Full).unwrap();
+    let mut names: Vec<String> = (0..image.len())
+        .map(|i| image.entry(i).unwrap().name().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn what_this_machine_cannot_compile_is_a_warning_and_the_rest_ships() {
+    let library = Library::new();
+    let out = tempfile::tempdir().unwrap();
+    let mut log = Vec::new();
+    let report = library
+        .precompile(out.path(), &mut log)
+        .run(|session| {
+            session.uses_source("src/kernels.rs");
+            session.uses_env("DEMO_ARCH");
+            session.specialize("a", |cache| compile(cache, "a"));
+            session.specialize("b", |_| {
+                Err::<(), _>(Unavailable::new("no compiler here: install one"))
+            });
+            session.specialize("c", |cache| compile(cache, "c"));
+            Ok(())
+        })
+        .unwrap();
+    let log = String::from_utf8(log).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(report.entries, 2);
+    assert_eq!(report.compiles, 2);
+    assert_eq!(
+        report.missing,
+        [("b".to_owned(), "no compiler here: install one".to_owned())]
+    );
+    for expected in [
+        "cargo:rerun-if-changed=src/kernels.rs",
+        "cargo:rerun-if-env-changed=DEMO_ARCH",
+        "cargo:rerun-if-env-changed=KILN_SIGNING_KEY",
+        "cargo:warning=kiln: demo: not precompiled (1): b; no compiler here: install one",
+        "cargo:warning=kiln: demo: this library ships no image: its author builds where the \
+         toolchain is and runs `kiln ship`",
+    ] {
+        assert!(lines.contains(&expected), "missing {expected:?} in\n{log}");
+    }
+    assert!(
+        lines.last().unwrap().starts_with(
+            "cargo:warning=kiln: demo: 2 entries (2 compiled, 1 missing, 0 failed) into "
+        ),
+        "{log}"
+    );
+    assert_eq!(entry_names(&report.path), ["a", "c"]);
+    // A build with something missing is not shipped.
+    let candidate = Candidate::read(&report.path.with_extension(CANDIDATE_EXTENSION)).unwrap();
+    assert!(candidate.not_shippable.is_some());
+}
+
+#[test]
+fn a_specialization_that_does_not_compile_fails_the_build_after_the_rest_ran() {
+    let library = Library::new();
+    let out = tempfile::tempdir().unwrap();
+    let mut log = Vec::new();
+    let result = library.precompile(out.path(), &mut log).run(|session| {
+        session.specialize("a", |cache| compile(cache, "a"));
+        session.specialize("bad", |_| Err::<(), _>("no such type\nsecond line"));
+        session.specialize("panics", |_| -> Result<(), Error> {
+            panic!("compiler crashed")
+        });
+        session.specialize("b", |cache| compile(cache, "b"));
+        Ok(())
+    });
+    let log = String::from_utf8(log).unwrap();
+    let Err(Error::Precompile { name, failed }) = result else {
+        panic!("the build did not fail: {result:?}")
+    };
+    assert_eq!(name, "demo");
+    let labels: Vec<&str> = failed.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(labels, ["bad", "panics"]);
+    assert_eq!(
+        failed[0].1, "no such type\nsecond line",
+        "the whole message"
+    );
+    for expected in [
+        "cargo::error=kiln: demo: bad does not compile: no such type",
+        "cargo::error=kiln: demo: panics does not compile: panicked: compiler crashed",
+    ] {
+        assert!(
+            log.lines().any(|l| l == expected),
+            "missing {expected:?} in\n{log}"
+        );
+    }
+    // Every other specialization ran, and the image was written.
+    assert_eq!(entry_names(&out.path().join("demo.kimg")), ["a", "b"]);
+}
+
+#[test]
+fn a_block_that_stops_on_its_own_error_fails_and_one_without_a_compiler_warns() {
+    let library = Library::new();
+    let out = tempfile::tempdir().unwrap();
+    let result = library
+        .precompile(out.path(), &mut Vec::new())
+        .run(|session| {
+            session.specialize("a", |cache| compile(cache, "a"));
+            Err("an option the compiler refuses".into())
+        });
+    assert!(
+        matches!(&result, Err(Error::Precompile { failed, .. }) if failed[0].1 == "an option the compiler refuses"),
+        "{result:?}"
+    );
+
+    let mut log = Vec::new();
+    let report = library
+        .precompile(out.path(), &mut log)
+        .run(|_| {
+            Err(Box::new(Unavailable::new(
+                "no compiler found (searched: /usr/local)",
+            )))
+        })
+        .unwrap();
+    let log = String::from_utf8(log).unwrap();
+    assert_eq!(report.entries, 0);
+    assert!(
+        Image::open(&report.path, Verification::Full)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        log.contains(
+            "cargo:warning=kiln: demo: not precompiled (1): the precompile block; no compiler found"
+        ),
+        "{log}"
+    );
+    assert!(
+        log.lines()
+            .last()
+            .unwrap()
+            .starts_with("cargo:warning=kiln: demo: 0 entries"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_block_where_everything_is_ready_prints_no_warning() {
+    let library = Library::new();
+    let out = tempfile::tempdir().unwrap();
+    let mut log = Vec::new();
+    let report = run_names(&library, out.path(), &["a"], &mut log).unwrap();
+    let log = String::from_utf8(log).unwrap();
+    assert_eq!(report.entries, 1);
+    assert!(!log.contains("cargo:warning"), "{log}");
+    assert!(
+        log.lines().any(|l| l.starts_with("kiln: a ready in ")),
+        "{log}"
+    );
+    assert!(
+        log.lines()
+            .last()
+            .unwrap()
+            .starts_with("kiln: demo: 1 entry (1 compiled, 0 missing, 0 failed) into "),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_shipped_image_serves_the_block_with_no_compile_and_the_same_bytes() {
+    let library = Library::new();
+    let first = tempfile::tempdir().unwrap();
+    let built = run_names(&library, first.path(), &["a", "b", "c"], &mut Vec::new()).unwrap();
+    library.ship(first.path(), None);
+
+    // Another machine: the shipped image, nothing to compile with.
+    let second = tempfile::tempdir().unwrap();
+    let mut log = Vec::new();
+    let report = library
+        .precompile(second.path(), &mut log)
+        .run(|session| {
+            for name in ["a", "b", "c"] {
+                session.specialize(name, |cache| {
+                    cache
+                        .get_cached(&owner(), &key(name))
+                        .map(|_| ())
+                        .ok_or_else(|| Unavailable::new("no compiler"))
+                });
+            }
+            Ok(())
+        })
+        .unwrap();
+    let log = String::from_utf8(log).unwrap();
+    assert_eq!(
+        (report.compiles, report.from_tier("shipped")),
+        (0, 3),
+        "{log}"
+    );
+    assert!(report.missing.is_empty(), "{log}");
+    assert_eq!(
+        std::fs::read(&built.path).unwrap(),
+        std::fs::read(&report.path).unwrap(),
+        "the image does not depend on where its entries came from"
+    );
+    let shipped = library.root.path().join("kiln-shipped/demo.kship");
+    assert!(
+        log.contains(&format!("cargo:rerun-if-changed={}", shipped.display())),
+        "{log}"
+    );
+    assert!(!log.contains("cargo:warning"), "{log}");
+}
+
+#[test]
+fn a_specialization_added_after_shipping_is_compiled_or_named_as_missing() {
+    let library = Library::new();
+    let first = tempfile::tempdir().unwrap();
+    run_names(&library, first.path(), &["a", "b"], &mut Vec::new()).unwrap();
+    library.ship(first.path(), None);
+    std::fs::write(
+        library.root.path().join("src/kernels.rs"),
+        "// kernels, and d\n",
+    )
+    .unwrap();
+
+    // With a compiler: only the new one compiles.
+    let with = tempfile::tempdir().unwrap();
+    let report = run_names(&library, with.path(), &["a", "b", "d"], &mut Vec::new()).unwrap();
+    assert_eq!((report.compiles, report.from_tier("shipped")), (1, 2));
+    assert_eq!(entry_names(&report.path), ["a", "b", "d"]);
+
+    // Without: a warning names it and says which source changed; the rest ships.
+    let without = tempfile::tempdir().unwrap();
+    let mut log = Vec::new();
+    let report = library
+        .precompile(without.path(), &mut log)
+        .run(|session| {
+            session.uses_source("src/kernels.rs");
+            for name in ["a", "b", "d"] {
+                session.specialize(name, |cache| {
+                    cache
+                        .get_cached(&owner(), &key(name))
+                        .map(|_| ())
+                        .ok_or_else(|| Unavailable::new("no compiler here"))
+                });
+            }
+            Ok(())
+        })
+        .unwrap();
+    let log = String::from_utf8(log).unwrap();
+    assert_eq!(entry_names(&report.path), ["a", "b"]);
+    assert!(
+        log.contains("cargo:warning=kiln: demo: not precompiled (1): d; no compiler here"),
+        "{log}"
+    );
+    assert!(
+        log.contains("(src/kernels.rs changed since it was shipped)"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_shipped_image_not_signed_by_the_named_key_is_not_used() {
+    let key = SigningKey::from_secret_bytes([7; 32]);
+    let public = key.public_key().to_hex();
+    for signer in [
+        None,
+        Some(SigningKey::from_secret_bytes([8; 32])),
+        Some(key),
+    ] {
+        let library = Library::new();
+        let first = tempfile::tempdir().unwrap();
+        run_names(&library, first.path(), &["a"], &mut Vec::new()).unwrap();
+        library.ship(first.path(), signer.as_ref());
+        let second = tempfile::tempdir().unwrap();
+        let mut log = Vec::new();
+        let report = library
+            .precompile(second.path(), &mut log)
+            .shipped_key(public.clone())
+            .run(|session| {
+                session.specialize("a", |cache| compile(cache, "a"));
+                Ok(())
+            })
+            .unwrap();
+        let log = String::from_utf8(log).unwrap();
+        let trusted = signer.is_some_and(|s| s.public_key().to_hex() == public);
+        if trusted {
+            assert_eq!(
+                (report.compiles, report.from_tier("shipped")),
+                (0, 1),
+                "{log}"
+            );
+        } else {
+            assert_eq!(report.compiles, 1, "{log}");
+            assert!(
+                log.contains("is not used: the shipped image is not signed by"),
+                "{log}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_damaged_shipped_image_is_refused_and_its_entries_compiled() {
+    let library = Library::new();
+    let first = tempfile::tempdir().unwrap();
+    run_names(&library, first.path(), &["a"], &mut Vec::new()).unwrap();
+    library.ship(first.path(), None);
+    let shipped = library.root.path().join("kiln-shipped/demo.kship");
+    let mut bytes = std::fs::read(&shipped).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x55;
+    std::fs::write(&shipped, bytes).unwrap();
+    let second = tempfile::tempdir().unwrap();
+    let mut log = Vec::new();
+    let report = run_names(&library, second.path(), &["a"], &mut log).unwrap();
+    let log = String::from_utf8(log).unwrap();
+    assert_eq!(report.compiles, 1);
+    assert!(
+        log.contains("the shipped image") && log.contains("is not used:"),
+        "{log}"
+    );
+}
+
+#[test]
+fn an_earlier_build_s_compiles_are_found_in_the_disk_tier() {
+    let disk = tempfile::tempdir().unwrap();
+    let library = Library::new().with_disk_cache(disk.path());
+    let first = tempfile::tempdir().unwrap();
+    let cold = run_names(&library, first.path(), &["a", "b"], &mut Vec::new()).unwrap();
+    assert_eq!(cold.compiles, 2);
+    let second = tempfile::tempdir().unwrap();
+    let warm = run_names(&library, second.path(), &["a", "b", "c"], &mut Vec::new()).unwrap();
+    assert_eq!((warm.compiles, warm.from_tier("disk")), (1, 2));
+    let third = tempfile::tempdir().unwrap();
+    let again = run_names(&library, third.path(), &["a", "b"], &mut Vec::new()).unwrap();
+    assert_eq!((again.compiles, again.from_tier("disk")), (0, 2));
+    assert_eq!(
+        std::fs::read(&cold.path).unwrap(),
+        std::fs::read(&again.path).unwrap()
+    );
+}
+
+#[test]
+fn left_out_artifacts_are_not_in_the_image_but_stay_in_the_tiers() {
+    let disk = tempfile::tempdir().unwrap();
+    let library = Library::new().with_disk_cache(disk.path());
+    let out = tempfile::tempdir().unwrap();
+    let report = library
+        .precompile(out.path(), &mut Vec::new())
+        .run(|session| {
+            session.leave_out(owner().digest(), &key("a"), ArtifactKind::Ptx);
+            session.specialize("a", |cache| compile(cache, "a"));
+            session.specialize("b", |cache| compile(cache, "b"));
+            Ok(())
+        })
+        .unwrap();
+    let image = Image::open(&report.path, Verification::Full).unwrap();
+    let kinds = |name: &str| -> Vec<ArtifactKind> {
+        let entry = image
+            .find(&owner().digest(), key(name).digest())
+            .unwrap()
+            .unwrap();
+        entry.artifacts().map(|a| a.kind()).collect()
+    };
+    assert_eq!(kinds("a"), [ArtifactKind::Object]);
+    assert_eq!(kinds("b"), [ArtifactKind::Object, ArtifactKind::Ptx]);
+    // The disk tier holds what the compile gave.
+    let cache = Cache::new();
+    crate::add_tiers(&cache, library.lookup());
+    let hit = cache.get_cached(&owner(), &key("a")).unwrap();
+    assert!(hit.artifact(&ArtifactKind::Ptx).is_some());
+}
+
+#[test]
+fn the_candidate_records_sources_records_and_the_specialization_list() {
+    let library = Library::new();
+    let out = tempfile::tempdir().unwrap();
+    let report = library
+        .precompile(out.path(), &mut Vec::new())
+        .run(|session| {
+            session.uses_source("src/kernels.rs");
+            session.uses_source("/an/absolute/compiler/path.so");
+            session.record("test-backend", "compiler=1.0");
+            session.specialize("a", |cache| compile(cache, "a"));
+            Ok(())
+        })
+        .unwrap();
+    let candidate = Candidate::read(&report.path.with_extension(CANDIDATE_EXTENSION)).unwrap();
+    let manifest = &candidate.manifest;
+    assert_eq!(manifest.name, "demo");
+    assert_eq!(
+        manifest.records.get("test-backend").map(String::as_str),
+        Some("compiler=1.0")
+    );
+    assert_eq!(
+        manifest.sources.keys().collect::<Vec<_>>(),
+        ["src/kernels.rs"],
+        "machine-specific paths are left out"
+    );
+    assert_eq!(
+        manifest.sources["src/kernels.rs"],
+        Digest::of(b"// kernels\n")
+    );
+    assert_eq!(manifest.specialization_count, 1);
+    assert_eq!(
+        manifest.specializations,
+        kiln_ship::Manifest::digest_labels(&["a".to_owned()])
+    );
+    assert_eq!(candidate.image, report.path);
+    assert_eq!(
+        candidate.shipped,
+        library.root.path().join("kiln-shipped/demo.kship")
+    );
+}
+
+inventory::submit! { crate::registry::RunTimeSwitch::new("KILN_TEST_BACKEND_STRICT") }
+
+#[test]
+fn the_block_sees_the_target_and_keeps_what_borrows_from_its_cache() {
+    let library = Library::new();
+    let dir = tempfile::tempdir().unwrap();
+    let vars = [
+        ("TARGET", "riscv64gc-unknown-linux-gnu"),
+        ("CARGO_CFG_TARGET_ARCH", "riscv64"),
+        ("CARGO_CFG_TARGET_FEATURE", "a,c,d,f,m"),
+    ];
+    let target = Target::from_vars(vars.map(|(k, v)| (k.to_owned(), v.to_owned()))).unwrap();
+    let mut seen = None;
+    library
+        .precompile(dir.path(), &mut Vec::new())
+        .target(target)
+        .run(|session| {
+            let arch = session.target().map(|t| t.arch().to_owned());
+            // A hit borrows from the block's cache: it can be returned.
+            let hit = session.specialize("a", |cache| {
+                compile(cache, "a")?;
+                cache.get_or_compile(&owner(), &key("a"), || Err("compiled above".into()))
+            });
+            seen = Some((arch, hit.map(|h| h.name().to_owned())));
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(
+        seen,
+        Some((Some("riscv64".to_owned()), Some("a".to_owned())))
+    );
+}
+
+#[test]
+fn reruns_follow_declared_and_backend_variables_not_run_time_switches() {
+    let declared = BTreeSet::from(["DEMO_ARCH".to_owned()]);
+    let set = [
+        "KILN_NVRTC",
+        "KILN_DISABLE",
+        "KILN_LOG",
+        "KILN_TEST_BACKEND_STRICT",
+        "KILN_TEST_BACKEND_OTHER",
+        "PATH",
+    ]
+    .map(str::to_owned);
+    let vars: Vec<String> = rerun_env_vars(declared, set).into_iter().collect();
+    assert_eq!(
+        vars,
+        ["DEMO_ARCH", "KILN_NVRTC", "KILN_TEST_BACKEND_OTHER"],
+        "a registered run-time switch is left out like kiln-core's own"
+    );
+}
+
+/// One compile of a test block.
+type Work = Box<dyn FnOnce(&Cache) -> Result<(), Error> + Send>;
+
+#[test]
+fn specializations_done_in_parallel_write_the_image_of_a_sequential_run() {
+    let labels = ["a", "b", "c", "missing", "d", "e"];
+    let library = Library::new();
+    let run = |jobs: usize, dir: &Path| {
+        library
+            .precompile(dir, &mut Vec::new())
+            .run(|session| {
+                let work: Vec<(String, Work)> = labels
+                    .iter()
+                    .map(|&label| {
+                        let compile: Work = match label {
+                            "missing" => Box::new(|_| Err(unreachable())),
+                            _ => Box::new(move |cache| compile(cache, label)),
+                        };
+                        (label.to_owned(), compile)
+                    })
+                    .collect();
+                let results = session.specialize_all(jobs, work);
+                assert_eq!(results.iter().filter(|r| r.is_some()).count(), 5);
+                Ok(())
+            })
+            .unwrap()
+    };
+    let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let sequential = run(1, one.path());
+    let parallel = run(4, two.path());
+    assert_eq!(
+        std::fs::read(&sequential.path).unwrap(),
+        std::fs::read(&parallel.path).unwrap()
+    );
+    let ready: Vec<&str> = parallel.ready.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(
+        ready,
+        ["a", "b", "c", "d", "e"],
+        "reported in the order given"
+    );
+    assert_eq!(parallel.missing.len(), 1);
+}
+
+/// An error that says this machine cannot compile, as a backend's error
+/// wrapping it would.
+fn unreachable() -> Error {
+    Error::Backend {
+        backend: "test",
+        source: Box::new(Unavailable::new("no compiler on this machine")),
+    }
+}

@@ -1,0 +1,420 @@
+//! [`Shipped`]: a shipped image's manifest and entries, packed into a file
+//! and unpacked from one, converted from and into a kiln image.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+
+use kiln_image::{
+    Artifact, ArtifactKind, Dep, Digest, EntryData, Image, ImageMeta, ImageWriter, Verification,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::ShipError;
+use crate::file::{CONTENT_CONTEXT, HEADER_LEN, Header, ShippedFile};
+
+/// The largest zstd window a reader accepts (128 MiB): what `kiln ship`'s
+/// long-distance matching uses at most.
+pub const MAX_WINDOW: u64 = 128 << 20;
+
+/// The entries' world range in an image built from a shipped one: every
+/// world (a merged or tier-loaded entry starts at the loading process's
+/// world anyway).
+const MIN_WORLD: u64 = 1;
+
+/// What a shipped image was built from: the precompile block's name, the
+/// backends' build records, the digests of the library's declared sources,
+/// and the digest of the specialization list.
+///
+/// A downstream build compares these with its own block to say *why*
+/// shipped entries no longer cover it ("src/catalogue.rs changed since
+/// shipping"); which entries serve is decided by their keys alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Manifest {
+    /// The image's name (`Precompile::new(name)`).
+    pub name: String,
+    /// Each backend's build record by backend name (kiln-cuda's: the
+    /// NVRTC release, header-set digests and targets).
+    pub records: BTreeMap<String, String>,
+    /// Each declared source inside the library (a path relative to its
+    /// root, `/`-separated) and the BLAKE3 of its content (of its files,
+    /// for a directory).
+    pub sources: BTreeMap<String, Digest>,
+    /// BLAKE3 of the sorted labels of the specializations the block asked
+    /// for ([`Manifest::digest_labels`]).
+    pub specializations: Digest,
+    /// How many specializations the block asked for.
+    pub specialization_count: u64,
+}
+
+impl Manifest {
+    /// A manifest for the image `name`, with nothing recorded yet.
+    pub fn new(name: impl Into<String>) -> Manifest {
+        Manifest {
+            name: name.into(),
+            ..Manifest::default()
+        }
+    }
+
+    /// The digest of a specialization list, as
+    /// [`Manifest::specializations`] holds it: order and repeats do not
+    /// matter.
+    pub fn digest_labels(labels: &[String]) -> Digest {
+        let mut sorted: Vec<&String> = labels.iter().collect();
+        sorted.sort();
+        sorted.dedup();
+        let mut hasher = blake3::Hasher::new_derive_key("kiln-ship 1 specialization list");
+        for label in sorted {
+            hasher.update(&(label.len() as u64).to_le_bytes());
+            hasher.update(label.as_bytes());
+        }
+        Digest(*hasher.finalize().as_bytes())
+    }
+}
+
+/// A shipped image, unpacked and checked: its manifest, the image metadata
+/// and its entries, sorted by `(owner, key)`, each payload checked against
+/// its digest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shipped {
+    /// What the image was built from.
+    pub manifest: Manifest,
+    /// The producer and labels of the image.
+    pub meta: ImageMeta,
+    entries: Vec<EntryData>,
+}
+
+/// The raw body's index (postcard), followed in the raw body by every
+/// artifact's bytes in entry order.
+#[derive(Serialize, Deserialize)]
+struct Index {
+    manifest: Manifest,
+    producer_name: String,
+    producer_version: String,
+    labels: Vec<(String, String)>,
+    entries: Vec<IndexEntry>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct IndexEntry {
+    owner: Digest,
+    owner_label: String,
+    key: Digest,
+    name: String,
+    deps: Vec<(String, Digest)>,
+    artifacts: Vec<IndexArtifact>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct IndexArtifact {
+    kind: String,
+    entry_points: Vec<String>,
+    len: u64,
+    digest: Digest,
+}
+
+impl Shipped {
+    /// The entries of `image` (checked as it was opened) with `manifest`.
+    ///
+    /// # Errors
+    /// [`ShipError::Image`] when an entry or payload of `image` fails its
+    /// check.
+    pub fn from_image(image: &Image, manifest: Manifest) -> Result<Shipped, ShipError> {
+        let entries = image
+            .entries()
+            .map(|entry| Ok(entry?.to_data()?))
+            .collect::<Result<Vec<EntryData>, ShipError>>()?;
+        Ok(Shipped::new(manifest, image.meta(), entries))
+    }
+
+    /// A shipped image of `entries` (sorted here by `(owner, key)`).
+    pub fn new(manifest: Manifest, meta: ImageMeta, mut entries: Vec<EntryData>) -> Shipped {
+        entries.sort_by(|a, b| (a.owner, a.key).cmp(&(b.owner, b.key)));
+        Shipped {
+            manifest,
+            meta,
+            entries,
+        }
+    }
+
+    /// The entries, sorted by `(owner, key)`.
+    pub fn entries(&self) -> &[EntryData] {
+        &self.entries
+    }
+
+    /// Unpacks a shipped file whose frame is checked: decompresses its body
+    /// (at most the declared length), checks the content digest, decodes the
+    /// index and checks every payload's digest and the entries' order.
+    /// Memory: the declared raw length, at most
+    /// [`MAX_EXPANSION`](crate::file::MAX_EXPANSION) times the file.
+    ///
+    /// # Errors
+    /// [`ShipError::Decompress`], [`ShipError::RawLength`],
+    /// [`ShipError::Content`], [`ShipError::BadIndex`],
+    /// [`ShipError::Payload`], [`ShipError::Order`].
+    pub fn unpack(file: &ShippedFile<'_>) -> Result<Shipped, ShipError> {
+        let header = file.header();
+        let raw = decompress(file.packed(), header.raw_len)?;
+        let content = content_digest(&raw);
+        if content != header.content {
+            return Err(ShipError::Content {
+                found: content,
+                expected: header.content,
+            });
+        }
+        // The header checked index_len <= raw_len == raw.len().
+        let (index_bytes, mut payloads) = raw.split_at(header.index_len as usize);
+        let (index, unread): (Index, &[u8]) = postcard::take_from_bytes(index_bytes)
+            .map_err(|error| ShipError::BadIndex(format!("it does not decode ({error})")))?;
+        if !unread.is_empty() {
+            return Err(ShipError::BadIndex(format!(
+                "it ends {} bytes before the length its header gives",
+                unread.len()
+            )));
+        }
+        let mut entries = Vec::with_capacity(index.entries.len());
+        for (position, entry) in index.entries.into_iter().enumerate() {
+            let mut artifacts = Vec::with_capacity(entry.artifacts.len());
+            for (slot, artifact) in entry.artifacts.into_iter().enumerate() {
+                let len = usize::try_from(artifact.len)
+                    .ok()
+                    .filter(|len| *len <= payloads.len())
+                    .ok_or_else(|| {
+                        ShipError::BadIndex(format!(
+                            "entry {position} artifact {slot} runs past the payloads"
+                        ))
+                    })?;
+                let (bytes, rest) = payloads.split_at(len);
+                payloads = rest;
+                if Digest::of(bytes) != artifact.digest {
+                    return Err(ShipError::Payload {
+                        entry: position,
+                        name: entry.name,
+                        artifact: slot,
+                    });
+                }
+                artifacts.push(Artifact {
+                    kind: artifact
+                        .kind
+                        .parse::<ArtifactKind>()
+                        .unwrap_or_else(|n| match n {}),
+                    entry_points: artifact.entry_points,
+                    bytes: bytes.to_vec(),
+                });
+            }
+            entries.push(EntryData {
+                owner: entry.owner,
+                owner_label: entry.owner_label,
+                key: entry.key,
+                name: entry.name,
+                min_world: MIN_WORLD,
+                max_world: u64::MAX,
+                deps: entry
+                    .deps
+                    .into_iter()
+                    .map(|(name, fingerprint)| Dep { name, fingerprint })
+                    .collect(),
+                artifacts,
+            });
+        }
+        if !payloads.is_empty() {
+            return Err(ShipError::BadIndex(format!(
+                "{} payload bytes belong to no artifact",
+                payloads.len()
+            )));
+        }
+        for (i, pair) in entries.windows(2).enumerate() {
+            if (pair[0].owner, pair[0].key) >= (pair[1].owner, pair[1].key) {
+                return Err(ShipError::Order(i, i + 1));
+            }
+        }
+        Ok(Shipped {
+            manifest: index.manifest,
+            meta: ImageMeta {
+                producer_name: index.producer_name,
+                producer_version: index.producer_version,
+                labels: index.labels.into_iter().collect(),
+            },
+            entries,
+        })
+    }
+
+    /// Parses, then unpacks, `bytes` (see [`ShippedFile::parse`] and
+    /// [`Shipped::unpack`]). Signatures are not checked: use
+    /// [`ShippedFile::check_signed_by`] first where the library names a key.
+    ///
+    /// # Errors
+    /// As [`ShippedFile::parse`] and [`Shipped::unpack`].
+    pub fn from_bytes(bytes: &[u8]) -> Result<Shipped, ShipError> {
+        Shipped::unpack(&ShippedFile::parse(bytes)?)
+    }
+
+    /// The raw body: the postcard index followed by every payload, and the
+    /// index's length.
+    fn raw_body(&self) -> Result<(Vec<u8>, usize), ShipError> {
+        let index = Index {
+            manifest: self.manifest.clone(),
+            producer_name: self.meta.producer_name.clone(),
+            producer_version: self.meta.producer_version.clone(),
+            labels: self
+                .meta
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            entries: self
+                .entries
+                .iter()
+                .map(|entry| IndexEntry {
+                    owner: entry.owner,
+                    owner_label: entry.owner_label.clone(),
+                    key: entry.key,
+                    name: entry.name.clone(),
+                    deps: entry
+                        .deps
+                        .iter()
+                        .map(|dep| (dep.name.clone(), dep.fingerprint))
+                        .collect(),
+                    artifacts: entry
+                        .artifacts
+                        .iter()
+                        .map(|artifact| IndexArtifact {
+                            kind: artifact.kind.name().to_owned(),
+                            entry_points: artifact.entry_points.clone(),
+                            len: artifact.bytes.len() as u64,
+                            digest: Digest::of(&artifact.bytes),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        };
+        let mut raw = postcard::to_stdvec(&index)
+            .map_err(|error| ShipError::BadIndex(format!("it does not encode ({error})")))?;
+        let index_len = raw.len();
+        for entry in &self.entries {
+            for artifact in &entry.artifacts {
+                raw.extend_from_slice(&artifact.bytes);
+            }
+        }
+        Ok((raw, index_len))
+    }
+
+    /// The shipped file, compressed at zstd `level` (1 to 22; `kiln ship`
+    /// uses 19) with a window large enough to see the whole body (at most
+    /// [`MAX_WINDOW`]), so that CUBINs of different archs, which share most
+    /// of their bytes, compress against each other. Unsigned; deterministic
+    /// for one zstd release.
+    ///
+    /// # Errors
+    /// [`ShipError::Compress`]; [`ShipError::BadIndex`] when the index does
+    /// not encode.
+    #[cfg(feature = "compress")]
+    pub fn encode(&self, level: i32) -> Result<Vec<u8>, ShipError> {
+        let (raw, index_len) = self.raw_body()?;
+        let packed = compress(&raw, level)?;
+        let header = Header {
+            index_len: index_len as u64,
+            raw_len: raw.len() as u64,
+            packed_len: packed.len() as u64,
+            content: content_digest(&raw),
+        };
+        let mut out = Vec::with_capacity(HEADER_LEN + packed.len());
+        out.extend_from_slice(&header.to_bytes());
+        out.extend_from_slice(&packed);
+        Ok(out)
+    }
+
+    /// The shipped file with the body stored, not compressed (a zstd frame
+    /// of raw blocks): for tests and tools that need no C library.
+    ///
+    /// # Errors
+    /// [`ShipError::BadIndex`] when the index does not encode.
+    pub fn encode_stored(&self) -> Result<Vec<u8>, ShipError> {
+        let (raw, index_len) = self.raw_body()?;
+        let packed = ruzstd::encoding::compress_to_vec(
+            &raw[..],
+            ruzstd::encoding::CompressionLevel::Uncompressed,
+        );
+        let header = Header {
+            index_len: index_len as u64,
+            raw_len: raw.len() as u64,
+            packed_len: packed.len() as u64,
+            content: content_digest(&raw),
+        };
+        let mut out = Vec::with_capacity(HEADER_LEN + packed.len());
+        out.extend_from_slice(&header.to_bytes());
+        out.extend_from_slice(&packed);
+        Ok(out)
+    }
+
+    /// A kiln image of the entries (sorted, deterministic), checked fully
+    /// on the way: what a build writes for `include_image!` and looks
+    /// entries up in.
+    ///
+    /// # Errors
+    /// [`ShipError::Image`] when an entry is not a valid image entry.
+    pub fn to_image(&self) -> Result<Image, ShipError> {
+        let mut writer = ImageWriter::new(self.meta.clone());
+        for entry in &self.entries {
+            writer.push(entry.clone());
+        }
+        let bytes = writer.to_bytes()?;
+        Ok(Image::from_bytes(&bytes, Verification::Full)?)
+    }
+
+    /// Whether `other` holds the same manifest, metadata and entries
+    /// (signatures and compression aside): what `kiln ship --check`
+    /// compares.
+    pub fn same_content(&self, other: &Shipped) -> bool {
+        self == other
+    }
+}
+
+/// BLAKE3 (derive-key [`CONTENT_CONTEXT`]) of the raw body.
+fn content_digest(raw: &[u8]) -> Digest {
+    let mut hasher = blake3::Hasher::new_derive_key(CONTENT_CONTEXT);
+    hasher.update(raw);
+    Digest(*hasher.finalize().as_bytes())
+}
+
+/// Decompresses one zstd frame to exactly `expected` bytes: reading stops
+/// one byte past it, so a frame that would expand further costs nothing
+/// more.
+fn decompress(packed: &[u8], expected: u64) -> Result<Vec<u8>, ShipError> {
+    let decoder = ruzstd::decoding::StreamingDecoder::new_with_max_window_size(packed, MAX_WINDOW)
+        .map_err(|error| ShipError::Decompress(error.to_string()))?;
+    // The header bounded `expected` by MAX_RAW_LEN.
+    let capacity =
+        usize::try_from(expected).map_err(|_| ShipError::RawLength { found: 0, expected })?;
+    let mut raw = Vec::with_capacity(capacity);
+    let read = decoder
+        .take(expected.saturating_add(1))
+        .read_to_end(&mut raw)
+        .map_err(|error| ShipError::Decompress(error.to_string()))?;
+    if read as u64 != expected {
+        return Err(ShipError::RawLength {
+            found: read as u64,
+            expected,
+        });
+    }
+    Ok(raw)
+}
+
+#[cfg(feature = "compress")]
+fn compress(raw: &[u8], level: i32) -> Result<Vec<u8>, ShipError> {
+    use std::io::Write;
+    let failed = |error: std::io::Error| ShipError::Compress(error.to_string());
+    // A window that covers the whole body, between zstd's minimum (2^10)
+    // and MAX_WINDOW (2^27).
+    let window_log = (usize::BITS - raw.len().max(1).leading_zeros()).clamp(10, 27);
+    let mut encoder = zstd::stream::Encoder::new(Vec::new(), level).map_err(failed)?;
+    encoder
+        .set_pledged_src_size(Some(raw.len() as u64))
+        .map_err(failed)?;
+    encoder.include_checksum(false).map_err(failed)?;
+    encoder.include_contentsize(true).map_err(failed)?;
+    encoder.window_log(window_log).map_err(failed)?;
+    encoder.long_distance_matching(true).map_err(failed)?;
+    encoder.write_all(raw).map_err(failed)?;
+    encoder.finish().map_err(failed)
+}
