@@ -10,6 +10,31 @@ use kiln_image::ImageError;
 /// Why a `kiln` subcommand could not do its job.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CliError {
+    /// A shipped image or a precompile block's candidate could not be read
+    /// or written.
+    #[error("{path}: {source}")]
+    Ship {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: Box<kiln_ship::ShipError>,
+    },
+
+    /// `ship`: cargo could not be run.
+    #[error("cannot run cargo build: {0} (set CARGO to the cargo binary)")]
+    Cargo(#[source] std::io::Error),
+
+    /// `ship`: the build failed.
+    #[error("cargo build failed ({0}): fix the build, then ship")]
+    BuildFailed(std::process::ExitStatus),
+
+    /// `ship`: no precompile block ran in the build.
+    #[error(
+        "no local package of this build ran a precompile block (kiln::build::Precompile): run          kiln ship in the library's folder, or give --manifest-path or -p"
+    )]
+    NothingToShip,
+
     /// An image could not be opened, read or written.
     #[error("{path}: {source}")]
     Image {
@@ -197,6 +222,16 @@ impl CliError {
     }
 
     /// Attaches the image path to an [`ImageError`].
+    pub(crate) fn ship(
+        path: &std::path::Path,
+    ) -> impl FnOnce(kiln_ship::ShipError) -> CliError + '_ {
+        move |source| CliError::Ship {
+            path: path.to_owned(),
+            source: Box::new(source),
+        }
+    }
+
+    /// Attaches an image's path to an [`ImageError`].
     pub(crate) fn image(path: &std::path::Path) -> impl FnOnce(ImageError) -> CliError + '_ {
         move |source| CliError::Image {
             path: path.to_owned(),

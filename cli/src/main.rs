@@ -26,6 +26,7 @@ mod install;
 mod keygen;
 mod merge;
 mod report;
+mod ship;
 mod sign;
 mod verify;
 
@@ -73,6 +74,10 @@ enum Command {
     /// Sign an image (verified fully first) with a secret key; written by
     /// rename.
     Sign(sign::Args),
+    /// Build the libraries here, then write what their precompile blocks built
+    /// into their source trees as shipped images (kiln-shipped/NAME.kship),
+    /// compressed; --check compares instead (exit 1 when stale).
+    Ship(ship::Args),
     /// Look after the disk cache of run-time compiled entries
     /// (KILN_CACHE_DIR): stats, ls, gc, clear, verify.
     #[command(subcommand)]
@@ -100,6 +105,7 @@ fn run(command: Command) -> Result<Outcome, CliError> {
         Command::Report(args) => report::run(args),
         Command::Keygen(args) => keygen::run(args),
         Command::Sign(args) => sign::run(args),
+        Command::Ship(args) => ship::run(args),
         Command::Cache(command) => cache_cmd::run(command),
     }
 }

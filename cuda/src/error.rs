@@ -340,3 +340,22 @@ impl From<Error> for kiln_core::Error {
         }
     }
 }
+
+impl Error {
+    /// Whether this says that a toolchain this machine lacks is needed (no
+    /// NVRTC, no headers of a set, a record without it) rather than that the
+    /// kernel's code is wrong: a precompile block leaves such a kernel out with
+    /// a warning instead of failing the build.
+    pub fn is_missing_toolchain(&self) -> bool {
+        match self {
+            Error::NvrtcNotFound { .. }
+            | Error::CcclNotFound { .. }
+            | Error::NvrtcShadowed { .. }
+            | Error::NoNvrtc { .. }
+            | Error::UnknownHeaderSet { .. }
+            | Error::RecordedIncludeDir { .. } => true,
+            Error::Shared(inner) => inner.is_missing_toolchain(),
+            _ => false,
+        }
+    }
+}

@@ -110,7 +110,7 @@ pub use request::{
     nvrtc_fingerprint,
 };
 pub use select::{Candidate, Candidates, Device, Selection, driver_needed_for_ptx, select};
-pub use ship::{ShipPlan, ship_one};
+pub use ship::{CUDA_ARCHS, RECORD_BACKEND, ShipPlan};
 pub use toolchain::{
     BUILD_RECORD_VAR, BuildRecord, CCCL, STRICT_TOOLCHAIN, Toolchain, ToolchainPolicy,
 };

@@ -1,5 +1,6 @@
-//! The build side of a kernel library: compile every specialization for every target
-//! arch, in parallel, into the precompile block's cache, and record the toolchain.
+//! The build side of a kernel library: every specialization for every target arch,
+//! taken from the library's shipped image (or the disk and remote tiers) or compiled,
+//! in parallel, into the precompile block's cache; and the toolchain they are keyed by.
 //!
 //! ```no_run
 //! // build.rs of a kernel library; `catalogue.rs` is shared with the library by #[path]
@@ -20,24 +21,58 @@
 //!         session.uses_source("src/catalogue.rs");
 //!         Ok(plan.precompile(session, &catalogue::common(), catalogue::request)?)
 //!     })?;
-//!     // Always printed (an empty record when no NVRTC was found): the library reads
-//!     // it with env!("KILN_CUDA_BUILD").
+//!     // Always printed (an empty record when nothing could be shipped): the library
+//!     // reads it with env!("KILN_CUDA_BUILD").
 //!     println!("{}", plan.record().cargo_directive());
 //!     Ok(())
 //! }
 //! ```
 //!
 //! Each (specialization, target) is one entry under the owner of that target: a CUBIN
-//! for the target, plus, for the lowest target ([`ShipPlan::ptx_target`]), its PTX,
+//! for the target, plus, for the PTX target ([`ShipPlan::ptx_target`]), its PTX,
 //! which the driver can JIT for any newer arch. Entries record their toolchain as deps
 //! (`cuda.nvrtc`, `cuda.headers.<set>`, see
 //! [`KernelRequest::entry_deps`](super::KernelRequest::entry_deps)).
+//!
+//! # Which toolchain keys the entries
+//!
+//! When the library ships an image ([`kiln_core::build`]), its build record (NVRTC
+//! release, header-set digests) keys every request: owners and keys come from the
+//! record, no file is read, NVRTC is not opened, and each entry is looked up in the
+//! shipped image, then the disk and remote tiers. Only an entry none holds is
+//! compiled, and only by a local toolchain that gives the same owner and key (the
+//! same NVRTC release and headers); otherwise it is *missing*: a `cargo:warning`
+//! names it, and the library compiles it at run time where it can. Without a shipped
+//! image the local toolchain keys and compiles everything (still reusing the disk and
+//! remote tiers); without one either, every entry is missing.
+//!
+//! A compile error, or an option NVRTC refuses, fails the build with NVRTC's log.
+//!
+//! # The application chooses the GPU generations it embeds
+//!
+//! `KILN_CUDA_ARCHS=sm_86,sm_90` (a build-time variable, e.g. in the
+//! application's `.cargo/config.toml` `[env]`) names the GPUs an application runs
+//! on: every kernel library's plan then keeps, per named GPU, the one CUBIN target
+//! that runs best on it (its own arch, else the newest compatible one), and PTX
+//! only when a named GPU has no CUBIN; the rest is not embedded. Such a build is
+//! not for shipping. Unset (the default), everything the plan ships is embedded.
 
-use kiln_core::build::{Session, jobs};
-use kiln_core::{ArtifactKind, Cache};
+use std::sync::{Arc, OnceLock};
+
+use kiln_core::build::{Session, Unavailable, jobs};
+use kiln_core::{ArtifactKind, BoxError, Cache};
 
 use super::library::RequestFn;
-use super::{Arch, ArchSuffix, BuildRecord, Compiler, Error, KernelRequest, Toolchain};
+use super::{Arch, ArchSuffix, BuildRecord, Error, Toolchain};
+
+/// `KILN_CUDA_ARCHS`: the GPUs an application runs on (`sm_86,sm_90`); every
+/// kernel library's [`ShipPlan`] embeds only what serves them. A build-time
+/// variable: changing it reruns the build scripts.
+pub const CUDA_ARCHS: &str = "KILN_CUDA_ARCHS";
+
+/// The backend name under which a plan keeps its [`BuildRecord`] in a shipped
+/// image's manifest ([`Session::record`]).
+pub const RECORD_BACKEND: &str = "kiln-cuda";
 
 /// What a kernel library's build ships: CUBIN targets and the one whose entries also
 /// carry PTX; after [`ShipPlan::precompile`], the [`BuildRecord`] of what it used.
@@ -75,13 +110,7 @@ impl ShipPlan {
     /// # Errors
     /// [`Error::InvalidArch`] for a name that is not an arch.
     pub fn parse(list: &str) -> Result<ShipPlan, Error> {
-        let targets = list
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::parse)
-            .collect::<Result<Vec<Arch>, Error>>()?;
-        Ok(ShipPlan::new(targets))
+        Ok(ShipPlan::new(parse_archs(list)?))
     }
 
     /// The same plan with PTX carried by the entries of `target` (one of the
@@ -101,23 +130,53 @@ impl ShipPlan {
         self.ptx
     }
 
-    /// What the last [`ShipPlan::precompile`] compiled with (no compiler before it,
-    /// or when it found no NVRTC): print its
+    /// What the last [`ShipPlan::precompile`] keyed its entries by (empty before it,
+    /// or when it had neither a shipped image nor NVRTC): print its
     /// [`cargo_directive`](BuildRecord::cargo_directive) in the build script.
     pub fn record(&self) -> &BuildRecord {
         &self.record
     }
 
-    /// Compiles every spec for every target with the local toolchain
-    /// ([`Toolchain::local`]) into the session's cache, on [`jobs`] threads, and
-    /// records the toolchain. Declares to cargo what the images depend on: the NVRTC
-    /// library file, the header sets' folders, `KILN_NVRTC` and `KILN_CCCL_INCLUDE`.
-    /// A spec that fails for a target is a `cargo:warning` (it compiles at run time).
+    /// The plan for an application whose GPUs are `devices` (see the module
+    /// documentation): per device the CUBIN target that runs best on it, and the PTX
+    /// target (with its CUBIN) only if a device has no CUBIN.
+    pub fn for_devices(&self, devices: &[Arch]) -> ShipPlan {
+        let mut keep: Vec<Arch> = Vec::new();
+        let mut needs_ptx = false;
+        for device in devices {
+            let runs = |t: &&Arch| t.cubin_runs_on(device.major(), device.minor());
+            let best = self.targets.iter().find(|t| *t == device).or_else(|| {
+                self.targets
+                    .iter()
+                    .filter(runs)
+                    .max_by_key(|t| (t.major(), t.minor()))
+            });
+            match best {
+                Some(target) => keep.push(*target),
+                None => needs_ptx = true,
+            }
+        }
+        let ptx = self.ptx.filter(|_| needs_ptx);
+        keep.extend(ptx);
+        ShipPlan {
+            ptx,
+            ..ShipPlan::new(keep)
+        }
+    }
+
+    /// Gets every spec for every target into the session's cache, on [`jobs`]
+    /// threads, and records the toolchain they are keyed by (see the module
+    /// documentation): from the library's shipped image, the disk or the remote
+    /// tier, else compiled by the local toolchain ([`Toolchain::local`], located only
+    /// then) when it gives the same keys. Declares what the images depend on: the
+    /// NVRTC library file and the header sets' folders when it compiled,
+    /// `KILN_NVRTC`, `KILN_CCCL_INCLUDE` and `KILN_CUDA_ARCHS`.
     ///
     /// # Errors
-    /// When no NVRTC is found (the record then names no compiler: the library ships
-    /// nothing and compiles at run time), or a request cannot be built.
-    pub fn precompile<S>(
+    /// An error of the library's request function other than a missing toolchain
+    /// (a refused option, say); [`Error::InvalidArch`] in `KILN_CUDA_ARCHS`. A
+    /// specialization that does not compile fails the build through the session.
+    pub fn precompile<S: Sync>(
         &mut self,
         session: &mut Session<'_>,
         specs: &[S],
@@ -125,67 +184,241 @@ impl ShipPlan {
     ) -> Result<(), crate::Error> {
         session.uses_env("KILN_NVRTC");
         session.uses_env("KILN_CCCL_INCLUDE");
+        session.uses_env(CUDA_ARCHS);
         self.record = BuildRecord::default();
-        let toolchain = Toolchain::local()?;
-        let Some(compiler) = toolchain.compiler().copied() else {
-            return Ok(());
+        let plan = match session.env(CUDA_ARCHS).and_then(|v| v.into_string().ok()) {
+            Some(list) if !list.trim().is_empty() => {
+                session.not_for_shipping(format!(
+                    "{CUDA_ARCHS}={list} limits the targets to those GPUs"
+                ));
+                self.for_devices(&parse_archs(&list)?)
+            }
+            _ => self.clone(),
         };
-        let nvrtc = &compiler.nvrtc()?.location().path;
-        if nvrtc.is_absolute() {
-            session.uses_source(nvrtc);
-        }
-        let mut record = BuildRecord::new(toolchain.nvrtc().clone())
-            .with_cubin_targets(self.targets.iter().copied())
-            .with_ptx_target(self.ptx);
+        let shipped = session.shipped_record(RECORD_BACKEND).and_then(|text| {
+            text.parse::<BuildRecord>()
+                .ok()
+                .and_then(|record| Toolchain::recorded(&record))
+        });
+        let local: OnceLock<Result<Arc<Toolchain>, Arc<Error>>> = OnceLock::new();
+        let local_toolchain = || {
+            local
+                .get_or_init(|| Toolchain::local().map(Arc::new).map_err(Arc::new))
+                .clone()
+        };
+        // The toolchain that keys the entries: the shipped record's, else this
+        // machine's; without either, each entry is missing, named.
+        let keying: Result<Arc<Toolchain>, Arc<Error>> = match shipped {
+            Some(recorded) => Ok(Arc::new(recorded)),
+            None => local_toolchain(),
+        };
+        let names = Toolchain::names_only();
+        let mut record = keying.as_ref().ok().map(|keying| {
+            BuildRecord::new(keying.nvrtc().clone())
+                .with_cubin_targets(plan.targets.iter().copied())
+                .with_ptx_target(plan.ptx)
+        });
         let mut work = Vec::new();
         for spec in specs {
-            for &target in &self.targets {
-                let built = request(spec, &toolchain, target)?;
-                for dir in built.include_dirs() {
-                    if let (Some(set), Some(path)) = (dir.set(), dir.path()) {
-                        record = record.with_header_set(set, dir.digest());
-                        session.uses_source(path);
+            for &target in &plan.targets {
+                let keyed = match &keying {
+                    Ok(keying) => request(spec, keying, target),
+                    Err(why) => Err(Error::Shared(Arc::clone(why))),
+                };
+                let built = match keyed {
+                    Ok(built) => built,
+                    Err(error) if error.is_missing_toolchain() => {
+                        let name = request(spec, &names, target)
+                            .map(|r| r.name().to_owned())
+                            .unwrap_or_else(|_| "a specialization".to_owned());
+                        let why = Unavailable::new(missing_toolchain(&error));
+                        work.push((format!("{name} {target}"), Job::Missing(why)));
+                        continue;
+                    }
+                    Err(error) => return Err(error),
+                };
+                if let Some(record) = &mut record {
+                    for dir in built.include_dirs() {
+                        if let Some(set) = dir.set() {
+                            *record = record.clone().with_header_set(set, dir.digest());
+                        }
                     }
                 }
+                let owner = built.owner(built_nvrtc(&keying)?)?;
+                let key = built.key()?;
+                if Some(target) != plan.ptx {
+                    session.leave_out(owner.digest(), &key, ArtifactKind::Ptx);
+                }
                 let label = format!("{} {target}", built.name());
-                let with_ptx = Some(target) == self.ptx;
-                work.push((label, move |cache: &Cache| {
-                    ship_one(&compiler, cache, &built, with_ptx)
-                }));
+                work.push((
+                    label,
+                    Job::Get {
+                        spec,
+                        target,
+                        owner,
+                        key,
+                    },
+                ));
             }
         }
+        let local_toolchain = &local_toolchain;
+        let keying = keying.as_ref().ok();
+        let work = work
+            .into_iter()
+            .map(|(label, job)| {
+                let get = move |cache: &Cache| -> Result<(), BoxError> {
+                    match job {
+                        Job::Missing(why) => Err(why.into()),
+                        Job::Get {
+                            spec,
+                            target,
+                            owner,
+                            key,
+                        } => {
+                            if cache.get_cached(&owner, &key).is_some() {
+                                return Ok(());
+                            }
+                            let Some(keying) = keying else {
+                                return Err(Unavailable::new("no toolchain keys it").into());
+                            };
+                            compile_here(
+                                cache,
+                                local_toolchain,
+                                keying,
+                                spec,
+                                request,
+                                target,
+                                &owner,
+                                &key,
+                            )
+                        }
+                    }
+                };
+                (label, get)
+            })
+            .collect();
         session.specialize_all(jobs(), work);
+        let record = record.unwrap_or_default();
+        if let Some(Ok(local)) = local.get() {
+            declare_local_sources(session, local, &record);
+        }
+        session.record(RECORD_BACKEND, record.to_string());
         self.record = record;
         Ok(())
     }
 }
 
-/// Compiles `request` into `cache` as a shipped entry: its CUBIN, its PTX only when
-/// `with_ptx`, the deps of [`Compiler::entry`].
-///
-/// # Errors
-/// When the compile fails.
-pub fn ship_one(
-    compiler: &Compiler,
+/// One (spec, target) of the block.
+enum Job<'s, S> {
+    /// Cannot even be keyed here.
+    Missing(Unavailable),
+    /// Looked up, then compiled if missing.
+    Get {
+        spec: &'s S,
+        target: Arch,
+        owner: kiln_core::Owner,
+        key: kiln_core::Key,
+    },
+}
+
+/// Compiles the entry `(owner, key)` of `spec` for `target` with the local
+/// toolchain, when it derives the same owner and key as `keying` (the shipped
+/// record's toolchain, or itself); otherwise the entry is [`Unavailable`].
+#[allow(clippy::too_many_arguments)]
+fn compile_here<S>(
     cache: &Cache,
-    request: &KernelRequest,
-    with_ptx: bool,
-) -> Result<(), crate::Error> {
-    let owner = compiler.owner(request)?;
-    let key = request.key()?;
-    cache.get_or_compile(&owner, &key, || {
-        let mut entry = compiler.entry(compiler.compile(request)?, request);
-        if !with_ptx {
-            entry.artifacts.retain(|a| a.kind != ArtifactKind::Ptx);
+    local: &dyn Fn() -> Result<Arc<Toolchain>, Arc<Error>>,
+    keying: &Toolchain,
+    spec: &S,
+    request: RequestFn<S>,
+    target: Arch,
+    owner: &kiln_core::Owner,
+    key: &kiln_core::Key,
+) -> Result<(), BoxError> {
+    let local = local().map_err(|why| Unavailable::new(missing_toolchain(&why)))?;
+    let Some(compiler) = local.compiler() else {
+        return Err(Unavailable::new("no NVRTC in this process").into());
+    };
+    let here = match request(spec, &local, target) {
+        Ok(here) => here,
+        Err(error) if error.is_missing_toolchain() => {
+            return Err(Unavailable::new(missing_toolchain(&error)).into());
         }
-        Ok(entry)
-    })?;
+        Err(error) => return Err(error.into()),
+    };
+    if compiler.owner(&here)?.digest() != owner.digest() || here.key()? != *key {
+        return Err(Unavailable::new(format!(
+            "this machine's toolchain (nvrtc {}) is not the one the shipped entries were \
+             built with ({}): install that NVRTC release and its headers, or ship the \
+             library again from this toolchain (`kiln ship --rebuild`)",
+            local.nvrtc(),
+            keying.nvrtc()
+        ))
+        .into());
+    }
+    // NVRTC is loaded on the first compile: a library that cannot be loaded is a
+    // missing toolchain, a source that does not compile is the library's error.
+    compiler
+        .nvrtc()
+        .map_err(|why| Unavailable::new(missing_toolchain(&why)))?;
+    compiler.compile_cached(cache, &here)?;
     Ok(())
+}
+
+/// Declares what the local toolchain's compiles depend on: the NVRTC library file and
+/// the folders of the header sets the record names.
+fn declare_local_sources(session: &mut Session<'_>, local: &Toolchain, record: &BuildRecord) {
+    if let Some(compiler) = local.compiler()
+        && let Ok(nvrtc) = compiler.nvrtc()
+        && nvrtc.location().path.is_absolute()
+    {
+        session.uses_source(&nvrtc.location().path);
+    }
+    for (set, _) in record.header_sets() {
+        if let Ok(dir) = local.header_set(set)
+            && let Some(path) = dir.path()
+        {
+            session.uses_source(path);
+        }
+    }
+}
+
+/// Why a missing toolchain leaves an entry out, and what to do.
+fn missing_toolchain(why: &Error) -> String {
+    format!(
+        "{why}; or use the library's shipped image (its author runs `kiln ship` where \
+         the toolchain is)"
+    )
+}
+
+/// The NVRTC release of the toolchain that keys the entries (only called once a
+/// request was built with it).
+fn built_nvrtc(keying: &Result<Arc<Toolchain>, Arc<Error>>) -> Result<&super::NvrtcVersion, Error> {
+    keying
+        .as_ref()
+        .map(|keying| keying.nvrtc())
+        .map_err(|why| Error::Shared(Arc::clone(why)))
+}
+
+fn parse_archs(list: &str) -> Result<Vec<Arch>, Error> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::parse)
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn archs(list: &str) -> Vec<String> {
+        parse_archs(list)
+            .unwrap()
+            .iter()
+            .map(Arch::to_string)
+            .collect()
+    }
 
     #[test]
     fn ptx_goes_with_the_lowest_plain_target() {
@@ -206,5 +439,23 @@ mod tests {
         let not_a_target = plan.with_ptx_target(Some("sm_86".parse().unwrap()));
         assert_eq!(not_a_target.ptx_target(), None);
         assert!(ShipPlan::parse("sm_75,compute_80").is_err());
+    }
+
+    #[test]
+    fn an_application_s_gpus_keep_the_cubins_that_serve_them_best() {
+        let plan = ShipPlan::parse("sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120").unwrap();
+        let keep = |devices: &str| {
+            let plan = plan.for_devices(&parse_archs(devices).unwrap());
+            let targets: Vec<String> = plan.targets().iter().map(Arch::to_string).collect();
+            (targets, plan.ptx_target().map(|a| a.to_string()))
+        };
+        assert_eq!(keep("sm_90"), (archs("sm_90"), None));
+        // An sm_87 runs the sm_86 CUBIN; an sm_120 its own.
+        assert_eq!(keep("sm_87,sm_120"), (archs("sm_86,sm_120"), None));
+        // A GPU no CUBIN runs on needs the PTX, carried by the lowest target.
+        assert_eq!(
+            keep("sm_90,sm_110"),
+            (archs("sm_75,sm_90"), Some("sm_75".to_owned()))
+        );
     }
 }

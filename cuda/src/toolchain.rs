@@ -278,6 +278,21 @@ impl Toolchain {
         })
     }
 
+    /// A toolchain that only names requests: no compiler and no header set, so a
+    /// request that needs headers cannot be built with it. For saying which
+    /// kernels a build could not key.
+    pub(crate) fn names_only() -> Toolchain {
+        Toolchain {
+            nvrtc: NvrtcVersion {
+                major: 0,
+                minor: 0,
+                release: "0.0.0".into(),
+            },
+            compiler: None,
+            headers: Headers::Recorded(BTreeMap::new()),
+        }
+    }
+
     /// This machine's toolchain: the process's NVRTC ([`Compiler::new`]: located,
     /// its release from the identity memo when possible), and header sets located
     /// from the environment when first asked for.

@@ -35,7 +35,7 @@
 //! assert!(file.signers().is_empty());
 //! let back = Shipped::unpack(&file)?; // every digest checked
 //! assert_eq!(back, shipped);
-//! let image = back.to_image()?; // a kiln image, fully verified
+//! let image = back.to_image()?; // a kiln image, to look entries up in
 //! assert_eq!(image.len(), 1);
 //! # Ok::<(), kiln_ship::ShipError>(())
 //! ```
@@ -69,7 +69,7 @@
 //!   accounting for every payload byte, entries strictly sorted by
 //!   `(owner, key)`.
 //! - [`Shipped::to_image`]: the image writer's checks, then the image's
-//!   full verification.
+//!   structural verification.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![forbid(unsafe_code)]

@@ -168,6 +168,12 @@ use self::session::NotDone;
 use crate::registry::IMAGE_EXTENSION;
 use crate::{BoxError, Cache, CacheConfig, Error};
 
+/// `KILN_IGNORE_SHIPPED`: a precompile block ignores the library's shipped
+/// image and keys every entry by this machine's toolchain (`kiln ship
+/// --rebuild` sets it, to ship again after a toolchain upgrade). A
+/// build-time switch: setting or clearing it reruns the build script.
+pub const IGNORE_SHIPPED: &str = "KILN_IGNORE_SHIPPED";
+
 /// A precompile run: the image's name, where it goes, where its directives go.
 ///
 /// See the [module documentation](self) for what a run does and prints,
@@ -341,7 +347,13 @@ impl<'out> Precompile<'out> {
                 .memory_max_bytes(None)
                 .always_compile(switches.always_compile),
         );
-        let shipped = match shipped::read(&shipped_path, &name, key.as_ref()) {
+        let ignore_shipped = lookup(IGNORE_SHIPPED).is_some_and(|v| crate::env::is_on(&v));
+        let read = if ignore_shipped {
+            Ok(None)
+        } else {
+            shipped::read(&shipped_path, &name, key.as_ref())
+        };
+        let shipped = match read {
             Ok(found) => found,
             Err(why) => {
                 out.line(format_args!(
@@ -444,6 +456,7 @@ impl<'out> Precompile<'out> {
         // Watched set or not: setting it later must sign the image.
         let mut env = env;
         env.insert(crate::trust::SIGNING_KEY.to_owned());
+        env.insert(IGNORE_SHIPPED.to_owned());
         for var in rerun_env_vars(env, set) {
             out.line(format_args!("cargo:rerun-if-env-changed={var}"));
         }

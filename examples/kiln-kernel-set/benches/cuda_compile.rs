@@ -42,7 +42,7 @@ use criterion::{BatchSize, Criterion, criterion_group};
 use kiln_core::Cache;
 use kiln_cuda::{
     Arch, BuildRecord, CCCL, Compiler, Device, IncludeDir, KernelLibrary, KernelRequest, MemoDir,
-    NvrtcIdentity, SearchConfig, Toolchain, ToolchainPolicy, ship_one,
+    NvrtcIdentity, SearchConfig, Toolchain, ToolchainPolicy,
 };
 use kiln_kernel_set::{Dtype, KernelSpec, ReduceOp, cccl_include_dir};
 
@@ -156,13 +156,9 @@ fn library(c: &mut Criterion, compiler: &Compiler, record: &BuildRecord) {
             block: 256,
         },
     ] {
-        ship_one(
-            compiler,
-            &cache,
-            &request(&spec, &local, arch).expect("request"),
-            true,
-        )
-        .expect("compiles");
+        compiler
+            .compile_cached(&cache, &request(&spec, &local, arch).expect("request"))
+            .expect("compiles");
         let new_library = || {
             KernelLibrary::with_record(record.clone(), request)
                 .with_policy(ToolchainPolicy::Shipped)

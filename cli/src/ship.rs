@@ -1,0 +1,308 @@
+//! `kiln ship [--manifest-path M] [-p PKG]... [--key KEY] [--check] [--rebuild]
+//! [--json] [-- CARGO_ARGS...]`: turns what the libraries' precompile blocks
+//! built into their shipped images.
+//!
+//! It runs `cargo build` (with `--message-format=json`, and the arguments
+//! given), finds each build script of a local package that ran a precompile
+//! block (its `OUT_DIR` holds `<name>.kship-candidate` beside the image), and
+//! writes the image, compressed (zstd level 19), with the block's manifest,
+//! into the library's source tree as `kiln-shipped/<name>.kship`, by rename.
+//! A file whose content would not change is left as it is.
+//!
+//! - `--check`: writes nothing; exit 1 when a shipped image is missing or no
+//!   longer what the block builds (a library's CI runs this).
+//! - `--rebuild`: the blocks ignore the shipped images they would read
+//!   (`KILN_IGNORE_SHIPPED=1`) and key every entry by this machine's
+//!   toolchain: to ship again after a toolchain upgrade.
+//! - `--key KEY`: signs each shipped image with the secret key file KEY
+//!   (`kiln keygen`); the library names the public key in its build script
+//!   (`Precompile::shipped_key`).
+//!
+//! A build whose block left specializations missing, or that was built for a
+//! subset of its targets (`KILN_CUDA_ARCHS`), is refused: what it would
+//! ship is not the whole library.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use kiln_image::{Image, SigningKey, Verification, write_file_atomic};
+use kiln_ship::{CANDIDATE_EXTENSION, Candidate, Shipped, ShippedFile};
+use serde_json::json;
+
+use crate::common::print_json;
+use crate::escape::escape;
+use crate::{CliError, Outcome};
+
+/// The zstd level of shipped images.
+const LEVEL: i32 = 19;
+
+/// Arguments of `kiln ship`.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// The Cargo.toml of the package or workspace to build (default: cargo's
+    /// own search from the current directory).
+    #[arg(long)]
+    manifest_path: Option<PathBuf>,
+    /// Build only these packages (cargo's -p).
+    #[arg(short = 'p', long = "package")]
+    packages: Vec<String>,
+    /// Sign each shipped image with this secret key file.
+    #[arg(long)]
+    key: Option<PathBuf>,
+    /// Write nothing; exit 1 if a shipped image is missing or stale.
+    #[arg(long, conflicts_with = "key")]
+    check: bool,
+    /// Ignore the shipped images while building: key and compile every entry
+    /// with this machine's toolchain.
+    #[arg(long)]
+    rebuild: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    /// More arguments for `cargo build` (after `--`).
+    #[arg(last = true)]
+    cargo_args: Vec<String>,
+}
+
+/// What happened to one library's image.
+struct Shipment {
+    name: String,
+    shipped: PathBuf,
+    status: Status,
+    entries: usize,
+    raw: u64,
+    bytes: u64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Written,
+    Unchanged,
+    UpToDate,
+    Stale,
+    Missing,
+}
+
+impl Status {
+    fn name(self) -> &'static str {
+        match self {
+            Status::Written => "written",
+            Status::Unchanged => "unchanged",
+            Status::UpToDate => "up to date",
+            Status::Stale => "stale",
+            Status::Missing => "not shipped",
+        }
+    }
+}
+
+pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
+    let key = args
+        .key
+        .as_deref()
+        .map(|path| SigningKey::read_file(path).map_err(CliError::image(path)))
+        .transpose()?;
+    let candidates = build(&args)?;
+    if candidates.is_empty() {
+        return Err(CliError::NothingToShip);
+    }
+    let mut shipments = Vec::new();
+    let mut refused = Vec::new();
+    for candidate in candidates {
+        if let Some(why) = &candidate.not_shippable {
+            refused.push((candidate.manifest.name.clone(), why.clone()));
+            continue;
+        }
+        shipments.push(ship_one(&candidate, key.as_ref(), args.check)?);
+    }
+    report(&args, &shipments, &refused)?;
+    let clean = refused.is_empty()
+        && shipments
+            .iter()
+            .all(|s| !matches!(s.status, Status::Stale | Status::Missing));
+    Ok(if clean {
+        Outcome::Clean
+    } else {
+        Outcome::Findings
+    })
+}
+
+/// Runs `cargo build` and returns the candidates the local packages' build
+/// scripts left, sorted by shipped path.
+fn build(args: &Args) -> Result<Vec<Candidate>, CliError> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command
+        .arg("build")
+        .arg("--message-format=json-render-diagnostics");
+    if let Some(path) = &args.manifest_path {
+        command.arg("--manifest-path").arg(path);
+    }
+    for package in &args.packages {
+        command.arg("-p").arg(package);
+    }
+    command.args(&args.cargo_args);
+    if args.rebuild {
+        command.env(kiln_core::build::IGNORE_SHIPPED, "1");
+    }
+    command.stdout(Stdio::piped()).stderr(Stdio::inherit());
+    let mut child = command.spawn().map_err(CliError::Cargo)?;
+    let mut out_dirs = Vec::new();
+    if let Some(stdout) = child.stdout.take() {
+        for line in BufReader::new(stdout).lines() {
+            let line = line.map_err(CliError::Cargo)?;
+            if let Some(dir) = local_out_dir(&line) {
+                out_dirs.push(dir);
+            }
+        }
+    }
+    let status = child.wait().map_err(CliError::Cargo)?;
+    if !status.success() {
+        return Err(CliError::BuildFailed(status));
+    }
+    let mut candidates = Vec::new();
+    for dir in out_dirs {
+        let Ok(listing) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut paths: Vec<PathBuf> = listing
+            .flatten()
+            .map(|entry| entry.path())
+            .filter(|path| path.extension().is_some_and(|e| e == CANDIDATE_EXTENSION))
+            .collect();
+        paths.sort();
+        for path in paths {
+            candidates.push(Candidate::read(&path).map_err(CliError::ship(&path))?);
+        }
+    }
+    candidates.sort_by(|a, b| a.shipped.cmp(&b.shipped));
+    candidates.dedup_by(|a, b| a.shipped == b.shipped);
+    Ok(candidates)
+}
+
+/// The `OUT_DIR` of a `build-script-executed` message of a local (path)
+/// package; `None` for any other line.
+fn local_out_dir(line: &str) -> Option<PathBuf> {
+    let message: serde_json::Value = serde_json::from_str(line).ok()?;
+    if message.get("reason")?.as_str()? != "build-script-executed" {
+        return None;
+    }
+    let id = message.get("package_id")?.as_str()?;
+    if !id.contains("path+file://") {
+        return None;
+    }
+    Some(PathBuf::from(message.get("out_dir")?.as_str()?))
+}
+
+/// Ships (or, with `check`, compares) one candidate.
+fn ship_one(
+    candidate: &Candidate,
+    key: Option<&SigningKey>,
+    check: bool,
+) -> Result<Shipment, CliError> {
+    let image = Image::open(&candidate.image, Verification::Full)
+        .map_err(CliError::image(&candidate.image))?;
+    let shipped = Shipped::from_image(&image, candidate.manifest.clone())
+        .map_err(CliError::ship(&candidate.image))?;
+    let existing = std::fs::read(&candidate.shipped).ok();
+    let same = existing.as_deref().and_then(|bytes| {
+        let file = ShippedFile::parse(bytes).ok()?;
+        let old = Shipped::unpack(&file).ok()?;
+        let signed = key.is_none_or(|key| file.check_signed_by(&key.public_key()).is_ok());
+        Some(old.same_content(&shipped) && signed)
+    });
+    let raw = image.byte_len();
+    let mut shipment = Shipment {
+        name: candidate.manifest.name.clone(),
+        shipped: candidate.shipped.clone(),
+        status: Status::Unchanged,
+        entries: image.len(),
+        raw,
+        bytes: existing.as_ref().map_or(0, |b| b.len() as u64),
+    };
+    if check {
+        shipment.status = match same {
+            Some(true) => Status::UpToDate,
+            Some(false) => Status::Stale,
+            None if existing.is_some() => Status::Stale,
+            None => Status::Missing,
+        };
+        return Ok(shipment);
+    }
+    if same == Some(true) {
+        return Ok(shipment);
+    }
+    let mut bytes = shipped
+        .encode(LEVEL)
+        .map_err(CliError::ship(&candidate.shipped))?;
+    if let Some(key) = key {
+        bytes = ShippedFile::parse(&bytes)
+            .and_then(|file| file.signed_with(key))
+            .map_err(CliError::ship(&candidate.shipped))?;
+    }
+    if let Some(dir) = candidate.shipped.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| CliError::Write {
+            path: dir.to_owned(),
+            source,
+        })?;
+    }
+    write_file_atomic(&candidate.shipped, &bytes).map_err(CliError::image(&candidate.shipped))?;
+    shipment.status = Status::Written;
+    shipment.bytes = bytes.len() as u64;
+    Ok(shipment)
+}
+
+fn report(
+    args: &Args,
+    shipments: &[Shipment],
+    refused: &[(String, String)],
+) -> Result<(), CliError> {
+    if args.json {
+        return print_json(&json!({
+            "shipped": shipments.iter().map(|s| json!({
+                "name": s.name,
+                "path": s.shipped.display().to_string(),
+                "status": s.status.name(),
+                "entries": s.entries,
+                "raw_bytes": s.raw,
+                "shipped_bytes": s.bytes,
+            })).collect::<Vec<_>>(),
+            "refused": refused.iter().map(|(name, why)| json!({"name": name, "why": why})).collect::<Vec<_>>(),
+        }));
+    }
+    let mut out = std::io::stdout().lock();
+    for s in shipments {
+        writeln!(
+            out,
+            "{:<10}  {}: {} entries, {} bytes as an image, {} bytes shipped ({})",
+            s.status.name(),
+            escape(&s.name),
+            s.entries,
+            s.raw,
+            s.bytes,
+            shown(&s.shipped),
+        )?;
+        if matches!(s.status, Status::Stale | Status::Missing) {
+            writeln!(
+                out,
+                "            the build's image differs from what is shipped: run `kiln ship` \
+                 where the toolchain is, and commit {}",
+                shown(&s.shipped)
+            )?;
+        }
+    }
+    for (name, why) in refused {
+        writeln!(
+            out,
+            "refused     {}: not shipped, {} (build where the toolchain is, with every \
+             target; after a toolchain upgrade, `kiln ship --rebuild`)",
+            escape(name),
+            escape(why)
+        )?;
+    }
+    Ok(())
+}
+
+fn shown(path: &Path) -> String {
+    escape(&path.display().to_string()).into_owned()
+}
