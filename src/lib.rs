@@ -33,7 +33,7 @@
 //! This crate is a facade over `kiln-core`, `kiln-image` and `kiln-macros`
 //! (and `kiln-cuda`, `kiln-redis`): it has no logic of its own, each item has
 //! one path here, and a library depending on it compiles no command-line
-//! parser and no `tracing` subscriber (the `kiln` tool is the `kiln-cli`
+//! parser and no `tracing` subscriber (the `kiln` tool is the `kiln-tool`
 //! package).
 #![cfg_attr(not(doctest), doc = include_str!("main-path.md"))]
 

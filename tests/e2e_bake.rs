@@ -113,7 +113,7 @@ fn programs() -> &'static Programs {
     static PROGRAMS: OnceLock<Programs> = OnceLock::new();
     PROGRAMS.get_or_init(|| {
         let app = cargo_build("kiln-demo-app");
-        let cli = cargo_build("kiln-cli");
+        let cli = cargo_build("kiln-tool");
         Programs {
             app: executable(&app, "kiln-demo-app"),
             kiln: executable(&cli, "kiln"),

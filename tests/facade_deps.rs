@@ -1,6 +1,6 @@
 //! What a library depending on `kiln` compiles: with every library feature
 //! on, no command-line parser, no JSON writer and no `tracing` subscriber
-//! (those belong to applications: the `kiln` tool is `kiln-cli`), and the
+//! (those belong to applications: the `kiln` tool is `kiln-tool`), and the
 //! backends come from their own crates.
 
 use std::process::Command;
@@ -10,7 +10,7 @@ use std::process::Command;
 fn normal_dependencies(features: &str) -> Vec<String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let output = Command::new(cargo)
-        .args(["tree", "--locked", "-p", "kiln", "-e", "normal"])
+        .args(["tree", "--locked", "-p", "kiln-rs", "-e", "normal"])
         .args(["--features", features])
         .args(["--prefix", "none", "--format", "{p}"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -34,7 +34,7 @@ fn normal_dependencies(features: &str) -> Vec<String> {
 #[test]
 fn libraries_depending_on_kiln_compile_no_application_crates() {
     let with_everything = normal_dependencies("cuda,redis,ctor");
-    for application_only in ["clap", "serde_json", "tracing-subscriber", "kiln-cli"] {
+    for application_only in ["clap", "serde_json", "tracing-subscriber", "kiln-tool"] {
         assert!(
             !with_everything.iter().any(|name| name == application_only),
             "kiln depends on {application_only}: {with_everything:?}"

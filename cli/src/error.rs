@@ -29,6 +29,13 @@ pub(crate) enum CliError {
     #[error("cargo build failed ({0}): fix the build, then ship")]
     BuildFailed(std::process::ExitStatus),
 
+    /// `ship`: a precompile block did not write its entries.
+    #[error(
+        "the precompile block of {0} wrote no entries file although KILN_SHIP_CANDIDATE was set: \
+         the library's build-dependency on kiln is older than this kiln tool"
+    )]
+    NoEntries(PathBuf),
+
     /// `ship`: no precompile block ran in the build.
     #[error(
         "no local package of this build ran a precompile block (kiln::build::Precompile): run          kiln ship in the library's folder, or give --manifest-path or -p"

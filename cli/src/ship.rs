@@ -2,12 +2,14 @@
 //! [--json] [-- CARGO_ARGS...]`: turns what the libraries' precompile blocks
 //! built into their shipped images.
 //!
-//! It runs `cargo build` (with `--message-format=json`, and the arguments
-//! given), finds each build script of a local package that ran a precompile
-//! block (its `OUT_DIR` holds `<name>.kship-candidate` beside the image), and
-//! writes the image, compressed (zstd level 19), with the block's manifest,
-//! into the library's source tree as `kiln-shipped/<name>.kship`, by rename.
-//! A file whose content would not change is left as it is.
+//! It runs `cargo build` (with `--message-format=json`, the arguments given,
+//! and `KILN_SHIP_CANDIDATE=1`, so that each precompile block writes every
+//! entry it got, whole, beside its image), finds each build script of a
+//! local package that ran a precompile block (its `OUT_DIR` holds
+//! `<name>.kship-candidate`), and writes those entries, compressed (zstd
+//! level 19), with the block's manifest, into the library's source tree as
+//! `kiln-shipped/<name>.kship`, by rename. A file whose content would not
+//! change is left as it is.
 //!
 //! - `--check`: writes nothing; exit 1 when a shipped image is missing or no
 //!   longer what the block builds (a library's CI runs this).
@@ -142,6 +144,8 @@ fn build(args: &Args) -> Result<Vec<Candidate>, CliError> {
         command.arg("-p").arg(package);
     }
     command.args(&args.cargo_args);
+    // The blocks write every entry whole, beside their images.
+    command.env(kiln_core::build::SHIP_CANDIDATE, "1");
     if args.rebuild {
         command.env(kiln_core::build::IGNORE_SHIPPED, "1");
     }
@@ -200,10 +204,13 @@ fn ship_one(
     key: Option<&SigningKey>,
     check: bool,
 ) -> Result<Shipment, CliError> {
-    let image = Image::open(&candidate.image, Verification::Full)
-        .map_err(CliError::image(&candidate.image))?;
-    let shipped = Shipped::from_image(&image, candidate.manifest.clone())
-        .map_err(CliError::ship(&candidate.image))?;
+    let entries = candidate
+        .entries
+        .as_deref()
+        .ok_or_else(|| CliError::NoEntries(candidate.image.clone()))?;
+    let image = Image::open(entries, Verification::Full).map_err(CliError::image(entries))?;
+    let shipped =
+        Shipped::from_image(&image, candidate.manifest.clone()).map_err(CliError::ship(entries))?;
     let existing = std::fs::read(&candidate.shipped).ok();
     let same = existing.as_deref().and_then(|bytes| {
         let file = ShippedFile::parse(bytes).ok()?;
@@ -274,7 +281,7 @@ fn report(
     for s in shipments {
         writeln!(
             out,
-            "{:<10}  {}: {} entries, {} bytes as an image, {} bytes shipped ({})",
+            "{:<10}  {}: {} entries, {} bytes whole, {} bytes shipped ({})",
             s.status.name(),
             escape(&s.name),
             s.entries,

@@ -2,7 +2,7 @@
 //! merging a large image, and lookup scaling from 1 to 2 threads.
 //!
 //! Each group holds its own baseline, so figures compare as ratios within
-//! one run: `cargo bench -p kiln-core --bench cache`.
+//! one run: `cargo bench -p kiln-rs-core --bench cache`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

@@ -32,7 +32,7 @@
 //! After criterion's groups, the bench prints a table (medians, Kiln and
 //! the baseline measured alternately) of the per-hit cost in a fresh
 //! process, where a fresh Kiln process spends its time, and the same hits
-//! in real fresh processes: `cargo bench -p kiln-core --bench disk`
+//! in real fresh processes: `cargo bench -p kiln-rs-core --bench disk`
 //! (`-- no_such_group` prints the tables alone).
 //!
 //! For the last table the bench binary spawns itself as a child process.

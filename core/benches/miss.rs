@@ -21,7 +21,7 @@
 //! batches of misses measured alternately (no tier, disk tier), each disk
 //! batch's stores flushed before the next batch (outside the timing), so
 //! that the background writer stores every entry and runs while the disk
-//! batch runs: `cargo bench -p kiln-core --bench miss` (`-- no_such_group`
+//! batch runs: `cargo bench -p kiln-rs-core --bench miss` (`-- no_such_group`
 //! prints the table alone).
 
 use std::ffi::OsString;

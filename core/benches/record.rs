@@ -9,7 +9,7 @@
 //! `write`). `record_threads`: 400,000 hot hits, by 1 thread or split over
 //! 2, each thread over its own keys, without and with a recorder.
 //!
-//! `cargo bench -p kiln-core --bench record`
+//! `cargo bench -p kiln-rs-core --bench record`
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

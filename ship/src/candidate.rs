@@ -24,8 +24,13 @@ const CANDIDATE_MAX: u64 = 16 << 20;
 pub struct Candidate {
     /// What the image was built from.
     pub manifest: Manifest,
-    /// The image the block wrote (in `OUT_DIR`).
+    /// The image the block wrote (in `OUT_DIR`), for `include_image!`: some
+    /// artifacts may be left out of it.
     pub image: PathBuf,
+    /// Every entry the block got, as the caches hold them (nothing left
+    /// out): what is shipped. Written only when `kiln ship` asks for it
+    /// (`KILN_SHIP_CANDIDATE=1`).
+    pub entries: Option<PathBuf>,
     /// Where the library's shipped image lives:
     /// `<library>/kiln-shipped/<name>.kship`.
     pub shipped: PathBuf,
@@ -41,6 +46,7 @@ impl Candidate {
         Candidate {
             manifest,
             image,
+            entries: None,
             shipped,
             not_shippable: None,
         }

@@ -174,6 +174,13 @@ use crate::{BoxError, Cache, CacheConfig, Error};
 /// build-time switch: setting or clearing it reruns the build script.
 pub const IGNORE_SHIPPED: &str = "KILN_IGNORE_SHIPPED";
 
+/// `KILN_SHIP_CANDIDATE`: a precompile block also writes every entry it got,
+/// as the caches hold them, to `OUT_DIR/<name>.entries.kimg` (`kiln ship`
+/// sets it: a shipped image holds whole entries, so that a build can leave
+/// out what it does not embed whatever it found them in). A build-time
+/// switch: setting or clearing it reruns the build script.
+pub const SHIP_CANDIDATE: &str = "KILN_SHIP_CANDIDATE";
+
 /// A precompile run: the image's name, where it goes, where its directives go.
 ///
 /// See the [module documentation](self) for what a run does and prints,
@@ -411,6 +418,14 @@ impl<'out> Precompile<'out> {
 
         let delta = cache.delta(&snapshot);
         let entries = delta.len();
+        let whole = lookup(SHIP_CANDIDATE)
+            .is_some_and(|v| crate::env::is_on(&v))
+            .then(|| -> Result<PathBuf, Error> {
+                let whole = path.with_extension(format!("entries.{IMAGE_EXTENSION}"));
+                kiln_image::write_file_atomic(&whole, &delta.to_bytes(meta.clone())?)?;
+                Ok(whole)
+            })
+            .transpose()?;
         let writer = delta.to_writer_with(meta, |entry| {
             if let Some(kinds) = dropped.get(&(entry.owner, entry.key)) {
                 entry.artifacts.retain(|a| !kinds.contains(&a.kind));
@@ -426,6 +441,7 @@ impl<'out> Precompile<'out> {
         manifest.specializations = Manifest::digest_labels(&labels);
         manifest.specialization_count = labels.len() as u64;
         let mut candidate = Candidate::new(manifest, path.clone(), shipped_path.clone());
+        candidate.entries = whole;
         candidate.not_shippable = not_shippable.clone().or_else(|| {
             (!missing.is_empty() || !failed.is_empty()).then(|| {
                 format!(
@@ -457,6 +473,7 @@ impl<'out> Precompile<'out> {
         let mut env = env;
         env.insert(crate::trust::SIGNING_KEY.to_owned());
         env.insert(IGNORE_SHIPPED.to_owned());
+        env.insert(SHIP_CANDIDATE.to_owned());
         for var in rerun_env_vars(env, set) {
             out.line(format_args!("cargo:rerun-if-env-changed={var}"));
         }

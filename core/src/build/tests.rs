@@ -58,6 +58,12 @@ impl Library {
         }
     }
 
+    /// The next runs write what `kiln ship` ships (`KILN_SHIP_CANDIDATE`).
+    fn shipping(mut self) -> Library {
+        self.vars.push((SHIP_CANDIDATE, "1".into()));
+        self
+    }
+
     fn with_disk_cache(mut self, dir: &Path) -> Library {
         self.cache_dir = Some(dir.to_owned());
         self
@@ -88,12 +94,14 @@ impl Library {
     }
 
     /// Ships what the run into `out` built (as `kiln ship` does, stored
-    /// rather than compressed), signed by `key` if given.
+    /// rather than compressed), signed by `key` if given: the run must have
+    /// had `KILN_SHIP_CANDIDATE` set.
     fn ship(&self, out: &Path, key: Option<&SigningKey>) {
         let candidate =
             Candidate::read(&out.join("demo").with_extension(CANDIDATE_EXTENSION)).unwrap();
         assert_eq!(candidate.not_shippable, None);
-        let image = Image::open(&candidate.image, Verification::Full).unwrap();
+        let entries = candidate.entries.expect("KILN_SHIP_CANDIDATE was set");
+        let image = Image::open(&entries, Verification::Full).unwrap();
         let bytes = Shipped::from_image(&image, candidate.manifest)
             .unwrap()
             .encode_stored()
@@ -120,6 +128,8 @@ fn run_names(
 ) -> Result<PrecompileReport, Error> {
     library.precompile(out, log).run(|session| {
         session.uses_source("src/kernels.rs");
+        // The image ships "a" without its text artifact.
+        session.leave_out(owner().digest(), &key("a"), ArtifactKind::Ptx);
         for name in names {
             session.specialize(name, |cache| compile(cache, name));
         }
@@ -292,7 +302,7 @@ fn a_block_where_everything_is_ready_prints_no_warning() {
 
 #[test]
 fn a_shipped_image_serves_the_block_with_no_compile_and_the_same_bytes() {
-    let library = Library::new();
+    let library = Library::new().shipping();
     let first = tempfile::tempdir().unwrap();
     let built = run_names(&library, first.path(), &["a", "b", "c"], &mut Vec::new()).unwrap();
     library.ship(first.path(), None);
@@ -303,6 +313,7 @@ fn a_shipped_image_serves_the_block_with_no_compile_and_the_same_bytes() {
     let report = library
         .precompile(second.path(), &mut log)
         .run(|session| {
+            session.leave_out(owner().digest(), &key("a"), ArtifactKind::Ptx);
             for name in ["a", "b", "c"] {
                 session.specialize(name, |cache| {
                     cache
@@ -331,12 +342,24 @@ fn a_shipped_image_serves_the_block_with_no_compile_and_the_same_bytes() {
         log.contains(&format!("cargo:rerun-if-changed={}", shipped.display())),
         "{log}"
     );
+    // The shipped image holds whole entries; the image leaves out what the
+    // block left out.
+    let whole = Shipped::from_bytes(&std::fs::read(&shipped).unwrap()).unwrap();
+    let a = whole.entries().iter().find(|e| e.name == "a").unwrap();
+    assert_eq!(a.artifacts.len(), 2);
+    assert_eq!(entry_names(&report.path), ["a", "b", "c"]);
+    let image = Image::open(&report.path, Verification::Full).unwrap();
+    let a = image
+        .find(&owner().digest(), key("a").digest())
+        .unwrap()
+        .unwrap();
+    assert_eq!(a.artifact_count(), 1);
     assert!(!log.contains("cargo:warning"), "{log}");
 }
 
 #[test]
 fn a_specialization_added_after_shipping_is_compiled_or_named_as_missing() {
-    let library = Library::new();
+    let library = Library::new().shipping();
     let first = tempfile::tempdir().unwrap();
     run_names(&library, first.path(), &["a", "b"], &mut Vec::new()).unwrap();
     library.ship(first.path(), None);
@@ -391,7 +414,7 @@ fn a_shipped_image_not_signed_by_the_named_key_is_not_used() {
         Some(SigningKey::from_secret_bytes([8; 32])),
         Some(key),
     ] {
-        let library = Library::new();
+        let library = Library::new().shipping();
         let first = tempfile::tempdir().unwrap();
         run_names(&library, first.path(), &["a"], &mut Vec::new()).unwrap();
         library.ship(first.path(), signer.as_ref());
@@ -425,7 +448,7 @@ fn a_shipped_image_not_signed_by_the_named_key_is_not_used() {
 
 #[test]
 fn a_damaged_shipped_image_is_refused_and_its_entries_compiled() {
-    let library = Library::new();
+    let library = Library::new().shipping();
     let first = tempfile::tempdir().unwrap();
     run_names(&library, first.path(), &["a"], &mut Vec::new()).unwrap();
     library.ship(first.path(), None);

@@ -1,7 +1,7 @@
 //! kiln-core's integration tests, one test binary (each file a module, as
 //! cargo's own `tests/testsuite`): one link of the dependencies instead of
 //! one per file. Tests are named `module::test`, e.g.
-//! `cargo test -p kiln-core --all-features --test suite disk_store::`.
+//! `cargo test -p kiln-rs-core --all-features --test suite disk_store::`.
 //!
 //! `cache_*` check the cache's invariants (ARCHITECTURE.md, tests named
 //! `invariantN_*` after the invariant they check), `disk_*` the disk tier,
