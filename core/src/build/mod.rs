@@ -352,7 +352,10 @@ impl<'out> Precompile<'out> {
         let cache = Cache::with_config(
             CacheConfig::default()
                 .memory_max_bytes(None)
-                .always_compile(switches.always_compile),
+                .always_compile(switches.always_compile)
+                // Every payload goes into the image: a corrupt one found in
+                // a tier is a miss, compiled again.
+                .check_tier_payloads(true),
         );
         let ignore_shipped = lookup(IGNORE_SHIPPED).is_some_and(|v| crate::env::is_on(&v));
         let read = if ignore_shipped {

@@ -664,3 +664,49 @@ fn unreachable() -> Error {
         source: Box::new(Unavailable::new("no compiler on this machine")),
     }
 }
+
+#[test]
+fn a_corrupt_disk_entry_is_compiled_again_and_the_image_keeps_every_entry() {
+    let disk = tempfile::tempdir().unwrap();
+    let library = Library::new().with_disk_cache(disk.path());
+    let first = tempfile::tempdir().unwrap();
+    let cold = run_names(&library, first.path(), &["a", "b"], &mut Vec::new()).unwrap();
+    assert_eq!(cold.compiles, 2);
+    // Damage the last payload byte of every segment.
+    let mut damaged = 0;
+    for entry in walk_files(disk.path()) {
+        if entry.extension().is_some_and(|e| e == "kimg") {
+            let mut bytes = std::fs::read(&entry).unwrap();
+            let last = bytes.len() - 1;
+            bytes[last] ^= 0xff;
+            std::fs::write(&entry, bytes).unwrap();
+            damaged += 1;
+        }
+    }
+    assert!(damaged > 0, "the disk tier wrote no segment");
+    let second = tempfile::tempdir().unwrap();
+    let warm = run_names(&library, second.path(), &["a", "b"], &mut Vec::new()).unwrap();
+    assert!(
+        warm.compiles >= 1,
+        "a corrupt entry was taken from the disk"
+    );
+    assert_eq!(warm.entries, 2);
+    assert_eq!(
+        std::fs::read(&cold.path).unwrap(),
+        std::fs::read(&warm.path).unwrap()
+    );
+}
+
+/// Every file below `dir`.
+fn walk_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk_files(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}

@@ -242,7 +242,13 @@ impl Cache {
         for (index, tier) in self.tiers.iter() {
             let found = tier.load_entry(owner, key).and_then(|found| {
                 found
-                    .map(|found| parts_of(found, &self.counters.corrupt))
+                    .map(|found| {
+                        parts_of(
+                            found,
+                            &self.counters.corrupt,
+                            self.config.check_tier_payloads,
+                        )
+                    })
                     .transpose()
             });
             let (entry_owner, entry_key, parts) = match found {
@@ -304,8 +310,13 @@ impl Cache {
 }
 
 /// The owner digest, key digest and parts of what a tier found; an
-/// image-backed entry counts a payload that fails into `corrupt`.
-fn parts_of(found: TierEntry, corrupt: &Arc<AtomicU64>) -> Result<(Digest, Digest, Parts), Error> {
+/// image-backed entry counts a payload that fails into `corrupt`, and with
+/// `check_payloads` has every payload checked now.
+fn parts_of(
+    found: TierEntry,
+    corrupt: &Arc<AtomicU64>,
+    check_payloads: bool,
+) -> Result<(Digest, Digest, Parts), Error> {
     Ok(match found {
         TierEntry::Owned(data) => (
             data.owner,
@@ -325,6 +336,13 @@ fn parts_of(found: TierEntry, corrupt: &Arc<AtomicU64>) -> Result<(Digest, Diges
             // image moves into the parts.
             let (owner, key, name, deps) = {
                 let entry = image.entry(index)?;
+                if check_payloads {
+                    for artifact in entry.artifacts() {
+                        if artifact.bytes().is_err() {
+                            corrupt.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                }
                 if let Some(artifact) = entry.failed_payload() {
                     return Err(kiln_image::ImageError::PayloadChecksum {
                         entry: index,

@@ -38,6 +38,13 @@ pub struct CacheConfig {
     /// [`DEFAULT_MEMORY_MAX_BYTES`] (1 GiB); the global cache reads
     /// `KILN_MEMORY_MAX_BYTES`.
     pub memory_max_bytes: Option<u64>,
+    /// Check every payload of an entry a tier hands over as it is loaded,
+    /// not on its first use: an entry with a corrupt payload is then a miss
+    /// (compiled again) rather than an entry that lacks the bytes later. A
+    /// precompile block turns it on, since it writes every payload into its
+    /// image; a process serving lookups leaves it off and hashes only what
+    /// it uses.
+    pub check_tier_payloads: bool,
 }
 
 /// The default [`CacheConfig::memory_max_bytes`]: 1 GiB.
@@ -49,6 +56,7 @@ impl Default for CacheConfig {
             always_compile: false,
             owner_filter: None,
             memory_max_bytes: Some(DEFAULT_MEMORY_MAX_BYTES),
+            check_tier_payloads: false,
         }
     }
 }
@@ -57,6 +65,12 @@ impl CacheConfig {
     /// Sets [`CacheConfig::memory_max_bytes`] (`None`: no cap).
     pub fn memory_max_bytes(mut self, cap: Option<u64>) -> CacheConfig {
         self.memory_max_bytes = cap;
+        self
+    }
+
+    /// Sets [`CacheConfig::check_tier_payloads`].
+    pub fn check_tier_payloads(mut self, on: bool) -> CacheConfig {
+        self.check_tier_payloads = on;
         self
     }
 
