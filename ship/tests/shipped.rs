@@ -257,3 +257,25 @@ fn an_index_that_does_not_account_for_the_payloads_is_refused() {
         );
     }
 }
+
+/// Shipped images are read across Kiln releases: a file written by format 1
+/// (committed, compressed at level 19 as `kiln ship` writes it) must keep
+/// decoding to the same entries, and the same content must keep encoding
+/// to the same bytes (a change of the layout is a new format version).
+#[test]
+fn format_1_files_keep_their_meaning() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/format-1.kship");
+    if std::env::var_os("KILN_WRITE_GOLDEN").is_some() {
+        std::fs::write(&path, shipped().encode(19).unwrap()).unwrap();
+    }
+    let committed = std::fs::read(&path).expect("tests/data/format-1.kship");
+    assert_eq!(Shipped::from_bytes(&committed).unwrap(), shipped());
+    assert_eq!(
+        Digest::of(&shipped().encode_stored().unwrap()).to_hex(),
+        GOLDEN_STORED,
+        "the stored encoding of the test content changed: that is a new shipped format"
+    );
+}
+
+/// BLAKE3 of `shipped().encode_stored()` in format 1.
+const GOLDEN_STORED: &str = "e7197913d779cbe8fe93602d197866d75cd2343e3a3334c3b3e731377f241b2a";
