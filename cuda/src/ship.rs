@@ -76,11 +76,14 @@ pub const RECORD_BACKEND: &str = "kiln-cuda";
 
 /// What a kernel library's build ships: CUBIN targets and the one whose entries also
 /// carry PTX; after [`ShipPlan::precompile`], the [`BuildRecord`] of what it used.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct ShipPlan {
     targets: Vec<Arch>,
     ptx: Option<Arch>,
     record: BuildRecord,
+    /// The local toolchain to compile with, instead of locating this
+    /// machine's (tests, or a build script that finds NVRTC its own way).
+    local: Option<Result<Arc<Toolchain>, Arc<Error>>>,
 }
 
 impl ShipPlan {
@@ -102,6 +105,7 @@ impl ShipPlan {
             targets,
             ptx,
             record: BuildRecord::default(),
+            local: None,
         }
     }
 
@@ -117,6 +121,14 @@ impl ShipPlan {
     /// targets), or by none.
     pub fn with_ptx_target(mut self, target: Option<Arch>) -> ShipPlan {
         self.ptx = target.filter(|t| self.targets.contains(t));
+        self
+    }
+
+    /// The same plan compiling with `local` (or, given an error, with no
+    /// toolchain: a machine without NVRTC) instead of locating this machine's
+    /// toolchain ([`Toolchain::local`]) when an entry must be compiled.
+    pub fn with_local_toolchain(mut self, local: Result<Toolchain, Error>) -> ShipPlan {
+        self.local = Some(local.map(Arc::new).map_err(Arc::new));
         self
     }
 
@@ -160,6 +172,7 @@ impl ShipPlan {
         keep.extend(ptx);
         ShipPlan {
             ptx,
+            local: self.local.clone(),
             ..ShipPlan::new(keep)
         }
     }
@@ -201,9 +214,14 @@ impl ShipPlan {
                 .and_then(|record| Toolchain::recorded(&record))
         });
         let local: OnceLock<Result<Arc<Toolchain>, Arc<Error>>> = OnceLock::new();
+        let given = plan.local.clone();
         let local_toolchain = || {
             local
-                .get_or_init(|| Toolchain::local().map(Arc::new).map_err(Arc::new))
+                .get_or_init(|| {
+                    given
+                        .clone()
+                        .unwrap_or_else(|| Toolchain::local().map(Arc::new).map_err(Arc::new))
+                })
                 .clone()
         };
         // The toolchain that keys the entries: the shipped record's, else this
