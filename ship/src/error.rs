@@ -75,16 +75,6 @@ pub enum ShipError {
     /// The index does not decode, or is inconsistent with the payloads.
     #[error("shipped image index: {0}")]
     BadIndex(String),
-    /// An artifact's bytes do not hash to the digest the index records.
-    #[error("shipped image entry {entry} ({name}), artifact {artifact}: payload digest mismatch")]
-    Payload {
-        /// The entry's position.
-        entry: usize,
-        /// The entry's name.
-        name: String,
-        /// The artifact's position in the entry.
-        artifact: usize,
-    },
     /// The entries are not sorted by (owner, key), or one is repeated.
     #[error("shipped image entries {0} and {1} are out of order or repeat an (owner, key)")]
     Order(usize, usize),

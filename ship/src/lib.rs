@@ -65,9 +65,9 @@
 //!   (which names the content digest and every length) by the key the
 //!   library names.
 //! - [`Shipped::unpack`]: decompression stops one byte past the declared
-//!   length; the content digest, then every payload's BLAKE3, the index
-//!   accounting for every payload byte, entries strictly sorted by
-//!   `(owner, key)`.
+//!   length; the content digest (BLAKE3 of the index and every payload),
+//!   the index accounting for every payload byte, entries strictly sorted
+//!   by `(owner, key)`.
 //! - [`Shipped::to_image`]: the image writer's checks, then the image's
 //!   structural verification.
 

@@ -110,7 +110,6 @@ struct IndexArtifact {
     kind: String,
     entry_points: Vec<String>,
     len: u64,
-    digest: Digest,
 }
 
 impl Shipped {
@@ -142,16 +141,24 @@ impl Shipped {
         &self.entries
     }
 
+    /// The entry of `(owner, key)`, by binary search.
+    pub fn find(&self, owner: &Digest, key: &Digest) -> Option<&EntryData> {
+        self.entries
+            .binary_search_by(|e| (&e.owner, &e.key).cmp(&(owner, key)))
+            .ok()
+            .map(|i| &self.entries[i])
+    }
+
     /// Unpacks a shipped file whose frame is checked: decompresses its body
-    /// (at most the declared length), checks the content digest, decodes the
-    /// index and checks every payload's digest and the entries' order.
+    /// (at most the declared length), checks the content digest (which
+    /// covers the index and every payload), decodes the index, checks that
+    /// its artifacts account for every payload byte and the entries' order.
     /// Memory: the declared raw length, at most
     /// [`MAX_EXPANSION`](crate::file::MAX_EXPANSION) times the file.
     ///
     /// # Errors
     /// [`ShipError::Decompress`], [`ShipError::RawLength`],
-    /// [`ShipError::Content`], [`ShipError::BadIndex`],
-    /// [`ShipError::Payload`], [`ShipError::Order`].
+    /// [`ShipError::Content`], [`ShipError::BadIndex`], [`ShipError::Order`].
     pub fn unpack(file: &ShippedFile<'_>) -> Result<Shipped, ShipError> {
         let header = file.header();
         let raw = decompress(file.packed(), header.raw_len)?;
@@ -186,13 +193,6 @@ impl Shipped {
                     })?;
                 let (bytes, rest) = payloads.split_at(len);
                 payloads = rest;
-                if Digest::of(bytes) != artifact.digest {
-                    return Err(ShipError::Payload {
-                        entry: position,
-                        name: entry.name,
-                        artifact: slot,
-                    });
-                }
                 artifacts.push(Artifact {
                     kind: artifact
                         .kind
@@ -282,7 +282,6 @@ impl Shipped {
                             kind: artifact.kind.name().to_owned(),
                             entry_points: artifact.entry_points.clone(),
                             len: artifact.bytes.len() as u64,
-                            digest: Digest::of(&artifact.bytes),
                         })
                         .collect(),
                 })
@@ -347,9 +346,9 @@ impl Shipped {
         Ok(out)
     }
 
-    /// A kiln image of the entries (sorted, deterministic), as a build looks
-    /// entries up in it. The writer checks every value; the image is opened
-    /// with structural verification (payloads were checked as they were
+    /// A kiln image of the entries (sorted, deterministic), for tools. The
+    /// writer checks every value; the image is opened with structural
+    /// verification (the content digest covered the payloads as they were
     /// unpacked).
     ///
     /// # Errors

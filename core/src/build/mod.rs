@@ -375,7 +375,7 @@ impl<'out> Precompile<'out> {
         };
         if let Some(found) = &shipped {
             cache.add_tier(Box::new(shipped::ShippedTier::new(Arc::clone(
-                &found.image,
+                &found.shipped,
             ))));
         }
         crate::add_tiers(&cache, &*lookup);
@@ -385,7 +385,7 @@ impl<'out> Precompile<'out> {
             cache: &cache,
             target: target.as_ref(),
             lookup: &*lookup,
-            shipped: shipped.as_ref().map(|found| &found.manifest),
+            shipped: shipped.as_ref().map(|found| &found.shipped.manifest),
             out,
             sources: BTreeSet::new(),
             env: BTreeSet::new(),
@@ -484,7 +484,7 @@ impl<'out> Precompile<'out> {
         let changed = shipped
             .as_ref()
             .filter(|_| !missing.is_empty())
-            .map(|found| shipped::changed_since(&found.manifest, &sources_now))
+            .map(|found| shipped::changed_since(&found.shipped.manifest, &sources_now))
             .unwrap_or_default();
         for line in missing_lines(
             &missing,

@@ -8,7 +8,7 @@ use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
-use kiln_image::{EntryData, Image, PublicKey};
+use kiln_image::{EntryData, PublicKey};
 use kiln_ship::{Manifest, Shipped, ShippedFile};
 
 use crate::cache::{Tier, TierEntry};
@@ -20,12 +20,10 @@ const SHIPPED_FILE_MAX: u64 = 512 << 20;
 /// The largest declared source file hashed into a manifest.
 const SOURCE_FILE_MAX: u64 = 256 << 20;
 
-/// A shipped image that passed every check: its manifest, and its entries
-/// as a kiln image.
+/// A shipped image that passed every check: its manifest and entries.
 pub(super) struct ShippedSource {
     pub(super) path: PathBuf,
-    pub(super) manifest: Manifest,
-    pub(super) image: Arc<Image>,
+    pub(super) shipped: Arc<Shipped>,
 }
 
 /// Reads the shipped image at `path`: `Ok(None)` when there is none,
@@ -60,26 +58,25 @@ pub(super) fn read(
             shipped.manifest.name
         ));
     }
-    let image = shipped.to_image().map_err(|error| error.to_string())?;
     Ok(Some(ShippedSource {
         path: path.to_owned(),
-        manifest: shipped.manifest,
-        image: Arc::new(image),
+        shipped: Arc::new(shipped),
     }))
 }
 
-/// The block cache's first tier: the library's shipped entries, borrowed
-/// from the image built from them. Read-only.
+/// The block cache's first tier: the library's shipped entries (each handed
+/// over as an owned entry: the cache copies it into its aligned buffers).
+/// Read-only.
 pub(super) struct ShippedTier {
-    image: Arc<Image>,
+    shipped: Arc<Shipped>,
 }
 
 /// The name of the shipped tier in reports.
 pub(super) const TIER_NAME: &str = "shipped";
 
 impl ShippedTier {
-    pub(super) fn new(image: Arc<Image>) -> ShippedTier {
-        ShippedTier { image }
+    pub(super) fn new(shipped: Arc<Shipped>) -> ShippedTier {
+        ShippedTier { shipped }
     }
 }
 
@@ -89,11 +86,8 @@ impl Tier for ShippedTier {
     }
 
     fn load_entry(&self, owner: &Owner, key: &Key) -> Result<Option<TierEntry>, Error> {
-        let found = self.image.find(&owner.digest(), key.digest())?;
-        Ok(found.map(|entry| TierEntry::Image {
-            image: Arc::clone(&self.image),
-            index: entry.index(),
-        }))
+        let found = self.shipped.find(&owner.digest(), key.digest());
+        Ok(found.cloned().map(TierEntry::Owned))
     }
 
     /// The shipped image is the package's: nothing is stored into it.
