@@ -77,7 +77,7 @@ pub enum IdentityOrigin {
 /// The NVRTC that owners name: its exact version, and where the library is.
 ///
 /// ```no_run
-/// use kiln_cuda::{IdentityOrigin, NvrtcIdentity};
+/// use kiln_cuda::{identity::{IdentityOrigin, NvrtcIdentity}};
 /// let identity = NvrtcIdentity::get()?;
 /// // From the second process on, the library is not even loaded:
 /// assert_eq!(identity.origin(), IdentityOrigin::Memo);

@@ -21,6 +21,21 @@
 //!    when that misses too is the miss [`Error::NotShipped`], which names the
 //!    kernel, the arch, what was tried and what to install.
 //!
+//! [`KernelLibrary::get_kernel`] asks for one kernel of the program by name (an
+//! `extern "C"` kernel a request of
+//! [`KernelRequest::every_kernel`](crate::KernelRequest::every_kernel) found, or a
+//! name expression's lowered name): each step then serves only an entry whose
+//! artifact holds that kernel, so a kernel that exists only from `sm_80` is taken
+//! from the newest shipped PTX that has it rather than missing from the lowest one.
+//! An entry compiled for exactly the device's arch (its shipped CUBIN, or a compile)
+//! that lacks the kernel proves the kernel does not exist for that arch:
+//! [`Error::NoSuchKernel`].
+//!
+//! Each step that did not serve leaves an [`Attempt`]; [`Error::NotShipped`] lists
+//! them. The requests are built once per (specialization, toolchain, arch), and
+//! [`Served`] says which artifact it chose ([`Served::artifact`]: kind and target),
+//! so that a loader need not select again.
+//!
 //! Under `KILN_STRICT_TOOLCHAIN=1` ([`ToolchainPolicy::Strict`]) step 1 first locates
 //! the local toolchain, defines its fingerprints in the cache
 //! ([`Toolchain::define_in`]) and skips the shipped entries when the local NVRTC or a
@@ -55,6 +70,9 @@
 //! let device = Device::new("sm_86".parse::<Arch>()?);
 //! let served = KERNELS.get(kiln_core::global(), &device, &Scale { float: true })?;
 //! println!("{} from {}", served.selection(), served.target()); // compatible-cubin from sm_80
+//! // One kernel of the program by name (here the program has one):
+//! let scale = KERNELS.get_kernel(kiln_core::global(), &device, &Scale { float: true }, "scale_float")?;
+//! assert_eq!(scale.artifact().target, served.target());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -64,19 +82,21 @@ use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
-use kiln_core::{Cache, Digest, Hit, Key, World};
+use kiln_core::{ArtifactKind, Cache, Digest, Hit, Key, World};
 
 use super::select::{Selection, select};
-use super::{Arch, BuildRecord, Device, Error, KernelRequest, Toolchain, ToolchainPolicy};
+use super::{
+    Arch, BuildRecord, Device, Error, KernelRequest, NvrtcVersion, Toolchain, ToolchainPolicy,
+};
 
 /// A library's function from a specialization to its compile request for an arch,
 /// under a toolchain (recorded or local). Header sets come from the toolchain
-/// ([`Toolchain::cccl`]), so that the recorded toolchain gives the same keys as the
-/// one the build used.
+/// ([`Toolchain::cccl`], [`Toolchain::cuda_runtime`]), so that the recorded toolchain
+/// gives the same keys as the one the build used.
 pub type RequestFn<S> = fn(&S, &Toolchain, Arch) -> Result<KernelRequest, crate::Error>;
 
 /// How many kernels were served each way ([`Selection`]), counted once per
-/// (cache, device, specialization) each time it is derived.
+/// (cache, device, specialization, kernel) each time it is derived.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SelectionStats {
@@ -136,12 +156,46 @@ impl Counts {
     }
 }
 
-/// A kernel as served to a device: the cache entry, what kind of code it is, and the
-/// request it is the entry of (for the loader).
+/// The artifact of an entry a [`KernelLibrary`] chose for a device: what to load
+/// ([`ArtifactKind::Cubin`] or [`ArtifactKind::Ptx`]) and the arch it was built
+/// for. A loader obeys it: it runs on the device (invariant 17, ARCHITECTURE.md).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ChosenArtifact {
+    /// The artifact to load: the CUBIN of an exact, compatible or compiled entry,
+    /// the PTX of a PTX one.
+    pub kind: ArtifactKind,
+    /// The arch the entry was built for (its owner's target).
+    pub target: Arch,
+}
+
+impl ChosenArtifact {
+    fn of(selection: Selection, target: Arch) -> ChosenArtifact {
+        ChosenArtifact {
+            kind: artifact_kind(selection),
+            target,
+        }
+    }
+}
+
+/// The artifact a selection loads: the PTX of a PTX candidate, else the CUBIN.
+fn artifact_kind(selection: Selection) -> ArtifactKind {
+    match selection {
+        Selection::Ptx => ArtifactKind::Ptx,
+        _ => ArtifactKind::Cubin,
+    }
+}
+
+/// How many entry points an [`Error::NoSuchKernel`] lists.
+const KERNELS_LISTED: usize = 16;
+
+/// A kernel as served to a device: the cache entry, what kind of code it is, the
+/// artifact chosen, and the request it is the entry of (for the loader).
 #[derive(Clone)]
 pub struct Served<'c> {
     hit: Hit<'c>,
     selection: Selection,
+    artifact: ChosenArtifact,
     request: Arc<KernelRequest>,
 }
 
@@ -161,6 +215,11 @@ impl<'c> Served<'c> {
         self.selection
     }
 
+    /// The artifact chosen for the device: its kind and the arch it was built for.
+    pub fn artifact(&self) -> &ChosenArtifact {
+        &self.artifact
+    }
+
     /// The request whose entry this is (its arch is the entry's target; load the hit
     /// with it: [`ModuleCache::load`](super::loader::ModuleCache::load)).
     pub fn request(&self) -> &KernelRequest {
@@ -169,7 +228,7 @@ impl<'c> Served<'c> {
 
     /// The arch the entry was compiled for.
     pub fn target(&self) -> Arch {
-        self.request.arch()
+        self.artifact.target
     }
 }
 
@@ -180,7 +239,108 @@ impl fmt::Debug for Served<'_> {
             .field("owner", &self.hit.owner_label())
             .field("source", &self.hit.source())
             .field("selection", &self.selection)
+            .field("artifact", &self.artifact)
             .finish()
+    }
+}
+
+/// One step of serving a kernel that did not serve it: what [`Error::NotShipped`]
+/// lists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Attempt {
+    /// The library's build found no NVRTC, so it shipped nothing.
+    NothingShipped,
+    /// `KILN_ALWAYS_COMPILE` skips the shipped entries.
+    AlwaysCompile,
+    /// `KILN_STRICT_TOOLCHAIN` skips the shipped entries: the local toolchain
+    /// differs from the recorded one.
+    StrictToolchain {
+        /// How it differs.
+        why: String,
+    },
+    /// The shipped entry of this target is not in the cache's images.
+    NotInImages {
+        /// Its target.
+        target: Arch,
+        /// What it would have been.
+        selection: Selection,
+    },
+    /// The entry was found, but its artifact does not hold the kernel asked for.
+    LacksKernel {
+        /// The entry's target.
+        target: Arch,
+        /// What it is.
+        selection: Selection,
+    },
+    /// Shipped PTX would run on the device, but its driver cannot JIT it.
+    PtxRefused {
+        /// Why (the driver's and the compiler's versions).
+        why: String,
+    },
+    /// Nothing shipped runs on the device's arch.
+    NoneRuns {
+        /// The CUBIN targets shipped.
+        shipped: Vec<Arch>,
+    },
+    /// The kernel compiled for the device's arch by the recorded toolchain is in
+    /// none of the cache's tiers.
+    NotCompiledElsewhere {
+        /// The recorded NVRTC release.
+        nvrtc: NvrtcVersion,
+    },
+    /// The request for the device's arch under the recorded toolchain could not be
+    /// built.
+    NoRecordedRequest {
+        /// The request function's error.
+        why: String,
+    },
+}
+
+impl fmt::Display for Attempt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Attempt::NothingShipped => {
+                f.write_str("the library's build had no NVRTC: it ships nothing")
+            }
+            Attempt::AlwaysCompile => f.write_str("KILN_ALWAYS_COMPILE skips them"),
+            Attempt::StrictToolchain { why } => write!(f, "KILN_STRICT_TOOLCHAIN: {why}"),
+            Attempt::NotInImages { target, selection } => {
+                write!(f, "{target} {selection}: not in the images")
+            }
+            Attempt::LacksKernel { target, selection } => {
+                write!(f, "{target} {selection}: does not hold the kernel")
+            }
+            Attempt::PtxRefused { why } => f.write_str(why),
+            Attempt::NoneRuns { shipped } => {
+                let list: Vec<String> = shipped.iter().map(Arch::to_string).collect();
+                write!(
+                    f,
+                    "nothing shipped runs on it (shipped: {})",
+                    list.join(", ")
+                )
+            }
+            Attempt::NotCompiledElsewhere { nvrtc } => {
+                write!(f, "compiled by {nvrtc}: not in the cache's tiers")
+            }
+            Attempt::NoRecordedRequest { why } => write!(f, "no request: {why}"),
+        }
+    }
+}
+
+/// The attempts of one derivation, in order; shown joined by `; `.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attempts(pub Vec<Attempt>);
+
+impl fmt::Display for Attempts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (n, attempt) in self.0.iter().enumerate() {
+            if n > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{attempt}")?;
+        }
+        Ok(())
     }
 }
 
@@ -203,12 +363,16 @@ struct Memo {
     owner: Digest,
     key: Key,
     selection: Selection,
+    artifact: ChosenArtifact,
     request: Arc<KernelRequest>,
 }
 
-/// Answers remembered per specialization beyond this many (caches × devices) are
-/// dropped oldest first.
+/// Answers remembered per (specialization, kernel) beyond this many (caches ×
+/// devices) are dropped oldest first.
 const MEMOS_PER_SPEC: usize = 8;
+
+/// The answers of one specialization, by kernel name (`""`: any kernel, [`KernelLibrary::get`]).
+type SpecMemos = HashMap<Box<str>, Vec<Memo>>;
 
 type LocalToolchain = Result<Arc<Toolchain>, Arc<Error>>;
 
@@ -223,7 +387,7 @@ pub struct KernelLibrary<S> {
     policy: Option<ToolchainPolicy>,
     shipped: OnceLock<Result<Shipped, Arc<Error>>>,
     local: OnceLock<LocalToolchain>,
-    memo: OnceLock<RwLock<HashMap<S, Vec<Memo>>>>,
+    memo: OnceLock<RwLock<HashMap<S, SpecMemos>>>,
     counts: Counts,
 }
 
@@ -301,9 +465,10 @@ where
         self.counts.snapshot()
     }
 
-    /// The kernel of `spec` for `device`, from `cache`: a shipped entry that runs on
+    /// The program of `spec` for `device`, from `cache`: a shipped entry that runs on
     /// the device, else one compiled here for its exact arch (see the module
-    /// documentation).
+    /// documentation). When the program's kernels differ by arch, ask for the one
+    /// you launch with [`KernelLibrary::get_kernel`].
     ///
     /// # Errors
     /// [`Error::NotShipped`] when no shipped entry serves, this process cannot
@@ -316,13 +481,62 @@ where
         device: &Device,
         spec: &S,
     ) -> Result<Served<'c>, crate::Error> {
-        if let Some(served) = self.remembered(cache, device, spec) {
-            return Ok(served);
-        }
-        self.derive(cache, device, spec)
+        self.serve(cache, device, spec, None)
     }
 
-    fn remembered<'c>(&self, cache: &'c Cache, device: &Device, spec: &S) -> Option<Served<'c>> {
+    /// The entry of `spec` for `device` that holds kernel `kernel` (an entry-point
+    /// name: an `extern "C"` kernel's name, or a name expression's lowered name):
+    /// the best shipped entry that holds it and runs on the device (exact CUBIN,
+    /// compatible CUBIN, the newest PTX that has it), else one compiled here for the
+    /// device's exact arch.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchKernel`] when an entry compiled for exactly the device's arch
+    /// (its shipped CUBIN, or a compile) does not hold the kernel: it does not exist
+    /// for that arch; otherwise those of [`KernelLibrary::get`].
+    pub fn get_kernel<'c>(
+        &self,
+        cache: &'c Cache,
+        device: &Device,
+        spec: &S,
+        kernel: &str,
+    ) -> Result<Served<'c>, crate::Error> {
+        self.serve(cache, device, spec, Some(kernel))
+    }
+
+    fn serve<'c>(
+        &self,
+        cache: &'c Cache,
+        device: &Device,
+        spec: &S,
+        kernel: Option<&str>,
+    ) -> Result<Served<'c>, crate::Error> {
+        if let Some(served) = self.remembered(cache, device, spec, kernel) {
+            return Ok(served);
+        }
+        let shipped = self.shipped()?;
+        let mut derivation = Derivation {
+            library: self,
+            cache,
+            device,
+            spec,
+            kernel,
+            world: cache.world(),
+            shipped,
+            requests: Vec::new(),
+            tried: Vec::new(),
+        };
+        let served = derivation.run()?;
+        Ok(self.remember(cache, derivation.world, device, spec, kernel, served))
+    }
+
+    fn remembered<'c>(
+        &self,
+        cache: &'c Cache,
+        device: &Device,
+        spec: &S,
+        kernel: Option<&str>,
+    ) -> Option<Served<'c>> {
         if cache.config().always_compile {
             return None;
         }
@@ -334,6 +548,7 @@ where
             .unwrap_or_else(PoisonError::into_inner);
         let found = memo
             .get(spec)?
+            .get(kernel.unwrap_or(""))?
             .iter()
             .find(|m| m.cache == id && m.device == *device)?;
         if found.world != cache.world() {
@@ -343,207 +558,48 @@ where
         Some(Served {
             hit,
             selection: found.selection,
+            artifact: found.artifact.clone(),
             request: Arc::clone(&found.request),
         })
     }
 
-    fn derive<'c>(
-        &self,
-        cache: &'c Cache,
-        device: &Device,
-        spec: &S,
-    ) -> Result<Served<'c>, crate::Error> {
-        let world = cache.world();
-        let shipped = self.shipped()?;
-        let mut tried: Vec<String> = Vec::new();
-        let mut kernel: Option<String> = None;
-        match &shipped.recorded {
-            None => tried.push("the library's build had no NVRTC: it ships nothing".into()),
-            Some(recorded) => {
-                let strict = match self.policy() {
-                    ToolchainPolicy::Strict => self.local().ok(),
-                    ToolchainPolicy::Shipped => None,
-                };
-                if let Some(local) = &strict {
-                    local.define_in(cache);
-                }
-                let candidates = select(device, &shipped.record);
-                let always_compile = cache.config().always_compile;
-                if always_compile {
-                    tried.push("KILN_ALWAYS_COMPILE skips them".into());
-                }
-                for candidate in candidates.list.iter().filter(|_| !always_compile) {
-                    let request = (self.request)(spec, recorded, candidate.target)?;
-                    kernel.get_or_insert_with(|| request.name().to_owned());
-                    if let Some(local) = &strict
-                        && let Some(why) = differs(local, recorded, &request)
-                    {
-                        tried.push(format!("KILN_STRICT_TOOLCHAIN: {why}"));
-                        break;
-                    }
-                    let owner = request.owner(recorded.nvrtc())?;
-                    let key = request.key()?;
-                    if let Some(hit) = cache.lookup(&owner.digest(), &key) {
-                        return Ok(self.serve(
-                            cache,
-                            world,
-                            device,
-                            spec,
-                            hit,
-                            candidate.selection,
-                            request,
-                        ));
-                    }
-                    tried.push(format!(
-                        "{} {}: not in the images",
-                        candidate.target, candidate.selection
-                    ));
-                }
-                if let Some(why) = candidates.ptx_refused {
-                    tried.push(why);
-                }
-                if kernel.is_none() {
-                    kernel = (self.request)(spec, recorded, device.arch())
-                        .ok()
-                        .map(|r| r.name().to_owned());
-                }
-                if candidates.list.is_empty() {
-                    let targets: Vec<String> = shipped
-                        .record
-                        .cubin_targets()
-                        .iter()
-                        .map(Arch::to_string)
-                        .collect();
-                    tried.push(format!(
-                        "nothing shipped runs on {} (shipped: {})",
-                        device.arch(),
-                        targets.join(", ")
-                    ));
-                }
-            }
-        }
-        let not_shipped =
-            |kernel: Option<String>, tried: &[String], cause: Arc<Error>| Error::NotShipped {
-                kernel: kernel.unwrap_or_else(|| format!("{spec:?}")),
-                arch: device.arch().to_string(),
-                tried: tried.join("; "),
-                cause,
-            };
-        let serve_compiled = |hit: Hit<'c>, request: KernelRequest| {
-            self.serve(
-                cache,
-                world,
-                device,
-                spec,
-                hit,
-                Selection::Compiled,
-                request,
-            )
-        };
-        // No compile possible here (no NVRTC, or a header set missing):
-        // what a machine with the build's toolchain compiled for this arch
-        // at run time and stored (the disk or remote tier) is what a
-        // compile here would give; else the miss is `NotShipped`.
-        let cannot_compile = |kernel: Option<String>,
-                              tried: &mut Vec<String>,
-                              cause: Arc<Error>|
-         -> Result<Served<'c>, crate::Error> {
-            // Under KILN_STRICT_TOOLCHAIN a process that has a toolchain
-            // serves only what that toolchain built.
-            let strict_here =
-                matches!(self.policy(), ToolchainPolicy::Strict) && self.local().is_ok();
-            if let Some(recorded) = &shipped.recorded
-                && !cache.config().always_compile
-                && !strict_here
-            {
-                match self.compiled_elsewhere(cache, device, spec, recorded) {
-                    Ok(Some((hit, request))) => return Ok(serve_compiled(hit, request)),
-                    Ok(None) => tried.push(format!(
-                        "{} compiled by {}: not in the cache's tiers",
-                        device.arch(),
-                        recorded.nvrtc()
-                    )),
-                    Err(Error::Cache(other)) => return Err(Error::Cache(other)),
-                    Err(why) => tried.push(format!("{}: {why}", device.arch())),
-                }
-            }
-            Err(not_shipped(kernel, tried, cause))
-        };
-        let local = match self.local() {
-            Ok(local) => local,
-            Err(cause) => return cannot_compile(kernel, &mut tried, cause),
-        };
-        let request = match (self.request)(spec, &local, device.arch()) {
-            Ok(request) => request,
-            Err(Error::Cache(other)) => return Err(Error::Cache(other)),
-            Err(cause) => return cannot_compile(kernel, &mut tried, Arc::new(cause)),
-        };
-        let Some(compiler) = local.compiler() else {
-            let cause = Arc::new(Error::NoNvrtc {
-                version: local.nvrtc().release.clone(),
-            });
-            return cannot_compile(Some(request.name().to_owned()), &mut tried, cause);
-        };
-        let hit = compiler.compile_cached(cache, &request)?;
-        Ok(serve_compiled(hit, request))
-    }
-
-    /// The kernel for `device`'s exact arch as the build's toolchain
-    /// `recorded` compiles it, if the cache's tiers hold it (a machine with
-    /// that toolchain compiled it at run time and stored it): the same
-    /// owner and key a compile here would have, were the toolchain here.
-    fn compiled_elsewhere<'c>(
-        &self,
-        cache: &'c Cache,
-        device: &Device,
-        spec: &S,
-        recorded: &Toolchain,
-    ) -> Result<Option<(Hit<'c>, KernelRequest)>, crate::Error> {
-        let request = (self.request)(spec, recorded, device.arch())?;
-        let owner = request.owner(recorded.nvrtc())?;
-        let key = request.key()?;
-        Ok(cache.get_cached(&owner, &key).map(|hit| (hit, request)))
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn serve<'c>(
+    fn remember<'c>(
         &self,
         cache: &'c Cache,
         world: World,
         device: &Device,
         spec: &S,
-        hit: Hit<'c>,
-        selection: Selection,
-        request: KernelRequest,
+        kernel: Option<&str>,
+        served: Served<'c>,
     ) -> Served<'c> {
-        self.counts.bump(selection);
-        PROCESS_COUNTS.bump(selection);
-        let request = Arc::new(request);
+        self.counts.bump(served.selection);
+        PROCESS_COUNTS.bump(served.selection);
         let memo = Memo {
             cache: cache_id(cache),
             device: *device,
             world,
-            owner: hit.owner(),
-            key: hit.key(),
-            selection,
-            request: Arc::clone(&request),
+            owner: served.hit.owner(),
+            key: served.hit.key(),
+            selection: served.selection,
+            artifact: served.artifact.clone(),
+            request: Arc::clone(&served.request),
         };
         let mut all = self
             .memo
             .get_or_init(Default::default)
             .write()
             .unwrap_or_else(PoisonError::into_inner);
-        let memos = all.entry(spec.clone()).or_default();
+        let memos = all
+            .entry(spec.clone())
+            .or_default()
+            .entry(kernel.unwrap_or("").into())
+            .or_default();
         memos.retain(|m| !(m.cache == memo.cache && m.device == memo.device));
         if memos.len() >= MEMOS_PER_SPEC {
             memos.remove(0);
         }
         memos.push(memo);
-        Served {
-            hit,
-            selection,
-            request,
-        }
+        served
     }
 
     fn shipped(&self) -> Result<&Shipped, Error> {
@@ -560,6 +616,271 @@ where
 
     fn local(&self) -> LocalToolchain {
         self.local.get_or_init(process_local).clone()
+    }
+
+    /// Whether the policy is strict and this process has a toolchain: then it serves
+    /// only what that toolchain built.
+    fn strict_here(&self) -> bool {
+        matches!(self.policy(), ToolchainPolicy::Strict) && self.local().is_ok()
+    }
+}
+
+/// Which toolchain a request was built under.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Under {
+    Recorded,
+    Local,
+}
+
+/// One derivation of a kernel for a device: the steps shipped, compiled here and
+/// compiled elsewhere, sharing the requests they build (once per toolchain and arch)
+/// and the attempts that did not serve.
+struct Derivation<'a, 'c, S> {
+    library: &'a KernelLibrary<S>,
+    cache: &'c Cache,
+    device: &'a Device,
+    spec: &'a S,
+    kernel: Option<&'a str>,
+    world: World,
+    shipped: &'a Shipped,
+    requests: Vec<(Under, Arch, Arc<KernelRequest>)>,
+    tried: Vec<Attempt>,
+}
+
+/// A step's outcome: served, not served (an attempt was noted), or an error that
+/// ends the derivation.
+type Step<'c> = Result<Option<Served<'c>>, crate::Error>;
+
+impl<'a, 'c, S> Derivation<'a, 'c, S>
+where
+    S: Clone + Eq + Hash + fmt::Debug + Send + Sync,
+{
+    fn run(&mut self) -> Result<Served<'c>, crate::Error> {
+        if let Some(served) = self.shipped_entry()? {
+            return Ok(served);
+        }
+        let local = match self.library.local() {
+            Ok(local) => local,
+            Err(cause) => return self.cannot_compile(cause),
+        };
+        let request = match self.request(Under::Local, &local, self.device.arch()) {
+            Ok(request) => request,
+            Err(Error::Cache(other)) => return Err(Error::Cache(other)),
+            Err(cause) => return self.cannot_compile(Arc::new(cause)),
+        };
+        let Some(compiler) = local.compiler() else {
+            let cause = Arc::new(Error::NoNvrtc {
+                version: local.nvrtc().release.clone(),
+            });
+            return self.cannot_compile(cause);
+        };
+        let hit = compiler.compile_cached(self.cache, &request)?;
+        self.exact(hit, Selection::Compiled, request)
+    }
+
+    /// Step 1: the shipped candidates for the device, under the recorded toolchain.
+    fn shipped_entry(&mut self) -> Step<'c> {
+        let Some(recorded) = &self.shipped.recorded else {
+            self.tried.push(Attempt::NothingShipped);
+            return Ok(None);
+        };
+        let strict = match self.library.policy() {
+            ToolchainPolicy::Strict => self.library.local().ok(),
+            ToolchainPolicy::Shipped => None,
+        };
+        if let Some(local) = &strict {
+            local.define_in(self.cache);
+        }
+        let candidates = select(self.device, &self.shipped.record);
+        if self.cache.config().always_compile {
+            self.tried.push(Attempt::AlwaysCompile);
+            return Ok(None);
+        }
+        for candidate in &candidates.list {
+            let request = self.request(Under::Recorded, recorded, candidate.target)?;
+            if let Some(local) = &strict
+                && let Some(why) = differs(local, recorded, &request)
+            {
+                self.tried.push(Attempt::StrictToolchain { why });
+                return Ok(None);
+            }
+            let owner = request.owner(recorded.nvrtc())?;
+            let key = request.key()?;
+            let Some(hit) = self.cache.lookup(&owner.digest(), &key) else {
+                self.tried.push(Attempt::NotInImages {
+                    target: candidate.target,
+                    selection: candidate.selection,
+                });
+                continue;
+            };
+            if candidate.selection == Selection::ExactCubin {
+                return self.exact(hit, Selection::ExactCubin, request).map(Some);
+            }
+            if self.holds_kernel(&hit, candidate.selection) {
+                return Ok(Some(self.served(hit, candidate.selection, request)));
+            }
+            self.tried.push(Attempt::LacksKernel {
+                target: candidate.target,
+                selection: candidate.selection,
+            });
+        }
+        if let Some(why) = candidates.ptx_refused {
+            self.tried.push(Attempt::PtxRefused { why });
+        }
+        if candidates.list.is_empty() {
+            self.tried.push(Attempt::NoneRuns {
+                shipped: self.shipped.record.cubin_targets().to_vec(),
+            });
+        }
+        Ok(None)
+    }
+
+    /// No compile possible here (no NVRTC, or a header set missing): what a machine
+    /// with the build's toolchain compiled for this arch at run time and stored (the
+    /// disk or remote tier) is what a compile here would give; else the miss is
+    /// [`Error::NotShipped`].
+    fn cannot_compile(&mut self, cause: Arc<Error>) -> Result<Served<'c>, crate::Error> {
+        // Under KILN_STRICT_TOOLCHAIN a process that has a toolchain serves only
+        // what that toolchain built.
+        if let Some(recorded) = &self.shipped.recorded
+            && !self.cache.config().always_compile
+            && !self.library.strict_here()
+        {
+            match self.request(Under::Recorded, recorded, self.device.arch()) {
+                Ok(request) => {
+                    let owner = request.owner(recorded.nvrtc())?;
+                    let key = request.key()?;
+                    match self.cache.get_cached(&owner, &key) {
+                        Some(hit) => return self.exact(hit, Selection::Compiled, request),
+                        None => self.tried.push(Attempt::NotCompiledElsewhere {
+                            nvrtc: recorded.nvrtc().clone(),
+                        }),
+                    }
+                }
+                Err(Error::Cache(other)) => return Err(Error::Cache(other)),
+                Err(why) => self.tried.push(Attempt::NoRecordedRequest {
+                    why: why.to_string(),
+                }),
+            }
+        }
+        Err(Error::NotShipped {
+            kernel: self.kernel_label(),
+            arch: self.device.arch().to_string(),
+            tried: Attempts(std::mem::take(&mut self.tried)),
+            cause,
+        })
+    }
+
+    /// An entry built for exactly the device's arch: served when it holds the
+    /// kernel, else proof that the kernel does not exist for the arch.
+    fn exact(
+        &self,
+        hit: Hit<'c>,
+        selection: Selection,
+        request: Arc<KernelRequest>,
+    ) -> Result<Served<'c>, crate::Error> {
+        if self.holds_kernel(&hit, selection) {
+            return Ok(self.served(hit, selection, request));
+        }
+        let kernels = kernels_of(&hit, selection);
+        Err(Error::NoSuchKernel {
+            kernel: self.kernel.unwrap_or_default().to_owned(),
+            program: request.name().to_owned(),
+            arch: self.device.arch().to_string(),
+            built: selection.to_string(),
+            kernels,
+        })
+    }
+
+    fn served(
+        &self,
+        hit: Hit<'c>,
+        selection: Selection,
+        request: Arc<KernelRequest>,
+    ) -> Served<'c> {
+        Served {
+            artifact: ChosenArtifact::of(selection, request.arch()),
+            hit,
+            selection,
+            request,
+        }
+    }
+
+    /// Whether the artifact `selection` loads from `hit` holds the kernel asked
+    /// for (any entry does when none is).
+    fn holds_kernel(&self, hit: &Hit<'c>, selection: Selection) -> bool {
+        let Some(kernel) = self.kernel else {
+            return true;
+        };
+        let kind = artifact_kind(selection);
+        hit.artifacts()
+            .iter()
+            .filter(|a| a.kind == kind)
+            .any(|a| a.entry_points.contains(&kernel))
+    }
+
+    /// The request under `toolchain` for `arch`, built once per derivation.
+    fn request(
+        &mut self,
+        under: Under,
+        toolchain: &Toolchain,
+        arch: Arch,
+    ) -> Result<Arc<KernelRequest>, crate::Error> {
+        if let Some((.., request)) = self
+            .requests
+            .iter()
+            .find(|(u, a, _)| *u == under && *a == arch)
+        {
+            return Ok(Arc::clone(request));
+        }
+        let request = Arc::new((self.library.request)(self.spec, toolchain, arch)?);
+        self.requests.push((under, arch, Arc::clone(&request)));
+        Ok(request)
+    }
+
+    /// The kernel named in errors: the one asked for, of its program; else the
+    /// program (the first request's name), else the specialization.
+    fn kernel_label(&self) -> String {
+        let program = self
+            .requests
+            .first()
+            .map(|(.., request)| request.name().to_owned())
+            .or_else(|| {
+                let recorded = self.shipped.recorded.as_ref()?;
+                let request = (self.library.request)(self.spec, recorded, self.device.arch());
+                request.ok().map(|r| r.name().to_owned())
+            })
+            .unwrap_or_else(|| format!("{:?}", self.spec));
+        match self.kernel {
+            Some(kernel) => format!("{kernel} (of {program})"),
+            None => program,
+        }
+    }
+}
+
+/// The entry points of the artifact `selection` loads from `hit`, as one line (the
+/// first [`KERNELS_LISTED`] of them).
+fn kernels_of(hit: &Hit<'_>, selection: Selection) -> String {
+    let wanted = artifact_kind(selection);
+    let artifacts = hit.artifacts();
+    let names: Vec<&str> = artifacts
+        .iter()
+        .filter(|a| a.kind == wanted)
+        .flat_map(|a| a.entry_points.iter().copied())
+        .collect();
+    let mut line = names
+        .iter()
+        .take(KERNELS_LISTED)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > KERNELS_LISTED {
+        line.push_str(&format!(" and {} more", names.len() - KERNELS_LISTED));
+    }
+    if line.is_empty() {
+        "none".to_owned()
+    } else {
+        line
     }
 }
 

@@ -61,7 +61,7 @@ impl std::str::FromStr for NvrtcVersion {
     /// recorded when images were built.
     ///
     /// ```
-    /// use kiln_cuda::NvrtcVersion;
+    /// use kiln_cuda::nvrtc::NvrtcVersion;
     /// let v: NvrtcVersion = "13.0.88".parse()?;
     /// assert_eq!((v.major, v.minor, v.release.as_str()), (13, 0, "13.0.88"));
     /// assert!("13".parse::<NvrtcVersion>().is_err());

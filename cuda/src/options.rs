@@ -25,7 +25,7 @@ impl CanonicalOptions {
     /// Canonicalizes `options` (see the module documentation).
     ///
     /// ```
-    /// use kiln_cuda::CanonicalOptions;
+    /// use kiln_cuda::options::CanonicalOptions;
     /// let a = CanonicalOptions::new(["-use_fast_math", "-D", "N=4", "-std=c++17"])?;
     /// let b = CanonicalOptions::new(["--std=c++17", "--use_fast_math", "--define-macro=N=4"])?;
     /// assert_eq!(a, b);

@@ -28,8 +28,11 @@
 //! ```
 //!
 //! Each (specialization, target) is one entry under the owner of that target: a CUBIN
-//! for the target, plus, for the lowest target ([`ShipPlan::ptx_target`]), its PTX,
-//! which the driver can JIT for any newer arch. Entries record their toolchain as deps
+//! for the target, plus, for the PTX targets ([`ShipPlan::ptx_targets`]: the lowest by
+//! default), its PTX, which the driver can JIT for any newer arch. A program whose
+//! kernels differ by arch (`#if __CUDA_ARCH__ >= 800` around its bf16 kernels) ships
+//! the newest target's PTX too ([`ShipPlan::with_ptx_targets`]), so that a GPU newer
+//! than every CUBIN gets every kernel. Entries record their toolchain as deps
 //! (`cuda.nvrtc`, `cuda.headers.<set>`, see
 //! [`KernelRequest::entry_deps`](super::KernelRequest::entry_deps)).
 
@@ -37,14 +40,15 @@ use kiln_core::build::{Session, jobs};
 use kiln_core::{ArtifactKind, Cache};
 
 use super::library::RequestFn;
+use super::locate::{CCCL_INCLUDE, CUDA_RUNTIME_INCLUDE};
 use super::{Arch, ArchSuffix, BuildRecord, Compiler, Error, KernelRequest, Toolchain};
 
-/// What a kernel library's build ships: CUBIN targets and the one whose entries also
+/// What a kernel library's build ships: CUBIN targets and those whose entries also
 /// carry PTX; after [`ShipPlan::precompile`], the [`BuildRecord`] of what it used.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShipPlan {
     targets: Vec<Arch>,
-    ptx: Option<Arch>,
+    ptx: Vec<Arch>,
     record: BuildRecord,
 }
 
@@ -65,7 +69,7 @@ impl ShipPlan {
         let ptx = lowest(true).or_else(|| lowest(false));
         ShipPlan {
             targets,
-            ptx,
+            ptx: ptx.into_iter().collect(),
             record: BuildRecord::default(),
         }
     }
@@ -85,10 +89,51 @@ impl ShipPlan {
     }
 
     /// The same plan with PTX carried by the entries of `target` (one of the
-    /// targets), or by none.
-    pub fn with_ptx_target(mut self, target: Option<Arch>) -> ShipPlan {
-        self.ptx = target.filter(|t| self.targets.contains(t));
+    /// targets) alone, or by none.
+    pub fn with_ptx_target(self, target: Option<Arch>) -> ShipPlan {
+        self.with_ptx_targets(target)
+    }
+
+    /// The same plan with PTX carried by the entries of each of `targets` (those
+    /// that are CUBIN targets; sorted, duplicates dropped). A GPU no CUBIN runs on
+    /// gets the newest PTX that runs on it and holds the kernel asked for.
+    ///
+    /// ```
+    /// use kiln_cuda::ShipPlan;
+    /// let plan = ShipPlan::parse("sm_75,sm_80,sm_90,sm_120")?;
+    /// let (lowest, newest) = (plan.targets()[0], plan.targets()[3]);
+    /// let plan = plan.with_ptx_targets([lowest, newest]);
+    /// assert_eq!(plan.ptx_targets(), [lowest, newest]);
+    /// # Ok::<(), kiln_cuda::Error>(())
+    /// ```
+    pub fn with_ptx_targets(mut self, targets: impl IntoIterator<Item = Arch>) -> ShipPlan {
+        let mut ptx: Vec<Arch> = targets
+            .into_iter()
+            .filter(|t| self.targets.contains(t))
+            .collect();
+        ptx.sort();
+        ptx.dedup();
+        self.ptx = ptx;
         self
+    }
+
+    /// The same plan with PTX for its lowest and its newest plain target (the
+    /// lowest and newest target when none is plain): what a kernel set whose
+    /// members differ by arch needs for every GPU newer than its targets.
+    pub fn with_lowest_and_newest_ptx(self) -> ShipPlan {
+        let plain: Vec<Arch> = self
+            .targets
+            .iter()
+            .copied()
+            .filter(|t| t.suffix() == ArchSuffix::None)
+            .collect();
+        let pool = if plain.is_empty() {
+            &self.targets
+        } else {
+            &plain
+        };
+        let ends = [pool.first().copied(), pool.last().copied()];
+        self.with_ptx_targets(ends.into_iter().flatten())
     }
 
     /// The CUBIN targets, sorted.
@@ -96,9 +141,14 @@ impl ShipPlan {
         &self.targets
     }
 
-    /// The target whose entries also carry PTX.
+    /// The lowest target whose entries also carry PTX.
     pub fn ptx_target(&self) -> Option<Arch> {
-        self.ptx
+        self.ptx.first().copied()
+    }
+
+    /// Every target whose entries also carry PTX, sorted.
+    pub fn ptx_targets(&self) -> &[Arch] {
+        &self.ptx
     }
 
     /// What the last [`ShipPlan::precompile`] compiled with (no compiler before it,
@@ -111,7 +161,8 @@ impl ShipPlan {
     /// Compiles every spec for every target with the local toolchain
     /// ([`Toolchain::local`]) into the session's cache, on [`jobs`] threads, and
     /// records the toolchain. Declares to cargo what the images depend on: the NVRTC
-    /// library file, the header sets' folders, `KILN_NVRTC` and `KILN_CCCL_INCLUDE`.
+    /// library file, the header sets' folders, `KILN_NVRTC`, `KILN_CCCL_INCLUDE` and
+    /// `KILN_CUDA_RUNTIME_INCLUDE`.
     /// A spec that fails for a target is a `cargo:warning` (it compiles at run time).
     ///
     /// # Errors
@@ -124,7 +175,8 @@ impl ShipPlan {
         request: RequestFn<S>,
     ) -> Result<(), crate::Error> {
         session.uses_env("KILN_NVRTC");
-        session.uses_env("KILN_CCCL_INCLUDE");
+        session.uses_env(CCCL_INCLUDE);
+        session.uses_env(CUDA_RUNTIME_INCLUDE);
         self.record = BuildRecord::default();
         let toolchain = Toolchain::local()?;
         let Some(compiler) = toolchain.compiler().copied() else {
@@ -136,7 +188,7 @@ impl ShipPlan {
         }
         let mut record = BuildRecord::new(toolchain.nvrtc().clone())
             .with_cubin_targets(self.targets.iter().copied())
-            .with_ptx_target(self.ptx);
+            .with_ptx_targets(self.ptx.iter().copied());
         let mut work = Vec::new();
         for spec in specs {
             for &target in &self.targets {
@@ -148,7 +200,7 @@ impl ShipPlan {
                     }
                 }
                 let label = format!("{} {target}", built.name());
-                let with_ptx = Some(target) == self.ptx;
+                let with_ptx = self.ptx.contains(&target);
                 work.push((label, move |cache: &Cache| {
                     ship_one(&compiler, cache, &built, with_ptx)
                 }));
@@ -203,8 +255,11 @@ mod tests {
         );
         let none = plan.clone().with_ptx_target(None);
         assert_eq!(none.ptx_target(), None);
-        let not_a_target = plan.with_ptx_target(Some("sm_86".parse().unwrap()));
+        let not_a_target = plan.clone().with_ptx_target(Some("sm_86".parse().unwrap()));
         assert_eq!(not_a_target.ptx_target(), None);
+        let ends = plan.with_lowest_and_newest_ptx();
+        let names: Vec<String> = ends.ptx_targets().iter().map(Arch::to_string).collect();
+        assert_eq!(names, ["sm_75", "sm_120"]);
         assert!(ShipPlan::parse("sm_75,compute_80").is_err());
     }
 }
