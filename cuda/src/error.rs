@@ -137,6 +137,20 @@ pub enum Error {
         /// Why, and what to do instead.
         why: &'static str,
     },
+    /// A compiler option Kiln does not accept: nvcc's own (NVRTC has no such
+    /// option), or one it does not know.
+    #[error(
+        "NVRTC option {option:?} refused: {why}. Kiln accepts: {accepted} \
+         (kiln_cuda::options documents each)"
+    )]
+    UnknownOption {
+        /// The option as given.
+        option: String,
+        /// Why.
+        why: &'static str,
+        /// The options Kiln accepts, one line.
+        accepted: String,
+    },
     /// An include path whose contents Kiln does not fingerprint.
     #[error(
         "include path {path:?} is not fingerprinted: its headers could change without \

@@ -24,7 +24,7 @@
 //! - [`loader`]: cached artifacts → loaded modules and functions, once per context.
 //! - [`Error`]: the crate's one error enum.
 //!
-//! The rest is one module down: [`toolchain`] (the [`BuildRecord`](toolchain::BuildRecord)
+//! The rest is one module down: [`toolchain`] (the [`toolchain::BuildRecord`]
 //! a build records, the policy, the header-set names), [`select`] (which shipped code
 //! runs on a device, a pure function), [`library`] (the attempts and counts of
 //! serving), [`request`] (headers, key schema, dependency names), [`options`] (the

@@ -8,7 +8,7 @@
 //!   file.
 //!
 //! A memo stores such an answer together with the digest of the *stamps* of the files
-//! it was learnt from ([`FileStamp`]: device, inode, size, modification and status
+//! it was learnt from (`FileStamp`: device, inode, size, modification and status
 //! change times to the nanosecond, mode). A later process stats the same files (no
 //! read, no load) and uses the memo only when every stamp is identical.
 //!
