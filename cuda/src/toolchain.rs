@@ -55,7 +55,10 @@ pub const CCCL: &str = "cccl";
 /// The header set of the CUDA runtime headers (`cuda_fp16.h`, `cuda_bf16.h`,
 /// `cuda_fp8.h`, `cuda_runtime.h`...): the toolkit's `include/` or the
 /// `nvidia-cuda-runtime` wheel's. Their licence does not allow redistributing
-/// them: only their digest travels with shipped kernels.
+/// them: only their digest travels with shipped kernels. The digest covers
+/// every file of that folder, as every file is reachable through it: CCCL's
+/// too where the wheels share `nvidia/cu13/include/` (a new CCCL then also
+/// misses the runtime set's entries, never the reverse).
 pub const CUDA_RUNTIME: &str = "cuda-runtime";
 
 /// Finds a header set's folder.
