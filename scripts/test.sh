@@ -26,7 +26,7 @@ esac
 # What the build and the suite need. First, because clippy runs the build
 # scripts too, and the example libraries' build scripts compile their kernels
 # with NVRTC.
-scripts/install-cuda-wheels.sh      # NVRTC + CUB headers from PyPI wheels
+scripts/install-cuda-wheels.sh      # NVRTC, CUB and CUDA runtime headers from PyPI wheels
 scripts/start-redis.sh --install    # redis-server (+ openssl for the TLS test)
 scripts/install-strace.sh           # strace, for tests/e2e_stripped.rs
 

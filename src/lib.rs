@@ -99,8 +99,10 @@ pub use kiln_core::{env, registry};
 
 /// The CUDA backend (`kiln-cuda`): NVRTC to CUBIN and PTX, owners, the
 /// module loader. Its [`Error`](kiln_cuda::Error) converts into
-/// [`kiln::Error`](crate::Error) with `?`.
+/// [`kiln::Error`](crate::Error) with `?`. Rendered here in full
+/// (`cargo doc -p kiln --features cuda --open`).
 #[cfg(feature = "cuda")]
+#[doc(inline)]
 pub use kiln_cuda as cuda;
 
 /// The remote tier on Redis (`kiln-redis`), for fleets and CI farms:

@@ -33,7 +33,7 @@ use stripped::{KERNELS, PTX_TARGET, setup, stripped};
 
 /// Every package the application's build needs from this repository, as it
 /// would come from a registry.
-const PACKAGES: [&str; 11] = [
+const PACKAGES: [&str; 10] = [
     "kiln-rs",
     "kiln-image",
     "kiln-ship",
@@ -44,7 +44,6 @@ const PACKAGES: [&str; 11] = [
     "kiln-kernel-set",
     "kiln-kernels-demo",
     "kiln-activations-demo",
-    "kiln-demo-app",
 ];
 
 /// The two libraries with shipped images, and their entries (7 targets).
@@ -126,29 +125,44 @@ fn package() -> Packaged {
 }
 
 impl Packaged {
-    /// A copy of the unpacked application as a workspace of its own, whose
-    /// registry dependencies come from the unpacked packages, except those
-    /// `replaced` names (package, folder).
+    /// The example application as a downstream project: its sources, and a
+    /// manifest that depends on the libraries by version from a registry,
+    /// which here are the unpacked packages (except those `replaced`:
+    /// package, folder).
     fn app(&self, name: &str, replaced: &[(&str, &Path)]) -> PathBuf {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
         let app = self.root.join(name);
         let _ = std::fs::remove_dir_all(&app);
-        copy_dir(&self.crates.join("kiln-demo-app-0.1.0"), &app);
-        let mut manifest = std::fs::read_to_string(app.join("Cargo.toml")).expect("manifest");
-        manifest.push_str("\n[workspace]\n\n[patch.crates-io]\n");
-        for package in PACKAGES.iter().filter(|p| **p != "kiln-demo-app") {
+        copy_dir(&repo.join("examples/kiln-demo-app/src"), &app.join("src"));
+        // The registry dependencies as the workspace names them.
+        let workspace = std::fs::read_to_string(repo.join("Cargo.toml")).expect("manifest");
+        let spec = |name: &str| -> String {
+            workspace
+                .lines()
+                .find(|line| line.starts_with(&format!("{name} = ")))
+                .unwrap_or_else(|| panic!("the workspace names no {name}"))
+                .to_owned()
+        };
+        let mut manifest = format!(
+            "[package]\nname = \"kiln-demo-app\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\
+             publish = false\n\n[dependencies]\n\
+             kiln = {{ package = \"kiln-rs\", version = \"0.1.0\", features = [\"cuda\"] }}\n\
+             kiln-kernels-demo = \"0.1.0\"\nkiln-activations-demo = \"0.1.0\"\n\
+             kiln-kernel-set = \"0.1.0\"\n{}\n{}\n{}\n\n[workspace]\n\n[patch.crates-io]\n",
+            spec("clap"),
+            spec("serde_json"),
+            spec("cudarc"),
+        );
+        for package in PACKAGES {
             let dir = replaced
                 .iter()
-                .find(|(name, _)| name == package)
+                .find(|(name, _)| name == &package)
                 .map(|(_, dir)| dir.to_path_buf())
                 .unwrap_or_else(|| self.crates.join(format!("{package}-0.1.0")));
             manifest.push_str(&format!("{package} = {{ path = {:?} }}\n", dir));
         }
         std::fs::write(app.join("Cargo.toml"), manifest).expect("manifest");
-        std::fs::copy(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock"),
-            app.join("Cargo.lock"),
-        )
-        .expect("lockfile");
+        std::fs::copy(repo.join("Cargo.lock"), app.join("Cargo.lock")).expect("lockfile");
         app
     }
 

@@ -16,7 +16,9 @@ pub struct CompiledKernel {
     pub cubin: Vec<u8>,
     /// The PTX for the arch's virtual arch (text, no trailing NUL).
     pub ptx: Vec<u8>,
-    /// The lowered name of each name expression, in the request's order.
+    /// The lowered name of each name expression, in the request's order; then,
+    /// for a request of [`KernelRequest::every_kernel`], every other `extern "C"`
+    /// kernel of the program, in the PTX's order.
     pub entry_points: Vec<String>,
 }
 
@@ -41,6 +43,24 @@ impl CompiledKernel {
                 bytes: ptx,
             })
     }
+}
+
+/// The `extern "C"` kernels PTX defines, in order: the names of its `.entry`
+/// directives that are not C++-mangled (`_Z...`).
+///
+/// ```text
+/// .visible .entry add_f32(      -> add_f32
+/// .visible .entry _Z4scalePf(   -> (C++: left out)
+/// ```
+pub(crate) fn extern_c_kernels(ptx: &str) -> impl Iterator<Item = &str> {
+    ptx.lines().filter_map(|line| {
+        let line = line.split("//").next()?;
+        let mut words = line.split_whitespace();
+        words.find(|w| *w == ".entry")?;
+        let name = words.next()?;
+        let name = name.split('(').next()?;
+        (!name.is_empty() && !name.starts_with("_Z")).then_some(name)
+    })
 }
 
 /// Compiles [`KernelRequest`]s with the process's NVRTC.
@@ -195,10 +215,19 @@ impl Compiler {
         {
             return Err(self.identity.changed(nvrtc, &found));
         }
+        let mut entry_points = output.lowered;
+        if request.finds_kernels() {
+            let text = String::from_utf8_lossy(&output.ptx);
+            for kernel in extern_c_kernels(&text) {
+                if !entry_points.iter().any(|e| e == kernel) {
+                    entry_points.push(kernel.to_owned());
+                }
+            }
+        }
         Ok(CompiledKernel {
             cubin: output.cubin,
             ptx: output.ptx,
-            entry_points: output.lowered,
+            entry_points,
         })
     }
 
@@ -232,5 +261,22 @@ impl Compiler {
         Ok(cache.get_or_compile(&owner, &key, || {
             Ok(self.entry(self.compile(request)?, request))
         })?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extern_c_kernels_are_the_unmangled_entries() {
+        let ptx = "//\n.version 9.0\n.target sm_80\n\n\
+                   .visible .entry add_f32(\n\t.param .u64 a\n)\n{\n}\n\
+                   .visible .entry _Z5scalePf(\n)\n\
+                   .entry relu_bf16 (\n)\n\
+                   .visible .func helper(\n)\n\
+                   // .entry in_a_comment(\n";
+        let found: Vec<&str> = extern_c_kernels(ptx).collect();
+        assert_eq!(found, ["add_f32", "relu_bf16"]);
     }
 }

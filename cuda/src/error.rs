@@ -64,6 +64,17 @@ pub enum Error {
         /// Every candidate tried, in order.
         searched: SearchLog,
     },
+    /// The CUDA runtime headers (`cuda_fp16.h`, `cuda_bf16.h`, `cuda_fp8.h`) were
+    /// not found.
+    #[error(
+        "CUDA runtime headers (cuda_fp16.h) not found; set KILN_CUDA_RUNTIME_INCLUDE to the \
+         directory holding cuda_fp16.h, or install the nvidia-cuda-runtime wheel or a CUDA \
+         toolkit. Searched:{searched}"
+    )]
+    CudaRuntimeNotFound {
+        /// Every candidate tried, in order.
+        searched: SearchLog,
+    },
     /// cudarc resolves `libnvrtc` by name and would bind a different library than the
     /// one Kiln located (and reports the version of).
     #[error(
@@ -125,6 +136,20 @@ pub enum Error {
         option: String,
         /// Why, and what to do instead.
         why: &'static str,
+    },
+    /// A compiler option Kiln does not accept: nvcc's own (NVRTC has no such
+    /// option), or one it does not know.
+    #[error(
+        "NVRTC option {option:?} refused: {why}. Kiln accepts: {accepted} \
+         (kiln_cuda::options documents each)"
+    )]
+    UnknownOption {
+        /// The option as given.
+        option: String,
+        /// Why.
+        why: &'static str,
+        /// The options Kiln accepts, one line.
+        accepted: String,
     },
     /// An include path whose contents Kiln does not fingerprint.
     #[error(
@@ -260,7 +285,8 @@ pub enum Error {
     #[error(
         "{kernel} uses header set {set:?} known only by the digest its library's build \
          recorded; compiling needs the headers on this machine (for cccl: the \
-         nvidia-cuda-cccl wheel, a CUDA toolkit, or KILN_CCCL_INCLUDE)"
+         nvidia-cuda-cccl wheel, a CUDA toolkit, or KILN_CCCL_INCLUDE; for cuda-runtime: \
+         the nvidia-cuda-runtime wheel, a CUDA toolkit, or KILN_CUDA_RUNTIME_INCLUDE)"
     )]
     RecordedIncludeDir {
         /// The request's name.
@@ -290,6 +316,26 @@ pub enum Error {
         /// What is wrong.
         why: String,
     },
+    /// A kernel does not exist for the device's arch: the program compiled for
+    /// exactly that arch does not define it (it is under `#if __CUDA_ARCH__ >= ...`,
+    /// or misspelt).
+    #[error(
+        "kernel {kernel} does not exist for {arch}: {program} built for {arch} ({built}) \
+         defines {kernels}; a kernel under `#if __CUDA_ARCH__ >= N` exists only on GPUs of \
+         that arch or newer, so ask for it on one of those, or check its name"
+    )]
+    NoSuchKernel {
+        /// The kernel asked for.
+        kernel: String,
+        /// The program (the request's name).
+        program: String,
+        /// The device arch.
+        arch: String,
+        /// What was looked at (`exact-cubin`, `compiled`).
+        built: String,
+        /// The kernels it does define (the first few).
+        kernels: String,
+    },
     /// A kernel is in no image for this device and this process cannot compile it.
     #[error(
         "kernel {kernel} for {arch} is not in the images ({tried}) and cannot be compiled \
@@ -304,7 +350,7 @@ pub enum Error {
         /// The device arch it was asked for.
         arch: String,
         /// What was looked up, and why other shipped code was not used.
-        tried: String,
+        tried: crate::library::Attempts,
         /// Why no compile is possible (NVRTC or headers not found).
         #[source]
         cause: std::sync::Arc<Error>,

@@ -10,7 +10,7 @@
 //! # How the identity is learnt
 //!
 //! 1. **Memo** ([`IdentityOrigin::Memo`]): the library file is found the way
-//!    [`locate_nvrtc`](super::locate_nvrtc) finds it but by `stat` alone
+//!    [`locate_nvrtc`](super::locate::locate_nvrtc) finds it but by `stat` alone
 //!    (`locate_nvrtc_file`), and stamped together with its `libnvrtc-builtins`
 //!    neighbours (see [`MemoDir`] for the stamp and why a matching stamp is sound).
 //!    When an earlier process memoized the release of exactly these files, that
@@ -77,7 +77,7 @@ pub enum IdentityOrigin {
 /// The NVRTC that owners name: its exact version, and where the library is.
 ///
 /// ```no_run
-/// use kiln_cuda::{IdentityOrigin, NvrtcIdentity};
+/// use kiln_cuda::{identity::{IdentityOrigin, NvrtcIdentity}};
 /// let identity = NvrtcIdentity::get()?;
 /// // From the second process on, the library is not even loaded:
 /// assert_eq!(identity.origin(), IdentityOrigin::Memo);

@@ -4,32 +4,34 @@
 //! GPU. It uses the public API of `kiln-core` only: a backend is a client of the
 //! cache.
 //!
-//! - [`locate_nvrtc`], [`locate_cccl`]: finding NVRTC and the CCCL headers (`KILN_NVRTC`, the toolkit, the
-//!   loader path, the Python wheels), with a typed error listing every place tried.
-//! - [`NvrtcIdentity`]: which NVRTC the owners name, learnt without loading NVRTC
-//!   when an identity memo ([`MemoDir`]) of the very library file exists; or recorded
-//!   at build time, for processes without NVRTC.
-//! - [`Nvrtc`]: loading NVRTC (on the first compile) so that cudarc binds exactly the
-//!   located library, its exact version, and the compile itself.
-//! - [`Arch`] and [`CanonicalOptions`]: the parts of the [`Owner`](kiln_core::Owner)
-//!   besides the version.
-//! - [`KernelRequest`]: source, headers (by content or fingerprinted include
-//!   directories), name expressions and specialization parameters; its
-//!   [`Key`](kiln_core::Key).
-//! - [`Compiler`]: request → [`CompiledKernel`] → cache entry
-//!   ([`Compiler::compile_cached`]).
-//! - [`BuildRecord`] and [`Toolchain`]: what a kernel library's build compiled with
-//!   (NVRTC release, header-set digests, targets), carried to the library at compile
-//!   time; a recorded toolchain derives owners and keys without any file, a local one
-//!   compiles. [`ToolchainPolicy`]: `KILN_STRICT_TOOLCHAIN`.
+//! The root holds the main path:
+//!
+//! - [`KernelRequest`]: source, headers (by content, Kiln's C headers for NVRTC
+//!   ([`c_headers`]), or fingerprinted include directories), name expressions or
+//!   every `extern "C"` kernel, specialization parameters; its
+//!   [`Key`](kiln_core::Key). [`IncludeDir`]: an include directory by content.
+//! - [`Arch`]: the target (`sm_90a`), part of the [`Owner`](kiln_core::Owner).
+//! - [`Compiler`]: request → cache entry ([`Compiler::compile_cached`]), with the
+//!   process's NVRTC.
+//! - [`Toolchain`]: what owners and keys are derived for: the one a library's build
+//!   recorded (digests only, nothing read) or this machine's (NVRTC and the header
+//!   sets CCCL and the CUDA runtime headers, located when first needed).
 //! - [`ShipPlan`]: the build side of a kernel library (every spec for every target,
-//!   in parallel; PTX for the lowest target).
-//! - [`select`]: which shipped code runs on a [`Device`] (exact CUBIN, compatible
-//!   CUBIN, PTX), a pure function.
-//! - [`KernelLibrary`]: the run-time side: a shipped entry for the device found with
-//!   no toolchain, else a compile with the local one ([`Served`], [`Selection`]).
+//!   in parallel; PTX for the lowest target, or several).
+//! - [`KernelLibrary`]: the run-time side: a shipped entry for the [`Device`] found
+//!   with no toolchain, else a compile with the local one ([`Served`]; one kernel
+//!   of a program by name: [`KernelLibrary::get_kernel`]).
 //! - [`loader`]: cached artifacts → loaded modules and functions, once per context.
 //! - [`Error`]: the crate's one error enum.
+//!
+//! The rest is one module down: [`toolchain`] (the [`toolchain::BuildRecord`]
+//! a build records, the policy, the header-set names), [`select`] (which shipped code
+//! runs on a device, a pure function), [`library`] (the attempts and counts of
+//! serving), [`request`] (headers, key schema, dependency names), [`options`] (the
+//! NVRTC options Kiln accepts), [`c_headers`] (the C headers NVRTC lacks), [`locate`]
+//! (finding NVRTC and the header sets, with every place tried), [`nvrtc`],
+//! [`identity`] and [`memo`] (which NVRTC the owners name, learnt without loading it
+//! when a memo allows), [`compiler`], [`arch`], [`ship`], [`error`].
 //!
 //! Compiling needs no GPU, only NVRTC; loading needs a GPU and its driver. Serving
 //! shipped kernels needs neither NVRTC nor headers. The loader hands out
@@ -76,41 +78,40 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
-mod arch;
-mod compiler;
-mod error;
-mod identity;
+pub mod arch;
+pub mod c_headers;
+pub mod compiler;
+pub mod error;
+pub mod identity;
 mod include_tree;
-mod library;
+pub mod library;
 pub mod loader;
-mod locate;
-mod memo;
-mod nvrtc;
-mod options;
-mod request;
-mod select;
-mod ship;
-mod toolchain;
+pub mod locate;
+pub mod memo;
+pub mod nvrtc;
+pub mod options;
+pub mod request;
+pub mod select;
+pub mod ship;
+pub mod toolchain;
 
 /// The cudarc types of the loader's API. Launching takes more of cudarc (streams,
 /// launch builders): depend on `cudarc` 0.19, the version of these types.
 pub use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DriverError};
 
-pub use arch::{Arch, ArchSuffix};
-pub use compiler::{CompiledKernel, Compiler};
-pub use error::{Error, SearchLog, Searched};
-pub use identity::{IdentityOrigin, NvrtcIdentity};
-pub use library::{KernelLibrary, RequestFn, SelectionStats, Served};
-pub use locate::{Located, SearchConfig, locate_cccl, locate_nvrtc};
-pub use memo::{DEFAULT_SETTLE, MemoDir};
-pub use nvrtc::{Nvrtc, NvrtcVersion};
-pub use options::CanonicalOptions;
-pub use request::{
-    COMPILER_ID, HEADERS_DEP_PREFIX, Header, IncludeDir, KEY_SCHEMA, KernelRequest, NVRTC_DEP,
-    nvrtc_fingerprint,
-};
-pub use select::{Candidate, Candidates, Device, Selection, driver_needed_for_ptx, select};
-pub use ship::{CUDA_ARCHS, RECORD_BACKEND, ShipPlan};
-pub use toolchain::{
-    BUILD_RECORD_VAR, BuildRecord, CCCL, STRICT_TOOLCHAIN, Toolchain, ToolchainPolicy,
-};
+pub use arch::Arch;
+pub use compiler::Compiler;
+pub use error::Error;
+pub use library::{KernelLibrary, Served};
+pub use request::{IncludeDir, KernelRequest};
+pub use select::Device;
+pub use ship::ShipPlan;
+pub use toolchain::Toolchain;
+
+// The crate's own modules name each other's items from here.
+use arch::ArchSuffix;
+use locate::SearchConfig;
+use memo::MemoDir;
+use nvrtc::NvrtcVersion;
+use options::CanonicalOptions;
+use toolchain::{BuildRecord, ToolchainPolicy};

@@ -151,7 +151,8 @@ impl LoadedModule {
         &self.module
     }
 
-    /// The function of a name expression of the request (`"kiln_axpy<float>"`).
+    /// The function of a name expression of the request (`"kiln_axpy<float>"`), or of
+    /// an entry point by its name (an `extern "C"` kernel).
     ///
     /// The module's context is made current on the calling thread first
     /// (`cuModuleGetFunction` works in the current context), so any thread can ask.
@@ -165,12 +166,20 @@ impl LoadedModule {
             function: name_expression.to_owned(),
             entry_points: self.name_expressions.clone(),
         };
-        let index = self
+        // A name expression's lowered name, or an entry point by its own name
+        // (an `extern "C"` kernel found by `KernelRequest::every_kernel`).
+        let lowered = match self
             .name_expressions
             .iter()
             .position(|e| e == name_expression)
-            .ok_or_else(missing)?;
-        let lowered = self.entry_points.get(index).ok_or_else(missing)?;
+        {
+            Some(index) => self.entry_points.get(index).ok_or_else(missing)?,
+            None => self
+                .entry_points
+                .iter()
+                .find(|e| *e == name_expression)
+                .ok_or_else(missing)?,
+        };
         if lowered.contains('\0') {
             return Err(Error::InteriorNul {
                 what: format!("entry point {lowered:?}"),

@@ -1,4 +1,5 @@
-//! Finding NVRTC and the CCCL (CUB) headers on this machine.
+//! Finding NVRTC, the CCCL (CUB) headers and the CUDA runtime headers on this
+//! machine.
 //!
 //! Search order for `libnvrtc`:
 //! 1. `KILN_NVRTC`: an explicit library file. When set, nothing else is tried, so a
@@ -12,8 +13,14 @@
 //!
 //! Every candidate is probed with `libloading` (it must load and export
 //! `nvrtcVersion`) before it is accepted. When nothing qualifies the error lists every
-//! place tried. The CCCL headers are found the same way (`KILN_CCCL_INCLUDE`, the
-//! toolkit's `include/` or `include/cccl/`, the `nvidia-cuda-cccl` wheel).
+//! place tried. The header trees are found the same way:
+//!
+//! - CCCL ([`locate_cccl`], the folder holding `cub/cub.cuh`): `KILN_CCCL_INCLUDE`,
+//!   the toolkit's `include/cccl/` or `include/`, the `nvidia-cuda-cccl` wheel;
+//! - the CUDA runtime headers ([`locate_cuda_runtime`], the folder holding
+//!   `cuda_fp16.h`, `cuda_bf16.h`, `cuda_fp8.h`): `KILN_CUDA_RUNTIME_INCLUDE`, the
+//!   toolkit's `include/`, the `nvidia-cuda-runtime` wheel (`nvidia/cu13/include/`
+//!   for CUDA 13, `nvidia/cuda_runtime/include/` for CUDA 12).
 //!
 //! Site-packages folders come from globbing the usual places (the active virtualenv,
 //! `~/.local`, `/usr/lib`, `/usr/local/lib`, pyenv versions) and, only when none of
@@ -34,6 +41,15 @@ const NVRTC_LOADER_NAMES: &[&str] = &["libnvrtc.so.13", "libnvrtc.so.12", "libnv
 const NVRTC_WHEEL_DIRS: &[&str] = &["nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"];
 /// CCCL header roots below a site-packages folder.
 const CCCL_WHEEL_DIRS: &[&str] = &["nvidia/cu13/include/cccl", "nvidia/cuda_cccl/include"];
+/// CUDA runtime header roots below a site-packages folder: CUDA 13, then CUDA 12.
+const RUNTIME_WHEEL_DIRS: &[&str] = &["nvidia/cu13/include", "nvidia/cuda_runtime/include"];
+
+/// The variable naming the CCCL include folder (the one holding `cub/`).
+pub const CCCL_INCLUDE: &str = "KILN_CCCL_INCLUDE";
+
+/// The variable naming the CUDA runtime include folder (the one holding
+/// `cuda_fp16.h`).
+pub const CUDA_RUNTIME_INCLUDE: &str = "KILN_CUDA_RUNTIME_INCLUDE";
 
 /// Where to look: the environment, captured once, or anything a caller sets.
 ///
@@ -46,6 +62,9 @@ pub struct SearchConfig {
     pub nvrtc_file: Option<PathBuf>,
     /// An explicit CCCL include folder (`KILN_CCCL_INCLUDE`), the folder holding `cub/`.
     pub cccl_include: Option<PathBuf>,
+    /// An explicit CUDA runtime include folder (`KILN_CUDA_RUNTIME_INCLUDE`), the
+    /// folder holding `cuda_fp16.h`.
+    pub cuda_runtime_include: Option<PathBuf>,
     /// CUDA toolkit roots, each with the rule that named it (`CUDA_HOME`...).
     pub toolkit_roots: Vec<(String, PathBuf)>,
     /// Folders of the loader path (`LD_LIBRARY_PATH`).
@@ -95,7 +114,8 @@ impl SearchConfig {
             .unwrap_or_default();
         Self {
             nvrtc_file: var("KILN_NVRTC").map(PathBuf::from),
-            cccl_include: var("KILN_CCCL_INCLUDE").map(PathBuf::from),
+            cccl_include: var(CCCL_INCLUDE).map(PathBuf::from),
+            cuda_runtime_include: var(CUDA_RUNTIME_INCLUDE).map(PathBuf::from),
             toolkit_roots,
             loader_dirs,
             ask_loader: true,
@@ -235,39 +255,85 @@ fn loader_may_know_nvrtc() -> bool {
 /// # Errors
 /// [`Error::CcclNotFound`], listing every place tried.
 pub fn locate_cccl(config: &SearchConfig) -> Result<PathBuf, Error> {
-    let mut log = Vec::new();
-    let check = |rule: &str, dir: PathBuf, log: &mut Vec<Searched>| {
-        if dir.join("cub/cub.cuh").is_file() {
-            Some(dir)
-        } else {
-            log.push(Searched {
-                rule: rule.to_owned(),
-                candidate: dir,
-                outcome: "no cub/cub.cuh".to_owned(),
-            });
-            None
-        }
+    HeaderTree::CCCL
+        .locate(config)
+        .map_err(|searched| Error::CcclNotFound { searched })
+}
+
+/// Finds the CUDA runtime include folder: the one holding `cuda_fp16.h`
+/// (with `cuda_bf16.h`, `cuda_fp8.h` beside it).
+///
+/// # Errors
+/// [`Error::CudaRuntimeNotFound`], listing every place tried.
+pub fn locate_cuda_runtime(config: &SearchConfig) -> Result<PathBuf, Error> {
+    HeaderTree::CUDA_RUNTIME
+        .locate(config)
+        .map_err(|searched| Error::CudaRuntimeNotFound { searched })
+}
+
+/// Where one header tree is looked for, and the file that marks it.
+struct HeaderTree {
+    /// The variable that names it explicitly.
+    variable: &'static str,
+    explicit: fn(&SearchConfig) -> Option<&PathBuf>,
+    /// A file the folder must hold.
+    marker: &'static str,
+    /// Folders below a toolkit root, in order.
+    toolkit_dirs: &'static [&'static str],
+    /// Folders below a site-packages folder, in order.
+    wheel_dirs: &'static [&'static str],
+}
+
+impl HeaderTree {
+    const CCCL: HeaderTree = HeaderTree {
+        variable: CCCL_INCLUDE,
+        explicit: |config| config.cccl_include.as_ref(),
+        marker: "cub/cub.cuh",
+        toolkit_dirs: &["include/cccl", "include"],
+        wheel_dirs: CCCL_WHEEL_DIRS,
     };
-    if let Some(dir) = &config.cccl_include {
-        return check("KILN_CCCL_INCLUDE", dir.clone(), &mut log).ok_or(Error::CcclNotFound {
-            searched: SearchLog(log),
-        });
-    }
-    for (rule, root) in &config.toolkit_roots {
-        for sub in ["include/cccl", "include"] {
-            if let Some(dir) = check(rule, root.join(sub), &mut log) {
-                return Ok(dir);
+
+    const CUDA_RUNTIME: HeaderTree = HeaderTree {
+        variable: CUDA_RUNTIME_INCLUDE,
+        explicit: |config| config.cuda_runtime_include.as_ref(),
+        marker: "cuda_fp16.h",
+        toolkit_dirs: &["include", "targets/x86_64-linux/include"],
+        wheel_dirs: RUNTIME_WHEEL_DIRS,
+    };
+
+    /// The first folder holding the marker: the explicit one alone when set,
+    /// else the toolkits', else the wheels'; or every place tried.
+    fn locate(&self, config: &SearchConfig) -> Result<PathBuf, SearchLog> {
+        let mut log = Vec::new();
+        let check = |rule: &str, dir: PathBuf, log: &mut Vec<Searched>| {
+            if dir.join(self.marker).is_file() {
+                Some(dir)
+            } else {
+                log.push(Searched {
+                    rule: rule.to_owned(),
+                    candidate: dir,
+                    outcome: format!("no {}", self.marker),
+                });
+                None
+            }
+        };
+        if let Some(dir) = (self.explicit)(config) {
+            return check(self.variable, dir.clone(), &mut log).ok_or(SearchLog(log));
+        }
+        for (rule, root) in &config.toolkit_roots {
+            for sub in self.toolkit_dirs {
+                if let Some(dir) = check(rule, root.join(sub), &mut log) {
+                    return Ok(dir);
+                }
             }
         }
+        let found = search_sites(config, &mut log, |site, log| {
+            self.wheel_dirs
+                .iter()
+                .find_map(|sub| check("python wheel", site.join(sub), log))
+        });
+        found.ok_or(SearchLog(log))
     }
-    let found = search_sites(config, &mut log, |site, log| {
-        CCCL_WHEEL_DIRS
-            .iter()
-            .find_map(|sub| check("python wheel", site.join(sub), log))
-    });
-    found.ok_or(Error::CcclNotFound {
-        searched: SearchLog(log),
-    })
 }
 
 /// Tries `probe` on each configured site-packages folder, then, only when none
@@ -439,6 +505,35 @@ mod tests {
         };
         assert_eq!(searched.0.len(), 1);
         assert_eq!(searched.0[0].rule, "KILN_NVRTC");
+    }
+
+    #[test]
+    fn header_trees_are_found_by_their_marker_file() {
+        let root = tempfile::tempdir().unwrap();
+        let site = root.path().join("site-packages");
+        let runtime = site.join("nvidia/cu13/include");
+        let cccl = runtime.join("cccl");
+        std::fs::create_dir_all(cccl.join("cub")).unwrap();
+        std::fs::write(runtime.join("cuda_fp16.h"), "").unwrap();
+        std::fs::write(cccl.join("cub/cub.cuh"), "").unwrap();
+        let config = SearchConfig {
+            toolkit_roots: vec![("CUDA_HOME".into(), root.path().join("cuda"))],
+            site_packages: vec![site],
+            ..SearchConfig::empty()
+        };
+        assert_eq!(locate_cuda_runtime(&config).unwrap(), runtime);
+        assert_eq!(locate_cccl(&config).unwrap(), cccl);
+        // An explicit folder is the only one tried.
+        let explicit = SearchConfig {
+            cuda_runtime_include: Some(root.path().join("elsewhere")),
+            ..config
+        };
+        let Err(Error::CudaRuntimeNotFound { searched }) = locate_cuda_runtime(&explicit) else {
+            panic!("a wrong explicit folder must be an error");
+        };
+        assert_eq!(searched.0.len(), 1);
+        assert_eq!(searched.0[0].rule, CUDA_RUNTIME_INCLUDE);
+        assert_eq!(searched.0[0].outcome, "no cuda_fp16.h");
     }
 
     #[test]

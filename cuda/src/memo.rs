@@ -8,7 +8,7 @@
 //!   file.
 //!
 //! A memo stores such an answer together with the digest of the *stamps* of the files
-//! it was learnt from ([`FileStamp`]: device, inode, size, modification and status
+//! it was learnt from (`FileStamp`: device, inode, size, modification and status
 //! change times to the nanosecond, mode). A later process stats the same files (no
 //! read, no load) and uses the memo only when every stamp is identical.
 //!
@@ -69,7 +69,7 @@ pub const DEFAULT_SETTLE: Duration = Duration::from_secs(2);
 /// Where identity memos are kept, if anywhere.
 ///
 /// ```
-/// use kiln_cuda::MemoDir;
+/// use kiln_cuda::memo::MemoDir;
 /// let memo = MemoDir::at("/tmp/kiln-memo-example");
 /// assert_eq!(memo.dir(), Some(std::path::Path::new("/tmp/kiln-memo-example")));
 /// assert!(MemoDir::disabled().dir().is_none());

@@ -8,7 +8,7 @@
 //! ...), through the OS loader, and panics when none loads. Kiln never lets it search
 //! blind:
 //!
-//! 1. [`locate_nvrtc`](super::locate_nvrtc) finds and probes a library file.
+//! 1. [`locate_nvrtc`] finds and probes a library file.
 //! 2. [`Nvrtc::load`] opens that file by path and keeps it open for the life of the
 //!    process, together with its `libnvrtc-builtins` neighbour (NVRTC opens that one
 //!    by name at the first compile, which fails when the wheel's folder is not on the
@@ -25,7 +25,7 @@
 //! The one NVRTC of a process is kept in a `OnceLock`: cudarc binds one library per
 //! process, so the first successful [`Nvrtc::load`] wins.
 //!
-//! Owners do not need the library loaded: [`NvrtcIdentity`](super::NvrtcIdentity)
+//! Owners do not need the library loaded: [`NvrtcIdentity`](super::identity::NvrtcIdentity)
 //! names it from a memo when it can, and [`Compiler`](super::Compiler) loads it on
 //! its first compile.
 
@@ -61,7 +61,7 @@ impl std::str::FromStr for NvrtcVersion {
     /// recorded when images were built.
     ///
     /// ```
-    /// use kiln_cuda::NvrtcVersion;
+    /// use kiln_cuda::nvrtc::NvrtcVersion;
     /// let v: NvrtcVersion = "13.0.88".parse()?;
     /// assert_eq!((v.major, v.minor, v.release.as_str()), (13, 0, "13.0.88"));
     /// assert!("13".parse::<NvrtcVersion>().is_err());

@@ -13,7 +13,54 @@
 //! - options that would make the owner incomplete or machine-specific are refused:
 //!   the arch (`-arch`, given separately as an [`Arch`](super::Arch)), include paths
 //!   (given as fingerprinted include directories of the request) and options that
-//!   change what kind of output NVRTC produces.
+//!   change what kind of output NVRTC produces;
+//! - nvcc's own options (`--expt-relaxed-constexpr`, `-O3`, `-Xcompiler`, `-gencode`,
+//!   `-ccbin`...) are refused with [`Error::UnknownOption`] saying that NVRTC has no
+//!   such option (NVRTC refuses them too), and listing what Kiln accepts; so is any
+//!   other option Kiln does not know.
+//!
+//! # Accepted options
+//!
+//! | option | short | value |
+//! | --- | --- | --- |
+//! | `--device-debug` | `-G` | none |
+//! | `--generate-line-info` | `-lineinfo` | none |
+//! | `--dopt` | | one value (`on`, `off`) |
+//! | `--Ofast-compile` | | one value (`0`, `min`, `mid`, `max`) |
+//! | `--ptxas-options` | `-Xptxas` | repeated, in order |
+//! | `--maxrregcount` | | one value |
+//! | `--ftz` | | `true`/`false` (alone: `true`) |
+//! | `--prec-sqrt` | | `true`/`false` (alone: `true`) |
+//! | `--prec-div` | | `true`/`false` (alone: `true`) |
+//! | `--fmad` | | `true`/`false` (alone: `true`) |
+//! | `--use_fast_math` | | none |
+//! | `--extra-device-vectorization` | | none |
+//! | `--modify-stack-limit` | | `true`/`false` (alone: `true`) |
+//! | `--define-macro` | `-D` | repeated, in order |
+//! | `--undefine-macro` | `-U` | repeated, in order |
+//! | `--pre-include` | `-include` | repeated, in order |
+//! | `--std` | | one value (`c++17`...) |
+//! | `--builtin-move-forward` | | `true`/`false` (alone: `true`) |
+//! | `--builtin-initializer-list` | | `true`/`false` (alone: `true`) |
+//! | `--disable-warnings` | `-w` | none |
+//! | `--restrict` | | none |
+//! | `--device-as-default-execution-space` | `-default-device` | none |
+//! | `--device-int128` | | none |
+//! | `--optimization-info` | `-opt-info` | one value |
+//! | `--display-error-number` | `-err-no` | none |
+//! | `--no-display-error-number` | `-no-err-no` | none |
+//! | `--diag-error` | | repeated, in order |
+//! | `--diag-suppress` | | repeated, in order |
+//! | `--diag-warn` | | repeated, in order |
+//! | `--split-compile` | | one value |
+//! | `--fdevice-syntax-only` | | none |
+//! | `--minimal` | | none |
+//! | `--device-stack-protector` | | `true`/`false` (alone: `true`) |
+//!
+//! Refused with the reason: `--gpu-architecture` (`-arch`), `--include-path` (`-I`),
+//! `--relocatable-device-code` (`-rdc`), `--extensible-whole-program` (`-ewp`),
+//! `--dlink-time-opt` (`-dlto`), `--gen-opt-lto`, `--time`, `--pch`, `--create-pch`,
+//! `--use-pch`, `--pch-dir`, `--fdevice-time-trace`.
 
 use super::Error;
 
@@ -25,7 +72,7 @@ impl CanonicalOptions {
     /// Canonicalizes `options` (see the module documentation).
     ///
     /// ```
-    /// use kiln_cuda::CanonicalOptions;
+    /// use kiln_cuda::options::CanonicalOptions;
     /// let a = CanonicalOptions::new(["-use_fast_math", "-D", "N=4", "-std=c++17"])?;
     /// let b = CanonicalOptions::new(["--std=c++17", "--use_fast_math", "--define-macro=N=4"])?;
     /// assert_eq!(a, b);
@@ -50,11 +97,7 @@ impl CanonicalOptions {
                 continue;
             }
             let (name, inline_value) = split_option(raw)?;
-            let spec = lookup(name).ok_or_else(|| Error::RefusedOption {
-                option: raw.to_owned(),
-                why: "not an NVRTC option Kiln knows how to canonicalize; a misspelt or new \
-                      option would otherwise be hashed under several spellings",
-            })?;
+            let spec = lookup(name).ok_or_else(|| unknown(raw, name))?;
             let value = match (spec.kind, inline_value) {
                 (Kind::Refused(why), _) => {
                     return Err(match spec.long {
@@ -241,6 +284,85 @@ const SPECS: &[Spec] = &[
     ),
 ];
 
+/// nvcc's options that NVRTC does not have (long and short spellings, without
+/// dashes): NVRTC refuses them ("unrecognized option").
+const NVCC_ONLY: &[&str] = &[
+    "expt-relaxed-constexpr",
+    "expt-extended-lambda",
+    "extended-lambda",
+    "relaxed-constexpr",
+    "optimize",
+    "O0",
+    "O1",
+    "O2",
+    "O3",
+    "compiler-options",
+    "Xcompiler",
+    "linker-options",
+    "Xlinker",
+    "compiler-bindir",
+    "ccbin",
+    "generate-code",
+    "gencode",
+    "gpu-code",
+    "code",
+    "output-file",
+    "o",
+    "compile",
+    "c",
+    "ptx",
+    "cubin",
+    "fatbin",
+    "keep",
+    "keep-dir",
+    "cudart",
+    "cudadevrt",
+    "library",
+    "library-path",
+    "shared",
+    "lib",
+    "run",
+    "machine",
+    "m64",
+    "threads",
+    "allow-unsupported-compiler",
+    "forward-unknown-to-host-compiler",
+    "x",
+    "Werror",
+    "resource-usage",
+    "source-in-ptx",
+];
+
+/// The error for an option Kiln does not accept: nvcc's own, or unknown.
+fn unknown(raw: &str, name: &str) -> Error {
+    let bare = name.split('=').next().unwrap_or(name);
+    let why = if NVCC_ONLY.contains(&bare) {
+        "it is an nvcc option and NVRTC has no such option (NVRTC compiles device code \
+         only, and refuses it too): drop it"
+    } else {
+        "not an NVRTC option Kiln knows how to canonicalize; a misspelt or new option would \
+         otherwise be hashed under several spellings"
+    };
+    Error::UnknownOption {
+        option: raw.to_owned(),
+        why,
+        accepted: accepted(),
+    }
+}
+
+/// The options Kiln accepts, as one line: `--device-debug (-G), ...`.
+fn accepted() -> String {
+    SPECS
+        .iter()
+        .filter(|s| !matches!(s.kind, Kind::Refused(_)))
+        .map(|s| match s.short.iter().find(|short| **short != s.long) {
+            Some(short) => format!("--{} (-{short})", s.long),
+            None => format!("--{}", s.long),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn lookup(name: &str) -> Option<&'static Spec> {
     SPECS
         .iter()
@@ -315,6 +437,45 @@ mod tests {
     }
 
     #[test]
+    fn nvcc_only_and_unknown_options_say_so_and_list_what_is_accepted() {
+        for (option, nvcc) in [
+            ("--expt-relaxed-constexpr", true),
+            ("-O3", true),
+            ("-Xcompiler=-Wall", true),
+            ("--frobnicate", false),
+        ] {
+            let Err(error @ Error::UnknownOption { .. }) = CanonicalOptions::new([option]) else {
+                panic!("{option} accepted");
+            };
+            let message = error.to_string();
+            assert_eq!(
+                message.contains("NVRTC has no such option"),
+                nvcc,
+                "{message}"
+            );
+            for accepted in ["--use_fast_math", "--define-macro (-D)", "--std", "--fmad"] {
+                assert!(message.contains(accepted), "{message}");
+            }
+            assert!(!message.contains("--include-path"), "{message}");
+        }
+    }
+
+    #[test]
+    fn the_module_documentation_lists_every_option() {
+        let docs: String = include_str!("options.rs")
+            .lines()
+            .filter(|line| line.starts_with("//!"))
+            .collect();
+        for spec in SPECS {
+            assert!(
+                docs.contains(&format!("`--{}`", spec.long)),
+                "{}",
+                spec.long
+            );
+        }
+    }
+
+    #[test]
     fn include_paths_arch_and_unknown_options_are_refused() {
         for (opts, path) in [
             (&["-I/opt/inc"][..], "/opt/inc"),
@@ -325,12 +486,7 @@ mod tests {
                 other => panic!("{opts:?}: {other:?}"),
             }
         }
-        for opts in [
-            &["-arch=sm_90"][..],
-            &["--frobnicate"],
-            &["-rdc=true"],
-            &["plain"],
-        ] {
+        for opts in [&["-arch=sm_90"][..], &["-rdc=true"], &["plain"]] {
             assert!(
                 matches!(
                     CanonicalOptions::new(opts),

@@ -229,6 +229,7 @@ pub struct KernelRequest {
     arch: Arch,
     options: CanonicalOptions,
     deps: Vec<Dep>,
+    every_kernel: bool,
 }
 
 impl KernelRequest {
@@ -244,6 +245,7 @@ impl KernelRequest {
             arch,
             options: CanonicalOptions::default(),
             deps: Vec::new(),
+            every_kernel: false,
         }
     }
 
@@ -262,6 +264,59 @@ impl KernelRequest {
     pub fn include_dir(mut self, dir: IncludeDir) -> Self {
         self.include_dirs.push(dir);
         self
+    }
+
+    /// Adds Kiln's C and C++ library headers for NVRTC (`stdint.h`, `math.h`,
+    /// `cmath`, `cuda.h`'s `CUDA_VERSION`...: [`c_headers`](crate::c_headers)), by
+    /// content, in the key. A header of the same name added before is replaced;
+    /// add your own after this call to replace one of Kiln's.
+    ///
+    /// ```
+    /// use kiln_cuda::{Arch, KernelRequest};
+    /// let request = KernelRequest::new(
+    ///     "fill",
+    ///     "#include <stdint.h>\nextern \"C\" __global__ void fill(int64_t* x) { x[0] = INT64_MAX; }",
+    ///     "sm_80".parse::<Arch>()?,
+    /// )
+    /// .c_headers();
+    /// assert!(request.headers().iter().any(|h| h.name == "stdint.h"));
+    /// # Ok::<(), kiln_cuda::Error>(())
+    /// ```
+    pub fn c_headers(self) -> Self {
+        super::c_headers::HEADERS
+            .iter()
+            .fold(self, |request, (name, text)| request.header(*name, *text))
+    }
+
+    /// What a `.cu` file written for nvcc expects on its include path: Kiln's C
+    /// headers ([`KernelRequest::c_headers`]) and the CUDA runtime headers of
+    /// `toolchain` (`cuda_fp16.h`, `cuda_bf16.h`, `cuda_fp8.h`:
+    /// [`Toolchain::cuda_runtime`](crate::Toolchain::cuda_runtime), the recorded
+    /// digest or the local folder).
+    ///
+    /// # Errors
+    /// As [`Toolchain::cuda_runtime`](crate::Toolchain::cuda_runtime): the runtime
+    /// headers are neither recorded nor found here.
+    pub fn nvcc_headers(self, toolchain: &super::Toolchain) -> Result<Self, Error> {
+        Ok(self.c_headers().include_dir(toolchain.cuda_runtime()?))
+    }
+
+    /// Asks for every `extern "C"` kernel the source defines as an entry point,
+    /// after the name expressions' lowered names: the compiler finds them (the
+    /// PTX's `.entry` lines whose names are not C++-mangled), so kernels generated
+    /// by macros need not be listed. The entry records them, and a library looks a
+    /// kernel up by its name
+    /// ([`KernelLibrary::get_kernel`](crate::KernelLibrary::get_kernel)). Part of the
+    /// key (the entry points differ).
+    pub fn every_kernel(mut self) -> Self {
+        self.every_kernel = true;
+        self
+    }
+
+    /// Whether the request asks for every `extern "C"` kernel
+    /// ([`KernelRequest::every_kernel`]).
+    pub fn finds_kernels(&self) -> bool {
+        self.every_kernel
     }
 
     /// Adds an entry point: a name expression such as `"saxpy<float>"` or
@@ -401,6 +456,7 @@ impl KernelRequest {
             arch: _,    // in the owner
             options: _, // in the owner
             deps: _,    // recorded by the entry; the source and params are keyed
+            every_kernel,
         } = self;
         let mut headers: Vec<(&str, [u8; 32])> = headers
             .iter()
@@ -414,14 +470,21 @@ impl KernelRequest {
         headers.sort();
         let include_digests: Vec<[u8; 32]> = include_dirs.iter().map(|d| d.digest.0).collect();
         let (schema, version) = KEY_SCHEMA;
-        Ok(KeyBuilder::new(schema, version)
+        let builder = KeyBuilder::new(schema, version)
             .str("name", name)
             .bytes("source", source.as_bytes())
             .field("headers", &headers)?
             .field("include_dirs", &include_digests)?
             .field("name_expressions", name_expressions)?
-            .field("params", params)?
-            .finish())
+            .field("params", params)?;
+        // Only when asked for, so that the keys of other requests stay those they
+        // always were.
+        let builder = if *every_kernel {
+            builder.bool("every_extern_c_kernel", true)
+        } else {
+            builder
+        };
+        Ok(builder.finish())
     }
 
     /// The owner for this request under NVRTC `version`.

@@ -1,17 +1,19 @@
 //! Which shipped code runs on a device: a pure function of the device and what a
 //! kernel library's build recorded, so it is tested without a GPU.
 //!
-//! A library ships one entry per kernel and target arch (a CUBIN each; the entry of
-//! the lowest target also carries its PTX). For a device of arch `G` (compute
-//! capability `M.m`), [`select`] orders what to look up:
+//! A library ships one entry per kernel and target arch (a CUBIN each; the entries
+//! of the PTX targets, the lowest by default, also carry their PTX). For a device of
+//! arch `G` (compute capability `M.m`), [`select`] orders what to look up:
 //!
 //! 1. **Exact CUBIN**: the target `G` itself.
 //! 2. **Compatible CUBIN**: a target whose CUBIN runs on `M.m`
 //!    ([`Arch::cubin_runs_on`]): same major, lower or equal minor for a plain or a
 //!    family (`f`) target; an arch-specific (`a`) target only on exactly its arch.
 //!    Nearest minor first; at equal minor, `a` before `f` before plain.
-//! 3. **PTX** of the target that carries it, for the driver to JIT, when the PTX
-//!    runs on `M.m` ([`Arch::ptx_runs_on`]) and the driver is new enough for the
+//! 3. **PTX** of each target that carries it, newest first, for the driver to JIT,
+//!    when the PTX runs on `M.m` ([`Arch::ptx_runs_on`]), its target is not already
+//!    a CUBIN candidate (the same compile: the CUBIN is better), and the driver is
+//!    new enough for the
 //!    compiler that produced it: a driver for CUDA `X.Y` JITs PTX from NVRTC up to
 //!    `X.Y` only (an older driver fails the load with
 //!    `CUDA_ERROR_UNSUPPORTED_PTX_VERSION`). When the driver's version is not known
@@ -19,6 +21,13 @@
 //!
 //! Anything else is compiled for `G` ([`Selection::Compiled`]). No candidate is ever
 //! a binary that cannot run on `G`.
+//!
+//! The kernels of a program can differ by arch (`#if __CUDA_ARCH__ >= 800` around
+//! the bf16 ones): the best candidate need not have the kernel a caller wants.
+//! [`KernelLibrary::get_kernel`](crate::KernelLibrary::get_kernel) goes down this
+//! list to the first entry that holds it; shipping PTX for the newest target as well
+//! as the lowest ([`ShipPlan::with_ptx_targets`](crate::ShipPlan::with_ptx_targets))
+//! gives a GPU newer than every CUBIN the newest kernel set.
 
 use std::fmt;
 
@@ -141,7 +150,9 @@ pub(crate) fn cuda_version_text(version: i32) -> String {
 /// documentation). Needs no GPU: tests call it with any arch.
 ///
 /// ```
-/// use kiln_cuda::{BuildRecord, Device, Selection, select};
+/// use kiln_cuda::Device;
+/// use kiln_cuda::select::{Selection, select};
+/// use kiln_cuda::toolchain::BuildRecord;
 /// let record: BuildRecord =
 ///     "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_75,sm_80,sm_86,sm_90 ptx=sm_75".parse()?;
 /// let on_sm_87 = select(&Device::new("sm_87".parse()?), &record);
@@ -178,24 +189,33 @@ pub fn select(device: &Device, record: &BuildRecord) -> Candidates {
         selection: Selection::CompatibleCubin,
     }));
     let mut ptx_refused = None;
-    if let (Some(target), Some(compiler)) = (record.ptx_target(), record.nvrtc())
-        && target.ptx_runs_on(major, minor)
-        && !list.iter().any(|c| c.target == target)
-    {
+    if let Some(compiler) = record.nvrtc() {
         let needed = driver_needed_for_ptx(compiler);
-        match device.driver {
-            Some(driver) if driver < needed => {
-                ptx_refused = Some(format!(
-                    "the shipped PTX ({target}) was produced by NVRTC {compiler}, and this \
-                     driver (CUDA {}) cannot JIT it: it needs a driver for CUDA {} or newer",
-                    cuda_version_text(driver),
-                    cuda_version_text(needed),
-                ));
+        let runnable: Vec<Arch> = record
+            .ptx_targets()
+            .iter()
+            .rev()
+            .copied()
+            .filter(|t| t.ptx_runs_on(major, minor) && !list.iter().any(|c| c.target == *t))
+            .collect();
+        for target in runnable {
+            match device.driver {
+                Some(driver) if driver < needed => {
+                    ptx_refused.get_or_insert_with(|| {
+                        format!(
+                            "the shipped PTX ({target}) was produced by NVRTC {compiler}, and \
+                             this driver (CUDA {}) cannot JIT it: it needs a driver for CUDA {} \
+                             or newer",
+                            cuda_version_text(driver),
+                            cuda_version_text(needed),
+                        )
+                    });
+                }
+                _ => list.push(Candidate {
+                    target,
+                    selection: Selection::Ptx,
+                }),
             }
-            _ => list.push(Candidate {
-                target,
-                selection: Selection::Ptx,
-            }),
         }
     }
     Candidates { list, ptx_refused }
@@ -357,6 +377,27 @@ mod tests {
         let cubin = select(&Device::new(arch("sm_86")).with_driver(12080), &record);
         assert_eq!(cubin.list[0].selection, Selection::ExactCubin);
         assert_eq!(driver_needed_for_ptx(&"12.8.93".parse().unwrap()), 12080);
+    }
+
+    #[test]
+    fn several_ptx_targets_are_offered_newest_first() {
+        use Selection::*;
+        let text = "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120 ptx=sm_75,sm_120";
+        // Newer than every CUBIN: the newest PTX first, then the lowest.
+        assert_eq!(
+            plan("sm_130", text),
+            [("sm_120".to_owned(), Ptx), ("sm_75".to_owned(), Ptx)]
+        );
+        // Thor: the sm_120 PTX cannot run on 11.0.
+        assert_eq!(plan("sm_110", text), [("sm_75".to_owned(), Ptx)]);
+        // A PTX target that is a CUBIN candidate adds nothing (the same entry).
+        assert_eq!(
+            plan("sm_121", text),
+            [
+                ("sm_120".to_owned(), CompatibleCubin),
+                ("sm_75".to_owned(), Ptx)
+            ]
+        );
     }
 
     #[test]

@@ -29,8 +29,11 @@
 //! ```
 //!
 //! Each (specialization, target) is one entry under the owner of that target: a CUBIN
-//! for the target, plus, for the PTX target ([`ShipPlan::ptx_target`]), its PTX,
-//! which the driver can JIT for any newer arch. Entries record their toolchain as deps
+//! for the target, plus, for the PTX targets ([`ShipPlan::ptx_targets`]: the lowest by
+//! default), its PTX, which the driver can JIT for any newer arch. A program whose
+//! kernels differ by arch (`#if __CUDA_ARCH__ >= 800` around its bf16 kernels) ships
+//! the newest target's PTX too ([`ShipPlan::with_ptx_targets`]), so that a GPU newer
+//! than every CUBIN gets every kernel. Entries record their toolchain as deps
 //! (`cuda.nvrtc`, `cuda.headers.<set>`, see
 //! [`KernelRequest::entry_deps`](super::KernelRequest::entry_deps)).
 //!
@@ -63,6 +66,7 @@ use kiln_core::build::{Session, Unavailable, jobs};
 use kiln_core::{ArtifactKind, BoxError, Cache};
 
 use super::library::RequestFn;
+use super::locate::{CCCL_INCLUDE, CUDA_RUNTIME_INCLUDE};
 use super::{Arch, ArchSuffix, BuildRecord, Error, Toolchain};
 
 /// `KILN_CUDA_ARCHS`: the GPUs an application runs on (`sm_86,sm_90`); every
@@ -74,12 +78,12 @@ pub const CUDA_ARCHS: &str = "KILN_CUDA_ARCHS";
 /// image's manifest ([`Session::record`]).
 pub const RECORD_BACKEND: &str = "kiln-cuda";
 
-/// What a kernel library's build ships: CUBIN targets and the one whose entries also
+/// What a kernel library's build ships: CUBIN targets and those whose entries also
 /// carry PTX; after [`ShipPlan::precompile`], the [`BuildRecord`] of what it used.
 #[derive(Clone, Debug)]
 pub struct ShipPlan {
     targets: Vec<Arch>,
-    ptx: Option<Arch>,
+    ptx: Vec<Arch>,
     record: BuildRecord,
     /// The local toolchain to compile with, instead of locating this
     /// machine's (tests, or a build script that finds NVRTC its own way).
@@ -103,7 +107,7 @@ impl ShipPlan {
         let ptx = lowest(true).or_else(|| lowest(false));
         ShipPlan {
             targets,
-            ptx,
+            ptx: ptx.into_iter().collect(),
             record: BuildRecord::default(),
             local: None,
         }
@@ -118,10 +122,51 @@ impl ShipPlan {
     }
 
     /// The same plan with PTX carried by the entries of `target` (one of the
-    /// targets), or by none.
-    pub fn with_ptx_target(mut self, target: Option<Arch>) -> ShipPlan {
-        self.ptx = target.filter(|t| self.targets.contains(t));
+    /// targets) alone, or by none.
+    pub fn with_ptx_target(self, target: Option<Arch>) -> ShipPlan {
+        self.with_ptx_targets(target)
+    }
+
+    /// The same plan with PTX carried by the entries of each of `targets` (those
+    /// that are CUBIN targets; sorted, duplicates dropped). A GPU no CUBIN runs on
+    /// gets the newest PTX that runs on it and holds the kernel asked for.
+    ///
+    /// ```
+    /// use kiln_cuda::ShipPlan;
+    /// let plan = ShipPlan::parse("sm_75,sm_80,sm_90,sm_120")?;
+    /// let (lowest, newest) = (plan.targets()[0], plan.targets()[3]);
+    /// let plan = plan.with_ptx_targets([lowest, newest]);
+    /// assert_eq!(plan.ptx_targets(), [lowest, newest]);
+    /// # Ok::<(), kiln_cuda::Error>(())
+    /// ```
+    pub fn with_ptx_targets(mut self, targets: impl IntoIterator<Item = Arch>) -> ShipPlan {
+        let mut ptx: Vec<Arch> = targets
+            .into_iter()
+            .filter(|t| self.targets.contains(t))
+            .collect();
+        ptx.sort();
+        ptx.dedup();
+        self.ptx = ptx;
         self
+    }
+
+    /// The same plan with PTX for its lowest and its newest plain target (the
+    /// lowest and newest target when none is plain): what a kernel set whose
+    /// members differ by arch needs for every GPU newer than its targets.
+    pub fn with_lowest_and_newest_ptx(self) -> ShipPlan {
+        let plain: Vec<Arch> = self
+            .targets
+            .iter()
+            .copied()
+            .filter(|t| t.suffix() == ArchSuffix::None)
+            .collect();
+        let pool = if plain.is_empty() {
+            &self.targets
+        } else {
+            &plain
+        };
+        let ends = [pool.first().copied(), pool.last().copied()];
+        self.with_ptx_targets(ends.into_iter().flatten())
     }
 
     /// The same plan compiling with `local` (or, given an error, with no
@@ -137,9 +182,14 @@ impl ShipPlan {
         &self.targets
     }
 
-    /// The target whose entries also carry PTX.
+    /// The lowest target whose entries also carry PTX.
     pub fn ptx_target(&self) -> Option<Arch> {
-        self.ptx
+        self.ptx.first().copied()
+    }
+
+    /// Every target whose entries also carry PTX, sorted.
+    pub fn ptx_targets(&self) -> &[Arch] {
+        &self.ptx
     }
 
     /// What the last [`ShipPlan::precompile`] keyed its entries by (empty before it,
@@ -150,31 +200,36 @@ impl ShipPlan {
     }
 
     /// The plan for an application whose GPUs are `devices` (see the module
-    /// documentation): per device the CUBIN target that runs best on it, and the PTX
-    /// target (with its CUBIN) only if a device has no CUBIN.
+    /// documentation): per device the CUBIN target that runs best on it; for a device
+    /// no CUBIN runs on, the newest PTX target that can be JIT-compiled for it (with
+    /// its CUBIN).
     pub fn for_devices(&self, devices: &[Arch]) -> ShipPlan {
         let mut keep: Vec<Arch> = Vec::new();
-        let mut needs_ptx = false;
+        let mut ptx: Vec<Arch> = Vec::new();
         for device in devices {
-            let runs = |t: &&Arch| t.cubin_runs_on(device.major(), device.minor());
+            let (major, minor) = (device.major(), device.minor());
             let best = self.targets.iter().find(|t| *t == device).or_else(|| {
                 self.targets
                     .iter()
-                    .filter(runs)
+                    .filter(|t| t.cubin_runs_on(major, minor))
                     .max_by_key(|t| (t.major(), t.minor()))
             });
             match best {
                 Some(target) => keep.push(*target),
-                None => needs_ptx = true,
+                None => ptx.extend(
+                    self.ptx
+                        .iter()
+                        .filter(|t| t.ptx_runs_on(major, minor))
+                        .max_by_key(|t| (t.major(), t.minor())),
+                ),
             }
         }
-        let ptx = self.ptx.filter(|_| needs_ptx);
-        keep.extend(ptx);
+        keep.extend(&ptx);
         ShipPlan {
-            ptx,
             local: self.local.clone(),
             ..ShipPlan::new(keep)
         }
+        .with_ptx_targets(ptx)
     }
 
     /// Gets every spec for every target into the session's cache, on [`jobs`]
@@ -183,7 +238,8 @@ impl ShipPlan {
     /// tier, else compiled by the local toolchain ([`Toolchain::local`], located only
     /// then) when it gives the same keys. Declares what the images depend on: the
     /// NVRTC library file and the header sets' folders when it compiled,
-    /// `KILN_NVRTC`, `KILN_CCCL_INCLUDE` and `KILN_CUDA_ARCHS`.
+    /// `KILN_NVRTC`, `KILN_CCCL_INCLUDE`, `KILN_CUDA_RUNTIME_INCLUDE` and
+    /// `KILN_CUDA_ARCHS`.
     ///
     /// # Errors
     /// An error of the library's request function other than a missing toolchain
@@ -196,7 +252,8 @@ impl ShipPlan {
         request: RequestFn<S>,
     ) -> Result<(), crate::Error> {
         session.uses_env("KILN_NVRTC");
-        session.uses_env("KILN_CCCL_INCLUDE");
+        session.uses_env(CCCL_INCLUDE);
+        session.uses_env(CUDA_RUNTIME_INCLUDE);
         session.uses_env(CUDA_ARCHS);
         self.record = BuildRecord::default();
         let plan = match session.env(CUDA_ARCHS).and_then(|v| v.into_string().ok()) {
@@ -234,7 +291,7 @@ impl ShipPlan {
         let mut record = keying.as_ref().ok().map(|keying| {
             BuildRecord::new(keying.nvrtc().clone())
                 .with_cubin_targets(plan.targets.iter().copied())
-                .with_ptx_target(plan.ptx)
+                .with_ptx_targets(plan.ptx.iter().copied())
         });
         let mut work = Vec::new();
         for spec in specs {
@@ -264,7 +321,7 @@ impl ShipPlan {
                 }
                 let owner = built.owner(built_nvrtc(&keying)?)?;
                 let key = built.key()?;
-                if Some(target) != plan.ptx {
+                if !plan.ptx.contains(&target) {
                     session.leave_out(owner.digest(), &key, ArtifactKind::Ptx);
                 }
                 let label = format!("{} {target}", built.name());
@@ -454,8 +511,11 @@ mod tests {
         );
         let none = plan.clone().with_ptx_target(None);
         assert_eq!(none.ptx_target(), None);
-        let not_a_target = plan.with_ptx_target(Some("sm_86".parse().unwrap()));
+        let not_a_target = plan.clone().with_ptx_target(Some("sm_86".parse().unwrap()));
         assert_eq!(not_a_target.ptx_target(), None);
+        let ends = plan.with_lowest_and_newest_ptx();
+        let names: Vec<String> = ends.ptx_targets().iter().map(Arch::to_string).collect();
+        assert_eq!(names, ["sm_75", "sm_120"]);
         assert!(ShipPlan::parse("sm_75,compute_80").is_err());
     }
 

@@ -32,8 +32,9 @@ use std::sync::{Arc, OnceLock};
 
 use kiln_core::{Cache, Digest};
 
+use super::locate::{SearchConfig, locate_cccl, locate_cuda_runtime};
 use super::request::{HEADERS_DEP_PREFIX, NVRTC_DEP, nvrtc_fingerprint};
-use super::{Arch, Compiler, Error, IncludeDir, NvrtcVersion, SearchConfig, locate_cccl};
+use super::{Arch, Compiler, Error, IncludeDir, NvrtcVersion};
 
 /// The `cargo:rustc-env` variable a kernel library's build script sets to its
 /// [`BuildRecord`]: the library reads it with `env!("KILN_CUDA_BUILD")`.
@@ -51,21 +52,41 @@ inventory::submit! { kiln_core::registry::RunTimeSwitch::new(STRICT_TOOLCHAIN) }
 /// The header set of the CCCL headers (CUB, Thrust, libcu++).
 pub const CCCL: &str = "cccl";
 
+/// The header set of the CUDA runtime headers (`cuda_fp16.h`, `cuda_bf16.h`,
+/// `cuda_fp8.h`, `cuda_runtime.h`...): the toolkit's `include/` or the
+/// `nvidia-cuda-runtime` wheel's. Their licence does not allow redistributing
+/// them: only their digest travels with shipped kernels. The digest covers
+/// every file of that folder, as every file is reachable through it: CCCL's
+/// too where the wheels share `nvidia/cu13/include/` (a new CCCL then also
+/// misses the runtime set's entries, never the reverse).
+pub const CUDA_RUNTIME: &str = "cuda-runtime";
+
+/// Finds a header set's folder.
+type Locate = fn(&SearchConfig) -> Result<std::path::PathBuf, Error>;
+
+/// The header sets a local toolchain locates by itself, with the function that
+/// finds each one's folder.
+const STANDARD_SETS: [(&str, Locate); 2] =
+    [(CCCL, locate_cccl), (CUDA_RUNTIME, locate_cuda_runtime)];
+
 /// The first word of every build record; a new layout gets a new version.
 const RECORD_MAGIC: &str = "kiln-cuda-build/1";
 
 /// What a kernel library's build compiled its shipped entries with, and for which
 /// targets: NVRTC's exact release, the digest of each named header set, the CUBIN
-/// targets and the target whose entries also carry PTX.
+/// targets and the targets whose entries also carry PTX.
 ///
-/// Its text form is one line (a `cargo:rustc-env` value):
+/// Its text form is one line (a `cargo:rustc-env` value); `ptx=` lists one target
+/// or several, comma-separated (a record of one PTX target reads as it always has):
 ///
 /// ```
-/// use kiln_cuda::BuildRecord;
+/// use kiln_cuda::toolchain::BuildRecord;
 /// let record: BuildRecord = "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_80,sm_90 ptx=sm_80".parse()?;
 /// assert_eq!(record.nvrtc().map(|v| v.release.as_str()), Some("13.0.88"));
 /// assert_eq!(record.cubin_targets().len(), 2);
 /// assert_eq!(record.to_string().parse::<BuildRecord>()?, record);
+/// let two: BuildRecord = "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_80,sm_90 ptx=sm_80,sm_90".parse()?;
+/// assert_eq!(two.ptx_targets().len(), 2);
 /// // A build that found no NVRTC shipped nothing:
 /// assert!("kiln-cuda-build/1".parse::<BuildRecord>()?.nvrtc().is_none());
 /// # Ok::<(), kiln_cuda::Error>(())
@@ -74,7 +95,7 @@ const RECORD_MAGIC: &str = "kiln-cuda-build/1";
 pub struct BuildRecord {
     nvrtc: Option<NvrtcVersion>,
     cubins: Vec<Arch>,
-    ptx: Option<Arch>,
+    ptx: Vec<Arch>,
     headers: BTreeMap<String, Digest>,
 }
 
@@ -95,9 +116,17 @@ impl BuildRecord {
         self
     }
 
-    /// The record with the entries of `target` carrying PTX.
-    pub fn with_ptx_target(mut self, target: Option<Arch>) -> Self {
-        self.ptx = target;
+    /// The record with the entries of `target` (alone) carrying PTX, or none.
+    pub fn with_ptx_target(self, target: Option<Arch>) -> Self {
+        self.with_ptx_targets(target)
+    }
+
+    /// The record with the entries of `targets` carrying PTX (sorted, duplicates
+    /// dropped).
+    pub fn with_ptx_targets(mut self, targets: impl IntoIterator<Item = Arch>) -> Self {
+        self.ptx = targets.into_iter().collect();
+        self.ptx.sort();
+        self.ptx.dedup();
         self
     }
 
@@ -118,9 +147,14 @@ impl BuildRecord {
         &self.cubins
     }
 
-    /// The target whose entries also carry PTX.
+    /// The lowest target whose entries also carry PTX.
     pub fn ptx_target(&self) -> Option<Arch> {
-        self.ptx
+        self.ptx.first().copied()
+    }
+
+    /// Every target whose entries also carry PTX, sorted.
+    pub fn ptx_targets(&self) -> &[Arch] {
+        &self.ptx
     }
 
     /// The digest of header set `set` the entries were compiled with.
@@ -149,8 +183,9 @@ impl fmt::Display for BuildRecord {
             let list: Vec<String> = self.cubins.iter().map(Arch::to_string).collect();
             write!(f, " cubin={}", list.join(","))?;
         }
-        if let Some(ptx) = self.ptx {
-            write!(f, " ptx={ptx}")?;
+        if !self.ptx.is_empty() {
+            let list: Vec<String> = self.ptx.iter().map(Arch::to_string).collect();
+            write!(f, " ptx={}", list.join(","))?;
         }
         for (set, digest) in &self.headers {
             write!(f, " headers.{set}={}", digest.to_hex())?;
@@ -186,7 +221,10 @@ impl FromStr for BuildRecord {
                     let targets = value.split(',').map(arch).collect::<Result<Vec<_>, _>>()?;
                     record = record.with_cubin_targets(targets);
                 }
-                "ptx" => record.ptx = Some(arch(value)?),
+                "ptx" => {
+                    let targets = value.split(',').map(arch).collect::<Result<Vec<_>, _>>()?;
+                    record = record.with_ptx_targets(targets);
+                }
                 _ => {
                     let Some(set) = field.strip_prefix("headers.").filter(|s| !s.is_empty()) else {
                         return Err(bad(format!("unknown field {field:?}")));
@@ -197,7 +235,7 @@ impl FromStr for BuildRecord {
                 }
             }
         }
-        if record.nvrtc.is_none() && !(record.cubins.is_empty() && record.ptx.is_none()) {
+        if record.nvrtc.is_none() && !(record.cubins.is_empty() && record.ptx.is_empty()) {
             return Err(bad(
                 "targets without the NVRTC release they were built by".into()
             ));
@@ -251,7 +289,9 @@ enum Headers {
 struct LocalHeaders {
     given: BTreeMap<String, IncludeDir>,
     search: SearchConfig,
-    cccl: OnceLock<Result<IncludeDir, Arc<Error>>>,
+    /// The standard sets ([`STANDARD_SETS`], in its order), each located and
+    /// fingerprinted on first use.
+    standard: [OnceLock<Result<IncludeDir, Arc<Error>>>; 2],
 }
 
 /// The NVRTC release and header sets that kernel requests are built for.
@@ -315,7 +355,7 @@ impl Toolchain {
             headers: Headers::Local(Box::new(LocalHeaders {
                 given: BTreeMap::new(),
                 search,
-                cccl: OnceLock::new(),
+                standard: Default::default(),
             })),
         }
     }
@@ -346,11 +386,13 @@ impl Toolchain {
     }
 
     /// Header set `set` as an include directory, named `set`: the recorded digest, or
-    /// the local directory (CCCL located and fingerprinted once, on first use).
+    /// the local directory (a standard set, [`CCCL`] or [`CUDA_RUNTIME`], located
+    /// and fingerprinted once, on first use).
     ///
     /// # Errors
     /// [`Error::UnknownHeaderSet`] for a set neither recorded nor known here;
-    /// [`Error::CcclNotFound`] (or an I/O error) when CCCL cannot be located or read.
+    /// [`Error::CcclNotFound`] or [`Error::CudaRuntimeNotFound`] (or an I/O error)
+    /// when a standard set cannot be located or read.
     pub fn header_set(&self, set: &str) -> Result<IncludeDir, Error> {
         match &self.headers {
             Headers::Recorded(digests) => digests
@@ -364,21 +406,25 @@ impl Toolchain {
                 let LocalHeaders {
                     given,
                     search,
-                    cccl,
+                    standard,
                 } = &**local;
                 if let Some(dir) = given.get(set) {
                     return Ok(dir.clone());
                 }
-                if set != CCCL {
+                let Some(((name, locate), found)) = STANDARD_SETS
+                    .iter()
+                    .zip(standard)
+                    .find(|((name, _), _)| *name == set)
+                else {
                     return Err(Error::UnknownHeaderSet {
                         set: set.to_owned(),
                         why: "known on this machine",
                     });
-                }
-                let found = cccl.get_or_init(|| {
-                    locate_cccl(search)
+                };
+                let found = found.get_or_init(|| {
+                    locate(search)
                         .and_then(IncludeDir::new)
-                        .map(|dir| dir.named(CCCL))
+                        .map(|dir| dir.named(*name))
                         .map_err(Arc::new)
                 });
                 found.clone().map_err(Error::Shared)
@@ -392,6 +438,15 @@ impl Toolchain {
     /// As [`Toolchain::header_set`].
     pub fn cccl(&self) -> Result<IncludeDir, Error> {
         self.header_set(CCCL)
+    }
+
+    /// The CUDA runtime headers ([`Toolchain::header_set`] of [`CUDA_RUNTIME`]):
+    /// `cuda_fp16.h`, `cuda_bf16.h`, `cuda_fp8.h`...
+    ///
+    /// # Errors
+    /// As [`Toolchain::header_set`].
+    pub fn cuda_runtime(&self) -> Result<IncludeDir, Error> {
+        self.header_set(CUDA_RUNTIME)
     }
 
     /// Defines, in `cache`, `cuda.nvrtc` and `cuda.headers.<set>` at this toolchain's
@@ -408,7 +463,7 @@ impl Toolchain {
                 .given
                 .keys()
                 .cloned()
-                .chain(std::iter::once(CCCL.to_owned()))
+                .chain(STANDARD_SETS.iter().map(|(name, _)| (*name).to_owned()))
                 .collect(),
         };
         for set in sets {
@@ -443,8 +498,21 @@ mod tests {
             record.cargo_directive(),
             format!("cargo:rustc-env=KILN_CUDA_BUILD={text}")
         );
+        let multi: BuildRecord =
+            "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_75,sm_120 ptx=sm_120,sm_75"
+                .parse()
+                .unwrap();
+        assert_eq!(
+            multi.to_string(),
+            "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_75,sm_120 ptx=sm_75,sm_120"
+        );
+        assert_eq!(
+            multi.ptx_target().map(|a| a.to_string()).as_deref(),
+            Some("sm_75")
+        );
         for bad in [
             "",
+            "kiln-cuda-build/1 nvrtc=13.0.88 ptx=sm_75,",
             "kiln-cuda-build/2 nvrtc=13.0.88",
             "kiln-cuda-build/1 nvrtc=13",
             "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_75,compute_80",

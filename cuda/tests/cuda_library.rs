@@ -13,8 +13,11 @@ use std::path::Path;
 use kiln_core::build::Precompile;
 use kiln_core::{ArtifactKind, Cache, Digest, Source};
 use kiln_cuda::{
-    Arch, BuildRecord, Compiler, Device, Error, IncludeDir, KernelLibrary, KernelRequest,
-    NVRTC_DEP, SearchConfig, Selection, ShipPlan, Toolchain, ToolchainPolicy, nvrtc_fingerprint,
+    Arch, Compiler, Device, Error, IncludeDir, KernelLibrary, KernelRequest, ShipPlan, Toolchain,
+    locate::SearchConfig,
+    request::{NVRTC_DEP, nvrtc_fingerprint},
+    select::Selection,
+    toolchain::{BuildRecord, ToolchainPolicy},
 };
 use kiln_image::{Image, Verification};
 
@@ -93,7 +96,7 @@ fn cache_with(path: &Path) -> Cache {
 }
 
 fn no_nvrtc() -> Error {
-    kiln_cuda::locate_nvrtc(&SearchConfig::empty()).unwrap_err()
+    kiln_cuda::locate::locate_nvrtc(&SearchConfig::empty()).unwrap_err()
 }
 
 fn device(arch: &str) -> Device {

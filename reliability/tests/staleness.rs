@@ -26,8 +26,13 @@ use kiln_core::disk::{DiskCache, DiskConfig};
 use kiln_core::env::Switches;
 use kiln_core::{ArtifactKind, Cache, Compiled, Digest, Key, Owner, Source, load_images};
 use kiln_cuda::{
-    Arch, BuildRecord, CompiledKernel, Compiler, Device, IncludeDir, KernelLibrary, KernelRequest,
-    NvrtcVersion, SearchConfig, Selection, Toolchain, ToolchainPolicy, nvrtc_fingerprint,
+    Arch, Compiler, Device, IncludeDir, KernelLibrary, KernelRequest, Toolchain,
+    compiler::CompiledKernel,
+    locate::SearchConfig,
+    nvrtc::NvrtcVersion,
+    request::nvrtc_fingerprint,
+    select::Selection,
+    toolchain::{BuildRecord, ToolchainPolicy},
 };
 use kiln_image::header::{FORMAT_VERSION, offsets, reseal_header};
 use kiln_image::{Image, ImageMeta, Verification};
@@ -529,7 +534,7 @@ impl Shipment {
         let kernel = compiler.compile(&request).expect("compiles");
         let mut entry = compiler.entry(kernel.clone(), &request);
         for dep in &mut entry.deps {
-            if dep.name == kiln_cuda::NVRTC_DEP {
+            if dep.name == kiln_cuda::request::NVRTC_DEP {
                 dep.fingerprint = nvrtc_fingerprint(release);
             }
         }
@@ -588,8 +593,9 @@ fn toolchain_rows(compiler: &Compiler, dir: &Path, matrix: &mut Matrix) {
     let other_release =
         Shipment::build(compiler, &headers_v1, &other, &dir.join("ship-other.kimg"));
     matrix.nvrtc_compiles += 2;
-    let absent =
-        || Err(kiln_cuda::locate_nvrtc(&SearchConfig::empty()).expect_err("nothing to find"));
+    let absent = || {
+        Err(kiln_cuda::locate::locate_nvrtc(&SearchConfig::empty()).expect_err("nothing to find"))
+    };
     use ToolchainPolicy::{Shipped, Strict};
     let served = |outcome: &Outcome, input: &str, shipment: &Shipment| {
         assert_eq!(

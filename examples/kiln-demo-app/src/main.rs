@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use kiln::cache::Source;
-use kiln::cuda::{Arch, Device, Selection, SelectionStats};
+use kiln::cuda::{Arch, Device, library::SelectionStats, select::Selection};
 use kiln::image::Digest;
 
 use kernels::Wanted;

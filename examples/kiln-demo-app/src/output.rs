@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use kiln::cache::{ImageOutcome, InitReport};
-use kiln::cuda::{Arch, BuildRecord, Device, Selection, SelectionStats};
+use kiln::cuda::{
+    Arch, Device, library::SelectionStats, select::Selection, toolchain::BuildRecord,
+};
 use serde_json::json;
 
 /// How one kernel was obtained.

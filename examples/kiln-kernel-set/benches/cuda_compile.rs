@@ -41,8 +41,11 @@ use std::time::{Duration, Instant};
 use criterion::{BatchSize, Criterion, criterion_group};
 use kiln_core::Cache;
 use kiln_cuda::{
-    Arch, BuildRecord, CCCL, Compiler, Device, IncludeDir, KernelLibrary, KernelRequest, MemoDir,
-    NvrtcIdentity, SearchConfig, Toolchain, ToolchainPolicy,
+    Arch, Compiler, Device, IncludeDir, KernelLibrary, KernelRequest, Toolchain,
+    identity::NvrtcIdentity,
+    locate::SearchConfig,
+    memo::MemoDir,
+    toolchain::{BuildRecord, CCCL, ToolchainPolicy},
 };
 use kiln_kernel_set::{Dtype, KernelSpec, ReduceOp, cccl_include_dir};
 

@@ -20,7 +20,9 @@
 use std::sync::OnceLock;
 
 use kiln_cuda::{
-    Arch, CCCL, Error, IncludeDir, KernelRequest, SearchConfig, Toolchain, locate_cccl,
+    Arch, Error, IncludeDir, KernelRequest, Toolchain,
+    locate::{SearchConfig, locate_cccl},
+    toolchain::CCCL,
 };
 
 /// Element types of the kernel set.

@@ -14,8 +14,8 @@ use cudarc::driver::{CudaContext, DeviceRepr, LaunchConfig, PushKernelArg, Valid
 use kiln_core::{ArtifactKind, Cache, Hit};
 use kiln_cuda::loader::{self, ModuleCache};
 use kiln_cuda::{
-    Arch, ArchSuffix, Compiler, KernelLibrary, KernelRequest, Selection, ShipPlan, Toolchain,
-    ToolchainPolicy,
+    Arch, Compiler, KernelLibrary, KernelRequest, ShipPlan, Toolchain, arch::ArchSuffix,
+    select::Selection, toolchain::ToolchainPolicy,
 };
 use kiln_image::{Image, ImageMeta, Verification};
 use kiln_kernel_set::{Dtype, Element, KernelSpec, ReduceOp, reference};

@@ -13,8 +13,11 @@ use std::time::Duration;
 
 use kiln_core::{Cache, Digest, Source};
 use kiln_cuda::{
-    Arch, Compiler, Error, IdentityOrigin, IncludeDir, KernelRequest, MemoDir, NvrtcIdentity,
-    NvrtcVersion, SearchConfig, locate_nvrtc,
+    Arch, Compiler, Error, IncludeDir, KernelRequest,
+    identity::{IdentityOrigin, NvrtcIdentity},
+    locate::{SearchConfig, locate_nvrtc},
+    memo::MemoDir,
+    nvrtc::NvrtcVersion,
 };
 use kiln_image::{Image, ImageMeta, Verification};
 use kiln_kernel_set::{Dtype, KernelSpec};

@@ -1,0 +1,335 @@
+//! One derivation of a kernel for a device: shipped entries, compiled here,
+//! compiled elsewhere.
+
+use std::fmt;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use kiln_core::{Cache, Hit, World};
+
+use super::attempt::{Attempt, Attempts};
+use super::served::{ChosenArtifact, Served, artifact_kind};
+use super::{KernelLibrary, Shipped};
+use crate::select::{Selection, select};
+use crate::{Arch, Device, Error, KernelRequest, Toolchain, ToolchainPolicy};
+
+/// How many entry points an [`Error::NoSuchKernel`] lists.
+const KERNELS_LISTED: usize = 16;
+
+/// Which toolchain a request was built under.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Under {
+    Recorded,
+    Local,
+}
+
+/// One derivation of a kernel for a device: the steps shipped, compiled here and
+/// compiled elsewhere, sharing the requests they build (once per toolchain and arch)
+/// and the attempts that did not serve.
+pub(super) struct Derivation<'a, 'c, S> {
+    library: &'a KernelLibrary<S>,
+    cache: &'c Cache,
+    device: &'a Device,
+    spec: &'a S,
+    kernel: Option<&'a str>,
+    world: World,
+    shipped: &'a Shipped,
+    requests: Vec<(Under, Arch, Arc<KernelRequest>)>,
+    tried: Vec<Attempt>,
+}
+
+/// A step's outcome: served, not served (an attempt was noted), or an error that
+/// ends the derivation.
+type Step<'c> = Result<Option<Served<'c>>, crate::Error>;
+
+impl<'a, 'c, S> Derivation<'a, 'c, S>
+where
+    S: Clone + Eq + Hash + fmt::Debug + Send + Sync,
+{
+    /// A derivation of `spec` (and `kernel`, if named) for `device` in `cache`,
+    /// at the cache's current world.
+    pub(super) fn new(
+        library: &'a KernelLibrary<S>,
+        cache: &'c Cache,
+        device: &'a Device,
+        spec: &'a S,
+        kernel: Option<&'a str>,
+        shipped: &'a Shipped,
+    ) -> Self {
+        Derivation {
+            library,
+            cache,
+            device,
+            spec,
+            kernel,
+            world: cache.world(),
+            shipped,
+            requests: Vec::new(),
+            tried: Vec::new(),
+        }
+    }
+
+    /// The world the derivation started in: its answer is valid while the cache
+    /// stays in it.
+    pub(super) fn world(&self) -> World {
+        self.world
+    }
+
+    /// Steps 1 to 3, in order: the first that serves, else the error.
+    pub(super) fn run(&mut self) -> Result<Served<'c>, crate::Error> {
+        if let Some(served) = self.shipped_entry()? {
+            return Ok(served);
+        }
+        let local = match self.library.local() {
+            Ok(local) => local,
+            Err(cause) => return self.cannot_compile(cause),
+        };
+        let request = match self.request(Under::Local, &local, self.device.arch()) {
+            Ok(request) => request,
+            Err(Error::Cache(other)) => return Err(Error::Cache(other)),
+            Err(cause) => return self.cannot_compile(Arc::new(cause)),
+        };
+        let Some(compiler) = local.compiler() else {
+            let cause = Arc::new(Error::NoNvrtc {
+                version: local.nvrtc().release.clone(),
+            });
+            return self.cannot_compile(cause);
+        };
+        let hit = compiler.compile_cached(self.cache, &request)?;
+        self.exact(hit, Selection::Compiled, request)
+    }
+
+    /// Step 1: the shipped candidates for the device, under the recorded toolchain.
+    fn shipped_entry(&mut self) -> Step<'c> {
+        let Some(recorded) = &self.shipped.recorded else {
+            self.tried.push(Attempt::NothingShipped);
+            return Ok(None);
+        };
+        let strict = match self.library.policy() {
+            ToolchainPolicy::Strict => self.library.local().ok(),
+            ToolchainPolicy::Shipped => None,
+        };
+        if let Some(local) = &strict {
+            local.define_in(self.cache);
+        }
+        let candidates = select(self.device, &self.shipped.record);
+        if self.cache.config().always_compile {
+            self.tried.push(Attempt::AlwaysCompile);
+            return Ok(None);
+        }
+        for candidate in &candidates.list {
+            let request = self.request(Under::Recorded, recorded, candidate.target)?;
+            if let Some(local) = &strict
+                && let Some(why) = differs(local, recorded, &request)
+            {
+                self.tried.push(Attempt::StrictToolchain { why });
+                return Ok(None);
+            }
+            let owner = request.owner(recorded.nvrtc())?;
+            let key = request.key()?;
+            let Some(hit) = self.cache.lookup(&owner.digest(), &key) else {
+                self.tried.push(Attempt::NotInImages {
+                    target: candidate.target,
+                    selection: candidate.selection,
+                });
+                continue;
+            };
+            if candidate.selection == Selection::ExactCubin {
+                return self.exact(hit, Selection::ExactCubin, request).map(Some);
+            }
+            if self.holds_kernel(&hit, candidate.selection) {
+                return Ok(Some(self.served(hit, candidate.selection, request)));
+            }
+            self.tried.push(Attempt::LacksKernel {
+                target: candidate.target,
+                selection: candidate.selection,
+            });
+        }
+        if let Some(why) = candidates.ptx_refused {
+            self.tried.push(Attempt::PtxRefused { why });
+        }
+        if candidates.list.is_empty() {
+            self.tried.push(Attempt::NoneRuns {
+                shipped: self.shipped.record.cubin_targets().to_vec(),
+            });
+        }
+        Ok(None)
+    }
+
+    /// No compile possible here (no NVRTC, or a header set missing): what a machine
+    /// with the build's toolchain compiled for this arch at run time and stored (the
+    /// disk or remote tier) is what a compile here would give; else the miss is
+    /// [`Error::NotShipped`].
+    fn cannot_compile(&mut self, cause: Arc<Error>) -> Result<Served<'c>, crate::Error> {
+        // Under KILN_STRICT_TOOLCHAIN a process that has a toolchain serves only
+        // what that toolchain built.
+        if let Some(recorded) = &self.shipped.recorded
+            && !self.cache.config().always_compile
+            && !self.library.strict_here()
+        {
+            match self.request(Under::Recorded, recorded, self.device.arch()) {
+                Ok(request) => {
+                    let owner = request.owner(recorded.nvrtc())?;
+                    let key = request.key()?;
+                    match self.cache.get_cached(&owner, &key) {
+                        Some(hit) => return self.exact(hit, Selection::Compiled, request),
+                        None => self.tried.push(Attempt::NotCompiledElsewhere {
+                            nvrtc: recorded.nvrtc().clone(),
+                        }),
+                    }
+                }
+                Err(Error::Cache(other)) => return Err(Error::Cache(other)),
+                Err(why) => self.tried.push(Attempt::NoRecordedRequest {
+                    why: why.to_string(),
+                }),
+            }
+        }
+        Err(Error::NotShipped {
+            kernel: self.kernel_label(),
+            arch: self.device.arch().to_string(),
+            tried: Attempts(std::mem::take(&mut self.tried)),
+            cause,
+        })
+    }
+
+    /// An entry built for exactly the device's arch: served when it holds the
+    /// kernel, else proof that the kernel does not exist for the arch.
+    fn exact(
+        &self,
+        hit: Hit<'c>,
+        selection: Selection,
+        request: Arc<KernelRequest>,
+    ) -> Result<Served<'c>, crate::Error> {
+        if self.holds_kernel(&hit, selection) {
+            return Ok(self.served(hit, selection, request));
+        }
+        let kernels = kernels_of(&hit, selection);
+        Err(Error::NoSuchKernel {
+            kernel: self.kernel.unwrap_or_default().to_owned(),
+            program: request.name().to_owned(),
+            arch: self.device.arch().to_string(),
+            built: selection.to_string(),
+            kernels,
+        })
+    }
+
+    fn served(
+        &self,
+        hit: Hit<'c>,
+        selection: Selection,
+        request: Arc<KernelRequest>,
+    ) -> Served<'c> {
+        Served {
+            artifact: ChosenArtifact::of(selection, request.arch()),
+            hit,
+            selection,
+            request,
+        }
+    }
+
+    /// Whether the artifact `selection` loads from `hit` holds the kernel asked
+    /// for (any entry does when none is).
+    fn holds_kernel(&self, hit: &Hit<'c>, selection: Selection) -> bool {
+        let Some(kernel) = self.kernel else {
+            return true;
+        };
+        let kind = artifact_kind(selection);
+        hit.artifacts()
+            .iter()
+            .filter(|a| a.kind == kind)
+            .any(|a| a.entry_points.contains(&kernel))
+    }
+
+    /// The request under `toolchain` for `arch`, built once per derivation.
+    fn request(
+        &mut self,
+        under: Under,
+        toolchain: &Toolchain,
+        arch: Arch,
+    ) -> Result<Arc<KernelRequest>, crate::Error> {
+        if let Some((.., request)) = self
+            .requests
+            .iter()
+            .find(|(u, a, _)| *u == under && *a == arch)
+        {
+            return Ok(Arc::clone(request));
+        }
+        let request = Arc::new((self.library.request)(self.spec, toolchain, arch)?);
+        self.requests.push((under, arch, Arc::clone(&request)));
+        Ok(request)
+    }
+
+    /// The kernel named in errors: the one asked for, of its program; else the
+    /// program (the first request's name), else the specialization.
+    fn kernel_label(&self) -> String {
+        let program = self
+            .requests
+            .first()
+            .map(|(.., request)| request.name().to_owned())
+            .or_else(|| {
+                let recorded = self.shipped.recorded.as_ref()?;
+                let request = (self.library.request)(self.spec, recorded, self.device.arch());
+                request.ok().map(|r| r.name().to_owned())
+            })
+            .unwrap_or_else(|| format!("{:?}", self.spec));
+        match self.kernel {
+            Some(kernel) => format!("{kernel} (of {program})"),
+            None => program,
+        }
+    }
+}
+
+/// The entry points of the artifact `selection` loads from `hit`, as one line (the
+/// first [`KERNELS_LISTED`] of them).
+fn kernels_of(hit: &Hit<'_>, selection: Selection) -> String {
+    let wanted = artifact_kind(selection);
+    let artifacts = hit.artifacts();
+    let names: Vec<&str> = artifacts
+        .iter()
+        .filter(|a| a.kind == wanted)
+        .flat_map(|a| a.entry_points.iter().copied())
+        .collect();
+    let mut line = names
+        .iter()
+        .take(KERNELS_LISTED)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > KERNELS_LISTED {
+        line.push_str(&format!(" and {} more", names.len() - KERNELS_LISTED));
+    }
+    if line.is_empty() {
+        "none".to_owned()
+    } else {
+        line
+    }
+}
+
+/// Why `local` is not the toolchain `recorded_request` was built for: another NVRTC
+/// release, or another digest of a header set it uses. A header set not found
+/// locally differs from nothing.
+fn differs(
+    local: &Toolchain,
+    recorded: &Toolchain,
+    recorded_request: &KernelRequest,
+) -> Option<String> {
+    if local.nvrtc() != recorded.nvrtc() {
+        return Some(format!(
+            "the local NVRTC is {}, the shipped entries were built by {}",
+            local.nvrtc(),
+            recorded.nvrtc()
+        ));
+    }
+    recorded_request.include_dirs().iter().find_map(|dir| {
+        let set = dir.set()?;
+        let here = local.header_set(set).ok()?;
+        (here.digest() != dir.digest()).then(|| {
+            format!(
+                "the local {set} headers (digest {}) are not those the shipped entries were \
+                 built with ({})",
+                &here.digest().to_hex()[..12],
+                &dir.digest().to_hex()[..12]
+            )
+        })
+    })
+}

@@ -1,0 +1,392 @@
+//! The run-time side of a kernel library: from a specialization the library holds to
+//! the cached artifact for a device, with no toolchain when the images have it.
+//!
+//! A [`KernelLibrary`] holds what the library's build recorded ([`BuildRecord`], read
+//! back with `env!`) and the library's function from a specialization to a
+//! [`KernelRequest`]. [`KernelLibrary::get`]:
+//!
+//! 1. builds the requests of the shipped candidates for the device ([`select`](crate::select::select): exact
+//!    CUBIN, compatible CUBINs, PTX) with the *recorded* toolchain, so owners and keys
+//!    come from the record: NVRTC is not opened, no include tree is read, nothing is
+//!    searched for; and looks each up in the cache's memory and images;
+//! 2. on a miss, locates the local toolchain (once per process: NVRTC, then the
+//!    header sets a request asks for) and gets the kernel for the device's exact arch
+//!    through [`Compiler::compile_cached`](super::Compiler::compile_cached): memory,
+//!    images, the disk and remote tiers, then NVRTC. Such entries name the local
+//!    compiler and headers. Without NVRTC (a production machine), the kernel for
+//!    the device's exact arch *as the recorded toolchain compiles it* is looked for
+//!    in memory, the images and the disk and remote tiers ([`Cache::get_cached`]):
+//!    a machine with the build's toolchain that compiled it at run time stored it
+//!    under the same owner and key, so it is what a compile here would give. Only
+//!    when that misses too is the miss [`Error::NotShipped`], which names the
+//!    kernel, the arch, what was tried and what to install.
+//!
+//! [`KernelLibrary::get_kernel`] asks for one kernel of the program by name (an
+//! `extern "C"` kernel a request of
+//! [`KernelRequest::every_kernel`](crate::KernelRequest::every_kernel) found, or a
+//! name expression's lowered name): each step then serves only an entry whose
+//! artifact holds that kernel, so a kernel that exists only from `sm_80` is taken
+//! from the newest shipped PTX that has it rather than missing from the lowest one.
+//! An entry compiled for exactly the device's arch (its shipped CUBIN, or a compile)
+//! that lacks the kernel proves the kernel does not exist for that arch:
+//! [`Error::NoSuchKernel`].
+//!
+//! Each step that did not serve leaves an [`Attempt`]; [`Error::NotShipped`] lists
+//! them. The requests are built once per (specialization, toolchain, arch), and
+//! [`Served`] says which artifact it chose ([`Served::artifact`]: kind and target),
+//! so that a loader need not select again.
+//!
+//! Under `KILN_STRICT_TOOLCHAIN=1` ([`ToolchainPolicy::Strict`]) step 1 first locates
+//! the local toolchain, defines its fingerprints in the cache
+//! ([`Toolchain::define_in`]) and skips the shipped entries when the local NVRTC or a
+//! header set the kernel uses differs from the recorded one.
+//!
+//! The answer is remembered per (cache, device, specialization): a repeated call is
+//! a hash lookup and one cache lookup, as long as the cache's world has not moved
+//! (a definition changed) and the entry is still valid; otherwise it is derived again.
+//!
+//! ```no_run
+//! use kiln_cuda::{Arch, Device, KernelLibrary, KernelRequest, Toolchain};
+//!
+//! #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+//! struct Scale { float: bool }
+//!
+//! // Shared with the build script (#[path]); a CUB kernel would add
+//! // `.include_dir(toolchain.cccl()?)`: the recorded digest, or the local tree.
+//! fn request(spec: &Scale, _toolchain: &Toolchain, arch: Arch) -> Result<KernelRequest, kiln_cuda::Error> {
+//!     let t = if spec.float { "float" } else { "double" };
+//!     Ok(KernelRequest::new(format!("scale_{t}"), format!(
+//!         "extern \"C\" __global__ void scale_{t}({t}* x) {{ x[threadIdx.x] *= 2; }}"), arch)
+//!         .name_expression(format!("scale_{t}")))
+//! }
+//!
+//! // In the library: `KernelLibrary::new(env!("KILN_CUDA_BUILD"), request)`, the
+//! // record its build script set (see ShipPlan). Here, a record written out:
+//! static KERNELS: KernelLibrary<Scale> = KernelLibrary::new(
+//!     "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_80,sm_90 ptx=sm_80",
+//!     request,
+//! );
+//!
+//! let device = Device::new("sm_86".parse::<Arch>()?);
+//! let served = KERNELS.get(kiln_core::global(), &device, &Scale { float: true })?;
+//! println!("{} from {}", served.selection(), served.target()); // compatible-cubin from sm_80
+//! // One kernel of the program by name (here the program has one):
+//! let scale = KERNELS.get_kernel(kiln_core::global(), &device, &Scale { float: true }, "scale_float")?;
+//! assert_eq!(scale.artifact().target, served.target());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod attempt;
+mod derive;
+mod served;
+mod stats;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::Hash;
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+
+use kiln_core::{Cache, Digest, Key, World};
+
+use super::select::Selection;
+use super::{Arch, BuildRecord, Device, Error, KernelRequest, Toolchain, ToolchainPolicy};
+
+pub use attempt::{Attempt, Attempts};
+pub use served::{ChosenArtifact, Served};
+pub use stats::SelectionStats;
+
+use derive::Derivation;
+use stats::{Counts, PROCESS_COUNTS};
+
+/// A library's function from a specialization to its compile request for an arch,
+/// under a toolchain (recorded or local). Header sets come from the toolchain
+/// ([`Toolchain::cccl`], [`Toolchain::cuda_runtime`]), so that the recorded toolchain
+/// gives the same keys as the one the build used.
+pub type RequestFn<S> = fn(&S, &Toolchain, Arch) -> Result<KernelRequest, crate::Error>;
+
+/// What a library's record says, parsed once.
+struct Shipped {
+    record: BuildRecord,
+    recorded: Option<Toolchain>,
+}
+
+enum RecordSource {
+    Text(&'static str),
+    Parsed(BuildRecord),
+}
+
+/// One remembered answer.
+struct Memo {
+    cache: usize,
+    device: Device,
+    world: World,
+    owner: Digest,
+    key: Key,
+    selection: Selection,
+    artifact: ChosenArtifact,
+    request: Arc<KernelRequest>,
+}
+
+/// Answers remembered per (specialization, kernel) beyond this many (caches ×
+/// devices) are dropped oldest first.
+const MEMOS_PER_SPEC: usize = 8;
+
+/// The answers of one specialization, by kernel name (`""`: any kernel, [`KernelLibrary::get`]).
+type SpecMemos = HashMap<Box<str>, Vec<Memo>>;
+
+type LocalToolchain = Result<Arc<Toolchain>, Arc<Error>>;
+
+/// A kernel library's kernels: the shipped ones by their recorded toolchain, the
+/// others compiled with the local one (see the module documentation).
+///
+/// `S` is the library's specialization type (hashable: answers are remembered per
+/// specialization).
+pub struct KernelLibrary<S> {
+    record: RecordSource,
+    request: RequestFn<S>,
+    policy: Option<ToolchainPolicy>,
+    shipped: OnceLock<Result<Shipped, Arc<Error>>>,
+    local: OnceLock<LocalToolchain>,
+    memo: OnceLock<RwLock<HashMap<S, SpecMemos>>>,
+    counts: Counts,
+}
+
+impl<S> fmt::Debug for KernelLibrary<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let record = match &self.record {
+            RecordSource::Text(text) => (*text).to_owned(),
+            RecordSource::Parsed(record) => record.to_string(),
+        };
+        f.debug_struct("KernelLibrary")
+            .field("record", &record)
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> KernelLibrary<S>
+where
+    S: Clone + Eq + Hash + fmt::Debug + Send + Sync,
+{
+    /// A library whose build recorded `record` (the text of a [`BuildRecord`]:
+    /// `env!("KILN_CUDA_BUILD")`, set by [`ShipPlan`](super::ShipPlan)), building
+    /// requests with `request`. Parsed on first use; usable in a `static`.
+    pub const fn new(record: &'static str, request: RequestFn<S>) -> KernelLibrary<S> {
+        KernelLibrary {
+            record: RecordSource::Text(record),
+            request,
+            policy: None,
+            shipped: OnceLock::new(),
+            local: OnceLock::new(),
+            memo: OnceLock::new(),
+            counts: Counts::new(),
+        }
+    }
+
+    /// A library with a record already parsed.
+    pub fn with_record(record: BuildRecord, request: RequestFn<S>) -> KernelLibrary<S> {
+        KernelLibrary {
+            record: RecordSource::Parsed(record),
+            ..Self::new("", request)
+        }
+    }
+
+    /// The same library under `policy` instead of the process's
+    /// (`KILN_STRICT_TOOLCHAIN`).
+    pub fn with_policy(mut self, policy: ToolchainPolicy) -> KernelLibrary<S> {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// The same library compiling with `local` (or, given an error, with none)
+    /// instead of locating this machine's toolchain ([`Toolchain::local`]).
+    pub fn with_local_toolchain(self, local: Result<Toolchain, Error>) -> KernelLibrary<S> {
+        KernelLibrary {
+            local: OnceLock::from(local.map(Arc::new).map_err(Arc::new)),
+            ..self
+        }
+    }
+
+    /// The build record.
+    ///
+    /// # Errors
+    /// [`Error::BadBuildRecord`] when the embedded record does not parse.
+    pub fn record(&self) -> Result<&BuildRecord, Error> {
+        Ok(&self.shipped()?.record)
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> ToolchainPolicy {
+        self.policy.unwrap_or_else(ToolchainPolicy::process)
+    }
+
+    /// How many kernels this library served each way.
+    pub fn stats(&self) -> SelectionStats {
+        self.counts.snapshot()
+    }
+
+    /// The program of `spec` for `device`, from `cache`: a shipped entry that runs on
+    /// the device, else one compiled here for its exact arch (see the module
+    /// documentation). When the program's kernels differ by arch, ask for the one
+    /// you launch with [`KernelLibrary::get_kernel`].
+    ///
+    /// # Errors
+    /// [`Error::NotShipped`] when no shipped entry serves, this process cannot
+    /// compile (no NVRTC, or no headers) and the cache's tiers do not hold the
+    /// kernel as the build's toolchain compiles it; a compile failure; the errors of the
+    /// library's request function; [`Error::BadBuildRecord`].
+    pub fn get<'c>(
+        &self,
+        cache: &'c Cache,
+        device: &Device,
+        spec: &S,
+    ) -> Result<Served<'c>, crate::Error> {
+        self.serve(cache, device, spec, None)
+    }
+
+    /// The entry of `spec` for `device` that holds kernel `kernel` (an entry-point
+    /// name: an `extern "C"` kernel's name, or a name expression's lowered name):
+    /// the best shipped entry that holds it and runs on the device (exact CUBIN,
+    /// compatible CUBIN, the newest PTX that has it), else one compiled here for the
+    /// device's exact arch.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchKernel`] when an entry compiled for exactly the device's arch
+    /// (its shipped CUBIN, or a compile) does not hold the kernel: it does not exist
+    /// for that arch; otherwise those of [`KernelLibrary::get`].
+    pub fn get_kernel<'c>(
+        &self,
+        cache: &'c Cache,
+        device: &Device,
+        spec: &S,
+        kernel: &str,
+    ) -> Result<Served<'c>, crate::Error> {
+        self.serve(cache, device, spec, Some(kernel))
+    }
+
+    fn serve<'c>(
+        &self,
+        cache: &'c Cache,
+        device: &Device,
+        spec: &S,
+        kernel: Option<&str>,
+    ) -> Result<Served<'c>, crate::Error> {
+        if let Some(served) = self.remembered(cache, device, spec, kernel) {
+            return Ok(served);
+        }
+        let shipped = self.shipped()?;
+        let mut derivation = Derivation::new(self, cache, device, spec, kernel, shipped);
+        let served = derivation.run()?;
+        Ok(self.remember(cache, derivation.world(), device, spec, kernel, served))
+    }
+
+    fn remembered<'c>(
+        &self,
+        cache: &'c Cache,
+        device: &Device,
+        spec: &S,
+        kernel: Option<&str>,
+    ) -> Option<Served<'c>> {
+        if cache.config().always_compile {
+            return None;
+        }
+        let id = cache_id(cache);
+        let memo = self
+            .memo
+            .get()?
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let found = memo
+            .get(spec)?
+            .get(kernel.unwrap_or(""))?
+            .iter()
+            .find(|m| m.cache == id && m.device == *device)?;
+        if found.world != cache.world() {
+            return None;
+        }
+        let hit = cache.lookup(&found.owner, &found.key)?;
+        Some(Served {
+            hit,
+            selection: found.selection,
+            artifact: found.artifact.clone(),
+            request: Arc::clone(&found.request),
+        })
+    }
+
+    fn remember<'c>(
+        &self,
+        cache: &'c Cache,
+        world: World,
+        device: &Device,
+        spec: &S,
+        kernel: Option<&str>,
+        served: Served<'c>,
+    ) -> Served<'c> {
+        self.counts.bump(served.selection);
+        PROCESS_COUNTS.bump(served.selection);
+        let memo = Memo {
+            cache: cache_id(cache),
+            device: *device,
+            world,
+            owner: served.hit.owner(),
+            key: served.hit.key(),
+            selection: served.selection,
+            artifact: served.artifact.clone(),
+            request: Arc::clone(&served.request),
+        };
+        let mut all = self
+            .memo
+            .get_or_init(Default::default)
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let memos = all
+            .entry(spec.clone())
+            .or_default()
+            .entry(kernel.unwrap_or("").into())
+            .or_default();
+        memos.retain(|m| !(m.cache == memo.cache && m.device == memo.device));
+        if memos.len() >= MEMOS_PER_SPEC {
+            memos.remove(0);
+        }
+        memos.push(memo);
+        served
+    }
+
+    fn shipped(&self) -> Result<&Shipped, Error> {
+        let parsed = self.shipped.get_or_init(|| {
+            let record = match &self.record {
+                RecordSource::Text(text) => text.parse::<BuildRecord>().map_err(Arc::new)?,
+                RecordSource::Parsed(record) => record.clone(),
+            };
+            let recorded = Toolchain::recorded(&record);
+            Ok(Shipped { record, recorded })
+        });
+        parsed.as_ref().map_err(|e| Error::Shared(Arc::clone(e)))
+    }
+
+    fn local(&self) -> LocalToolchain {
+        self.local.get_or_init(process_local).clone()
+    }
+
+    /// Whether the policy is strict and this process has a toolchain: then it serves
+    /// only what that toolchain built.
+    fn strict_here(&self) -> bool {
+        matches!(self.policy(), ToolchainPolicy::Strict) && self.local().is_ok()
+    }
+}
+
+/// The process's local toolchain, located once (a failure too: a process without
+/// NVRTC searches once).
+fn process_local() -> LocalToolchain {
+    static LOCAL: OnceLock<LocalToolchain> = OnceLock::new();
+    LOCAL
+        .get_or_init(|| Toolchain::local().map(Arc::new).map_err(Arc::new))
+        .clone()
+}
+
+/// A cache's identity for the memo: its address. A cache dropped and another made at
+/// the same address could share a memo; its answers are (owner, key) pairs, so the
+/// lookup in the new cache still finds only that entry, valid, or misses.
+fn cache_id(cache: &Cache) -> usize {
+    std::ptr::from_ref(cache) as usize
+}

@@ -1,0 +1,94 @@
+//! A kernel as served: the entry, and the artifact chosen for the device.
+
+use std::fmt;
+use std::sync::Arc;
+
+use kiln_core::{ArtifactKind, Hit};
+
+use crate::select::Selection;
+use crate::{Arch, KernelRequest};
+
+/// The artifact of an entry a [`KernelLibrary`](super::KernelLibrary) chose for a device: what to load
+/// ([`ArtifactKind::Cubin`] or [`ArtifactKind::Ptx`]) and the arch it was built
+/// for. A loader obeys it: it runs on the device (invariant 17, ARCHITECTURE.md).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ChosenArtifact {
+    /// The artifact to load: the CUBIN of an exact, compatible or compiled entry,
+    /// the PTX of a PTX one.
+    pub kind: ArtifactKind,
+    /// The arch the entry was built for (its owner's target).
+    pub target: Arch,
+}
+
+impl ChosenArtifact {
+    pub(super) fn of(selection: Selection, target: Arch) -> ChosenArtifact {
+        ChosenArtifact {
+            kind: artifact_kind(selection),
+            target,
+        }
+    }
+}
+
+/// The artifact a selection loads: the PTX of a PTX candidate, else the CUBIN.
+pub(super) fn artifact_kind(selection: Selection) -> ArtifactKind {
+    match selection {
+        Selection::Ptx => ArtifactKind::Ptx,
+        _ => ArtifactKind::Cubin,
+    }
+}
+
+/// A kernel as served to a device: the cache entry, what kind of code it is, the
+/// artifact chosen, and the request it is the entry of (for the loader).
+#[derive(Clone)]
+pub struct Served<'c> {
+    pub(super) hit: Hit<'c>,
+    pub(super) selection: Selection,
+    pub(super) artifact: ChosenArtifact,
+    pub(super) request: Arc<KernelRequest>,
+}
+
+impl<'c> Served<'c> {
+    /// The cache entry (its payloads are borrowed from it: see [`Hit`]).
+    pub fn hit(&self) -> &Hit<'c> {
+        &self.hit
+    }
+
+    /// The cache entry, taken out of the served kernel.
+    pub fn into_hit(self) -> Hit<'c> {
+        self.hit
+    }
+
+    /// Exact CUBIN, compatible CUBIN, PTX or compiled.
+    pub fn selection(&self) -> Selection {
+        self.selection
+    }
+
+    /// The artifact chosen for the device: its kind and the arch it was built for.
+    pub fn artifact(&self) -> &ChosenArtifact {
+        &self.artifact
+    }
+
+    /// The request whose entry this is (its arch is the entry's target; load the hit
+    /// with it: [`ModuleCache::load`](crate::loader::ModuleCache::load)).
+    pub fn request(&self) -> &KernelRequest {
+        &self.request
+    }
+
+    /// The arch the entry was compiled for.
+    pub fn target(&self) -> Arch {
+        self.artifact.target
+    }
+}
+
+impl fmt::Debug for Served<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Served")
+            .field("name", &self.hit.name())
+            .field("owner", &self.hit.owner_label())
+            .field("source", &self.hit.source())
+            .field("selection", &self.selection)
+            .field("artifact", &self.artifact)
+            .finish()
+    }
+}

@@ -1,0 +1,262 @@
+//! Kernel sets that differ by arch, and nvcc-style sources, through a real
+//! NVRTC: Kiln's C headers and the CUDA runtime headers compile a `.cu` file
+//! written for nvcc unchanged; every `extern "C"` kernel is found; a library
+//! shipped with PTX for its lowest and newest targets serves, for a kernel
+//! asked for by name, the best entry that holds it, and says when a kernel
+//! does not exist for an arch (shipped with no toolchain, or compiled here).
+//!
+//! They need NVRTC and the CUDA runtime headers
+//! (`scripts/install-cuda-wheels.sh` installs both), no GPU. Without them they
+//! fail when `CI=true` and otherwise return early.
+
+use kiln_core::build::Precompile;
+use kiln_core::{ArtifactKind, Cache};
+use kiln_cuda::library::Attempt;
+use kiln_cuda::locate::SearchConfig;
+use kiln_cuda::select::Selection;
+use kiln_cuda::toolchain::{BuildRecord, CUDA_RUNTIME, ToolchainPolicy};
+use kiln_cuda::{Arch, Device, Error, KernelLibrary, KernelRequest, ShipPlan, Toolchain};
+use kiln_image::{Image, Verification};
+
+/// The local toolchain, with its CUDA runtime headers located.
+fn toolchain() -> Option<Toolchain> {
+    let local = Toolchain::local().and_then(|t| t.cuda_runtime().map(|_| t));
+    kiln_test_support::ci::required(
+        local,
+        "NVRTC and the CUDA runtime headers (run scripts/install-cuda-wheels.sh)",
+    )
+}
+
+/// A program written for nvcc: C headers, half and bf16, `cuda.h`'s version,
+/// macro-generated kernels, bf16 ones from sm_80, and one C++ template kernel.
+const PROGRAM: &str = r#"
+#define _USE_MATH_DEFINES
+#include <cuda.h>
+#include <stdint.h>
+#include <cstdint>
+#include <stddef.h>
+#include <limits.h>
+#include <float.h>
+#include <math.h>
+#include <cmath>
+#include <assert.h>
+#include <stdio.h>
+#include "cuda_fp16.h"
+#include "cuda_bf16.h"
+
+#if CUDA_VERSION < 12000
+#error "CUDA_VERSION is not defined as nvcc defines it"
+#endif
+static_assert(sizeof(int64_t) == 8 && INT64_MAX == 9223372036854775807LL, "stdint.h");
+static_assert(sizeof(std::uint32_t) == 4 && UINT32_MAX == 4294967295U, "cstdint");
+static_assert(CHAR_BIT == 8 && INT_MIN < 0 && FLT_MAX > 1e38f, "limits.h, float.h");
+static_assert(INFINITY > FLT_MAX && M_PI > 3.14 && M_SQRT1_2 < 0.71, "math.h");
+
+#define OP(T, NAME, F)                                                         \
+    extern "C" __global__ void NAME(size_t n, const T *x, T *y) {              \
+        size_t i = blockIdx.x * blockDim.x + threadIdx.x;                      \
+        if (i < n) y[i] = F;                                                   \
+    }
+
+OP(float, scale_f32, x[i] * (float)M_2_SQRTPI)
+OP(double, sqrt_f64, std::sqrt(x[i]))
+OP(__half, neg_f16, __hneg(x[i]))
+OP(float, clamp_f32, std::isnan(x[i]) ? NAN : fminf(x[i], INFINITY))
+#if __CUDA_ARCH__ >= 800
+OP(__nv_bfloat16, neg_bf16, __hneg(x[i]))
+#endif
+
+template <typename T> __global__ void templated(T *x) { x[0] = T(1); }
+template __global__ void templated<float>(float *);
+"#;
+
+const EVERYWHERE: [&str; 4] = ["scale_f32", "sqrt_f64", "neg_f16", "clamp_f32"];
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Program;
+
+fn request(_: &Program, toolchain: &Toolchain, arch: Arch) -> Result<KernelRequest, Error> {
+    Ok(KernelRequest::new("nvcc_style", PROGRAM, arch)
+        .nvcc_headers(toolchain)?
+        .name_expression("templated<float>")
+        .every_kernel())
+}
+
+fn arch(name: &str) -> Arch {
+    name.parse().unwrap()
+}
+
+#[test]
+fn an_nvcc_style_source_compiles_unchanged_and_every_extern_c_kernel_is_found() {
+    let Some(toolchain) = toolchain() else { return };
+    let compiler = toolchain.compiler().copied().unwrap();
+    for (target, bf16) in [("sm_75", false), ("sm_80", true), ("sm_120", true)] {
+        let request = request(&Program, &toolchain, arch(target)).unwrap();
+        let compiled = compiler.compile(&request).unwrap();
+        let mut expected = vec!["_Z9templatedIfEvPT_"];
+        expected.extend(EVERYWHERE);
+        if bf16 {
+            expected.push("neg_bf16");
+        }
+        assert_eq!(compiled.entry_points, expected, "{target}");
+    }
+    // Without Kiln's C headers NVRTC cannot open stdint.h.
+    let bare = KernelRequest::new("bare", PROGRAM, arch("sm_80"))
+        .include_dir(toolchain.cuda_runtime().unwrap());
+    let Err(Error::Compile { log, .. }) = compiler.compile(&bare) else {
+        panic!("compiled without the C headers");
+    };
+    assert!(log.contains("cuda.h") || log.contains("stdint.h"), "{log}");
+}
+
+#[test]
+fn the_key_covers_kilns_c_headers_and_every_kernel_but_not_for_other_requests() {
+    let plain = KernelRequest::new("k", "extern \"C\" __global__ void k() {}", arch("sm_80"));
+    let with_headers = plain.clone().c_headers();
+    let every = plain.clone().every_kernel();
+    let keys = [&plain, &with_headers, &every].map(|r| r.key().unwrap());
+    assert_ne!(keys[0], keys[1]);
+    assert_ne!(keys[0], keys[2]);
+    assert_ne!(keys[1], keys[2]);
+    // A header of Kiln's set replaced by the caller's changes the key.
+    let replaced = with_headers
+        .clone()
+        .header("stdint.h", "typedef int int32_t;");
+    assert_ne!(replaced.key().unwrap(), keys[1]);
+}
+
+/// Ships [`Program`] for sm_75, sm_80 and sm_90 with PTX for the lowest and the
+/// newest: the image merged into a fresh cache, and the record.
+fn shipped() -> Option<(Cache, BuildRecord, tempfile::TempDir)> {
+    toolchain()?;
+    let dir = tempfile::tempdir().unwrap();
+    let mut plan = ShipPlan::parse("sm_75,sm_80,sm_90")
+        .unwrap()
+        .with_lowest_and_newest_ptx();
+    let mut output = Vec::new();
+    let report = Precompile::new("kernel-sets-test")
+        .out_dir(dir.path())
+        .output(&mut output)
+        .run(|session| Ok(plan.precompile(session, &[Program], request)?))
+        .unwrap();
+    let output = String::from_utf8_lossy(&output);
+    assert!(report.failed.is_empty(), "{output}");
+    assert!(
+        output.contains("cargo:rerun-if-env-changed=KILN_CUDA_RUNTIME_INCLUDE"),
+        "{output}"
+    );
+    let record = plan.record().clone();
+    assert!(record.to_string().contains(" ptx=sm_75,sm_90 "), "{record}");
+    assert!(record.header_set(CUDA_RUNTIME).is_some(), "{record}");
+    let cache = Cache::new();
+    cache.merge_image(Image::open(&report.path, Verification::Full).unwrap());
+    Some((cache, record, dir))
+}
+
+/// A library on `record` that cannot compile (no NVRTC here).
+fn stripped(record: &BuildRecord) -> KernelLibrary<Program> {
+    let no_nvrtc = kiln_cuda::locate::locate_nvrtc(&SearchConfig::empty()).unwrap_err();
+    KernelLibrary::with_record(record.clone(), request)
+        .with_policy(ToolchainPolicy::Shipped)
+        .with_local_toolchain(Err(no_nvrtc))
+}
+
+#[test]
+fn a_kernel_is_served_from_the_best_entry_that_holds_it() {
+    let Some((cache, record, _dir)) = shipped() else {
+        return;
+    };
+    let library = stripped(&record);
+    let get = |device: &str, kernel: &str| {
+        library.get_kernel(&cache, &Device::new(arch(device)), &Program, kernel)
+    };
+    // Newer than every CUBIN: the newest PTX holds every kernel.
+    for kernel in EVERYWHERE.into_iter().chain(["neg_bf16"]) {
+        let served = get("sm_100", kernel).unwrap();
+        assert_eq!(served.selection(), Selection::Ptx, "{kernel}");
+        assert_eq!(served.artifact().kind, ArtifactKind::Ptx);
+        assert_eq!(served.artifact().target, arch("sm_90"));
+    }
+    // The exact CUBIN of sm_80 has the bf16 kernel; sm_86 runs it too.
+    for device in ["sm_80", "sm_86", "sm_89"] {
+        let served = get(device, "neg_bf16").unwrap();
+        assert_eq!(served.target(), arch("sm_80"), "{device}");
+        assert_eq!(served.artifact().kind, ArtifactKind::Cubin);
+    }
+    // sm_75's own build has no bf16 kernel: it does not exist there.
+    let Err(error @ Error::NoSuchKernel { .. }) = get("sm_75", "neg_bf16") else {
+        panic!("a kernel that does not exist for sm_75 was served");
+    };
+    let message = error.to_string();
+    assert!(
+        message.contains("neg_bf16 does not exist for sm_75"),
+        "{message}"
+    );
+    assert!(message.contains("scale_f32"), "{message}");
+    // A misspelt kernel on a shipped arch: the same answer.
+    assert!(matches!(
+        get("sm_90", "neg_bf17"),
+        Err(Error::NoSuchKernel { .. })
+    ));
+}
+
+#[test]
+fn an_arch_whose_shipped_code_lacks_the_kernel_says_what_was_tried() {
+    let Some((cache, record, _dir)) = shipped() else {
+        return;
+    };
+    // sm_78 (a made-up 7.8): the sm_75 CUBIN runs there but has no bf16
+    // kernel, and no compile is possible.
+    let library = stripped(&record);
+    let Err(Error::NotShipped { kernel, tried, .. }) =
+        library.get_kernel(&cache, &Device::new(arch("sm_78")), &Program, "neg_bf16")
+    else {
+        panic!("served without the kernel");
+    };
+    assert_eq!(kernel, "neg_bf16 (of nvcc_style)");
+    assert_eq!(
+        tried.0.first(),
+        Some(&Attempt::LacksKernel {
+            target: arch("sm_75"),
+            selection: Selection::CompatibleCubin
+        })
+    );
+    assert!(
+        tried
+            .to_string()
+            .contains("sm_75 compatible-cubin: does not hold the kernel"),
+        "{tried}"
+    );
+    // The kernels that exist there are served from that same CUBIN.
+    let served = library
+        .get_kernel(&cache, &Device::new(arch("sm_78")), &Program, "scale_f32")
+        .unwrap();
+    assert_eq!(served.selection(), Selection::CompatibleCubin);
+}
+
+#[test]
+fn a_compile_for_the_exact_arch_decides_whether_a_kernel_exists() {
+    let Some(toolchain) = toolchain() else { return };
+    let library = KernelLibrary::with_record(BuildRecord::default(), request)
+        .with_policy(ToolchainPolicy::Shipped)
+        .with_local_toolchain(Ok(toolchain));
+    let cache = Cache::new();
+    let served = library
+        .get_kernel(&cache, &Device::new(arch("sm_86")), &Program, "neg_bf16")
+        .unwrap();
+    assert_eq!(served.selection(), Selection::Compiled);
+    assert_eq!(served.artifact().target, arch("sm_86"));
+    assert_eq!(served.artifact().kind, ArtifactKind::Cubin);
+    let Err(Error::NoSuchKernel { built, .. }) =
+        library.get_kernel(&cache, &Device::new(arch("sm_75")), &Program, "neg_bf16")
+    else {
+        panic!("a bf16 kernel was served for sm_75");
+    };
+    assert_eq!(built, "compiled");
+    // Asked again, the answer is remembered per kernel.
+    let again = library
+        .get_kernel(&cache, &Device::new(arch("sm_86")), &Program, "neg_bf16")
+        .unwrap();
+    assert_eq!(again.hit().key(), served.hit().key());
+    assert_eq!(library.stats().compiled, 1);
+}
