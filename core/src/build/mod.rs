@@ -493,10 +493,17 @@ impl<'out> Precompile<'out> {
         ) {
             out.line(format_args!("cargo:warning=kiln: {name}: {line}"));
         }
-        for (label, why) in &failed {
+        for (label, why) in failed.iter().take(ERRORS_SHOWN) {
             out.line(format_args!(
                 "cargo::error=kiln: {name}: {label} does not compile: {}",
                 first_line(why)
+            ));
+        }
+        if failed.len() > ERRORS_SHOWN {
+            out.line(format_args!(
+                "cargo::error=kiln: {name}: and {} more do not compile (every message is on the \
+                 build script's stderr)",
+                failed.len() - ERRORS_SHOWN
             ));
         }
 
@@ -553,6 +560,10 @@ impl<'out> Precompile<'out> {
         meta
     }
 }
+
+/// How many failures get a `cargo::error` line of their own (all of them
+/// are on stderr, with the compiler's whole message).
+const ERRORS_SHOWN: usize = 10;
 
 /// The label of what the block itself returned.
 const BLOCK: &str = "the precompile block";
