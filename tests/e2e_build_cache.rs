@@ -26,6 +26,7 @@ use std::process::Command;
 
 use demo_app::nvrtc_available;
 use kiln_image::SigningKey;
+use kiln_test_support::library;
 use kiln_test_support::redis_server::RedisServer;
 
 /// The library's kernels (8) for the targets the tests build (2).
@@ -33,30 +34,10 @@ const ENTRIES: u64 = 16;
 const TARGETS: &str = "sm_80,sm_90";
 
 /// The library, copied into `root/<name>` as a workspace of its own without
-/// its shipped image; its build script links the remote tier (the `redis`
-/// feature of its `kiln` build-dependency).
+/// its shipped image; its build script links the remote tier.
 fn library(root: &Path, name: &str) -> PathBuf {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let from = repo.join("examples/kiln-activations-demo");
-    let dir = root.join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("src")).expect("scratch folder");
-    for file in ["build.rs", "src/lib.rs", "src/generate.rs"] {
-        std::fs::copy(from.join(file), dir.join(file)).expect("copy");
-    }
-    let kiln = format!("package = \"kiln-rs\", path = {:?}", repo);
-    std::fs::write(
-        dir.join("Cargo.toml"),
-        format!(
-            "[package]\nname = \"kiln-activations-demo\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\
-             publish = false\n\n[dependencies]\nkiln = {{ {kiln}, features = [\"cuda\"] }}\n\n\
-             [build-dependencies]\nkiln = {{ {kiln}, features = [\"cuda\", \"redis\"] }}\n\n\
-             [workspace]\n"
-        ),
-    )
-    .expect("manifest");
-    std::fs::copy(repo.join("Cargo.lock"), dir.join("Cargo.lock")).expect("lockfile");
-    dir
+    library::copy_library(repo, &root.join(name)).expect("the library copied")
 }
 
 /// One builder: a target folder and a disk cache of its own, and the
@@ -200,14 +181,7 @@ fn scratch(name: &str) -> PathBuf {
 
 /// The relu kernels (f32 and f64), changed.
 fn edit_relu(library: &Path) {
-    let source = library.join("src/generate.rs");
-    let text = std::fs::read_to_string(&source).expect("source");
-    let edited = text.replace(
-        r#"Activation::Relu => format!("v > ({t})0 ? v : ({t})0"),"#,
-        r#"Activation::Relu => format!("v > ({t})0 ? v : ({t})0.01 * v"),"#,
-    );
-    assert_ne!(edited, text);
-    std::fs::write(source, edited).expect("source");
+    library::edit_relu(library, 0).expect("the relu kernel edited");
 }
 
 #[test]

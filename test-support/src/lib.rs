@@ -12,6 +12,8 @@
 //! - [`ci`]: tests that need something this machine may lack skip with a
 //!   message locally and fail in CI ([`ci::required`]).
 //! - [`redis_server`]: a private `redis-server` on a free loopback port.
+//! - [`library`]: a kernel library copied into a crate of its own, for
+//!   builds with `cargo` as its author or a downstream machine runs them.
 //!
 //! The crate uses only `std` and depends on no Kiln crate, so `kiln-image`
 //! and `kiln-core` can take it as a dev-dependency without building a
@@ -34,6 +36,7 @@
 pub mod aligned;
 pub mod child;
 pub mod ci;
+pub mod library;
 pub mod redis_server;
 pub mod rng;
 

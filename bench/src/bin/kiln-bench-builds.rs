@@ -22,6 +22,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use kiln_test_support::library;
 use serde_json::json;
 
 /// Build-script costs through cargo.
@@ -220,41 +221,13 @@ fn median(mut runs: Vec<Figures>) -> Figures {
 /// as a workspace of its own in `dir`; its build script links the remote
 /// tier.
 fn library_copy(repo: &Path, dir: &Path) -> Result<(), String> {
-    let from = repo.join("examples/kiln-activations-demo");
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::create_dir_all(dir.join("src")).map_err(|e| e.to_string())?;
-    for file in ["build.rs", "src/lib.rs", "src/generate.rs"] {
-        std::fs::copy(from.join(file), dir.join(file)).map_err(|e| e.to_string())?;
-    }
-    let kiln = format!("package = \"kiln-rs\", path = {repo:?}");
-    std::fs::write(
-        dir.join("Cargo.toml"),
-        format!(
-            "[package]\nname = \"kiln-activations-demo\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\
-             publish = false\n\n[dependencies]\nkiln = {{ {kiln}, features = [\"cuda\"] }}\n\n\
-             [build-dependencies]\nkiln = {{ {kiln}, features = [\"cuda\", \"redis\"] }}\n\n\
-             [workspace]\n"
-        ),
-    )
-    .map_err(|e| e.to_string())?;
-    std::fs::copy(repo.join("Cargo.lock"), dir.join("Cargo.lock")).map_err(|e| e.to_string())?;
-    Ok(())
+    library::copy_library(repo, dir)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 fn edit_relu(dir: &Path, variant: usize) -> Result<(), String> {
-    let source = dir.join("src/generate.rs");
-    let text = std::fs::read_to_string(&source).map_err(|e| e.to_string())?;
-    let edited = text.replace(
-        r#"Activation::Relu => format!("v > ({t})0 ? v : ({t})0"),"#,
-        &format!(
-            r#"Activation::Relu => format!("v > ({{t}})0 ? v : ({{t}})0.0{} * v"),"#,
-            variant + 1
-        ),
-    );
-    if edited == text {
-        return Err("the relu source was not found".into());
-    }
-    std::fs::write(source, edited).map_err(|e| e.to_string())
+    library::edit_relu(dir, variant as u32).map_err(|e| e.to_string())
 }
 
 fn main() -> Result<(), String> {
