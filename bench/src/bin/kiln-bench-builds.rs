@@ -51,6 +51,7 @@ struct Figures {
 
 /// What to build: a package of the repository's workspace, or a library
 /// copied into a workspace of its own.
+#[derive(Clone)]
 struct Build {
     dir: PathBuf,
     package: Option<&'static str>,
@@ -200,6 +201,77 @@ fn parse_duration(text: &str) -> Option<Duration> {
     Some(Duration::from_secs_f64(number.parse::<f64>().ok()? * scale))
 }
 
+/// A library's shipped image: its entries and sizes.
+struct ShippedSize {
+    name: String,
+    entries: usize,
+    raw: u64,
+    shipped: u64,
+}
+
+impl ShippedSize {
+    fn per_entry(&self) -> f64 {
+        self.shipped as f64 / self.entries.max(1) as f64
+    }
+
+    /// How many (kernel, arch) entries of this size fit in a 10 MiB package.
+    fn fit_in_10_mib(&self) -> u64 {
+        (10.0 * 1024.0 * 1024.0 / self.per_entry().max(1.0)) as u64
+    }
+}
+
+/// The demo libraries' shipped images in the repository.
+fn shipped_sizes(repo: &Path) -> Result<Vec<ShippedSize>, String> {
+    ["kiln-kernels-demo", "kiln-activations-demo"]
+        .iter()
+        .map(|name| {
+            let path = repo
+                .join("examples")
+                .join(name)
+                .join("kiln-shipped")
+                .join(format!("{name}.kship"));
+            let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let shipped = kiln_ship::Shipped::from_bytes(&bytes).map_err(|e| e.to_string())?;
+            let raw = kiln_ship::ShippedFile::parse(&bytes)
+                .map_err(|e| e.to_string())?
+                .raw_len();
+            Ok(ShippedSize {
+                name: (*name).to_owned(),
+                entries: shipped.entries().len(),
+                raw,
+                shipped: bytes.len() as u64,
+            })
+        })
+        .collect()
+}
+
+/// The demo application's stripped size with everything shipped embedded,
+/// and with `KILN_CUDA_ARCHS=sm_90` (one GPU generation).
+fn binary_sizes(demo: &Build, scratch: &Path) -> Result<Vec<(String, u64)>, String> {
+    let mut sizes = Vec::new();
+    for (what, archs) in [
+        ("every shipped arch (7 + PTX)", None),
+        ("KILN_CUDA_ARCHS=sm_90", Some("sm_90")),
+    ] {
+        let build = match archs {
+            Some(archs) => demo.clone().var("KILN_CUDA_ARCHS", archs),
+            None => demo.clone(),
+        };
+        build.measure()?;
+        let binary = demo.target.join("release/kiln-demo-app");
+        let copy = scratch.join("kiln-demo-app.stripped");
+        std::fs::copy(&binary, &copy).map_err(|e| format!("{}: {e}", binary.display()))?;
+        run({
+            let mut strip = Command::new("strip");
+            strip.arg(&copy);
+            strip
+        })?;
+        let bytes = std::fs::metadata(&copy).map_err(|e| e.to_string())?.len();
+        sizes.push((what.to_owned(), bytes));
+    }
+    Ok(sizes)
+}
+
 /// Prints a scenario's figures and keeps them for the JSON.
 fn row(rows: &mut Vec<(String, Figures)>, name: &str, figures: Figures) {
     println!(
@@ -264,7 +336,7 @@ fn main() -> Result<(), String> {
     demo.warm()?;
     let warm_cache = scratch.join("demo-warm-cache");
     let _ = std::fs::remove_dir_all(&warm_cache);
-    let shipped = demo.var("KILN_CACHE", "0");
+    let shipped = demo.clone().var("KILN_CACHE", "0");
     measure(&mut rows, "demo libraries, shipped images", &shipped, runs)?;
     let compiling = shipped.var("KILN_IGNORE_SHIPPED", "1");
     measure(
@@ -287,6 +359,9 @@ fn main() -> Result<(), String> {
         &warm,
         runs,
     )?;
+
+    // What an application embeds: every shipped arch, or one GPU's.
+    let sizes = binary_sizes(&demo, &scratch)?;
 
     // One library edited in one kernel (relu, f32 and f64), warm disk cache.
     let library = scratch.join("library");
@@ -360,6 +435,24 @@ fn main() -> Result<(), String> {
         println!("farm: skipped (no redis-server)");
     }
 
+    let shipped = shipped_sizes(&repo)?;
+    println!("\nshipped images (7 archs, CUBIN and PTX of every kernel, zstd -19):");
+    for s in &shipped {
+        println!(
+            "  {:<24} {:>3} entries {:>10} bytes whole {:>8} bytes shipped: {:>6.0} bytes per kernel per arch, {:>6} fit in 10 MiB",
+            s.name,
+            s.entries,
+            s.raw,
+            s.shipped,
+            s.per_entry(),
+            s.fit_in_10_mib()
+        );
+    }
+    println!("\ndemo application binary (release, stripped):");
+    for (what, bytes) in &sizes {
+        println!("  {what:<34} {bytes:>10} bytes");
+    }
+
     if let Some(path) = &cli.json {
         let rows: Vec<_> = rows
             .iter()
@@ -374,8 +467,30 @@ fn main() -> Result<(), String> {
                 })
             })
             .collect();
-        let text = serde_json::to_string_pretty(&json!({ "runs": runs, "scenarios": rows }))
-            .map_err(|e| e.to_string())?;
+        let shipped: Vec<_> = shipped
+            .iter()
+            .map(|s| {
+                json!({
+                    "library": s.name,
+                    "entries": s.entries,
+                    "whole_bytes": s.raw,
+                    "shipped_bytes": s.shipped,
+                    "shipped_bytes_per_entry": s.per_entry(),
+                    "entries_in_10_mib": s.fit_in_10_mib(),
+                })
+            })
+            .collect();
+        let sizes: Vec<_> = sizes
+            .iter()
+            .map(|(what, bytes)| json!({ "binary": what, "bytes": bytes }))
+            .collect();
+        let text = serde_json::to_string_pretty(&json!({
+            "runs": runs,
+            "scenarios": rows,
+            "shipped": shipped,
+            "binaries": sizes,
+        }))
+        .map_err(|e| e.to_string())?;
         std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
