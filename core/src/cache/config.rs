@@ -50,17 +50,17 @@ pub struct CacheConfig {
     /// weighs, so entries with tiny payloads (a query plan, a DFA) would
     /// otherwise hold far more memory than the byte cap says. Past it, the
     /// least recently used entries are evicted as for the byte cap. Default
-    /// [`DEFAULT_MEMORY_MAX_ENTRIES`] (262,144): about 130 MiB of metadata
-    /// at most, more entries than a 1 GiB cap holds of payloads of 4 KiB or
-    /// more.
+    /// [`DEFAULT_MEMORY_MAX_ENTRIES`] (131,072): at about 1 KiB of metadata
+    /// each, 128 MiB at most, and more entries than a 1 GiB byte cap holds
+    /// of payloads of 8 KiB or more (a CUBIN or the PTX of a small kernel).
     pub memory_max_entries: Option<u64>,
 }
 
 /// The default [`CacheConfig::memory_max_bytes`]: 1 GiB.
 pub const DEFAULT_MEMORY_MAX_BYTES: u64 = 1 << 30;
 
-/// The default [`CacheConfig::memory_max_entries`]: 262,144 entries.
-pub const DEFAULT_MEMORY_MAX_ENTRIES: u64 = 1 << 18;
+/// The default [`CacheConfig::memory_max_entries`]: 131,072 entries.
+pub const DEFAULT_MEMORY_MAX_ENTRIES: u64 = 1 << 17;
 
 impl Default for CacheConfig {
     fn default() -> CacheConfig {

@@ -51,25 +51,29 @@ impl Cache {
     /// not found (the tiers or a compile bring it back).
     pub(crate) fn find(&self, world: u64, owner: &Digest, key: &Key) -> Option<Hit<'_>> {
         // Fast path: the index (instances, and image entries hit before).
-        let mut memory: Option<Arc<Instance>> = None;
-        let mut image = None;
-        self.store.probe(owner, key, |target| match target {
-            Found::Memory(instance) => {
-                // The newest valid one wins.
-                if instance.is_valid_in(world) && memory.as_ref().is_none_or(|m| m.seq < instance.seq)
-                {
-                    memory = Some(Arc::clone(instance));
+        let (memory, image) = self.store.probe(
+            owner,
+            key,
+            || (None::<Arc<Instance>>, None),
+            |(memory, image), target| match target {
+                Found::Memory(instance) => {
+                    // The newest valid one wins.
+                    if instance.is_valid_in(world)
+                        && memory.as_ref().is_none_or(|m| m.seq < instance.seq)
+                    {
+                        *memory = Some(Arc::clone(instance));
+                    }
                 }
-            }
-            Found::Image { layer, entry } => {
-                if image.is_none()
-                    && let Some(l) = self.layers.get(layer)
-                    && let Some(e) = l.promoted(entry, owner, key, world)
-                {
-                    image = Some(Hit::image(l, e));
+                Found::Image { layer, entry } => {
+                    if image.is_none()
+                        && let Some(l) = self.layers.get(layer)
+                        && let Some(e) = l.promoted(entry, owner, key, world)
+                    {
+                        *image = Some(Hit::image(l, e));
+                    }
                 }
-            }
-        });
+            },
+        );
         if let Some(instance) = memory {
             instance.touch(self.memory.now());
             return Some(Hit::memory(instance));
@@ -93,16 +97,19 @@ impl Cache {
 
     /// The newest in-memory instance of `(owner, key)` valid in `world`.
     pub(crate) fn find_memory(&self, world: u64, owner: &Digest, key: &Key) -> Option<Arc<Instance>> {
-        let mut newest: Option<Arc<Instance>> = None;
-        self.store.probe(owner, key, |target| {
-            if let Found::Memory(instance) = target
-                && instance.is_valid_in(world)
-                && newest.as_ref().is_none_or(|n| n.seq < instance.seq)
-            {
-                newest = Some(Arc::clone(instance));
-            }
-        });
-        newest
+        self.store.probe(
+            owner,
+            key,
+            || None,
+            |newest: &mut Option<Arc<Instance>>, target| {
+                if let Found::Memory(instance) = target
+                    && instance.is_valid_in(world)
+                    && newest.as_ref().is_none_or(|n| n.seq < instance.seq)
+                {
+                    *newest = Some(Arc::clone(instance));
+                }
+            },
+        )
     }
 
     /// Indexes an image entry that was just hit, if the writer lock is free

@@ -3,40 +3,43 @@
 //! The index maps the hash of `(owner, key)` to *targets*: in-memory
 //! instances (`Arc<Instance>`), and image entries promoted after their first
 //! hit (so that a hot image-backed lookup does not binary-search the image
-//! again). It is an open-addressing table with linear probing, written only
-//! by the cache's single writer (everything that writes holds the cache's
-//! writer lock) and read without any lock: a lookup touches no cache line
-//! that another lookup writes, so lookups scale with threads.
+//! again). It is a table of buckets, each the head of an immutable chain of
+//! nodes, written only by the cache's single writer (everything that writes
+//! holds the cache's writer lock) and read without any lock: a lookup
+//! touches no cache line that another lookup writes, so lookups scale with
+//! threads.
 //!
 //! # Removal and reclamation
 //!
-//! An evicted entry is taken out of the index: its cell becomes a
-//! *tombstone* (probes go past it) and the cell lets go of its `Arc`. A
-//! reader may be looking at that cell at the same moment, so the pointer
-//! cannot simply be freed; each cell holds its instance in an
-//! [`ArcSwapOption`], and the table itself sits in an [`ArcSwap`]: a reader
-//! *loads* them (arc-swap's hazard-pointer-like "debts": a reader writes the
-//! pointer it is about to use into a slot of its own thread, and a writer
-//! that replaces the pointer pays such debts by taking a reference for the
-//! reader), so a removal never frees what a lookup is reading, and frees it
-//! as soon as no lookup, [`Hit`](crate::Hit) or other holder is left. No
-//! `unsafe` here: the reclamation is arc-swap's, a well-kept crate.
+//! A chain is never changed in place: the writer builds the new chain
+//! (a new head in front of the old chain for an insert; the nodes before
+//! the removed one copied, the rest shared, for a removal) and publishes
+//! it. A reader may be walking the old chain at that moment, so nodes
+//! cannot simply be freed; each bucket holds its chain in an
+//! [`ArcSwapOption`] (arc-swap: a reader publishes the pointer it loads in
+//! a slot of its own thread, and a writer that replaces it hands such
+//! readers a reference: lock-free loads, and no `unsafe` here). A removed
+//! node, and the instance it held, are freed as soon as no lookup,
+//! [`Hit`](crate::Hit) or other holder is left. A lookup costs one such
+//! load plus the reference count of the instance it returns.
 //!
-//! Tombstones are never reused. When the used cells (live ones and
-//! tombstones) pass half the table, the writer builds a fresh table with
-//! room for four times the live entries (growing or shrinking it, at least
-//! [`FIRST_CAPACITY`] cells), copies the live cells and publishes it; a
-//! reader still on the old table finishes on it, and the old table (with
-//! the references its cells still hold) is freed when the last such reader
-//! leaves. A rebuild copies at most the table, and at least a quarter of a
-//! table of inserts separates two rebuilds, so its cost is amortized O(1)
-//! per insert, and the index holds at most 8 cells (24 bytes each) per
-//! live target, plus a table of [`FIRST_CAPACITY`] cells.
+//! # Growth
+//!
+//! When the targets outnumber the buckets, the writer builds a table with
+//! twice as many (sharing every instance), publishes it, and only then
+//! empties the old table's buckets. A reader reads the table number before
+//! and after its walk and walks again if it changed, so a reader still on
+//! the old table never misses an entry that was there throughout. Old
+//! tables are kept, empty, until the cache is dropped (a bucket is 8
+//! bytes, and their sizes halve: at most as much again as the current
+//! table). Tables never shrink: the index holds one bucket per target at
+//! the most the cache has held (bounded by its caps), plus one node of
+//! about 48 bytes per live target.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use arc_swap::{ArcSwap, ArcSwapOption};
+use arc_swap::ArcSwapOption;
 
 use super::instance::Instance;
 use crate::{Digest, Key};
@@ -77,118 +80,134 @@ pub(crate) enum Found<'g> {
     Image { layer: usize, entry: usize },
 }
 
-/// A cell's `word`: empty, a tombstone, an instance (in the cell's `entry`)
-/// or an encoded image target.
-const EMPTY: u64 = 0;
-const TOMBSTONE: u64 = 1;
-const MEMORY: u64 = 2;
-const IMAGE_BIT: u64 = 1 << 63;
-
-/// An image target as a cell word; `None` beyond the encodable range
-/// (2^31 images, 2^32 entries per image).
-fn encode_image(layer: usize, entry: usize) -> Option<u64> {
-    let layer = u32::try_from(layer).ok().filter(|l| *l < 1 << 31)?;
-    let entry = u32::try_from(entry).ok()?;
-    Some(IMAGE_BIT | u64::from(layer) << 32 | u64::from(entry))
+/// What a node points at.
+#[derive(Clone)]
+enum Target {
+    Memory(Arc<Instance>),
+    Image { layer: usize, entry: usize },
 }
 
-fn decode_image(word: u64) -> (usize, usize) {
-    (
-        ((word >> 32) & 0x7fff_ffff) as usize,
-        (word & 0xffff_ffff) as usize,
-    )
+/// One link of a bucket's chain; immutable once published.
+struct Node {
+    hash: u64,
+    target: Target,
+    next: Option<Arc<Node>>,
 }
 
-/// One index cell. Written by the single writer: `hash`, then `entry`,
-/// then `word` (release), so a reader that sees the word sees the rest.
-#[derive(Default)]
-struct Cell {
-    hash: AtomicU64,
-    word: AtomicU64,
-    entry: ArcSwapOption<Instance>,
+impl Drop for Node {
+    /// Frees a long chain iteratively (a recursive drop of a chain of a
+    /// hostile length could exhaust the stack).
+    fn drop(&mut self) {
+        let mut next = self.next.take();
+        while let Some(node) = next {
+            next = match Arc::try_unwrap(node) {
+                Ok(mut alone) => alone.next.take(),
+                Err(_) => None, // shared: its owner frees the rest
+            };
+        }
+    }
+}
+
+/// The nodes of a chain, from its head.
+fn walk(head: Option<&Arc<Node>>) -> impl Iterator<Item = &Node> {
+    std::iter::successors(head.map(|n| &**n), |n| n.next.as_deref())
 }
 
 struct Table {
-    cells: Box<[Cell]>,
+    buckets: Box<[ArcSwapOption<Node>]>,
     mask: usize,
 }
 
 impl Table {
-    fn with_capacity(capacity: usize) -> Table {
+    fn with_buckets(count: usize) -> Table {
         Table {
-            cells: (0..capacity).map(|_| Cell::default()).collect(),
-            mask: capacity - 1,
+            buckets: (0..count).map(|_| ArcSwapOption::empty()).collect(),
+            mask: count - 1,
         }
     }
 
-    /// The cells a probe for `hash` visits: from its home cell to the
-    /// first empty one (at most the whole table).
-    fn chain(&self, hash: u64) -> impl Iterator<Item = &Cell> {
-        let start = hash as usize & self.mask;
-        (0..self.cells.len()).map(move |step| &self.cells[(start + step) & self.mask])
+    fn bucket(&self, hash: u64) -> &ArcSwapOption<Node> {
+        &self.buckets[hash as usize & self.mask]
     }
 
-    /// Writes a target into the first empty cell. Single writer only; the
-    /// table is rebuilt before it is half full, so there always is one.
-    fn put(&self, hash: u64, word: u64, entry: Option<Arc<Instance>>) {
-        if let Some(cell) = self
-            .chain(hash)
-            .find(|cell| cell.word.load(Ordering::Relaxed) == EMPTY)
-        {
-            cell.hash.store(hash, Ordering::Relaxed);
-            cell.entry.store(entry);
-            cell.word.store(word, Ordering::Release);
-        }
+    /// Puts `target` in front of `hash`'s chain. Single writer only.
+    fn push(&self, hash: u64, target: Target) {
+        let bucket = self.bucket(hash);
+        let next = bucket.load_full();
+        bucket.store(Some(Arc::new(Node { hash, target, next })));
     }
 }
 
 /// The smallest table.
-pub(crate) const FIRST_CAPACITY: usize = 1024;
+pub(crate) const FIRST_BUCKETS: usize = 1024;
 
 /// The index.
 pub(crate) struct MemoryStore {
-    table: ArcSwap<Table>,
-    /// Cells in use in the current table, tombstones included (writer
-    /// only; atomic for `Sync`).
-    used: AtomicUsize,
-    /// Live targets (instances and promoted image entries; writer only).
+    /// Every table ever used (the old ones emptied); the last published
+    /// one is current.
+    tables: boxcar::Vec<Table>,
+    current: AtomicUsize,
+    /// Live targets (instances and promoted image entries; writer only,
+    /// atomic for `Sync`).
     live: AtomicUsize,
 }
 
 impl MemoryStore {
     pub(crate) fn new() -> MemoryStore {
+        let tables = boxcar::Vec::new();
+        let first = tables.push(Table::with_buckets(FIRST_BUCKETS));
         MemoryStore {
-            table: ArcSwap::from_pointee(Table::with_capacity(FIRST_CAPACITY)),
-            used: AtomicUsize::new(0),
+            tables,
+            current: AtomicUsize::new(first),
             live: AtomicUsize::new(0),
         }
     }
 
+    /// The current table and its number.
+    fn table(&self) -> (usize, &Table) {
+        let at = self.current.load(Ordering::Acquire);
+        // `current` is only ever set to the index of a pushed table.
+        (at, &self.tables[at])
+    }
+
     /// Calls `visit` with every target indexed under `(owner, key)`
-    /// (instances of other keys whose hash collides are skipped). Lock-free;
-    /// what `visit` is given stays valid for the call (the probe holds the
-    /// table and the cell), so a caller keeps an instance by cloning its `Arc`.
-    pub(crate) fn probe(&self, owner: &Digest, key: &Key, mut visit: impl FnMut(Found<'_>)) {
+    /// (instances of other keys whose hash collides are skipped), with a
+    /// result that starts as `init()`, and returns the result. Lock-free;
+    /// what `visit` is given stays valid for the call (the walk holds the
+    /// chain), so a caller keeps an instance by cloning its `Arc`. If the
+    /// table grew meanwhile, the walk starts again with a fresh result.
+    pub(crate) fn probe<R>(
+        &self,
+        owner: &Digest,
+        key: &Key,
+        init: impl Fn() -> R,
+        mut visit: impl FnMut(&mut R, Found<'_>),
+    ) -> R {
         let hash = index_hash(owner, key);
-        let table = self.table.load();
-        for cell in table.chain(hash) {
-            let word = cell.word.load(Ordering::Acquire);
-            if word == EMPTY {
-                return;
-            }
-            if word == TOMBSTONE || cell.hash.load(Ordering::Relaxed) != hash {
-                continue;
-            }
-            if word == MEMORY {
-                let entry = cell.entry.load();
-                if let Some(instance) = &*entry
-                    && instance.is(owner, key)
-                {
-                    visit(Found::Memory(instance));
+        loop {
+            let (at, table) = self.table();
+            let mut result = init();
+            let chain = table.bucket(hash).load();
+            for node in walk(chain.as_ref()).filter(|node| node.hash == hash) {
+                match &node.target {
+                    Target::Memory(instance) => {
+                        if instance.is(owner, key) {
+                            visit(&mut result, Found::Memory(instance));
+                        }
+                    }
+                    Target::Image { layer, entry } => visit(
+                        &mut result,
+                        Found::Image {
+                            layer: *layer,
+                            entry: *entry,
+                        },
+                    ),
                 }
-            } else {
-                let (layer, entry) = decode_image(word);
-                visit(Found::Image { layer, entry });
+            }
+            // The old table is emptied after the new one is published: a
+            // walk that saw no growth saw a whole chain.
+            if self.current.load(Ordering::Acquire) == at {
+                return result;
             }
         }
     }
@@ -196,54 +215,89 @@ impl MemoryStore {
     /// Indexes `instance`. Writer lock only.
     pub(crate) fn insert(&self, instance: &Arc<Instance>) {
         let hash = index_hash(&instance.owner, &instance.key);
-        self.put(hash, MEMORY, Some(Arc::clone(instance)));
+        self.put(hash, Target::Memory(Arc::clone(instance)));
     }
 
     /// Indexes entry `entry` of layer `layer` under `(owner, key)`. Writer
-    /// lock only. A target beyond the encodable range is not indexed (its
-    /// lookups take the slow path).
+    /// lock only.
     pub(crate) fn promote(&self, owner: &Digest, key: &Key, layer: usize, entry: usize) {
-        if let Some(word) = encode_image(layer, entry) {
-            self.put(index_hash(owner, key), word, None);
-        }
+        self.put(index_hash(owner, key), Target::Image { layer, entry });
     }
 
     /// Whether entry `entry` of layer `layer` is indexed under `(owner, key)`.
     pub(crate) fn is_promoted(&self, owner: &Digest, key: &Key, layer: usize, entry: usize) -> bool {
-        let mut found = false;
-        self.probe(owner, key, |target| {
-            if let Found::Image { layer: l, entry: e } = target {
-                found |= (l, e) == (layer, entry);
-            }
-        });
-        found
+        self.probe(
+            owner,
+            key,
+            || false,
+            |found, target| {
+                if let Found::Image { layer: l, entry: e } = target {
+                    *found |= (l, e) == (layer, entry);
+                }
+            },
+        )
     }
 
-    /// Takes `instance` out of the index; its cell lets go of its
-    /// reference. Writer lock only. Returns whether it was indexed.
+    /// Takes `instance` out of the index: its chain is published without
+    /// it, and the old chain's reference goes with the last reader. Writer
+    /// lock only. Returns whether it was indexed.
     pub(crate) fn remove(&self, instance: &Arc<Instance>) -> bool {
         let hash = index_hash(&instance.owner, &instance.key);
-        let table = self.table.load();
-        for cell in table.chain(hash) {
-            let word = cell.word.load(Ordering::Relaxed);
-            if word == EMPTY {
-                return false;
-            }
-            if word == MEMORY
-                && cell.hash.load(Ordering::Relaxed) == hash
-                && cell
-                    .entry
-                    .load()
-                    .as_ref()
-                    .is_some_and(|held| Arc::ptr_eq(held, instance))
-            {
-                cell.word.store(TOMBSTONE, Ordering::Release);
-                cell.entry.store(None);
-                self.live.fetch_sub(1, Ordering::Relaxed);
-                return true;
+        let (_, table) = self.table();
+        let bucket = table.bucket(hash);
+        let Some(head) = bucket.load_full() else {
+            return false;
+        };
+        let is_it =
+            |node: &Node| matches!(&node.target, Target::Memory(i) if Arc::ptr_eq(i, instance));
+        let Some(position) = walk(Some(&head)).position(is_it) else {
+            return false;
+        };
+        // The nodes before it, copied in order, in front of the rest.
+        let before: Vec<&Node> = walk(Some(&head)).take(position).collect();
+        let mut chain = walk(Some(&head))
+            .nth(position)
+            .and_then(|removed| removed.next.clone());
+        for node in before.into_iter().rev() {
+            chain = Some(Arc::new(Node {
+                hash: node.hash,
+                target: node.target.clone(),
+                next: chain,
+            }));
+        }
+        bucket.store(chain);
+        self.live.fetch_sub(1, Ordering::Relaxed);
+        true
+    }
+
+    fn put(&self, hash: u64, target: Target) {
+        let live = self.live.load(Ordering::Relaxed) + 1;
+        let (_, mut table) = self.table();
+        if live > table.buckets.len() {
+            table = self.grow(table);
+        }
+        table.push(hash, target);
+        self.live.store(live, Ordering::Relaxed);
+    }
+
+    /// Publishes a table with twice the buckets of `old`, holding the same
+    /// targets, then empties `old`.
+    fn grow(&self, old: &Table) -> &Table {
+        let bigger = Table::with_buckets(old.buckets.len() * 2);
+        for bucket in old.buckets.iter() {
+            let chain = bucket.load_full();
+            // Oldest first, so each new chain keeps the newest in front.
+            let nodes: Vec<&Node> = walk(chain.as_ref()).collect();
+            for node in nodes.into_iter().rev() {
+                bigger.push(node.hash, node.target.clone());
             }
         }
-        false
+        let at = self.tables.push(bigger);
+        self.current.store(at, Ordering::Release);
+        for bucket in old.buckets.iter() {
+            bucket.store(None);
+        }
+        &self.tables[at]
     }
 
     /// Live targets indexed.
@@ -252,46 +306,10 @@ impl MemoryStore {
         self.live.load(Ordering::Relaxed)
     }
 
-    /// Cells of the current table.
+    /// Buckets of the current table.
     #[cfg(test)]
     fn capacity(&self) -> usize {
-        self.table.load().cells.len()
-    }
-
-    fn put(&self, hash: u64, word: u64, entry: Option<Arc<Instance>>) {
-        let live = self.live.load(Ordering::Relaxed) + 1;
-        let mut used = self.used.load(Ordering::Relaxed) + 1;
-        let mut table = self.table.load_full();
-        if used * 2 > table.cells.len() {
-            table = self.rebuild(&table, live);
-            used = live;
-        }
-        table.put(hash, word, entry);
-        self.used.store(used, Ordering::Relaxed);
-        self.live.store(live, Ordering::Relaxed);
-    }
-
-    /// Copies the live cells of `old` into a table with room for four
-    /// times `live` targets and publishes it.
-    fn rebuild(&self, old: &Table, live: usize) -> Arc<Table> {
-        let capacity = live
-            .saturating_mul(4)
-            .next_power_of_two()
-            .max(FIRST_CAPACITY);
-        let fresh = Table::with_capacity(capacity);
-        for cell in old.cells.iter() {
-            let word = cell.word.load(Ordering::Relaxed);
-            if word != EMPTY && word != TOMBSTONE {
-                fresh.put(
-                    cell.hash.load(Ordering::Relaxed),
-                    word,
-                    cell.entry.load_full(),
-                );
-            }
-        }
-        let fresh = Arc::new(fresh);
-        self.table.store(Arc::clone(&fresh));
-        fresh
+        self.table().1.buckets.len()
     }
 }
 
@@ -321,12 +339,12 @@ mod tests {
     }
 
     fn found(store: &MemoryStore, owner: &Digest, key: &Key) -> Vec<usize> {
-        let mut seqs = Vec::new();
-        store.probe(owner, key, |target| {
+        let mut seqs = store.probe(owner, key, Vec::new, |seqs, target| {
             if let Found::Memory(instance) = target {
                 seqs.push(instance.seq);
             }
         });
+        seqs.sort();
         seqs
     }
 
@@ -351,7 +369,7 @@ mod tests {
         for (n, key) in keys.iter().enumerate() {
             store.insert(&instance(owner, *key, n, &alive));
         }
-        assert!(store.capacity() > FIRST_CAPACITY, "the table grew");
+        assert!(store.capacity() > FIRST_BUCKETS, "the table grew");
         for (n, key) in keys.iter().enumerate() {
             assert_eq!(found(&store, &owner, key), [n], "entry {n}");
         }
@@ -382,7 +400,7 @@ mod tests {
         }
         assert_eq!(store.len(), 100);
         assert_eq!(alive.load(Ordering::Relaxed), 100, "every removed entry freed");
-        assert_eq!(store.capacity(), FIRST_CAPACITY, "tombstones do not grow it");
+        assert_eq!(store.capacity(), FIRST_BUCKETS, "removals do not grow it");
         for (n, key) in keys.iter().enumerate() {
             let expected: &[usize] = if n >= 100_000 - 100 { &[n] } else { &[] };
             assert_eq!(found(&store, &owner, key), expected, "entry {n}");
@@ -400,10 +418,9 @@ mod tests {
         let entry = instance(owner, key, 0, &alive);
         store.insert(&entry);
         drop(entry);
-        let mut kept = None;
-        store.probe(&owner, &key, |target| {
+        let kept = store.probe(&owner, &key, || None, |kept, target| {
             if let Found::Memory(instance) = target {
-                kept = Some(Arc::clone(instance));
+                *kept = Some(Arc::clone(instance));
             }
         });
         let kept = kept.expect("found");
@@ -414,19 +431,32 @@ mod tests {
     }
 
     #[test]
-    fn image_targets_round_trip() {
-        for (layer, entry) in [(0, 0), (12, 123_456), ((1 << 31) - 1, u32::MAX as usize)] {
-            let word = encode_image(layer, entry).expect("encodable");
-            assert_ne!(word, EMPTY);
-            assert_ne!(word, TOMBSTONE);
-            assert_ne!(word, MEMORY);
-            assert_eq!(decode_image(word), (layer, entry));
-        }
-        assert_eq!(encode_image(1 << 31, 0), None);
+    fn image_targets_are_found_and_told_apart() {
         let store = MemoryStore::new();
         let (owner, key) = (Digest([1; 32]), colliding_keys(1)[0]);
         store.promote(&owner, &key, 3, 9);
         assert!(store.is_promoted(&owner, &key, 3, 9));
         assert!(!store.is_promoted(&owner, &key, 3, 8));
+    }
+
+    #[test]
+    fn a_removal_in_the_middle_of_a_chain_keeps_the_others() {
+        let store = MemoryStore::new();
+        let alive = Arc::new(AtomicU64::new(0));
+        let owner = Digest([7; 32]);
+        // Same hash, different keys: one chain.
+        let keys = colliding_keys(9);
+        let same: Vec<Key> = keys.iter().step_by(3).copied().collect();
+        let entries: Vec<_> = same
+            .iter()
+            .enumerate()
+            .map(|(n, key)| instance(owner, *key, n, &alive))
+            .collect();
+        entries.iter().for_each(|e| store.insert(e));
+        assert!(store.remove(&entries[1]));
+        assert_eq!(found(&store, &owner, &same[0]), [0]);
+        assert!(found(&store, &owner, &same[1]).is_empty());
+        assert_eq!(found(&store, &owner, &same[2]), [2]);
+        assert_eq!(store.len(), 2);
     }
 }
