@@ -7,7 +7,6 @@ use super::hit::Hit;
 use super::instance::{Artifacts, Body, Compiled, Instance, InstanceParts, Origin};
 use super::layers::LayerLookup;
 use super::stats::bump;
-use super::store::Found;
 use super::{Cache, Source, WriterState};
 use crate::{Digest, Key, Owner, World};
 
@@ -50,36 +49,17 @@ impl Cache {
     /// Like `lookup_in`, without counting. An evicted in-memory entry is
     /// not found (the tiers or a compile bring it back).
     pub(crate) fn find(&self, world: u64, owner: &Digest, key: &Key) -> Option<Hit<'_>> {
-        // Fast path: the index (instances, and image entries hit before).
-        let (memory, image) = self.store.probe(
-            owner,
-            key,
-            || (None::<Arc<Instance>>, None),
-            |(memory, image), target| match target {
-                Found::Memory(instance) => {
-                    // The newest valid one wins.
-                    if instance.is_valid_in(world)
-                        && memory.as_ref().is_none_or(|m| m.seq < instance.seq)
-                    {
-                        *memory = Some(Arc::clone(instance));
-                    }
-                }
-                Found::Image { layer, entry } => {
-                    if image.is_none()
-                        && let Some(l) = self.layers.get(layer)
-                        && let Some(e) = l.promoted(entry, owner, key, world)
-                    {
-                        *image = Some(Hit::image(l, e));
-                    }
-                }
-            },
-        );
-        if let Some(instance) = memory {
+        // Fast path: the indexes (instances, and image entries hit before).
+        if let Some(instance) = self.find_memory(world, owner, key) {
             instance.touch(self.memory.now());
             return Some(Hit::memory(instance));
         }
-        if image.is_some() {
-            return image;
+        for (layer, entry) in self.promoted.targets(owner, key) {
+            if let Some(l) = self.layers.get(layer)
+                && let Some(e) = l.promoted(entry, owner, key, world)
+            {
+                return Some(Hit::image(l, e));
+            }
         }
         // Slow path: search every layer in merge order.
         for (at, layer) in self.layers.iter() {
@@ -101,11 +81,9 @@ impl Cache {
             owner,
             key,
             || None,
-            |newest: &mut Option<Arc<Instance>>, target| {
-                if let Found::Memory(instance) = target
-                    && instance.is_valid_in(world)
-                    && newest.as_ref().is_none_or(|n| n.seq < instance.seq)
-                {
+            |newest: &mut Option<Arc<Instance>>, instance| {
+                // The newest valid one wins.
+                if instance.is_valid_in(world) && newest.as_ref().is_none_or(|n| n.seq < instance.seq) {
                     *newest = Some(Arc::clone(instance));
                 }
             },
@@ -118,8 +96,8 @@ impl Cache {
         let Ok(_writer) = self.writer.try_lock() else {
             return;
         };
-        if !self.store.is_promoted(owner, key, layer, entry) {
-            self.store.promote(owner, key, layer, entry);
+        if !self.promoted.contains(owner, key, layer, entry) {
+            self.promoted.insert(owner, key, layer, entry);
         }
     }
 
@@ -230,4 +208,54 @@ pub(crate) struct Parts {
     pub(crate) deps: Vec<crate::Dep>,
     pub(crate) artifacts: Artifacts,
     pub(crate) session_dependent: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use kiln_image::{EntryData, Image, ImageMeta, ImageWriter, Verification};
+
+    use crate::{Artifact, ArtifactKind, Cache, KeyBuilder, Owner, World};
+
+    #[test]
+    fn an_image_entry_hit_once_is_found_through_the_index() {
+        let owner = Owner::new("test", "1", "cpu", ["-O2"]).expect("owner");
+        let keys: Vec<_> = (0..3000u64)
+            .map(|n| KeyBuilder::new("promote", 1).u64("n", n).finish())
+            .collect();
+        let mut writer = ImageWriter::new(ImageMeta::new("test", "1"));
+        for (n, key) in keys.iter().enumerate() {
+            writer.push(EntryData {
+                owner: owner.digest(),
+                owner_label: owner.label().to_owned(),
+                key: *key.digest(),
+                name: format!("f{n}"),
+                min_world: World::FIRST.0,
+                max_world: World::MAX.0,
+                deps: Vec::new(),
+                artifacts: vec![Artifact {
+                    kind: ArtifactKind::Ptx,
+                    entry_points: Vec::new(),
+                    bytes: vec![1, 2, 3],
+                }],
+            });
+        }
+        let bytes = writer.to_bytes().expect("image");
+        let cache = Cache::new();
+        cache.merge_image(Image::from_bytes(&bytes, Verification::Full).expect("image"));
+        for key in &keys {
+            assert!(cache.lookup(&owner.digest(), key).is_some());
+        }
+        for (n, key) in keys.iter().enumerate() {
+            let index = cache
+                .layers
+                .get(0)
+                .and_then(|l| l.image.find(&owner.digest(), key.digest()).ok().flatten())
+                .map(|e| e.index())
+                .expect("in the image");
+            assert!(
+                cache.promoted.contains(&owner.digest(), key, 0, index),
+                "entry {n} promoted"
+            );
+        }
+    }
 }

@@ -1,4 +1,4 @@
-//! The memory cap: what the cache's in-memory entries hold, and eviction.
+//! The memory caps: what the cache's in-memory entries hold, and eviction.
 //!
 //! # What is counted
 //!
@@ -6,24 +6,29 @@
 //! (compiled in this process, or fetched from a tier that hands over bytes,
 //! such as the remote tier) and those borrowed from a tier's mapped image
 //! (the disk tier's segments: once used, their pages are resident too, and
-//! the entry keeps its segment mapped). Entries of merged images (layers)
-//! are not counted and never evicted: they are borrowed from the embedded
-//! or mapped image, whose pages the kernel reclaims as it likes. Metadata
-//! (owner, key, name, worlds, deps: about 200 bytes per entry ever
-//! recorded, plus its index cell) stays for the cache's life, so that the
-//! arena and its lock-free index never remove anything.
+//! the entry keeps its segment mapped); and the number of resident entries,
+//! since each costs its metadata (owner, key, name, worlds, deps, its index
+//! node and its places in the resident lists: about 1 KiB) whatever its
+//! payload weighs. Entries of merged images (layers) are not counted and
+//! never evicted: they are borrowed from the embedded or mapped image,
+//! whose pages the kernel reclaims as it likes.
 //!
 //! # Eviction
 //!
 //! After an entry is recorded, while the resident bytes exceed
-//! [`CacheConfig::memory_max_bytes`](crate::CacheConfig::memory_max_bytes),
-//! the least recently used resident entry is evicted: its [`Body`] (the
-//! payloads) is taken out of the instance, which stays in the arena as a
-//! tombstone with its metadata. Recency is a cache-wide clock that counts
-//! records; a hit stores the clock into its instance only when it changed,
-//! so a hot entry costs one load per hit. The victim is the oldest of 16
-//! resident entries drawn at random (all of them when there are at most
-//! 16: exact LRU), as Redis does: no list to maintain on the hit path.
+//! [`CacheConfig::memory_max_bytes`](crate::CacheConfig::memory_max_bytes)
+//! or the resident entries exceed
+//! [`CacheConfig::memory_max_entries`](crate::CacheConfig::memory_max_entries),
+//! an entry is evicted: one closed by a redefinition if any (it can serve
+//! only lookups in older worlds), else the least recently used. Eviction
+//! takes the entry out of the index and the resident lists: the cache lets
+//! go of it, and its memory, metadata and payloads, is freed when the last
+//! hit, queued store or delta holding it drops. Recency is a cache-wide
+//! clock that counts records; a hit stores the clock into its instance only
+//! when it changed, so a hot entry costs one load per hit. The victim is
+//! the oldest of 16 resident entries drawn at random (all of them when
+//! there are at most 16: exact LRU), as Redis does: no list to maintain on
+//! the hit path.
 //!
 //! Never evicted:
 //!
@@ -32,16 +37,12 @@
 //! - entries recorded after a live [`Snapshot`](crate::Snapshot) was taken
 //!   (a snapshot pins them until it is dropped), so a [`Delta`](crate::Delta)
 //!   never misses an entry. [`Precompile`](crate::build::Precompile) runs its
-//!   block with no cap at all.
-//!
-//! A hit holds its own `Arc` of the body, so eviction never frees bytes a
-//! hit borrows: they are freed when the last hit (or queued store) drops.
+//!   block with no byte cap.
 //!
 //! An evicted entry asked for again misses in memory and goes down the
 //! tiers: a disk-tier hit is borrowed from the segment, a remote hit is
-//! fetched again, anything else is compiled again. It is then recorded in
-//! its old instance (same metadata; the arena does not grow) when that one
-//! is still valid, otherwise as a new instance.
+//! fetched again, anything else is compiled again. It is then recorded as a
+//! new entry.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -4,6 +4,7 @@
 //! | --------------- | ---------------------------------------------------------- |
 //! | `instance`      | in-memory entries and [`Compiled`]                         |
 //! | `store`         | the lock-free `(owner, key)` index, with removal           |
+//! | `promoted`      | the index of image entries hit before (insert-only)        |
 //! | `log`           | sequence numbers and the insertion log snapshots pin       |
 //! | `memory`        | the memory caps: resident entries, LRU eviction, pins      |
 //! | `background`    | the background writer: tier stores off the caller's path  |
@@ -68,6 +69,7 @@ mod log;
 mod lookup;
 mod memory;
 mod merge;
+mod promoted;
 mod record;
 mod single_flight;
 mod stats;
@@ -95,6 +97,7 @@ use log::InsertLog;
 use memory::{MemoryCounters, Residency};
 use single_flight::Flights;
 use stats::{Counters, LookupStripes};
+use promoted::Promotions;
 use store::MemoryStore;
 
 /// The process's code-instance cache: compiled entries in memory (up to a
@@ -134,6 +137,7 @@ pub struct Cache {
     config: CacheConfig,
     world: AtomicU64,
     store: MemoryStore,
+    promoted: Promotions,
     layers: boxcar::Vec<Layer>,
     tiers: boxcar::Vec<Arc<dyn Tier>>,
     writer: Mutex<WriterState>,
@@ -183,6 +187,7 @@ impl Cache {
             config,
             world: AtomicU64::new(World::FIRST.0),
             store: MemoryStore::new(),
+            promoted: Promotions::new(),
             layers: boxcar::Vec::new(),
             tiers: boxcar::Vec::new(),
             writer: Mutex::new(WriterState::default()),

@@ -1,13 +1,12 @@
 //! The lock-free `(owner, key)` index of in-memory entries, with removal.
 //!
-//! The index maps the hash of `(owner, key)` to *targets*: in-memory
-//! instances (`Arc<Instance>`), and image entries promoted after their first
-//! hit (so that a hot image-backed lookup does not binary-search the image
-//! again). It is a table of buckets, each the head of an immutable chain of
-//! nodes, written only by the cache's single writer (everything that writes
-//! holds the cache's writer lock) and read without any lock: a lookup
-//! touches no cache line that another lookup writes, so lookups scale with
-//! threads.
+//! The index maps the hash of `(owner, key)` to in-memory instances
+//! (`Arc<Instance>`; promoted image entries have their own index,
+//! `promoted.rs`). It is a table of buckets, each the head of an immutable
+//! chain of nodes, written only by the cache's single writer (everything
+//! that writes holds the cache's writer lock) and read without any lock: a
+//! lookup touches no cache line that another lookup writes, so lookups
+//! scale with threads.
 //!
 //! # Removal and reclamation
 //!
@@ -21,7 +20,9 @@
 //! readers a reference: lock-free loads, and no `unsafe` here). A removed
 //! node, and the instance it held, are freed as soon as no lookup,
 //! [`Hit`](crate::Hit) or other holder is left. A lookup costs one such
-//! load plus the reference count of the instance it returns.
+//! load plus the reference count of the instance it returns; a bucket with
+//! no chain says so in a plain flag, so a lookup that finds nothing in
+//! memory (an image hit, a miss) pays no load at all.
 //!
 //! # Growth
 //!
@@ -37,7 +38,7 @@
 //! about 48 bytes per live target.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use arc_swap::ArcSwapOption;
 
@@ -72,25 +73,10 @@ pub(crate) fn index_hash(owner: &Digest, key: &Key) -> u64 {
     fold(&key.digest().0) ^ fold(&owner.0).rotate_left(29)
 }
 
-/// What a probe finds under `(owner, key)`.
-pub(crate) enum Found<'g> {
-    /// An in-memory instance of exactly this `(owner, key)`.
-    Memory(&'g Arc<Instance>),
-    /// Entry `entry` of layer `layer` (callers check its identity).
-    Image { layer: usize, entry: usize },
-}
-
-/// What a node points at.
-#[derive(Clone)]
-enum Target {
-    Memory(Arc<Instance>),
-    Image { layer: usize, entry: usize },
-}
-
 /// One link of a bucket's chain; immutable once published.
 struct Node {
     hash: u64,
-    target: Target,
+    instance: Arc<Instance>,
     next: Option<Arc<Node>>,
 }
 
@@ -113,28 +99,50 @@ fn walk(head: Option<&Arc<Node>>) -> impl Iterator<Item = &Node> {
     std::iter::successors(head.map(|n| &**n), |n| n.next.as_deref())
 }
 
+/// A chain, and whether it has any node: a plain flag a reader checks
+/// before paying for a protected load (the writer sets it after storing a
+/// chain, with release, and clears it after storing none).
+#[derive(Default)]
+struct Bucket {
+    chain: ArcSwapOption<Node>,
+    occupied: AtomicBool,
+}
+
+impl Bucket {
+    /// Publishes `chain`. Single writer only.
+    fn set(&self, chain: Option<Arc<Node>>) {
+        let occupied = chain.is_some();
+        self.chain.store(chain);
+        self.occupied.store(occupied, Ordering::Release);
+    }
+}
+
 struct Table {
-    buckets: Box<[ArcSwapOption<Node>]>,
+    buckets: Box<[Bucket]>,
     mask: usize,
 }
 
 impl Table {
     fn with_buckets(count: usize) -> Table {
         Table {
-            buckets: (0..count).map(|_| ArcSwapOption::empty()).collect(),
+            buckets: (0..count).map(|_| Bucket::default()).collect(),
             mask: count - 1,
         }
     }
 
-    fn bucket(&self, hash: u64) -> &ArcSwapOption<Node> {
+    fn bucket(&self, hash: u64) -> &Bucket {
         &self.buckets[hash as usize & self.mask]
     }
 
-    /// Puts `target` in front of `hash`'s chain. Single writer only.
-    fn push(&self, hash: u64, target: Target) {
+    /// Puts `instance` in front of `hash`'s chain. Single writer only.
+    fn push(&self, hash: u64, instance: Arc<Instance>) {
         let bucket = self.bucket(hash);
-        let next = bucket.load_full();
-        bucket.store(Some(Arc::new(Node { hash, target, next })));
+        let next = bucket.chain.load_full();
+        bucket.set(Some(Arc::new(Node {
+            hash,
+            instance,
+            next,
+        })));
     }
 }
 
@@ -147,8 +155,7 @@ pub(crate) struct MemoryStore {
     /// one is current.
     tables: boxcar::Vec<Table>,
     current: AtomicUsize,
-    /// Live targets (instances and promoted image entries; writer only,
-    /// atomic for `Sync`).
+    /// Instances indexed (writer only, atomic for `Sync`).
     live: AtomicUsize,
 }
 
@@ -170,7 +177,7 @@ impl MemoryStore {
         (at, &self.tables[at])
     }
 
-    /// Calls `visit` with every target indexed under `(owner, key)`
+    /// Calls `visit` with every instance indexed under `(owner, key)`
     /// (instances of other keys whose hash collides are skipped), with a
     /// result that starts as `init()`, and returns the result. Lock-free;
     /// what `visit` is given stays valid for the call (the walk holds the
@@ -181,27 +188,19 @@ impl MemoryStore {
         owner: &Digest,
         key: &Key,
         init: impl Fn() -> R,
-        mut visit: impl FnMut(&mut R, Found<'_>),
+        mut visit: impl FnMut(&mut R, &Arc<Instance>),
     ) -> R {
         let hash = index_hash(owner, key);
         loop {
             let (at, table) = self.table();
             let mut result = init();
-            let chain = table.bucket(hash).load();
-            for node in walk(chain.as_ref()).filter(|node| node.hash == hash) {
-                match &node.target {
-                    Target::Memory(instance) => {
-                        if instance.is(owner, key) {
-                            visit(&mut result, Found::Memory(instance));
-                        }
+            let bucket = table.bucket(hash);
+            if bucket.occupied.load(Ordering::Acquire) {
+                let chain = bucket.chain.load();
+                for node in walk(chain.as_ref()) {
+                    if node.hash == hash && node.instance.is(owner, key) {
+                        visit(&mut result, &node.instance);
                     }
-                    Target::Image { layer, entry } => visit(
-                        &mut result,
-                        Found::Image {
-                            layer: *layer,
-                            entry: *entry,
-                        },
-                    ),
                 }
             }
             // The old table is emptied after the new one is published: a
@@ -214,28 +213,14 @@ impl MemoryStore {
 
     /// Indexes `instance`. Writer lock only.
     pub(crate) fn insert(&self, instance: &Arc<Instance>) {
+        let live = self.live.load(Ordering::Relaxed) + 1;
+        let (_, mut table) = self.table();
+        if live > table.buckets.len() {
+            table = self.grow(table);
+        }
         let hash = index_hash(&instance.owner, &instance.key);
-        self.put(hash, Target::Memory(Arc::clone(instance)));
-    }
-
-    /// Indexes entry `entry` of layer `layer` under `(owner, key)`. Writer
-    /// lock only.
-    pub(crate) fn promote(&self, owner: &Digest, key: &Key, layer: usize, entry: usize) {
-        self.put(index_hash(owner, key), Target::Image { layer, entry });
-    }
-
-    /// Whether entry `entry` of layer `layer` is indexed under `(owner, key)`.
-    pub(crate) fn is_promoted(&self, owner: &Digest, key: &Key, layer: usize, entry: usize) -> bool {
-        self.probe(
-            owner,
-            key,
-            || false,
-            |found, target| {
-                if let Found::Image { layer: l, entry: e } = target {
-                    *found |= (l, e) == (layer, entry);
-                }
-            },
-        )
+        table.push(hash, Arc::clone(instance));
+        self.live.store(live, Ordering::Relaxed);
     }
 
     /// Takes `instance` out of the index: its chain is published without
@@ -245,11 +230,10 @@ impl MemoryStore {
         let hash = index_hash(&instance.owner, &instance.key);
         let (_, table) = self.table();
         let bucket = table.bucket(hash);
-        let Some(head) = bucket.load_full() else {
+        let Some(head) = bucket.chain.load_full() else {
             return false;
         };
-        let is_it =
-            |node: &Node| matches!(&node.target, Target::Memory(i) if Arc::ptr_eq(i, instance));
+        let is_it = |node: &Node| Arc::ptr_eq(&node.instance, instance);
         let Some(position) = walk(Some(&head)).position(is_it) else {
             return false;
         };
@@ -261,23 +245,13 @@ impl MemoryStore {
         for node in before.into_iter().rev() {
             chain = Some(Arc::new(Node {
                 hash: node.hash,
-                target: node.target.clone(),
+                instance: Arc::clone(&node.instance),
                 next: chain,
             }));
         }
-        bucket.store(chain);
+        bucket.set(chain);
         self.live.fetch_sub(1, Ordering::Relaxed);
         true
-    }
-
-    fn put(&self, hash: u64, target: Target) {
-        let live = self.live.load(Ordering::Relaxed) + 1;
-        let (_, mut table) = self.table();
-        if live > table.buckets.len() {
-            table = self.grow(table);
-        }
-        table.push(hash, target);
-        self.live.store(live, Ordering::Relaxed);
     }
 
     /// Publishes a table with twice the buckets of `old`, holding the same
@@ -285,17 +259,17 @@ impl MemoryStore {
     fn grow(&self, old: &Table) -> &Table {
         let bigger = Table::with_buckets(old.buckets.len() * 2);
         for bucket in old.buckets.iter() {
-            let chain = bucket.load_full();
+            let chain = bucket.chain.load_full();
             // Oldest first, so each new chain keeps the newest in front.
             let nodes: Vec<&Node> = walk(chain.as_ref()).collect();
             for node in nodes.into_iter().rev() {
-                bigger.push(node.hash, node.target.clone());
+                bigger.push(node.hash, Arc::clone(&node.instance));
             }
         }
         let at = self.tables.push(bigger);
         self.current.store(at, Ordering::Release);
         for bucket in old.buckets.iter() {
-            bucket.store(None);
+            bucket.set(None);
         }
         &self.tables[at]
     }
@@ -339,10 +313,8 @@ mod tests {
     }
 
     fn found(store: &MemoryStore, owner: &Digest, key: &Key) -> Vec<usize> {
-        let mut seqs = store.probe(owner, key, Vec::new, |seqs, target| {
-            if let Found::Memory(instance) = target {
-                seqs.push(instance.seq);
-            }
+        let mut seqs = store.probe(owner, key, Vec::new, |seqs, instance| {
+            seqs.push(instance.seq);
         });
         seqs.sort();
         seqs
@@ -418,25 +390,14 @@ mod tests {
         let entry = instance(owner, key, 0, &alive);
         store.insert(&entry);
         drop(entry);
-        let kept = store.probe(&owner, &key, || None, |kept, target| {
-            if let Found::Memory(instance) = target {
-                *kept = Some(Arc::clone(instance));
-            }
+        let kept = store.probe(&owner, &key, || None, |kept, instance| {
+            *kept = Some(Arc::clone(instance));
         });
         let kept = kept.expect("found");
         assert!(store.remove(&kept));
         assert_eq!(alive.load(Ordering::Relaxed), 1, "the reader's reference");
         drop(kept);
         assert_eq!(alive.load(Ordering::Relaxed), 0);
-    }
-
-    #[test]
-    fn image_targets_are_found_and_told_apart() {
-        let store = MemoryStore::new();
-        let (owner, key) = (Digest([1; 32]), colliding_keys(1)[0]);
-        store.promote(&owner, &key, 3, 9);
-        assert!(store.is_promoted(&owner, &key, 3, 9));
-        assert!(!store.is_promoted(&owner, &key, 3, 8));
     }
 
     #[test]
