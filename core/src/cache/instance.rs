@@ -1,7 +1,7 @@
 //! Code instances compiled or loaded in this process, and what a compile returns.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use kiln_image::{EntryData, EntryRef, Image};
 use rkyv::util::AlignedVec;

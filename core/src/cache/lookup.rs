@@ -76,14 +76,21 @@ impl Cache {
     }
 
     /// The newest in-memory instance of `(owner, key)` valid in `world`.
-    pub(crate) fn find_memory(&self, world: u64, owner: &Digest, key: &Key) -> Option<Arc<Instance>> {
+    pub(crate) fn find_memory(
+        &self,
+        world: u64,
+        owner: &Digest,
+        key: &Key,
+    ) -> Option<Arc<Instance>> {
         self.store.probe(
             owner,
             key,
             || None,
             |newest: &mut Option<Arc<Instance>>, instance| {
                 // The newest valid one wins.
-                if instance.is_valid_in(world) && newest.as_ref().is_none_or(|n| n.seq < instance.seq) {
+                if instance.is_valid_in(world)
+                    && newest.as_ref().is_none_or(|n| n.seq < instance.seq)
+                {
                     *newest = Some(Arc::clone(instance));
                 }
             },

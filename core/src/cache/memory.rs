@@ -273,7 +273,10 @@ impl Cache {
     }
 
     /// The position of a closed, resident, evictable entry, if any.
-    fn closed_victim(residency: &mut Residency, evictable: &dyn Fn(usize) -> bool) -> Option<usize> {
+    fn closed_victim(
+        residency: &mut Residency,
+        evictable: &dyn Fn(usize) -> bool,
+    ) -> Option<usize> {
         let mut kept = Vec::new();
         let mut found = None;
         while let Some(weak) = residency.closed.pop() {

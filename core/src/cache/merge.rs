@@ -191,9 +191,7 @@ impl Cache {
                     continue;
                 };
                 let key = Key::from_digest(entry.key());
-                if self.find_memory(now, &owner.digest, &key).is_some()
-                    && layer.exclude(index)
-                {
+                if self.find_memory(now, &owner.digest, &key).is_some() && layer.exclude(index) {
                     excluded += 1;
                 }
             }

@@ -90,14 +90,14 @@ pub use stats::Stats;
 pub use tier::{Tier, TierEntry};
 
 use crate::{Digest, World};
-use definitions::Backedges;
 use background::StoreQueue;
+use definitions::Backedges;
 use layers::Layer;
 use log::InsertLog;
 use memory::{MemoryCounters, Residency};
+use promoted::Promotions;
 use single_flight::Flights;
 use stats::{Counters, LookupStripes};
-use promoted::Promotions;
 use store::MemoryStore;
 
 /// The process's code-instance cache: compiled entries in memory (up to a

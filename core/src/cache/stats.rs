@@ -130,13 +130,13 @@ pub struct Stats {
     pub invalidated: u64,
     /// Images merged.
     pub images_merged: u64,
-    /// Sum of [`MergeReport::inserted`] over all merges.
+    /// Sum of [`MergeReport::inserted`](crate::MergeReport::inserted) over all merges.
     pub merge_inserted: u64,
-    /// Sum of [`MergeReport::duplicate`] over all merges.
+    /// Sum of [`MergeReport::duplicate`](crate::MergeReport::duplicate) over all merges.
     pub merge_duplicate: u64,
-    /// Sum of [`MergeReport::stale`] over all merges.
+    /// Sum of [`MergeReport::stale`](crate::MergeReport::stale) over all merges.
     pub merge_stale: u64,
-    /// Sum of [`MergeReport::foreign_owner`] over all merges.
+    /// Sum of [`MergeReport::foreign_owner`](crate::MergeReport::foreign_owner) over all merges.
     pub merge_foreign_owner: u64,
     /// Tier entries refused because no trusted key signed them
     /// (`KILN_TRUSTED_KEYS` set; [`Error::TierUntrusted`](crate::Error::TierUntrusted)):

@@ -371,7 +371,11 @@ mod tests {
             }
         }
         assert_eq!(store.len(), 100);
-        assert_eq!(alive.load(Ordering::Relaxed), 100, "every removed entry freed");
+        assert_eq!(
+            alive.load(Ordering::Relaxed),
+            100,
+            "every removed entry freed"
+        );
         assert_eq!(store.capacity(), FIRST_BUCKETS, "removals do not grow it");
         for (n, key) in keys.iter().enumerate() {
             let expected: &[usize] = if n >= 100_000 - 100 { &[n] } else { &[] };
@@ -390,9 +394,14 @@ mod tests {
         let entry = instance(owner, key, 0, &alive);
         store.insert(&entry);
         drop(entry);
-        let kept = store.probe(&owner, &key, || None, |kept, instance| {
-            *kept = Some(Arc::clone(instance));
-        });
+        let kept = store.probe(
+            &owner,
+            &key,
+            || None,
+            |kept, instance| {
+                *kept = Some(Arc::clone(instance));
+            },
+        );
         let kept = kept.expect("found");
         assert!(store.remove(&kept));
         assert_eq!(alive.load(Ordering::Relaxed), 1, "the reader's reference");

@@ -495,7 +495,11 @@ fn a_hit_keeps_its_evicted_entry_allocated_until_it_drops() {
         get(&cache, n, LEN, &compiles);
     }
     assert!(!resident(&cache, 0));
-    assert_eq!(cache.stats().entries_alive, 2, "the resident one and the hit's");
+    assert_eq!(
+        cache.stats().entries_alive,
+        2,
+        "the resident one and the hit's"
+    );
     assert_eq!(kept.name(), "kernel_0");
     assert_eq!(kept.owner_label(), owner().label());
     drop(kept);
@@ -516,7 +520,10 @@ fn a_redefinition_closes_an_evicted_entry_a_hit_still_holds() {
     let before = cache.world();
     assert!(kept.is_valid_in(before));
     let after = cache.redefine("ops", Digest::of(b"ops v2"));
-    assert!(!kept.is_valid_in(after), "closed through the hit's reference");
+    assert!(
+        !kept.is_valid_in(after),
+        "closed through the hit's reference"
+    );
     assert_eq!(kept.max_world(), before);
     assert_eq!(cache.stats().invalidated, 1);
 }
@@ -528,7 +535,11 @@ fn closed_entries_are_evicted_before_any_other() {
     cache.define("ops", Digest::of(b"ops v1"));
     cache.insert(&o, &key(1), compiled(1, LEN));
     cache.insert(&o, &key(2), compiled(2, LEN));
-    cache.insert(&o, &key(3), compiled(3, LEN).dep("ops", Digest::of(b"ops v1")));
+    cache.insert(
+        &o,
+        &key(3),
+        compiled(3, LEN).dep("ops", Digest::of(b"ops v1")),
+    );
     let old = cache.world();
     cache.redefine("ops", Digest::of(b"ops v2"));
     // Closed, but an older world still sees it while it is held.

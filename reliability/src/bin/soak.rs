@@ -77,7 +77,9 @@ impl Options {
             None => Ok(PayloadSizes::DEFAULT),
             Some(text) => {
                 let max = parse_size("--payload-max", text)?;
-                Ok(PayloadSizes::up_to(usize::try_from(max).unwrap_or(usize::MAX)))
+                Ok(PayloadSizes::up_to(
+                    usize::try_from(max).unwrap_or(usize::MAX),
+                ))
             }
         }
     }
@@ -571,8 +573,8 @@ fn child(options: &Options, id: u64) -> Result<(), Error> {
                         let draw = rng.below(100) as u64;
                         // The shares of the others keep their proportions
                         // (55 : 15 : 10 at the default 20 % new).
-                        let rest = (draw.saturating_sub(new_percent) * 80)
-                            / (100 - new_percent).max(1);
+                        let rest =
+                            (draw.saturating_sub(new_percent) * 80) / (100 - new_percent).max(1);
                         let spec = if draw < new_percent {
                             let n = next_new.fetch_add(1, Ordering::Relaxed);
                             if n >= new_limit {
@@ -601,10 +603,7 @@ fn child(options: &Options, id: u64) -> Result<(), Error> {
     let (rss_anon, rss_file) = (rss_kib("RssAnon:"), rss_kib("RssFile:"));
     let stats = cache.stats();
     let samples = samples.into_inner().unwrap_or_default();
-    let over_bound = samples
-        .iter()
-        .filter(|s| s.rss_kib << 10 > s.bound)
-        .count() as u64;
+    let over_bound = samples.iter().filter(|s| s.rss_kib << 10 > s.bound).count() as u64;
     let worst_permille = samples
         .iter()
         .map(|s| (s.rss_kib << 10).saturating_mul(1000) / s.bound.max(1))
