@@ -7,10 +7,15 @@
 
 use std::sync::{Mutex, Once, PoisonError, Weak};
 
-use crate::cache::StoreQueue;
+/// What drains at exit: a cache's background writer (`cache/background.rs`
+/// implements it, so this module names no cache type).
+pub(crate) trait FlushAtExit: Send + Sync {
+    /// Runs what is queued, bounded in time.
+    fn flush_at_exit(&self);
+}
 
 struct Hooks {
-    queues: Vec<Weak<StoreQueue>>,
+    queues: Vec<Weak<dyn FlushAtExit>>,
     then: Vec<fn()>,
 }
 
@@ -24,7 +29,7 @@ fn hooks() -> std::sync::MutexGuard<'static, Hooks> {
 }
 
 /// Flushes `queue` at exit while it is alive.
-pub(crate) fn flush_at_exit(queue: Weak<StoreQueue>) {
+pub(crate) fn flush_at_exit(queue: Weak<dyn FlushAtExit>) {
     install();
     let mut hooks = hooks();
     hooks.queues.retain(|weak| weak.strong_count() > 0);

@@ -352,6 +352,7 @@ impl<'out> Precompile<'out> {
         let cache = Cache::with_config(
             CacheConfig::default()
                 .memory_max_bytes(None)
+                .memory_max_entries(None)
                 .always_compile(switches.always_compile)
                 // Every payload goes into the image: a corrupt one found in
                 // a tier is a miss, compiled again.

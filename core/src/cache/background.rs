@@ -53,15 +53,16 @@
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use kiln_image::EntryData;
 use tracing::Dispatch;
 
-use super::instance::{Body, EntryMeta};
+use super::instance::Instance;
 use super::stats::bump;
 use super::{Cache, Tier, TierEntry};
+use crate::exit::FlushAtExit;
 use crate::{Error, Key, Owner};
 
 /// The most stores queued at once.
@@ -90,9 +91,9 @@ pub(crate) struct Job {
 
 /// What a job stores.
 pub(crate) enum JobEntry {
-    /// A resident entry: its metadata and its (shared) payloads; the
+    /// An in-memory entry (shared with the cache while resident); the
     /// `EntryData` is built on the writer thread.
-    Body { meta: EntryMeta, body: Arc<Body> },
+    Instance(Arc<Instance>),
     /// An owned entry (a remote hit written through).
     Data(EntryData),
     /// An owned entry and the signed one-entry image it came in (a signed
@@ -104,7 +105,7 @@ pub(crate) enum JobEntry {
 impl JobEntry {
     fn bytes(&self) -> u64 {
         match self {
-            JobEntry::Body { body, .. } => body.bytes,
+            JobEntry::Instance(instance) => instance.body.bytes,
             JobEntry::Data(data) => data_bytes(data),
             JobEntry::Signed { data, image } => data_bytes(data) + image.len() as u64,
         }
@@ -231,7 +232,8 @@ impl StoreQueue {
             .spawn(move || queue.writer());
         match spawned {
             Ok(_detached) => {
-                crate::exit::flush_at_exit(Arc::downgrade(self));
+                let queue: Weak<StoreQueue> = Arc::downgrade(self);
+                crate::exit::flush_at_exit(queue as Weak<dyn FlushAtExit>);
                 true
             }
             Err(error) => {
@@ -483,7 +485,7 @@ impl StoreQueue {
 
     /// The exit hook's flush: bounded, so a stuck file system cannot hang
     /// the exit forever.
-    pub(crate) fn flush_at_exit(&self) {
+    fn flush_bounded(&self) {
         if !self.flush(Some(EXIT_FLUSH_LIMIT)) {
             eprintln!(
                 "kiln: {} cache stores still queued after {} s at exit; not waiting longer",
@@ -498,6 +500,12 @@ impl StoreQueue {
         self.flush(None);
         self.state().closed = true;
         self.work.notify_all();
+    }
+}
+
+impl FlushAtExit for StoreQueue {
+    fn flush_at_exit(&self) {
+        self.flush_bounded();
     }
 }
 
@@ -539,16 +547,16 @@ fn take_batch(
     false
 }
 
-/// The entry of a plain job (built from the resident entry for a `Body`);
+/// The entry of a plain job (built from the in-memory entry for an `Instance`);
 /// `None`, logged, when a payload failed its checksum. A `Signed` job's
 /// entry is returned without its image.
 fn plain_data(entry: JobEntry) -> Option<EntryData> {
     match entry {
-        JobEntry::Body { meta, body } => {
-            let data = meta.to_entry_data(&body);
+        JobEntry::Instance(instance) => {
+            let data = instance.to_entry_data();
             if data.is_none() {
                 tracing::debug!(
-                    name = meta.name,
+                    name = instance.name,
                     "entry not stored: a payload failed its checksum"
                 );
             }
@@ -560,7 +568,7 @@ fn plain_data(entry: JobEntry) -> Option<EntryData> {
 
 fn job_name(job: &Job) -> &str {
     match &job.entry {
-        JobEntry::Body { meta, .. } => &meta.name,
+        JobEntry::Instance(instance) => &instance.name,
         JobEntry::Data(data) | JobEntry::Signed { data, .. } => &data.name,
     }
 }
