@@ -69,6 +69,7 @@ pub mod key;
 pub mod owner;
 pub mod record;
 pub mod registry;
+pub mod regular_file;
 #[cfg(test)]
 mod test_support;
 pub mod trust;

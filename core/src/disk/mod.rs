@@ -159,8 +159,10 @@
 
 pub mod config;
 
+mod admin;
 mod cache;
 mod compact;
+mod dir;
 mod hit;
 mod lock;
 mod recency;
@@ -187,7 +189,7 @@ pub use tier::DiskTier;
 /// # Errors
 /// As [`DiskConfig::check_dir`].
 pub fn check_subdir(dir: &std::path::Path, trust: bool) -> Result<(), crate::Error> {
-    cache::check_dir(dir, trust)
+    dir::check_dir(dir, trust)
 }
 
 /// Reads the file at `path`, kept in a cache directory, as the disk cache
@@ -201,15 +203,5 @@ pub fn check_subdir(dir: &std::path::Path, trust: bool) -> Result<(), crate::Err
 /// file is larger than `limit`; an error saying what it is when it is not
 /// a regular file.
 pub fn read_regular_file(path: &std::path::Path, limit: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let file = segment::open_regular(path, segment::Access::Read)?;
-    let mut bytes = Vec::new();
-    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > limit {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("{} is larger than {limit} bytes", path.display()),
-        ));
-    }
-    Ok(bytes)
+    crate::regular_file::read(path, crate::regular_file::Links::Refuse, limit)
 }

@@ -456,7 +456,7 @@ fn readers_without_a_signing_key_do_not_write_to_redis() {
     // A signing key file makes a writer, which signs.
     let dir = tempdir();
     let key_file = dir.path().join("writer.key");
-    key.write_file(&key_file).expect("writes the key");
+    kiln_core::trust::write_signing_key(&key, &key_file).expect("writes the key");
     let config = RemoteConfig::from_lookup(vars(&[("KILN_SIGNING_KEY", key_file.as_os_str())]))
         .expect("valid")
         .expect("on");
@@ -483,7 +483,7 @@ fn the_global_cache_signs_and_checks_with_the_variables() {
     let keys = tempdir();
     let writer_key = keys.path().join("writer.key");
     let key = SigningKey::generate().expect("random");
-    key.write_file(&writer_key).expect("writes");
+    kiln_core::trust::write_signing_key(&key, &writer_key).expect("writes");
     let public = keys.path().join("writer.key.pub");
     std::fs::write(&public, format!("{}\n", key.public_key())).expect("writes");
     let process = |dir: &Path, vars: &[(&str, &Path)]| {
