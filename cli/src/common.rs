@@ -7,6 +7,7 @@
 
 use std::io::Write;
 
+use kiln_core::trust::{Origin, TrustPolicy};
 use kiln_image::{Digest, EntryRef, Image, ImageError, PublicKey, SignatureCheck, TrustedKeys};
 
 use crate::escape::escape;
@@ -103,28 +104,30 @@ pub(crate) fn print_json(value: &impl serde::Serialize) -> Result<(), crate::Cli
 }
 
 /// `image`'s signatures checked as `kiln verify` checks them: every one
-/// must verify, and with `trusted` one of them must be by a trusted key.
-/// What each signature is, for the report.
+/// must verify, and under `trust` with trusted keys the image must be
+/// admitted as one from elsewhere ([`kiln_core::trust::admit`]: a trusted
+/// key's signature). What each signature is, for the report.
 pub(crate) fn check_signatures(
     image: &Image,
-    trusted: Option<&TrustedKeys>,
+    trust: &TrustPolicy,
 ) -> Result<Vec<SignatureCheck>, ImageError> {
-    let checks = image.check_signatures(trusted);
+    let checks = image.check_signatures(trust.trusted_keys.as_ref());
     if let Some(bad) = checks.iter().find(|check| !check.valid) {
         return Err(ImageError::BadSignature { key: bad.key });
     }
-    if let Some(trusted) = trusted {
-        image.verify_signature(trusted)?;
-    }
+    trust.admit(image, Origin::Elsewhere)?;
     Ok(checks)
 }
 
-/// The keys of `--trusted-key` arguments, each a public key (64 hex
-/// digits) or a file of them (one per line, as `kiln keygen` writes to
-/// `KEY.pub`); `None` when there are none.
-pub(crate) fn trusted_keys(args: &[String]) -> Result<Option<TrustedKeys>, crate::CliError> {
+/// The trust policy of a tool: the process's (`KILN_TRUSTED_KEYS`,
+/// `KILN_SIGNING_KEY`, as the library reads them), with the keys of
+/// `--trusted-key` arguments added (each a public key, 64 hex digits, or a
+/// file of them, one per line, as `kiln keygen` writes to `KEY.pub`). With
+/// either, signatures by those keys are required.
+pub(crate) fn trust_policy(args: &[String]) -> Result<TrustPolicy, crate::CliError> {
+    let policy = TrustPolicy::from_env();
     if args.is_empty() {
-        return Ok(None);
+        return Ok(policy);
     }
     let mut keys = TrustedKeys::default();
     for arg in args {
@@ -134,8 +137,9 @@ pub(crate) fn trusted_keys(args: &[String]) -> Result<Option<TrustedKeys>, crate
             keys.insert(key);
         } else {
             let path = std::path::Path::new(arg);
-            keys.extend(TrustedKeys::read_file(path).map_err(crate::CliError::image(path))?);
+            let found = kiln_core::trust::read_trusted_keys_file(path).map_err(crate::CliError::key(arg))?;
+            keys.extend(found);
         }
     }
-    Ok(Some(keys))
+    Ok(policy.with_trusted_keys(keys))
 }

@@ -93,6 +93,7 @@ impl DiskCache {
                         .copied()
                         .unwrap_or_else(|| published.get(&s.name).copied().unwrap_or(0)),
                     segment: s.name.clone(),
+                    provenance: s.provenance.to_string(),
                 });
             }
         }
@@ -167,7 +168,11 @@ impl DiskCache {
     }
 
     /// Checks every segment fully (header, structure, every payload
-    /// checksum). Reads only; takes no lock.
+    /// checksum), and says where its entries came from and, with
+    /// [`DiskConfig::trusted_keys`](super::DiskConfig::trusted_keys),
+    /// whether a process with those keys would serve them (a segment it
+    /// would refuse is a finding: [`SegmentCheck::refused`]). Reads only;
+    /// takes no lock.
     ///
     /// # Errors
     /// [`Error::DiskIo`] when the directory cannot be listed. A segment that
@@ -187,12 +192,32 @@ impl DiskCache {
                             kiln_image::Verification::Full,
                         )
                     })
-                    .map(|image| image.len());
-                SegmentCheck {
-                    name: file.name.clone(),
-                    bytes: file.bytes,
-                    entries: checked.as_ref().map_or(0, |n| *n),
-                    problem: checked.err().map(|e| e.to_string()),
+                    .map(|image| {
+                        let provenance = segment::provenance_of(&file.name, &image);
+                        let origin = provenance.origin(!self.config().trust_dir);
+                        let trusted = self.config().trusted_keys.as_ref();
+                        let refused = crate::trust::admit(trusted, &image, origin)
+                            .err()
+                            .map(|error| format!("{}: {error}", error.check()));
+                        (image.len(), provenance, refused)
+                    });
+                match checked {
+                    Ok((entries, provenance, refused)) => SegmentCheck {
+                        name: file.name.clone(),
+                        bytes: file.bytes,
+                        entries,
+                        provenance: provenance.to_string(),
+                        problem: None,
+                        refused,
+                    },
+                    Err(error) => SegmentCheck {
+                        name: file.name.clone(),
+                        bytes: file.bytes,
+                        entries: 0,
+                        provenance: String::new(),
+                        problem: Some(error.to_string()),
+                        refused: None,
+                    },
                 }
             })
             .collect();

@@ -155,7 +155,7 @@ impl Segment {
 /// from the image's labels, where only a segment named as compiled may be
 /// [`Provenance::Compiled`] (one named as received stays received, whatever
 /// it says).
-fn provenance_of(name: &str, image: &Image) -> Provenance {
+pub(crate) fn provenance_of(name: &str, image: &Image) -> Provenance {
     match SegmentClass::of_name(name) {
         SegmentClass::Signed => Provenance::Signed,
         class => match Provenance::from_labels(&image.meta().labels) {
