@@ -37,7 +37,10 @@
 //! over for a later store's; an entry no store holds a vouched copy of
 //! stops the bake: nothing is signed or written, and the error lists each
 //! such entry with where it was found and why it was refused (exit status
-//! 2). An unsigned bake takes every copy that passes its checksums.
+//! 2). With trusted keys, an unsigned bake also takes only what a program
+//! with those keys would serve (a refused copy is listed among the reasons
+//! an entry is missing); without them, every copy that passes its
+//! checksums.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -46,7 +49,9 @@ use std::path::{Path, PathBuf};
 use kiln_core::disk::{DiskCache, DiskConfig, config};
 use kiln_core::record::{DEFAULT_READ_LIMIT, Damage, Recording, Used};
 use kiln_core::trust::{Origin, TrustPolicy};
-use kiln_image::{Digest, EntryData, Image, ImageMeta, ImageWriter, SigningKey, Verification};
+use kiln_image::{
+    Digest, EntryData, Image, ImageMeta, ImageWriter, SigningKey, TrustedKeys, Verification,
+};
 use kiln_redis::{RemoteConfig, RemoteTier};
 use serde_json::{Value, json};
 
@@ -155,6 +160,8 @@ enum Store {
         image: Image,
         vouched: Result<(), String>,
     },
+    /// A disk cache, opened to find every copy (each is then judged by
+    /// its provenance: [`DiskCache::vouch`]).
     Disk {
         dir: PathBuf,
         cache: DiskCache,
@@ -164,8 +171,8 @@ enum Store {
     },
 }
 
-/// A copy of an entry a store holds, and whether a signer may take it
-/// (`Err`: why not).
+/// A copy of an entry a store holds, and whether it is vouched for (a
+/// trusted key signed it, or this user compiled it; `Err`: why not).
 struct Found {
     data: EntryData,
     vouched: Result<(), String>,
@@ -180,9 +187,15 @@ impl Store {
         }
     }
 
-    /// The entry of `(owner, key)`, every payload checked, and whether a
-    /// signer may take it; `Err` when the store has it but it is damaged.
-    fn get(&self, owner: &Digest, key: &Digest) -> Result<Option<Found>, String> {
+    /// The entry of `(owner, key)`, every payload checked, and whether it
+    /// is vouched for under `trusted`; `Err` when the store has it but it is
+    /// damaged.
+    fn get(
+        &self,
+        owner: &Digest,
+        key: &Digest,
+        trusted: Option<&TrustedKeys>,
+    ) -> Result<Option<Found>, String> {
         match self {
             Store::Image { image, vouched, .. } => match image.find(owner, key) {
                 Ok(Some(entry)) => entry
@@ -201,7 +214,7 @@ impl Store {
             // says whether this user compiled it.
             Store::Disk { cache, .. } => match cache.get(owner, key) {
                 Some(hit) => {
-                    let vouched = cache.vouch(&hit).map(|_| ()).map_err(|error| {
+                    let vouched = cache.vouch(&hit, trusted).map(|_| ()).map_err(|error| {
                         format!("{}: {} ({error})", hit.provenance(), error.check())
                     });
                     hit.entry()
@@ -215,7 +228,12 @@ impl Store {
             // signed bake from a server needs them).
             Store::Remote { tier } => tier
                 .fetch(owner, key)
-                .map(|found| found.map(|data| Found { data, vouched: Ok(()) }))
+                .map(|found| {
+                    found.map(|data| Found {
+                        data,
+                        vouched: Ok(()),
+                    })
+                })
                 .map_err(|e| e.to_string()),
         }
     }
@@ -256,9 +274,10 @@ fn vouch_image(image: &Image, trust: &TrustPolicy) -> Result<(), String> {
 }
 
 /// Opens the disk cache in `dir`, which must exist; its other settings come
-/// from the environment (`KILN_CACHE_TRUST_DIR`), `KILN_CACHE=0` ignored,
-/// its trusted keys from the tool's trust policy.
-fn open_disk(dir: &Path, trust: &TrustPolicy) -> Result<DiskCache, CliError> {
+/// from the environment (`KILN_CACHE_TRUST_DIR`), `KILN_CACHE=0` ignored.
+/// Opened without trusted keys, so that every copy is found and judged by
+/// the bake ([`Store::get`]).
+fn open_disk(dir: &Path) -> Result<DiskCache, CliError> {
     if !dir.is_dir() {
         return Err(CliError::NoCacheDir {
             path: dir.to_owned(),
@@ -275,7 +294,7 @@ fn open_disk(dir: &Path, trust: &TrustPolicy) -> Result<DiskCache, CliError> {
     })?
     .unwrap_or_else(|| DiskConfig::new(dir));
     let mut config = config;
-    config.trusted_keys = trust.trusted_keys.clone();
+    config.trusted_keys = None;
     Ok(DiskCache::open(config)?)
 }
 
@@ -322,7 +341,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     for dir in &args.cache_dirs {
         stores.push(Store::Disk {
             dir: dir.clone(),
-            cache: open_disk(dir, &trust)?,
+            cache: open_disk(dir)?,
         });
     }
     if let Some(url) = &args.remote {
@@ -344,22 +363,30 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
         }
         let mut damaged = Vec::new();
         let mut passed_over = None;
-        let found = stores
-            .iter()
-            .find_map(|store| match store.get(&used.owner, &used.key) {
-                Ok(Some(found)) => match found.vouched {
-                    Err(why) if signing => {
-                        passed_over.get_or_insert((store.name(), why));
+        let trusted = trust.trusted_keys.as_ref();
+        let found =
+            stores
+                .iter()
+                .find_map(|store| match store.get(&used.owner, &used.key, trusted) {
+                    // Signing takes only vouched copies; with trusted keys, so
+                    // does an unsigned bake (as a program with them would).
+                    Ok(Some(found)) => match found.vouched {
+                        Err(why) if signing => {
+                            passed_over.get_or_insert((store.name(), why));
+                            None
+                        }
+                        Err(why) if trusted.is_some() => {
+                            damaged.push(format!("{}: refused: {why}", store.name()));
+                            None
+                        }
+                        _ => Some((store, found.data)),
+                    },
+                    Ok(None) => None,
+                    Err(why) => {
+                        damaged.push(format!("{}: {why}", store.name()));
                         None
                     }
-                    _ => Some((store, found.data)),
-                },
-                Ok(None) => None,
-                Err(why) => {
-                    damaged.push(format!("{}: {why}", store.name()));
-                    None
-                }
-            });
+                });
         let Some((store, mut data)) = found else {
             match passed_over {
                 Some((store, why)) => unvouched.push(Unvouched {

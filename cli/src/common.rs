@@ -137,7 +137,8 @@ pub(crate) fn trust_policy(args: &[String]) -> Result<TrustPolicy, crate::CliErr
             keys.insert(key);
         } else {
             let path = std::path::Path::new(arg);
-            let found = kiln_core::trust::read_trusted_keys_file(path).map_err(crate::CliError::key(arg))?;
+            let found = kiln_core::trust::read_trusted_keys_file(path)
+                .map_err(crate::CliError::key(arg))?;
             keys.extend(found);
         }
     }

@@ -211,7 +211,14 @@ fn bake_signs_with_kiln_signing_key_and_says_so() {
     // signed bake may take its entries; the disk cache's entries were
     // compiled by this user.
     let signed_library = t.root.join("lib-signed.kimg");
-    let sign = kiln(&["sign", s(&t.library), "--key", s(&key), "-o", s(&signed_library)]);
+    let sign = kiln(&[
+        "sign",
+        s(&t.library),
+        "--key",
+        s(&key),
+        "-o",
+        s(&signed_library),
+    ]);
     assert!(sign.status.success(), "{sign:?}");
     let out = t.root.join("signed.kimg");
     let public_hex = public.to_hex();
@@ -258,7 +265,10 @@ fn bake_signs_with_kiln_signing_key_and_says_so() {
     assert!(!refused.exists());
 
     // A key that cannot be used writes nothing unsigned in its place.
-    let output = kiln_with(&args_with(&args, 3, s(&refused)), Some(&t.root.join("no-such.key")));
+    let output = kiln_with(
+        &args_with(&args, 3, s(&refused)),
+        Some(&t.root.join("no-such.key")),
+    );
     assert_eq!(output.status.code(), Some(2), "{output:?}");
     assert!(
         String::from_utf8_lossy(&output.stderr).contains("KILN_SIGNING_KEY"),

@@ -168,22 +168,27 @@ impl DiskCache {
     }
 
     /// Whether a tool may sign over `hit`'s entry (`kiln bake` with a
-    /// signing key): its provenance says this user's processes compiled it,
-    /// in a directory no other user may write, or a key of
-    /// [`DiskConfig::trusted_keys`] signed it. Unlike a lookup, which
-    /// without trusted keys serves everything, this never answers
+    /// signing key) under `trusted` keys: its provenance says this user's
+    /// processes compiled it, in a directory no other user may write, or a
+    /// key of `trusted` signed it. Unlike a lookup, which without trusted
+    /// keys serves everything, this never answers
     /// [`Admission::Unchecked`]: without trusted keys only this user's own
-    /// compiles are vouched for.
+    /// compiles are vouched for. (Open the cache without
+    /// [`DiskConfig::trusted_keys`] to find every copy, then ask this.)
     ///
     /// # Errors
     /// The refusal: [`ImageError::Unsigned`] for an entry received
     /// unsigned (or of unknown provenance), [`ImageError::UntrustedSigner`]
     /// or [`ImageError::BadSignature`] for a signed one.
-    pub fn vouch(&self, hit: &DiskHit) -> Result<Admission, ImageError> {
-        let keys = self.config.trusted_keys.clone().unwrap_or_default();
+    pub fn vouch(
+        &self,
+        hit: &DiskHit,
+        trusted: Option<&kiln_image::TrustedKeys>,
+    ) -> Result<Admission, ImageError> {
+        let none = kiln_image::TrustedKeys::default();
         let segment = hit.segment();
         let origin = segment.provenance.origin(!self.config.trust_dir);
-        crate::trust::admit(Some(&keys), &segment.image, origin)
+        crate::trust::admit(Some(trusted.unwrap_or(&none)), &segment.image, origin)
     }
 
     /// Stores `image`, a one-entry image of `entry` that carries

@@ -97,7 +97,11 @@ pub fn run_child_role() {
         if bytes == EVIL {
             evil += 1;
         } else {
-            assert_eq!(bytes, &code(i)[..], "kernel {i}: neither its code nor the planted bytes");
+            assert_eq!(
+                bytes,
+                &code(i)[..],
+                "kernel {i}: neither its code nor the planted bytes"
+            );
         }
     }
     kiln_core::flush();
@@ -164,7 +168,10 @@ fn an_unsigned_remote_value_written_through_is_never_served_with_trusted_keys() 
     // On disk, it says where it came from.
     let listed = disk(&dir, None).ls().expect("lists");
     assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].provenance, "received unsigned from the remote tier");
+    assert_eq!(
+        listed[0].provenance,
+        "received unsigned from the remote tier"
+    );
 
     // A process with trusted keys: refused from disk (one warning), not on
     // the server any more: compiled, and its own bytes served.
@@ -221,9 +228,9 @@ fn compaction_between_the_two_reads_keeps_the_value_received() {
     assert_eq!(report.entries, 12);
     assert!(report.segments_after <= 2, "{report:?}");
     for i in 0..6 {
-        let _ = server.connection().map(|mut con| {
-            redis::cmd("DEL").arg(redis_key(i)).query::<()>(&mut con)
-        });
+        let _ = server
+            .connection()
+            .map(|mut con| redis::cmd("DEL").arg(redis_key(i)).query::<()>(&mut con));
     }
     // With trusted keys: the six received entries are compiled, the six
     // compiled ones served from disk.
@@ -247,7 +254,10 @@ fn a_second_process_in_between_does_not_promote_what_it_read() {
     // from disk (served: it trusts everything) and compiles others, whose
     // stores compact the directory.
     let between = process(&dir, None, None, "0..8");
-    assert_eq!((between.evil, between.compiles, between.tier_hits), (1, 7, 1));
+    assert_eq!(
+        (between.evil, between.compiles, between.tier_hits),
+        (1, 7, 1)
+    );
     let keyed = process(&dir, None, Some(&keys), "0..8");
     assert_eq!(
         (keyed.evil, keyed.compiles, keyed.tier_hits, keyed.untrusted),
