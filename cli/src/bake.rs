@@ -55,7 +55,7 @@ use kiln_image::{
 use kiln_redis::{RemoteConfig, RemoteTier};
 use serde_json::{Value, json};
 
-use crate::common::{Table, print_json, short};
+use crate::common::{Seq, print_json, short, write_rows};
 use crate::escape;
 use crate::{CliError, Outcome};
 
@@ -298,13 +298,13 @@ fn open_disk(dir: &Path) -> Result<DiskCache, CliError> {
     Ok(DiskCache::open(config)?)
 }
 
-/// One entry baked, and where it came from.
-struct Baked {
+/// One entry baked, and the store it came from.
+struct Baked<'s> {
     name: String,
     owner_label: String,
     owner: Digest,
     key: Digest,
-    from: String,
+    from: &'s Store,
 }
 
 /// One recorded entry found only where nothing vouches for it, while
@@ -411,7 +411,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
             owner_label: data.owner_label.clone(),
             owner: data.owner,
             key: data.key,
-            from: store.name(),
+            from: store,
         });
         entries.push(data);
     }
@@ -439,9 +439,9 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     let signed = publish(&args.output, bytes, signer.as_deref())?;
 
     if args.json {
-        print_json(&to_json(
+        print_bake_json(
             &args, &producer, &recording, &baked, &missing, left_out, signed,
-        ))?;
+        )?;
     } else {
         print_text(
             &args, &producer, &recording, &baked, &missing, left_out, signed,
@@ -490,38 +490,60 @@ fn publish(path: &Path, bytes: Vec<u8>, signer: Option<&SigningKey>) -> Result<b
     Ok(signer.is_some())
 }
 
-fn to_json(
+/// The bake's report as JSON (keys in alphabetical order); the lists as
+/// long as the record files are written one element at a time ([`Seq`]).
+fn print_bake_json(
     args: &Args,
     producer: &str,
     recording: &Recording,
-    baked: &[Baked],
+    baked: &[Baked<'_>],
     missing: &[Missing<'_>],
     left_out: usize,
     signed: bool,
-) -> Value {
-    json!({
-        "output": args.output.display().to_string(),
-        "producer": producer,
-        "signed": signed,
-        "recorded": recording.len(),
-        "records": recording.records(),
-        "damage": damage_json(&recording.damage()),
-        "left_out_from_images": left_out,
-        "baked": baked.iter().map(|b| json!({
-            "name": b.name,
-            "owner": b.owner.to_hex(),
-            "owner_label": b.owner_label,
-            "key": b.key.to_hex(),
-            "from": b.from,
-        })).collect::<Vec<_>>(),
-        "missing": missing.iter().map(|m| json!({
-            "name": m.used.name,
-            "owner": m.used.owner.to_hex(),
-            "owner_label": m.used.owner_label,
-            "key": m.used.key.to_hex(),
-            "recorded_from": m.used.sources.keys().map(ToString::to_string).collect::<Vec<_>>(),
-            "damaged_in": m.damaged,
-        })).collect::<Vec<_>>(),
+) -> Result<(), CliError> {
+    #[derive(serde::Serialize)]
+    struct BakeJson<'a, B, M> {
+        baked: B,
+        damage: Value,
+        left_out_from_images: usize,
+        missing: M,
+        output: String,
+        producer: &'a str,
+        recorded: usize,
+        records: u64,
+        signed: bool,
+    }
+    print_json(&BakeJson {
+        baked: Seq(|| {
+            baked.iter().map(|b| {
+                json!({
+                    "name": b.name,
+                    "owner": b.owner.to_hex(),
+                    "owner_label": b.owner_label,
+                    "key": b.key.to_hex(),
+                    "from": b.from.name(),
+                })
+            })
+        }),
+        damage: damage_json(&recording.damage()),
+        left_out_from_images: left_out,
+        missing: Seq(|| {
+            missing.iter().map(|m| {
+                json!({
+                    "name": m.used.name,
+                    "owner": m.used.owner.to_hex(),
+                    "owner_label": m.used.owner_label,
+                    "key": m.used.key.to_hex(),
+                    "recorded_from": m.used.sources.keys().map(ToString::to_string).collect::<Vec<_>>(),
+                    "damaged_in": m.damaged,
+                })
+            })
+        }),
+        output: args.output.display().to_string(),
+        producer,
+        recorded: recording.len(),
+        records: recording.records(),
+        signed,
     })
 }
 
@@ -529,7 +551,7 @@ fn print_text(
     args: &Args,
     producer: &str,
     recording: &Recording,
-    baked: &[Baked],
+    baked: &[Baked<'_>],
     missing: &[Missing<'_>],
     left_out: usize,
     signed: bool,
@@ -565,16 +587,20 @@ fn print_text(
         "\nnot found in the images, disk caches and remote cache given ({}):",
         missing.len()
     )?;
-    let mut table = Table::new(&["NAME", "OWNER", "KEY", "RECORDED FROM", "REFUSED BY"]);
-    for m in missing {
-        table.row(vec![
-            m.used.name.clone(),
-            m.used.owner_label.clone(),
-            short(&m.used.key),
-            sources(m.used),
-            m.damaged.join("; "),
-        ]);
-    }
-    table.write(&mut out, "  ")?;
+    // One row per missing entry: as many as a record file names, so made
+    // one at a time.
+    let rows = || {
+        missing.iter().map(|m| {
+            vec![
+                m.used.name.clone(),
+                m.used.owner_label.clone(),
+                short(&m.used.key),
+                sources(m.used),
+                m.damaged.join("; "),
+            ]
+        })
+    };
+    let header = ["NAME", "OWNER", "KEY", "RECORDED FROM", "REFUSED BY"];
+    write_rows(&mut out, "  ", &header, rows)?;
     Ok(())
 }
