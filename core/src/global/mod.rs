@@ -65,7 +65,7 @@ pub fn global() -> &'static Cache {
 /// images are merged once.
 ///
 /// The init also adds the extra tiers of [`add_tiers`]: the **disk tier**
-/// ([`DiskTier`]), consulted by [`Cache::get_or_compile`] after memory and
+/// ([`DiskTier`](crate::disk::DiskTier)), consulted by [`Cache::get_or_compile`] after memory and
 /// images and before compiling, and given every new compile, so that code
 /// compiled at run time persists across runs; then the tier of every
 /// registered [`TierFactory`](crate::TierFactory) (the remote tier of

@@ -8,7 +8,7 @@ use crate::disk::{DiskConfig, DiskTier};
 use crate::registry::{self, TierSetup};
 use crate::trust::TrustPolicy;
 use crate::{Cache, Tier};
-/// Adds to `cache` the extra tiers that [`global()`] has, configured through
+/// Adds to `cache` the extra tiers that [`global()`](crate::global()) has, configured through
 /// `lookup` (a variable name to its value; the process environment for the
 /// global cache), and returns their names in the order added:
 ///

@@ -130,7 +130,7 @@ struct Tally {
 }
 
 /// Appends what a cache returns to a record file, once per distinct entry
-/// and source, and counts the hits of each (see the [module](self) docs for
+/// and source, and counts the hits of each (see the [module](super) docs for
 /// the format). Set on a cache with
 /// [`Cache::record_into`](crate::Cache::record_into); the global cache gets
 /// one when `KILN_RECORD` names a file.

@@ -9,7 +9,7 @@
 //!
 //! The policy is read once per process ([`TrustPolicy::from_env`]) and
 //! handed to every tier: the global cache's images, the disk tier and the
-//! remote tier share one [`TrustedKeys`], and with it one memo of verified
+//! remote tier share one [`TrustedKeys`](kiln_image::TrustedKeys), and with it one memo of verified
 //! batch roots. Whether an image or an entry is admitted, and why, is
 //! decided in one place: [`admit`], by where it comes from ([`Origin`]).
 //!

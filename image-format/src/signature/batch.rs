@@ -64,7 +64,7 @@ impl BatchPath {
 /// a Merkle tree over their signed digests, each image given its own path
 /// to the root (see the module docs), in the same order. A reader then
 /// pays one verification per batch and process, and a few BLAKE3 hashes
-/// per member ([`Image::verify_signature`], [`TrustedKeys`]).
+/// per member ([`Image::verify_signature`], [`TrustedKeys`](super::TrustedKeys)).
 /// Deterministic; a batch of one gives exactly [`sign_image`]'s bytes, and
 /// an empty batch nothing.
 ///

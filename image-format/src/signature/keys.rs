@@ -201,7 +201,7 @@ impl TrustedKeys {
     }
 
     /// Ed25519 verifications performed through this set and its clones
-    /// ([`Image::verify_signature`]; batch members whose root was verified
+    /// ([`Image::verify_signature`](crate::Image::verify_signature); batch members whose root was verified
     /// already are not verified again).
     pub fn verifications(&self) -> u64 {
         self.memo.verifications.load(Ordering::Relaxed)

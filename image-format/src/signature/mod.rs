@@ -4,7 +4,7 @@
 //! image with valid checksums. A signature by an ed25519 key says that the
 //! holder of the secret key produced the image; a reader that trusts a set
 //! of public keys ([`TrustedKeys`]) accepts an image only if one of them
-//! signed it ([`Image::verify_signature`]). Readers need no secret, so a
+//! signed it ([`Image::verify_signature`](crate::Image::verify_signature)). Readers need no secret, so a
 //! reader cannot forge what it accepts (unlike a shared HMAC key).
 //!
 //! # What a signature covers
@@ -24,8 +24,8 @@
 //! entry (owner, key, name, worlds, deps, artifacts) and, through the
 //! digests in the index, every payload: a reader checks a payload's BLAKE3
 //! before returning its bytes (on first access at
-//! [`Verification::Structural`], at open
-//! at [`Verification::Full`], which also checks
+//! [`Verification::Structural`](crate::Verification::Structural), at open
+//! at [`Verification::Full`](crate::Verification::Full), which also checks
 //! the body checksum). Checking a signature costs hashing the header and
 //! the index, not the payloads, plus one ed25519 verification per
 //! signature tried.
@@ -127,7 +127,7 @@
 //! any byte of the trailer is read, and the file must end right after the
 //! trailer. Reading the trailer then checks that its length is exactly the
 //! one its kind, count and size give. A trailer that breaks any rule
-//! refuses the image ([`ImageError::SignatureTrailer`]), whether or not
+//! refuses the image ([`ImageError::SignatureTrailer`](crate::ImageError::SignatureTrailer)), whether or not
 //! the reader checks signatures.
 //!
 //! # Modules

@@ -61,7 +61,7 @@ pub(crate) struct Trailer {
     pub(crate) batch: Option<BatchPath>,
 }
 
-/// Where a batch-signed image sits in its batch ([`Image::signature_batch`]).
+/// Where a batch-signed image sits in its batch ([`Image::signature_batch`](crate::Image::signature_batch)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchPosition {
     /// The image's leaf index, less than `size`.

@@ -46,7 +46,7 @@ impl Image {
         !self.signatures.is_empty()
     }
 
-    /// For a batch-signed image ([`sign_images_batch`]), its place in the
+    /// For a batch-signed image ([`sign_images_batch`](super::sign_images_batch)), its place in the
     /// batch (read from its trailer; not checked); `None` for an unsigned
     /// or directly signed one.
     pub fn signature_batch(&self) -> Option<BatchPosition> {
