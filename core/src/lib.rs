@@ -81,8 +81,8 @@ pub use cache::{
 };
 pub use error::{BoxError, Error};
 pub use global::{
-    ImageOutcome, ImageReport, InitReport, add_tiers, add_tiers_with, flush, global, init, init_with,
-    load_images,
+    ImageOutcome, ImageReport, InitReport, add_tiers, add_tiers_with, flush, global, init,
+    init_with, load_images,
 };
 pub use key::{Key, KeyBuilder};
 pub use kiln_image::{Artifact, ArtifactKind, Dep, Digest};
