@@ -22,7 +22,9 @@
 //! image held.
 //!
 //! The image is deterministic (entries sorted, no timestamps, no paths) and
-//! written atomically, also when some recorded entries were not found;
+//! records its provenance in its labels (`kiln.provenance=baked`,
+//! `kiln.baked-from=` the kinds of sources its entries came from:
+//! `disk`, `image`, `remote`); it is written atomically, also when some recorded entries were not found;
 //! those are listed, and the exit status is then 1.
 //!
 //! With `KILN_SIGNING_KEY` set the image is signed with that key before it
@@ -48,7 +50,7 @@ use std::path::{Path, PathBuf};
 
 use kiln_core::disk::{DiskCache, DiskConfig, config};
 use kiln_core::record::{DEFAULT_READ_LIMIT, Damage, Recording, Used};
-use kiln_core::trust::{Origin, TrustPolicy};
+use kiln_core::trust::{Origin, Provenance, TrustPolicy};
 use kiln_image::{
     Digest, EntryData, Image, ImageMeta, ImageWriter, SigningKey, TrustedKeys, Verification,
 };
@@ -179,6 +181,16 @@ struct Found {
 }
 
 impl Store {
+    /// What kind of store it is, for the baked image's provenance label
+    /// (no path: images record no paths of the machine that made them).
+    fn kind(&self) -> &'static str {
+        match self {
+            Store::Image { .. } => "image",
+            Store::Disk { .. } => "disk",
+            Store::Remote { .. } => "remote",
+        }
+    }
+
     fn name(&self) -> String {
         match self {
             Store::Image { path, .. } => format!("image {}", path.display()),
@@ -425,6 +437,14 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
         meta.labels
             .insert("image".to_owned(), stem.to_string_lossy().into_owned());
     }
+    // Provenance: baked, from these kinds of sources (sorted, once each).
+    let kinds: std::collections::BTreeSet<&str> = baked.iter().map(|b| b.from.kind()).collect();
+    meta.labels
+        .insert(Provenance::LABEL.to_owned(), "baked".to_owned());
+    meta.labels.insert(
+        BAKED_FROM_LABEL.to_owned(),
+        kinds.into_iter().collect::<Vec<_>>().join(","),
+    );
     if !unvouched.is_empty() {
         return Err(CliError::SigningUnvouched {
             count: unvouched.len(),
@@ -474,6 +494,10 @@ fn unvouched_list(unvouched: &[Unvouched]) -> String {
     }
     lines.join("\n")
 }
+
+/// The label of a baked image naming the kinds of sources its entries came
+/// from (`disk`, `image`, `remote`).
+const BAKED_FROM_LABEL: &str = "kiln.baked-from";
 
 /// How many refused entries the error of a signed bake lists.
 const UNVOUCHED_SHOWN: usize = 20;

@@ -513,6 +513,19 @@ fn a_signed_bake_takes_only_what_was_checked_from_every_source() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(json(&output)["signed"], true);
     assert_eq!(names(&out), ["disk-compiled", "img-trusted"]);
+    // Its provenance, in its labels: baked, from an image and a disk cache.
+    let labels = Image::open(&out, Verification::Full)
+        .expect("opens")
+        .meta()
+        .labels;
+    assert_eq!(
+        labels.get("kiln.provenance").map(String::as_str),
+        Some("baked")
+    );
+    assert_eq!(
+        labels.get("kiln.baked-from").map(String::as_str),
+        Some("disk,image")
+    );
     let verify = kiln(&["verify", s(&out)], &[trusting]);
     assert_eq!(verify.status.code(), Some(0), "{}", stdout(&verify));
 }
