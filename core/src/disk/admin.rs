@@ -93,7 +93,7 @@ impl DiskCache {
                         .copied()
                         .unwrap_or_else(|| published.get(&s.name).copied().unwrap_or(0)),
                     segment: s.name.clone(),
-                    provenance: s.provenance.to_string(),
+                    provenance: s.provenance().to_string(),
                 });
             }
         }

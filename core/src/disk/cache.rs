@@ -187,7 +187,7 @@ impl DiskCache {
     ) -> Result<Admission, ImageError> {
         let none = kiln_image::TrustedKeys::default();
         let segment = hit.segment();
-        let origin = segment.provenance.origin(!self.config.trust_dir);
+        let origin = segment.provenance().origin(!self.config.trust_dir);
         crate::trust::admit(Some(trusted.unwrap_or(&none)), &segment.image, origin)
     }
 
@@ -377,7 +377,7 @@ impl DiskCache {
         let Some(keys) = &self.config.trusted_keys else {
             return Ok(());
         };
-        let origin = segment.provenance.origin(!self.config.trust_dir);
+        let origin = segment.provenance().origin(!self.config.trust_dir);
         let admit = || crate::trust::admit(Some(keys), &segment.image, origin);
         if *segment.admitted.get_or_init(|| admit().is_ok()) {
             return Ok(());
@@ -431,10 +431,10 @@ impl DiskCache {
                     Ok(None) => continue,
                     Ok(Some(entry)) => {
                         if let Err(why) = self.admitted(s) {
-                            tracing::debug!(segment = %slot.name, error = %why, provenance = %s.provenance, "disk-cache entry not admitted under the trusted keys: not served");
+                            tracing::debug!(segment = %slot.name, error = %why, provenance = %s.provenance(), "disk-cache entry not admitted under the trusted keys: not served");
                             refused = Some(Refusal {
                                 error: why,
-                                provenance: s.provenance.clone(),
+                                provenance: s.provenance().clone(),
                                 segment: slot.name.clone(),
                             });
                             continue;

@@ -375,7 +375,7 @@ const RECEIVED: usize = 1;
 /// provenance: stored before provenance was recorded); `None` for a signed
 /// segment, which is never merged.
 fn merge_class(segment: &Segment) -> Option<usize> {
-    match (SegmentClass::of_name(&segment.name), &segment.provenance) {
+    match (SegmentClass::of_name(&segment.name), segment.provenance()) {
         (SegmentClass::Signed, _) => None,
         (SegmentClass::Compiled, Provenance::Compiled) => Some(COMPILED),
         _ => Some(RECEIVED),
@@ -412,7 +412,7 @@ fn merge_flags(
 fn received_from(segments: &[Segment]) -> String {
     let mut from: Vec<String> = segments
         .iter()
-        .map(|s| match &s.provenance {
+        .map(|s| match s.provenance() {
             Provenance::Unsigned { from } => from.clone(),
             _ => "unknown".to_owned(),
         })

@@ -79,7 +79,7 @@ impl DiskHit {
     /// not). See [`DiskCache::vouch`](super::DiskCache::vouch) for what a
     /// signer may take.
     pub fn provenance(&self) -> &crate::trust::Provenance {
-        &self.segment.provenance
+        self.segment.provenance()
     }
 
     /// The segment's image, which holds the entry.

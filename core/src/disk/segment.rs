@@ -98,10 +98,10 @@ pub(crate) struct Segment {
     /// The base segment's file identity (its inode number): compaction
     /// replaces the base under the same name.
     pub(crate) file_id: Option<u64>,
-    /// Where its entries came from: a signed segment's is
-    /// [`Provenance::Signed`]; an unsigned one's is what its labels record,
-    /// and [`Provenance::Compiled`] only if its name says so too.
-    pub(crate) provenance: Provenance,
+    /// Where its entries came from ([`Segment::provenance`]), read from
+    /// its labels on first need: a lookup without trusted keys never reads
+    /// them.
+    provenance: std::sync::OnceLock<Provenance>,
     /// Whether the cache's trusted keys admit it
     /// ([`crate::trust::admit`]; decided once, on the first lookup that
     /// needs it).
@@ -142,11 +142,19 @@ impl Segment {
         Ok(Segment {
             name: name.to_owned(),
             bytes: image.byte_len(),
-            provenance: provenance_of(name, &image),
+            provenance: std::sync::OnceLock::new(),
             image: Arc::new(image),
             file_id,
             admitted: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Where its entries came from: a signed segment's is
+    /// [`Provenance::Signed`]; an unsigned one's is what its labels record,
+    /// and [`Provenance::Compiled`] only if its name says so too.
+    pub(crate) fn provenance(&self) -> &Provenance {
+        self.provenance
+            .get_or_init(|| provenance_of(&self.name, &self.image))
     }
 }
 
