@@ -102,7 +102,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     let key = args
         .key
         .as_deref()
-        .map(|path| SigningKey::read_file(path).map_err(CliError::image(path)))
+        .map(kiln_core::trust::read_signing_key)
         .transpose()?;
     let candidates = build(&args)?;
     if candidates.is_empty() {

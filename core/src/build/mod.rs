@@ -123,7 +123,10 @@
 //!   `rerun-if-env-changed=KILN_SIGNING_KEY` always, so that setting it
 //!   later signs the image): the image is then signed with that key (see
 //!   [`trust`](crate::trust); an unusable key fails the build rather than
-//!   write an unsigned image);
+//!   write an unsigned image). A signed image vouches for what it holds, so
+//!   the block then takes from the disk and remote tiers only entries this
+//!   user compiled or a trusted key (`KILN_TRUSTED_KEYS`, or the signing key
+//!   itself) signed; anything else is compiled again;
 //! - `cargo:rerun-if-env-changed=VAR` for the variables declared with
 //!   [`Session::uses_env`] and every `KILN_*` variable set now (such as
 //!   `KILN_NVRTC`), except the run-time switches
@@ -157,7 +160,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kiln_image::{ImageMeta, PublicKey};
+use kiln_image::{ImageMeta, PublicKey, TrustedKeys};
 use kiln_ship::{CANDIDATE_EXTENSION, Candidate, EXTENSION, Manifest, SHIPPED_DIR};
 
 pub use session::{Session, Unavailable, jobs};
@@ -166,6 +169,7 @@ pub use target::Target;
 use self::output::Printer;
 use self::session::NotDone;
 use crate::registry::IMAGE_EXTENSION;
+use crate::trust::TrustPolicy;
 use crate::{BoxError, Cache, CacheConfig, Error};
 
 /// `KILN_IGNORE_SHIPPED`: a precompile block ignores the library's shipped
@@ -379,7 +383,7 @@ impl<'out> Precompile<'out> {
                 &found.shipped,
             ))));
         }
-        crate::add_tiers(&cache, &*lookup);
+        crate::add_tiers_with(&cache, &*lookup, &build_trust(&*lookup));
 
         let snapshot = cache.snapshot();
         let mut session = Session {
@@ -625,6 +629,23 @@ impl std::fmt::Display for Summary<'_> {
             "{} compiled, {} missing, {} failed)",
             self.compiles, self.missing, self.failed
         )
+    }
+}
+
+/// The trust policy of the block's disk and remote tiers. When the image
+/// is signed (`KILN_SIGNING_KEY`), the signature vouches for every entry in
+/// it, so entries are taken only when this user compiled them or a trusted
+/// key signed them: the signing key's own public key joins the trusted keys,
+/// which makes the tiers refuse what was received unsigned (from a shared
+/// directory, an unsigned remote write, another user).
+fn build_trust(lookup: &dyn Fn(&str) -> Option<OsString>) -> TrustPolicy {
+    let trust = TrustPolicy::from_lookup(lookup);
+    match trust.signing_key() {
+        Some(key) => {
+            let own = TrustedKeys::new([key.public_key()]);
+            trust.with_trusted_keys(own)
+        }
+        None => trust,
     }
 }
 

@@ -710,3 +710,75 @@ fn walk_files(dir: &Path) -> Vec<PathBuf> {
     }
     files
 }
+
+/// An entry of `name` whose bytes no compiler made, as a disk tier holds
+/// one received unsigned from another tier.
+fn planted(name: &str) -> kiln_image::EntryData {
+    kiln_image::EntryData {
+        owner: owner().digest(),
+        owner_label: owner().label().to_owned(),
+        key: *key(name).digest(),
+        name: name.to_owned(),
+        min_world: crate::World::FIRST.0,
+        max_world: crate::World::MAX.0,
+        deps: Vec::new(),
+        artifacts: vec![Artifact {
+            kind: ArtifactKind::Object,
+            entry_points: vec![name.to_owned()],
+            bytes: b"planted".to_vec(),
+        }],
+    }
+}
+
+fn object_bytes(path: &Path, name: &str) -> Vec<u8> {
+    let image = Image::open(path, Verification::Full).unwrap();
+    let entry = (0..image.len())
+        .map(|i| image.entry(i).unwrap())
+        .find(|entry| entry.name() == name)
+        .unwrap();
+    let artifact = entry.artifact(0).unwrap();
+    artifact.bytes().unwrap().to_vec()
+}
+
+#[test]
+fn a_signed_image_takes_no_entry_received_unsigned_from_the_disk_tier() {
+    let disk = tempfile::tempdir().unwrap();
+    let planted_in =
+        crate::disk::DiskCache::open(crate::disk::DiskConfig::new(disk.path())).unwrap();
+    assert!(planted_in.put_unsigned(&planted("a"), "remote"));
+    drop(planted_in);
+
+    // Unsigned build: nothing is vouched for, the disk entry is served.
+    let library = Library::new().with_disk_cache(disk.path());
+    let out = tempfile::tempdir().unwrap();
+    let unsigned = run_names(&library, out.path(), &["a"], &mut Vec::new()).unwrap();
+    assert_eq!((unsigned.compiles, unsigned.from_tier("disk")), (0, 1));
+    assert_eq!(object_bytes(&unsigned.path, "a"), b"planted");
+
+    // Signed build: the signature would vouch for the planted bytes, so the
+    // entry is compiled here instead.
+    let keys = tempfile::tempdir().unwrap();
+    let key_file = keys.path().join("key");
+    let key = SigningKey::from_secret_bytes([9; 32]);
+    crate::trust::write_signing_key(&key, &key_file).unwrap();
+    let mut library = library;
+    library
+        .vars
+        .push((crate::trust::SIGNING_KEY, key_file.into_os_string()));
+    let out = tempfile::tempdir().unwrap();
+    let signed = run_names(&library, out.path(), &["a"], &mut Vec::new()).unwrap();
+    assert_eq!((signed.compiles, signed.from_tier("disk")), (1, 0));
+    assert_eq!(object_bytes(&signed.path, "a"), b"a");
+    let image = Image::open(&signed.path, Verification::Full).unwrap();
+    assert!(
+        image
+            .verify_signature(&kiln_image::TrustedKeys::new([key.public_key()]))
+            .is_ok()
+    );
+
+    // What this user compiled is vouched for: the next signed build finds it.
+    let out = tempfile::tempdir().unwrap();
+    let again = run_names(&library, out.path(), &["a"], &mut Vec::new()).unwrap();
+    assert_eq!((again.compiles, again.from_tier("disk")), (0, 1));
+    assert_eq!(object_bytes(&again.path, "a"), b"a");
+}

@@ -62,7 +62,6 @@ use tracing::Dispatch;
 use super::instance::Instance;
 use super::stats::bump;
 use super::{Cache, Tier, TierEntry};
-use crate::exit::FlushAtExit;
 use crate::{Error, Key, Owner};
 
 /// The most stores queued at once.
@@ -100,6 +99,9 @@ pub(crate) enum JobEntry {
     /// remote hit written through): stored with [`Tier::store_signed`], so
     /// that the signature is kept and checked again when read back.
     Signed { data: EntryData, image: Vec<u8> },
+    /// An owned entry another tier (`from`) loaded unsigned: stored with
+    /// [`Tier::store_unsigned`], so that its provenance is kept.
+    Unsigned { data: EntryData, from: String },
 }
 
 impl JobEntry {
@@ -108,6 +110,7 @@ impl JobEntry {
             JobEntry::Instance(instance) => instance.body.bytes,
             JobEntry::Data(data) => data_bytes(data),
             JobEntry::Signed { data, image } => data_bytes(data) + image.len() as u64,
+            JobEntry::Unsigned { data, .. } => data_bytes(data),
         }
     }
 }
@@ -233,7 +236,7 @@ impl StoreQueue {
         match spawned {
             Ok(_detached) => {
                 let queue: Weak<StoreQueue> = Arc::downgrade(self);
-                crate::exit::flush_at_exit(queue as Weak<dyn FlushAtExit>);
+                crate::exit::register(crate::exit::Stage::Stores, queue);
                 true
             }
             Err(error) => {
@@ -395,17 +398,19 @@ impl StoreQueue {
             entry,
             tiers,
         } = job;
-        let (data, image) = match entry {
-            JobEntry::Signed { data, image } => (data, Some(image)),
+        let (data, received) = match entry {
+            JobEntry::Signed { data, image } => (data, Received::Signed(image)),
+            JobEntry::Unsigned { data, from } => (data, Received::Unsigned(from)),
             plain => match plain_data(plain) {
-                Some(data) => (data, None),
+                Some(data) => (data, Received::Compiled),
                 None => return,
             },
         };
         for tier in tiers {
-            let stored = std::panic::catch_unwind(AssertUnwindSafe(|| match &image {
-                Some(image) => tier.store_signed(&owner, &data, image),
-                None => tier.store(&owner, &data),
+            let stored = std::panic::catch_unwind(AssertUnwindSafe(|| match &received {
+                Received::Signed(image) => tier.store_signed(&owner, &data, image),
+                Received::Unsigned(from) => tier.store_unsigned(&owner, &data, from),
+                Received::Compiled => tier.store(&owner, &data),
             }));
             match stored {
                 Ok(result) => self.count_store(&*tier, &data.name, Some(result)),
@@ -503,16 +508,29 @@ impl StoreQueue {
     }
 }
 
-impl FlushAtExit for StoreQueue {
-    fn flush_at_exit(&self) {
+/// At exit, the queue drains (bounded: [`StoreQueue::flush_bounded`]).
+impl crate::exit::AtExit for StoreQueue {
+    fn at_exit(&self) {
         self.flush_bounded();
     }
 }
 
+/// How a job's entry reaches its tiers: as this process's compile, or as
+/// what another tier received (with its provenance).
+enum Received {
+    Compiled,
+    Signed(Vec<u8>),
+    Unsigned(String),
+}
+
 /// Whether `job` may be batched with others: a plain store (a signed one
-/// goes through [`Tier::store_signed`]).
+/// goes through [`Tier::store_signed`], an unsigned one received from
+/// another tier through [`Tier::store_unsigned`]).
 fn batchable(job: &Job) -> bool {
-    !matches!(job.entry, JobEntry::Signed { .. })
+    !matches!(
+        job.entry,
+        JobEntry::Signed { .. } | JobEntry::Unsigned { .. }
+    )
 }
 
 /// Whether `a` and `b` go to the same tiers: the same `Arc`s, in the same
@@ -562,14 +580,18 @@ fn plain_data(entry: JobEntry) -> Option<EntryData> {
             }
             data
         }
-        JobEntry::Data(data) | JobEntry::Signed { data, .. } => Some(data),
+        JobEntry::Data(data) | JobEntry::Signed { data, .. } | JobEntry::Unsigned { data, .. } => {
+            Some(data)
+        }
     }
 }
 
 fn job_name(job: &Job) -> &str {
     match &job.entry {
         JobEntry::Instance(instance) => &instance.name,
-        JobEntry::Data(data) | JobEntry::Signed { data, .. } => &data.name,
+        JobEntry::Data(data) | JobEntry::Signed { data, .. } | JobEntry::Unsigned { data, .. } => {
+            &data.name
+        }
     }
 }
 
@@ -604,6 +626,18 @@ impl Tier for Background {
             entry: JobEntry::Signed {
                 data: entry.clone(),
                 image: image.to_vec(),
+            },
+            tiers: vec![Arc::clone(&self.tier)],
+        });
+        Ok(())
+    }
+
+    fn store_unsigned(&self, owner: &Owner, entry: &EntryData, from: &str) -> Result<(), Error> {
+        self.queue.push(Job {
+            owner: owner.clone(),
+            entry: JobEntry::Unsigned {
+                data: entry.clone(),
+                from: from.to_owned(),
             },
             tiers: vec![Arc::clone(&self.tier)],
         });
