@@ -1,5 +1,7 @@
 //! Writes the small synthetic image that `src/kernel_set.rs` embeds with
-//! `include_image!`, so that `--quick` runs every Kiln mode without NVRTC.
+//! `include_image!`, so that `--quick` runs every Kiln mode without NVRTC; and
+//! the CUBIN `cudarc-alone` embeds (`KILN_BENCH_AXPY_CUBIN`, its entry point in
+//! `KILN_BENCH_AXPY_ENTRY`), empty when they are not set.
 
 #[path = "src/synthetic.rs"]
 mod synthetic;
@@ -21,5 +23,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )?);
     }
     writer.write_atomic(&out_dir.join(synthetic::EMBEDDED_IMAGE))?;
+
+    println!("cargo:rerun-if-env-changed=KILN_BENCH_AXPY_CUBIN");
+    println!("cargo:rerun-if-env-changed=KILN_BENCH_AXPY_ENTRY");
+    let cubin = match std::env::var_os("KILN_BENCH_AXPY_CUBIN") {
+        Some(path) => {
+            println!("cargo:rerun-if-changed={}", PathBuf::from(&path).display());
+            std::fs::read(&path)?
+        }
+        None => Vec::new(),
+    };
+    std::fs::write(out_dir.join("axpy.cubin"), cubin)?;
+    let entry = std::env::var("KILN_BENCH_AXPY_ENTRY").unwrap_or_default();
+    std::fs::write(out_dir.join("axpy.entry"), entry)?;
     Ok(())
 }

@@ -81,12 +81,14 @@ mod compiler;
 mod error;
 mod identity;
 mod include_tree;
+mod jit;
 mod library;
 pub mod loader;
 mod locate;
 mod memo;
 mod nvrtc;
 mod options;
+mod ptx;
 mod request;
 mod select;
 mod ship;
@@ -100,11 +102,16 @@ pub use arch::{Arch, ArchSuffix};
 pub use compiler::{CompiledKernel, Compiler};
 pub use error::{Error, SearchLog, Searched};
 pub use identity::{IdentityOrigin, NvrtcIdentity};
+pub use jit::{
+    JIT_COMPILER_ID, JIT_KEY_SCHEMA, JIT_SOURCE_DEP, JitKernels, JitSource, JitTarget, cached_jit,
+    get_or_jit, jit_key, jit_source_fingerprint,
+};
 pub use library::{KernelLibrary, RequestFn, SelectionStats, Served};
 pub use locate::{Located, SearchConfig, locate_cccl, locate_nvrtc};
 pub use memo::{DEFAULT_SETTLE, MemoDir};
 pub use nvrtc::{Nvrtc, NvrtcVersion};
 pub use options::CanonicalOptions;
+pub use ptx::PtxModule;
 pub use request::{
     COMPILER_ID, HEADERS_DEP_PREFIX, Header, IncludeDir, KEY_SCHEMA, KernelRequest, NVRTC_DEP,
     nvrtc_fingerprint,
