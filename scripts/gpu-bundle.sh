@@ -18,7 +18,8 @@
 #   fixture/  the real-size PTX library of `kiln-bench jit`, and that CUBIN;
 #   keys/     a signing key for the remote tier (`kiln keygen`);
 #   redis/    redis-server and the libraries it links that are not glibc's
-#       (see `ldd`), behind a wrapper that sets LD_LIBRARY_PATH for it only;
+#       or GCC's (see `ldd`), behind a wrapper that sets LD_LIBRARY_PATH for
+#       it only (bin/ and redis/ travel as payload.tar.xz);
 #   cccl.tar.xz  the CCCL headers the GPU tests compile with;
 #   src/      floor.cu, peers.py, compare.py, report.py; run.sh.
 #
@@ -55,25 +56,21 @@ for line in sys.stdin:
 print(found or "")' "$1"
 }
 
-# build NAME KILN_DEMO_ARCHS: kiln-demo-app with those targets, copied to bin/NAME.
-demo() {
-  local name=$1 archs=$2 exe
-  say "kiln-demo-app for ${archs:-the default targets} -> bin/$name"
-  if [[ -n $archs ]]; then
-    exe=$(KILN_DEMO_ARCHS=$archs cargo build --release --locked -p kiln-demo-app --message-format=json | executable kiln-demo-app)
-  else
-    exe=$(env -u KILN_DEMO_ARCHS cargo build --release --locked -p kiln-demo-app --message-format=json | executable kiln-demo-app)
-  fi
-  [[ -x $exe ]] || die "no kiln-demo-app executable"
-  cp "$exe" "$BUNDLE/bin/$name"
+# The release build of the three programs, always together (so cargo
+# resolves the same features each time and rebuilds only what changed), with
+# the environment given; its JSON messages.
+release() {
+  env -u KILN_DEMO_ARCHS "$@" cargo build --release --locked -p kiln-cli -p kiln-demo-app -p kiln-bench \
+    --message-format=json
 }
 
 # 1. The kiln tool, the demo for its default targets, and the CUBIN Kiln
 #    serves an sm_90 device for kiln_axpy<float>.
-say "kiln (the CLI)"
-KILN=$(cargo build --release --locked -p kiln-cli --message-format=json | executable kiln)
+say "release build for the default targets"
+JSON=$(release)
+KILN=$(echo "$JSON" | executable kiln)
 [[ -x $KILN ]] || die "no kiln executable"
-demo demo-exact ""
+cp "$(echo "$JSON" | executable kiln-demo-app)" "$BUNDLE/bin/demo-exact"
 IMAGE=$(ls -t "$TARGET"/release/build/kiln-kernels-demo-*/out/kiln-kernels-demo.kimg | head -n 1)
 "$KILN" inspect "$IMAGE" --json | python3 -c '
 import json, sys
@@ -89,18 +86,22 @@ OWNER=$(sed -n 1p "$BUNDLE/fixture/axpy.found")
 sed -n 2p "$BUNDLE/fixture/axpy.found" >"$BUNDLE/fixture/axpy_sm90.entry"
 rm "$BUNDLE/fixture/axpy.found"
 "$KILN" extract "$IMAGE" axpy_f32 --owner "$OWNER" --kind cubin -o "$BUNDLE/fixture/axpy_sm90.cubin" >/dev/null
+KILN_COPY=$(mktemp -d)/kiln
+cp "$KILN" "$KILN_COPY" && KILN=$KILN_COPY
 
 # 2. kiln-bench and cudarc-alone, which embeds that CUBIN.
 say "kiln-bench and cudarc-alone"
-JSON=$(KILN_BENCH_AXPY_CUBIN=$BUNDLE/fixture/axpy_sm90.cubin \
-  KILN_BENCH_AXPY_ENTRY=$(cat "$BUNDLE/fixture/axpy_sm90.entry") \
-  cargo build --release --locked -p kiln-bench --message-format=json)
+ENTRY=$(cat "$BUNDLE/fixture/axpy_sm90.entry")
+JSON=$(release CUDARC_ALONE_CUBIN="$BUNDLE/fixture/axpy_sm90.cubin" CUDARC_ALONE_ENTRY="$ENTRY")
 cp "$(echo "$JSON" | executable kiln-bench)" "$BUNDLE/bin/kiln-bench"
 cp "$(echo "$JSON" | executable cudarc-alone)" "$BUNDLE/bin/cudarc-alone"
 
 # 3. The demo served a compatible CUBIN (sm_90a on sm_90), and PTX only.
-demo demo-compatible "sm_80,sm_90a"
-demo demo-ptx "sm_80,sm_86"
+for pair in demo-compatible:sm_80,sm_90a demo-ptx:sm_80,sm_86; do
+  say "kiln-demo-app for ${pair#*:} -> bin/${pair%%:*}"
+  JSON=$(release KILN_DEMO_ARCHS="${pair#*:}" CUDARC_ALONE_CUBIN="$BUNDLE/fixture/axpy_sm90.cubin" CUDARC_ALONE_ENTRY="$ENTRY")
+  cp "$(echo "$JSON" | executable kiln-demo-app)" "$BUNDLE/bin/${pair%%:*}"
+done
 
 # 4. The GPU tests, built, not run.
 say "the GPU tests (cargo test --no-run)"
@@ -139,7 +140,7 @@ SERVER=$(readlink -f "$(command -v redis-server)") || die "redis-server not foun
 cp "$SERVER" "$BUNDLE/redis/redis-server.bin"
 ldd "$SERVER" | awk '/=> \// {print $3}' | while read -r lib; do
   case $(basename "$lib") in
-  libc.so.* | libm.so.* | libdl.so.* | libpthread.so.* | librt.so.* | ld-linux*) ;;
+  libc.so.* | libm.so.* | libdl.so.* | libpthread.so.* | librt.so.* | ld-linux* | libstdc++.so.* | libgcc_s.so.*) ;;
   *) cp -L "$lib" "$BUNDLE/redis/lib/" ;;
   esac
 done
@@ -157,6 +158,11 @@ cp bench/gpu/run.sh "$BUNDLE/run.sh"
 chmod 755 "$BUNDLE/run.sh"
 
 strip "$BUNDLE"/bin/* "$BUNDLE/redis/redis-server.bin"
+# The programs travel compressed (about a quarter of their size); run.sh
+# unpacks them.
+say "packing bin/ and redis/ into payload.tar.xz"
+tar -C "$BUNDLE" -cf - bin redis | xz -T0 -6 >"$BUNDLE/payload.tar.xz"
+rm -rf "$BUNDLE/bin" "$BUNDLE/redis"
 SIZE=$(du -sb "$BUNDLE" | cut -f1)
 du -sh "$BUNDLE"/* >&2
 ((SIZE <= LIMIT)) || die "the bundle is $SIZE bytes, over 64 MiB"

@@ -127,7 +127,12 @@ fn run(env: &[(&str, &Path)]) -> Run {
 fn kiln_tool() -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let output = Command::new(cargo)
-        .args(["build", "-p", "kiln-cli", "--message-format=json-render-diagnostics"])
+        .args([
+            "build",
+            "-p",
+            "kiln-cli",
+            "--message-format=json-render-diagnostics",
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stderr(Stdio::inherit())
         .output()
@@ -222,7 +227,10 @@ fn the_jit_compiled_cubin_is_shared_by_processes_machines_and_baked_images() {
         ("KILN_REMOTE_CACHE", &url),
         ("KILN_TRUSTED_KEYS", &trusting),
     ]);
-    assert!(!other_machine.linked, "a machine sharing the remote tier gets it");
+    assert!(
+        !other_machine.linked,
+        "a machine sharing the remote tier gets it"
+    );
     assert_eq!(other_machine.source, "tier");
     assert_eq!(other_machine.untrusted, 0);
 
@@ -232,7 +240,10 @@ fn the_jit_compiled_cubin_is_shared_by_processes_machines_and_baked_images() {
         ("KILN_REMOTE_CACHE", &url),
         ("KILN_TRUSTED_KEYS", &distrusting),
     ]);
-    assert!(refused.linked, "a value signed by another key is not served");
+    assert!(
+        refused.linked,
+        "a value signed by another key is not served"
+    );
     assert!(refused.untrusted >= 1);
 
     // kiln bake takes the JIT-compiled CUBIN like any recorded entry.
@@ -241,7 +252,15 @@ fn the_jit_compiled_cubin_is_shared_by_processes_machines_and_baked_images() {
     let arg = |s: &str| PathBuf::from(s);
     kiln(
         &tool,
-        &[&arg("bake"), &record, &arg("-o"), &baked, &arg("--cache-dir"), &a, &arg("--json")],
+        &[
+            &arg("bake"),
+            &record,
+            &arg("-o"),
+            &baked,
+            &arg("--cache-dir"),
+            &a,
+            &arg("--json"),
+        ],
     );
     let inspected = kiln(&tool, &[&arg("inspect"), &baked, &arg("--json")]);
     let entries = inspected["entries"].as_array().expect("entries");

@@ -114,6 +114,9 @@ def main():
             wall = f"{p['wall_median_ms']:.1f} ({p['wall_min_ms']:.1f})" if "wall_median_ms" in p else "failed"
             own = f"{p['self_median_ms']:.1f} ({p['self_min_ms']:.1f})" if "self_median_ms" in p else "-"
             md.append(f"| {p['name']} | {p['ok']} / {p['runs']} | {wall} | {own} |")
+        for p in compare["programs"]:
+            if p.get("failures"):
+                md.append(f"\n{p['name']} failed: {p['failures'][0][:300]}")
     jit = report["jit"]
     if jit:
         md += ["", f"## The driver's JIT once per fleet: a PTX entry of {jit['module_kernels']} kernels", ""]
@@ -123,6 +126,8 @@ def main():
         ]
         for name, runs, total, total_min, load_, load_min in jit["scenarios"]:
             md.append(f"| {name} | {runs} | {total:.1f} ({total_min:.1f}) | {load_:.1f} ({load_min:.1f}) |")
+        for scenario, why in jit.get("failures", [])[:5]:
+            md.append(f"\nFAILED {scenario}: {why[:300]}")
     bench = report["bench_gpu"]
     if bench:
         md += ["", f"## kiln-bench --gpu ({bench.get('device', '')})", "", "| path | runs | main → launch ms (median) | module load ms (median) |", "|---|--:|--:|--:|"]

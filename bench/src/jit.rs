@@ -156,7 +156,8 @@ pub fn measure(
             axpy = Some(function);
         }
     }
-    let axpy = axpy.ok_or_else(|| gpu_error("kernels", &"the launched kernel was not asked for"))?;
+    let axpy =
+        axpy.ok_or_else(|| gpu_error("kernels", &"the launched kernel was not asked for"))?;
     let load = clock.elapsed();
 
     let clock = Instant::now();
@@ -181,11 +182,7 @@ pub fn measure(
         .map_err(|e| gpu_error("copying y back", &e))?;
     let launched = clock.elapsed();
     let total = started.elapsed();
-    let want: Vec<f32> = x_host
-        .iter()
-        .zip(&y_host)
-        .map(|(x, y)| a * x + y)
-        .collect();
+    let want: Vec<f32> = x_host.iter().zip(&y_host).map(|(x, y)| a * x + y).collect();
     if got != want {
         return Err(gpu_error(
             "checking",
@@ -232,6 +229,9 @@ pub struct JitPlan {
     pub whole_runs: usize,
     /// Where the cache folders go.
     pub work: PathBuf,
+    /// Where `jit.json` goes, rewritten after every run (a run stopped
+    /// midway keeps what it measured).
+    pub json: PathBuf,
 }
 
 /// Per scenario: runs, and the medians and minimums.
@@ -342,7 +342,7 @@ pub fn run(plan: &JitPlan) -> Result<JitSummary, BenchError> {
             Err(error) => {
                 eprintln!("kiln-bench jit: {} FAILED: {error}", setup.scenario);
                 failures.push((setup.scenario.to_owned(), error.to_string()));
-                return Ok(());
+                return write_json(&plan.json, &summarize(runs.clone(), failures.clone()));
             }
         };
         m.scenario = setup.scenario.to_owned();
@@ -355,9 +355,9 @@ pub fn run(plan: &JitPlan) -> Result<JitSummary, BenchError> {
             m.tier_hits
         );
         runs.push(m);
-        Ok(())
+        write_json(&plan.json, &summarize(runs.clone(), failures.clone()))
     };
-    // The driver alone, every process.
+    // The driver alone, every process: what serving PTX costs today.
     for _ in 0..plan.whole_runs {
         child(Setup {
             scenario: "driver-whole",
@@ -368,23 +368,19 @@ pub fn run(plan: &JitPlan) -> Result<JitSummary, BenchError> {
             remote: None,
         })?;
     }
-    for _ in 0..plan.runs {
-        child(Setup {
-            scenario: "driver-one",
-            keep: Keep::None,
-            split: Split::PerKernel,
-            kernels: Kernels::One,
-            cache_dir: None,
-            remote: None,
-        })?;
-    }
-    // Kept: first process, second process, second machine.
+    // Kept: first process, second process, second machine; one kernel, then
+    // the whole module, then every kernel one at a time.
     let shapes = [
         ("", Split::PerKernel, Kernels::One, plan.runs),
         ("-whole", Split::Whole, Kernels::One, plan.whole_runs),
-        ("-all", Split::PerKernel, Kernels::All, plan.whole_runs),
+        (
+            "-all",
+            Split::PerKernel,
+            Kernels::All,
+            plan.whole_runs.min(2),
+        ),
     ];
-    for (suffix, split, kernels, count) in shapes {
+    for (at, (suffix, split, kernels, count)) in shapes.into_iter().enumerate() {
         for _ in 0..count {
             db = (db + 1) % 64;
             let url = redis.url(db);
@@ -408,9 +404,24 @@ pub fn run(plan: &JitPlan) -> Result<JitSummary, BenchError> {
                 })?;
             }
         }
+        if at == 0 {
+            // Only the kernel used, extracted, with nothing kept.
+            for _ in 0..plan.runs {
+                child(Setup {
+                    scenario: "driver-one",
+                    keep: Keep::None,
+                    split: Split::PerKernel,
+                    kernels: Kernels::One,
+                    cache_dir: None,
+                    remote: None,
+                })?;
+            }
+        }
     }
     drop(redis);
-    Ok(summarize(runs, failures))
+    let summary = summarize(runs, failures);
+    write_json(&plan.json, &summary)?;
+    Ok(summary)
 }
 
 fn spawn(plan: &JitPlan, setup: &Setup<'_>, public: &Path) -> Result<JitMeasurement, BenchError> {
@@ -476,6 +487,14 @@ fn summarize(runs: Vec<JitMeasurement>, failures: Vec<(String, String)>) -> JitS
         runs,
         failures,
     }
+}
+
+fn write_json(path: &Path, summary: &JitSummary) -> Result<(), BenchError> {
+    let json = serde_json::to_string_pretty(summary).map_err(|err| BenchError::Encode {
+        what: "jit.json",
+        reason: err.to_string(),
+    })?;
+    std::fs::write(path, json).map_err(BenchError::io(path))
 }
 
 impl JitSummary {

@@ -292,6 +292,8 @@ fn run_child(started: Instant, child: ChildCommand) -> Result<(), BenchError> {
             work,
             out,
         } => {
+            std::fs::create_dir_all(&out).map_err(BenchError::io(&out))?;
+            let path = out.join("jit.json");
             let summary = jit::run(&jit::JitPlan {
                 fixture,
                 redis_server,
@@ -299,14 +301,8 @@ fn run_child(started: Instant, child: ChildCommand) -> Result<(), BenchError> {
                 runs: runs.max(1),
                 whole_runs: whole_runs.max(1),
                 work,
+                json: path.clone(),
             })?;
-            std::fs::create_dir_all(&out).map_err(BenchError::io(&out))?;
-            let path = out.join("jit.json");
-            let json = serde_json::to_string_pretty(&summary).map_err(|err| BenchError::Encode {
-                what: "jit.json",
-                reason: err.to_string(),
-            })?;
-            std::fs::write(&path, json).map_err(BenchError::io(&path))?;
             println!("{}", summary.table());
             println!("wrote {}", path.display());
             if summary.failures.is_empty() {

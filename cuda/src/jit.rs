@@ -26,7 +26,9 @@
 
 use std::fmt;
 
-use kiln_core::{Artifact, ArtifactKind, Cache, Compiled, Dep, Digest, Hit, Key, KeyBuilder, Owner};
+use kiln_core::{
+    Artifact, ArtifactKind, Cache, Compiled, Dep, Digest, Hit, Key, KeyBuilder, Owner,
+};
 
 use super::{Arch, Error};
 
@@ -321,7 +323,9 @@ pub(crate) fn driver_release_from_maps(maps: &str) -> Option<String> {
 /// packages; it is the fallback when the mapped library's name carries no
 /// release.
 pub(crate) fn driver_release_from_proc_version(text: &str) -> Option<String> {
-    let line = text.lines().find(|line| line.starts_with("NVRM version:"))?;
+    let line = text
+        .lines()
+        .find(|line| line.starts_with("NVRM version:"))?;
     let after = &line[line.find("Kernel Module")? + "Kernel Module".len()..];
     after
         .split_whitespace()
@@ -357,7 +361,8 @@ mod tests {
             driver_release_from_proc_version(text).as_deref(),
             Some("580.159.04")
         );
-        let open = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release Build\n";
+        let open =
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release Build\n";
         assert_eq!(
             driver_release_from_proc_version(open).as_deref(),
             Some("580.65.06")

@@ -24,7 +24,10 @@
 //! seconds), each kept as its own entry. Only when that cannot change what the
 //! kernels see: a module whose kernels share writable module variables (a
 //! `__device__` counter, a `__constant__` the host sets) is compiled whole, and
-//! so is any module whose extract the driver refuses.
+//! so is any module whose extract the driver refuses. A kernel compiled alone
+//! costs several times its share of the whole module's JIT, so once a process
+//! has had an eighth of a module's kernels (at least 4) compiled alone, the
+//! next miss compiles the whole module (kept too) for every kernel left.
 //! [`ModuleCache::whole_modules`] turns splitting off.
 //!
 //! cudarc panics when `libcuda` is missing: [`context`] probes for the driver first
@@ -36,6 +39,7 @@
 //! `CUDA_ERROR_UNSUPPORTED_PTX_VERSION`.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DriverError};
@@ -256,7 +260,9 @@ impl LoadedModule {
             .map_err(driver("making the module's context current".to_owned()))?;
         let module = match &loaded.code {
             Code::Module { module, .. } => Arc::clone(module),
-            Code::PerKernel(per_kernel) => per_kernel.module_of(&loaded.ctx, lowered, name_expression)?,
+            Code::PerKernel(per_kernel) => {
+                per_kernel.module_of(&loaded.ctx, lowered, name_expression)?
+            }
         };
         module.load_function(lowered).map_err(driver(format!(
             "getting function {lowered} of {}",
@@ -456,7 +462,11 @@ fn load_module(
     };
     if let Some((artifact, bytes)) = cubin {
         let module = load_image(ctx, bytes.to_vec(), "CUBIN", hit.name())?;
-        let entry_points = artifact.entry_points.iter().map(|s| (*s).to_owned()).collect();
+        let entry_points = artifact
+            .entry_points
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
         return Ok(loaded(
             ArtifactKind::Cubin,
             entry_points,
@@ -494,6 +504,7 @@ fn load_module(
                 jit,
                 kernels: Mutex::default(),
                 whole: OnceLock::new(),
+                compiled_alone: AtomicUsize::new(0),
             })),
         ));
     }
@@ -572,7 +583,9 @@ impl JitJob {
         let name = self.source.name();
         let Some((cache, target)) = self.kept() else {
             // Nothing kept: the driver JIT-compiles at load, as without Kiln.
-            let text = self.ptx.with(&self.source, "", |ptx| checked_ptx(name, ptx))?;
+            let text = self
+                .ptx
+                .with(&self.source, "", |ptx| checked_ptx(name, ptx))?;
             return load_image(ctx, text, "PTX", name);
         };
         let link = || {
@@ -600,7 +613,13 @@ impl JitJob {
         let Some(cubin) = hit.artifact(&ArtifactKind::Cubin) else {
             return Ok(None);
         };
-        load_image(ctx, cubin.to_vec(), "JIT-compiled CUBIN", self.source.name()).map(Some)
+        load_image(
+            ctx,
+            cubin.to_vec(),
+            "JIT-compiled CUBIN",
+            self.source.name(),
+        )
+        .map(Some)
     }
 
     /// The module of kernel `lowered` alone, JIT-compiled from an extract of
@@ -633,8 +652,14 @@ impl JitJob {
         let result = match self.kept() {
             Some((cache, target)) => {
                 let link = || link_ptx(ctx, &extract, name, target);
-                kept_cubin(cache, &self.source, target, JitKernels::Only(&[lowered]), link)
-                    .and_then(|cubin| load_image(ctx, cubin, "JIT-compiled CUBIN", name))
+                kept_cubin(
+                    cache,
+                    &self.source,
+                    target,
+                    JitKernels::Only(&[lowered]),
+                    link,
+                )
+                .and_then(|cubin| load_image(ctx, cubin, "JIT-compiled CUBIN", name))
             }
             None => load_image(ctx, extract, "PTX", name),
         };
@@ -658,8 +683,25 @@ impl JitJob {
 struct PerKernel {
     jit: JitJob,
     kernels: Mutex<HashMap<String, Arc<CudaModule>>>,
-    /// The whole module, once one kernel showed it cannot be split.
+    /// The whole module, once one kernel showed it cannot be split, or
+    /// enough kernels were compiled alone ([`split_limit`]).
     whole: OnceLock<Arc<CudaModule>>,
+    /// Kernels this process had the driver compile alone.
+    compiled_alone: AtomicUsize,
+}
+
+/// How many kernels of a module of `kernels` a process has the driver compile
+/// one at a time before it compiles the whole module instead: an eighth of
+/// them, at least 4.
+///
+/// A kernel compiled alone costs several times its share of the whole
+/// module's JIT (on an H100, a CUB library's kernel alone ~6× its share,
+/// BENCHMARKS.md), so a process that goes on to need most kernels would pay
+/// that many times the whole JIT; past the limit it pays the whole JIT
+/// once, which bounds it to about twice the whole JIT, while a process
+/// that needs a few kernels of a large module pays for those few.
+pub(crate) fn split_limit(kernels: usize) -> usize {
+    (kernels / 8).max(4)
 }
 
 impl PerKernel {
@@ -685,8 +727,17 @@ impl PerKernel {
                 if let Some(whole) = self.jit.cached(ctx, JitKernels::All)? {
                     return Ok(Arc::clone(self.whole.get_or_init(|| whole)));
                 }
-                match self.jit.one(ctx, lowered, function)? {
-                    Some(module) => module,
+                let limit = split_limit(self.jit.source.entry_points().len());
+                let alone = if self.compiled_alone.load(Ordering::Relaxed) < limit {
+                    self.jit.one(ctx, lowered, function)?
+                } else {
+                    None
+                };
+                match alone {
+                    Some(module) => {
+                        self.compiled_alone.fetch_add(1, Ordering::Relaxed);
+                        module
+                    }
                     None => {
                         let whole = self.jit.whole(ctx)?;
                         return Ok(Arc::clone(self.whole.get_or_init(|| whole)));
@@ -769,8 +820,9 @@ fn link_ptx(
     use cudarc::driver::sys;
     use std::ffi::c_void;
 
-    ctx.bind_to_thread()
-        .map_err(driver("making the context current to JIT-compile".to_owned()))?;
+    ctx.bind_to_thread().map_err(driver(
+        "making the context current to JIT-compile".to_owned(),
+    ))?;
     let refused = |status: sys::CUresult, log: &[u8]| {
         let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
         let text = String::from_utf8_lossy(&log[..end]).trim().to_owned();
@@ -778,7 +830,11 @@ fn link_ptx(
             name: name.to_owned(),
             target: target.to_string(),
             status,
-            log: if text.is_empty() { "(empty)".to_owned() } else { text },
+            log: if text.is_empty() {
+                "(empty)".to_owned()
+            } else {
+                text
+            },
         }
     };
     // Declared before the link state, so it outlives it (the driver writes the
@@ -892,6 +948,15 @@ fn ptx_compiler_release(ptx: &[u8]) -> Option<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_compiles_a_few_kernels_alone_then_the_whole_module() {
+        assert_eq!(split_limit(1), 4);
+        assert_eq!(split_limit(2), 4, "a small module's kernels all alone");
+        assert_eq!(split_limit(40), 5);
+        assert_eq!(split_limit(170), 21);
+        assert_eq!(split_limit(443), 55);
+    }
 
     #[test]
     fn the_ptx_banner_names_its_compiler_release() {

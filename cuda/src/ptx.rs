@@ -155,29 +155,43 @@ impl<'a> PtxModule<'a> {
     }
 
     /// The module with only the kernels `keep` (lowered names) and what they
-    /// reach; `None` when one of them is not defined here.
+    /// reach (device functions and module variables, through code or
+    /// initializers); `None` when one of them is not defined here. Every
+    /// other statement (the header, `.extern` declarations, textures) is
+    /// kept byte for byte; functions and variables nothing kept names are
+    /// left out (a library's PTX declares thousands of C++ `constexpr`
+    /// members: each module would compile and load them all).
     pub fn extract(&self, keep: &[&str]) -> Option<String> {
-        let functions: HashMap<&str, usize> = self
+        // The symbols an extract may leave out: defined functions and
+        // variables.
+        let droppable = |item: &Item| match item.kind {
+            Kind::Entry | Kind::Func { external: false } => self.is_definition(item),
+            Kind::Variable {
+                external: false, ..
+            } => true,
+            _ => false,
+        };
+        let symbols: HashMap<&str, usize> = self
             .items
             .iter()
             .enumerate()
-            .filter(|(_, item)| matches!(item.kind, Kind::Entry | Kind::Func { external: false }))
-            .filter(|(_, item)| self.is_definition(item))
+            .filter(|(_, item)| droppable(item))
             .filter_map(|(i, item)| Some((item.name.as_deref()?, i)))
             .collect();
         let mut kept = vec![false; self.items.len()];
         let mut work: Vec<usize> = Vec::new();
         for name in keep {
-            let &index = functions.get(name)?;
+            let &index = symbols.get(name)?;
             if self.items[index].kind != Kind::Entry {
                 return None;
             }
             work.push(index);
         }
         // Roots: the kernels asked for, and every statement that is not a
-        // function (a variable's initializer may name a function).
+        // symbol an extract may leave out (an `.extern` declaration, a
+        // texture, the header).
         for (i, item) in self.items.iter().enumerate() {
-            if !matches!(item.kind, Kind::Entry | Kind::Func { external: false }) {
+            if !droppable(item) && !matches!(item.kind, Kind::Entry | Kind::Func { .. }) {
                 work.push(i);
             }
         }
@@ -186,15 +200,15 @@ impl<'a> PtxModule<'a> {
                 continue;
             }
             for r in &self.items[i].refs {
-                if let Some(&target) = functions.get(&self.text[r.token.clone()])
+                if let Some(&target) = symbols.get(&self.text[r.token.clone()])
                     && !kept[target]
                 {
                     work.push(target);
                 }
             }
         }
-        // A declaration goes with its definition.
-        let defined: HashMap<&str, bool> = functions
+        // A declaration (a prototype) goes with its definition.
+        let reached: HashMap<&str, bool> = symbols
             .iter()
             .map(|(name, &index)| (*name, kept[index]))
             .collect();
@@ -202,12 +216,16 @@ impl<'a> PtxModule<'a> {
         let mut at = 0;
         for (i, item) in self.items.iter().enumerate() {
             let keep_it = match item.kind {
-                Kind::Entry | Kind::Func { external: false } => {
+                Kind::Entry
+                | Kind::Func { external: false }
+                | Kind::Variable {
+                    external: false, ..
+                } => {
                     kept[i]
                         || item
                             .name
                             .as_deref()
-                            .and_then(|name| defined.get(name))
+                            .and_then(|name| reached.get(name))
                             .copied()
                             .unwrap_or(true)
                 }
@@ -282,8 +300,7 @@ impl<'a> Scanner<'a> {
                 i = (j + 1).min(bytes.len());
                 continue;
             }
-            if braces == 0 && parens == 0 && line_directive.is_none() && !b.is_ascii_whitespace()
-            {
+            if braces == 0 && parens == 0 && line_directive.is_none() && !b.is_ascii_whitespace() {
                 let word_end = (i..bytes.len())
                     .find(|&j| !(is_ident_byte(bytes[j]) || bytes[j] == b'.'))
                     .unwrap_or(bytes.len());
@@ -519,7 +536,11 @@ $L__BB0_2:
         assert!(a.contains(".visible .entry a("));
         assert!(a.contains("_Z6helperf("), "called by a");
         assert!(a.contains("vprintf"), "extern declarations stay");
-        assert!(a.contains("$str[4] = {110, 101, 103, 0};"));
+        assert!(a.contains("$str[4] = {110, 101, 103, 0};"), "a loads it");
+        assert!(
+            a.contains("integral_constantImLm2EE5valueE = 2"),
+            "a loads it"
+        );
         assert!(!a.contains(".entry b"), "{a}");
         assert!(!a.contains("_Z6unusedv"), "reached only from b: {a}");
         // Another parse of the extract sees exactly that.
@@ -529,7 +550,15 @@ $L__BB0_2:
         let b = ptx.extract(&["b"]).unwrap();
         assert!(b.contains(".weak .entry b()"));
         assert!(b.contains(".func _Z6unusedv()"));
-        assert!(!b.contains(".entry a(") && !b.contains("_Z6helperf("), "{b}");
+        assert!(
+            !b.contains(".entry a(") && !b.contains("_Z6helperf("),
+            "{b}"
+        );
+        assert!(
+            !b.contains("$str") && !b.contains("valueE"),
+            "variables only a names: {b}"
+        );
+        assert!(b.contains("vprintf"), "extern declarations stay");
         let both = ptx.extract(&["a", "b"]).unwrap();
         assert_eq!(both, text, "keeping everything changes nothing");
     }
@@ -539,30 +568,57 @@ $L__BB0_2:
         let text = module(TWO_KERNELS);
         let ptx = PtxModule::parse(&text);
         assert_eq!(ptx.extract(&["c"]), None);
-        assert_eq!(ptx.extract(&["_Z6helperf"]), None, "a device function is no kernel");
+        assert_eq!(
+            ptx.extract(&["_Z6helperf"]),
+            None,
+            "a device function is no kernel"
+        );
     }
 
     #[test]
     fn shared_state_keeps_the_module_whole() {
-        let kernel = |instruction: &str| {
-            format!(".visible .entry k()\n{{\n\t{instruction}\n\tret;\n}}\n")
-        };
+        let kernel =
+            |instruction: &str| format!(".visible .entry k()\n{{\n\t{instruction}\n\tret;\n}}\n");
         let cases = [
             // A counter kernels write.
-            (".global .align 4 .u32 counter;\n", "mov.u64 \t%rd1, counter;"),
-            (".global .align 4 .u32 counter;\n", "atom.global.add.u32 \t%r1, [counter], 1;"),
+            (
+                ".global .align 4 .u32 counter;\n",
+                "mov.u64 \t%rd1, counter;",
+            ),
+            (
+                ".global .align 4 .u32 counter;\n",
+                "atom.global.add.u32 \t%r1, [counter], 1;",
+            ),
             // A __constant__ the host sets (no initializer), even if only loaded.
-            (".const .align 4 .f32 scale;\n", "ld.const.f32 \t%f1, [scale];"),
+            (
+                ".const .align 4 .f32 scale;\n",
+                "ld.const.f32 \t%f1, [scale];",
+            ),
             // Initialized, but its address taken or written.
-            (".global .align 4 .u32 t = 1;\n", "st.global.u32 \t[t], %r1;"),
-            (".global .align 4 .u32 t = 1;\n", "cvta.global.u64 \t%rd1, t;"),
+            (
+                ".global .align 4 .u32 t = 1;\n",
+                "st.global.u32 \t[t], %r1;",
+            ),
+            (
+                ".global .align 4 .u32 t = 1;\n",
+                "cvta.global.u64 \t%rd1, t;",
+            ),
             // Defined elsewhere, or bound by the host.
-            (".extern .global .align 4 .u32 e;\n", "ld.global.u32 \t%r1, [e];"),
-            (".global .texref tex;\n", "tex.1d.v4.f32.s32 \t{%f1, %f2, %f3, %f4}, [tex, {%r1}];"),
+            (
+                ".extern .global .align 4 .u32 e;\n",
+                "ld.global.u32 \t%r1, [e];",
+            ),
+            (
+                ".global .texref tex;\n",
+                "tex.1d.v4.f32.s32 \t{%f1, %f2, %f3, %f4}, [tex, {%r1}];",
+            ),
         ];
         for (variable, instruction) in cases {
             let text = module(&format!("{variable}{}", kernel(instruction)));
-            assert!(!PtxModule::parse(&text).splittable(), "{variable} {instruction}");
+            assert!(
+                !PtxModule::parse(&text).splittable(),
+                "{variable} {instruction}"
+            );
         }
         // An initialized table only loaded, and variables no code names, are fine.
         let text = module(&format!(

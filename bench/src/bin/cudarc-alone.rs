@@ -3,7 +3,7 @@
 //! `kiln_axpy<float>`) embedded with `include_bytes!`, no cache, no image.
 //! The floor a Rust program pays for its CUDA binding.
 //!
-//! Built with `KILN_BENCH_AXPY_CUBIN=FILE` and `KILN_BENCH_AXPY_ENTRY=NAME`
+//! Built with `CUDARC_ALONE_CUBIN=FILE` and `CUDARC_ALONE_ENTRY=NAME`
 //! (the lowered entry point), as `scripts/gpu-bundle.sh` does; built without
 //! them it embeds nothing and says so. Prints one JSON line (ns from `main`).
 
@@ -36,7 +36,7 @@ fn main() -> ExitCode {
 fn run(started: Instant) -> Result<(), String> {
     if CUBIN.is_empty() || ENTRY.trim().is_empty() {
         return Err(
-            "built without a CUBIN: build with KILN_BENCH_AXPY_CUBIN and KILN_BENCH_AXPY_ENTRY"
+            "built without a CUBIN: build with CUDARC_ALONE_CUBIN and CUDARC_ALONE_ENTRY"
                 .to_owned(),
         );
     }
@@ -55,8 +55,12 @@ fn run(started: Instant) -> Result<(), String> {
     let stream = ctx.default_stream();
     let x_host: Vec<f32> = (0..N).map(|i| (i % 17) as f32).collect();
     let y_host: Vec<f32> = (0..N).map(|i| (i % 5) as f32).collect();
-    let x = stream.clone_htod(&x_host).map_err(|e| format!("copy: {e}"))?;
-    let mut y = stream.clone_htod(&y_host).map_err(|e| format!("copy: {e}"))?;
+    let x = stream
+        .clone_htod(&x_host)
+        .map_err(|e| format!("copy: {e}"))?;
+    let mut y = stream
+        .clone_htod(&y_host)
+        .map_err(|e| format!("copy: {e}"))?;
     let (a, n) = (2.0f32, N as i32);
     let mut launch = stream.launch_builder(&function);
     launch.arg(&n).arg(&a).arg(&x).arg(&mut y);
@@ -68,7 +72,9 @@ fn run(started: Instant) -> Result<(), String> {
     // SAFETY: the arguments match `kiln_axpy<float>(int, float, const float*,
     // float*)` and both buffers hold `N` elements.
     unsafe { launch.launch(config) }.map_err(|e| format!("launch: {e}"))?;
-    let got = stream.clone_dtoh(&y).map_err(|e| format!("copy back: {e}"))?;
+    let got = stream
+        .clone_dtoh(&y)
+        .map_err(|e| format!("copy back: {e}"))?;
     let total = started.elapsed();
     let wrong = x_host
         .iter()

@@ -508,7 +508,10 @@ fn ptx_is_jit_compiled_once_and_kept() {
         .expect("the JIT-compiled CUBIN is an entry");
     assert_eq!(kept.owner(), target.owner().unwrap().digest());
     assert!(kept.deps().iter().any(|dep| dep.name == JIT_SOURCE_DEP));
-    assert!(kept.artifact(&ArtifactKind::Cubin).is_some_and(|c| !c.is_empty()));
+    assert!(
+        kept.artifact(&ArtifactKind::Cubin)
+            .is_some_and(|c| !c.is_empty())
+    );
 
     let second = ModuleCache::new().keep_jit_in(cache);
     let module = second.load(&gpu.ctx, &request, &hit).unwrap();
@@ -546,16 +549,27 @@ fn a_kernel_of_a_ptx_module_is_compiled_alone() {
 
     let target = JitTarget::new(gpu.arch, loader::driver_release(&gpu.ctx).unwrap()).unwrap();
     let source = JitSource::of(&hit).unwrap();
-    let kept = |kernels| cached_jit(cache, &source, &target, kernels).unwrap().is_some();
+    let kept = |kernels| {
+        cached_jit(cache, &source, &target, kernels)
+            .unwrap()
+            .is_some()
+    };
     assert!(kept(JitKernels::Only(&["kiln_twice"])));
-    assert!(!kept(JitKernels::Only(&["kiln_plus_one"])), "not asked for yet");
+    assert!(
+        !kept(JitKernels::Only(&["kiln_plus_one"])),
+        "not asked for yet"
+    );
     assert!(!kept(JitKernels::All));
 
     let plus_one = module.function("kiln_plus_one").unwrap();
     let got = launch_on(&gpu, &plus_one, &y);
     assert!(got.iter().zip(&y).all(|(g, y)| *g == y + 1.0));
     assert!(kept(JitKernels::Only(&["kiln_plus_one"])));
-    assert_eq!(cache.stats().compiles, 3, "NVRTC once, the driver once per kernel");
+    assert_eq!(
+        cache.stats().compiles,
+        3,
+        "NVRTC once, the driver once per kernel"
+    );
 
     // Whole modules on request.
     let whole = ModuleCache::new().keep_jit_in(cache).whole_modules();
@@ -595,7 +609,11 @@ fn module_variables_keep_a_ptx_module_whole() {
     assert_eq!(stream.clone_dtoh(&out).unwrap(), [777]);
     let target = JitTarget::new(gpu.arch, loader::driver_release(&gpu.ctx).unwrap()).unwrap();
     let source = JitSource::of(&hit).unwrap();
-    assert!(cached_jit(cache, &source, &target, JitKernels::All).unwrap().is_some());
+    assert!(
+        cached_jit(cache, &source, &target, JitKernels::All)
+            .unwrap()
+            .is_some()
+    );
 }
 
 /// Across caches sharing a disk tier (as processes on one machine do): the
@@ -619,14 +637,32 @@ fn a_second_cache_gets_the_jit_compiled_cubin_from_the_disk_tier() {
     let request = spec.request(older).unwrap();
     let first = with_disk();
     let hit = gpu.compiler.compile_cached(first, &request).unwrap();
-    launch_and_check::<f32>(&gpu, &ModuleCache::new().keep_jit_in(first), spec, &request, &hit, 2000);
+    launch_and_check::<f32>(
+        &gpu,
+        &ModuleCache::new().keep_jit_in(first),
+        spec,
+        &request,
+        &hit,
+        2000,
+    );
     first.flush();
     assert_eq!(first.stats().compiles, 2);
 
     let second = with_disk();
     let hit = gpu.compiler.compile_cached(second, &request).unwrap();
-    assert_eq!(second.stats().compiles, 0, "the PTX entry from the disk tier");
-    let kind = launch_and_check::<f32>(&gpu, &ModuleCache::new().keep_jit_in(second), spec, &request, &hit, 2000);
+    assert_eq!(
+        second.stats().compiles,
+        0,
+        "the PTX entry from the disk tier"
+    );
+    let kind = launch_and_check::<f32>(
+        &gpu,
+        &ModuleCache::new().keep_jit_in(second),
+        spec,
+        &request,
+        &hit,
+        2000,
+    );
     assert_eq!(kind, ArtifactKind::Ptx);
     assert_eq!(second.stats().compiles, 0, "nor the JIT");
     assert_eq!(second.stats().hits_tier, 2);

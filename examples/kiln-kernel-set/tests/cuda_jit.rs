@@ -57,7 +57,10 @@ fn jit_keys_are_pinned_and_change_with_every_input() {
             assert_ne!(a, b);
         }
     }
-    assert_eq!(two, jit_key(&owner, &key, JitKernels::Only(&["b", "a", "b"])));
+    assert_eq!(
+        two,
+        jit_key(&owner, &key, JitKernels::Only(&["b", "a", "b"]))
+    );
 
     let target = JitTarget::new(arch("sm_90"), RELEASE).unwrap();
     let owner = target.owner().unwrap();
@@ -71,7 +74,13 @@ fn jit_keys_are_pinned_and_change_with_every_input() {
     ] {
         assert_ne!(other.owner().unwrap().digest(), owner.digest(), "{other}");
     }
-    for bad in ["", "latest", "580..1", "580.159.04 ", "5".repeat(40).as_str()] {
+    for bad in [
+        "",
+        "latest",
+        "580..1",
+        "580.159.04 ",
+        "5".repeat(40).as_str(),
+    ] {
         assert!(JitTarget::new(arch("sm_90"), bad).is_err(), "{bad:?}");
     }
 }
@@ -107,11 +116,17 @@ fn a_jit_entry_names_its_ptx_entry_driver_and_arch() {
     };
     let hit = get_or_jit(&cache, &source, &target, JitKernels::All, link).unwrap();
     assert_eq!(links.get(), 1);
-    assert_eq!(hit.owner_label(), format!("{JIT_COMPILER_ID}-{RELEASE}/sm_90"));
+    assert_eq!(
+        hit.owner_label(),
+        format!("{JIT_COMPILER_ID}-{RELEASE}/sm_90")
+    );
     assert!(hit.name().contains(source.name()), "{}", hit.name());
     assert!(hit.name().contains(RELEASE) && hit.name().contains("sm_90"));
     let deps = hit.deps();
-    assert!(deps.iter().any(|d| d.name == NVRTC_DEP), "the PTX entry's deps");
+    assert!(
+        deps.iter().any(|d| d.name == NVRTC_DEP),
+        "the PTX entry's deps"
+    );
     let provenance = deps.iter().find(|d| d.name == JIT_SOURCE_DEP).unwrap();
     assert_eq!(
         provenance.fingerprint,
@@ -128,10 +143,18 @@ fn a_jit_entry_names_its_ptx_entry_driver_and_arch() {
     let again = get_or_jit(&cache, &source, &target, JitKernels::All, link).unwrap();
     assert_eq!(again.source(), Source::Memory);
     assert_eq!(links.get(), 1);
-    assert!(cached_jit(&cache, &source, &target, JitKernels::All).unwrap().is_some());
+    assert!(
+        cached_jit(&cache, &source, &target, JitKernels::All)
+            .unwrap()
+            .is_some()
+    );
     // Another driver release, another arch or another subset is another entry.
     let newer = JitTarget::new(arch("sm_90"), "590.10").unwrap();
-    assert!(cached_jit(&cache, &source, &newer, JitKernels::All).unwrap().is_none());
+    assert!(
+        cached_jit(&cache, &source, &newer, JitKernels::All)
+            .unwrap()
+            .is_none()
+    );
     let lowered: Vec<&str> = source.entry_points().iter().map(String::as_str).collect();
     assert!(
         cached_jit(&cache, &source, &target, JitKernels::Only(&lowered))
@@ -155,9 +178,17 @@ fn redefining_what_the_ptx_was_built_from_closes_its_jit_entries() {
         .unwrap()
         .clone();
     cache.define(&nvrtc.name, nvrtc.fingerprint);
-    assert!(cached_jit(&cache, &source, &target, JitKernels::All).unwrap().is_some());
+    assert!(
+        cached_jit(&cache, &source, &target, JitKernels::All)
+            .unwrap()
+            .is_some()
+    );
     cache.redefine(&nvrtc.name, Digest::of(b"another NVRTC"));
-    assert!(cached_jit(&cache, &source, &target, JitKernels::All).unwrap().is_none());
+    assert!(
+        cached_jit(&cache, &source, &target, JitKernels::All)
+            .unwrap()
+            .is_none()
+    );
     assert!(!hit.is_valid_in(cache.world()));
 }
 
@@ -174,7 +205,11 @@ fn a_failed_jit_is_reported_and_not_kept() {
         })
     });
     assert!(refused.unwrap_err().to_string().contains("refuses"));
-    assert!(cached_jit(&cache, &source, &target, JitKernels::All).unwrap().is_none());
+    assert!(
+        cached_jit(&cache, &source, &target, JitKernels::All)
+            .unwrap()
+            .is_none()
+    );
     get_or_jit(&cache, &source, &target, JitKernels::All, driver).unwrap();
 }
 
@@ -226,9 +261,15 @@ fn one_kernel_is_extracted_from_real_nvrtc_output() {
     let found: Vec<&str> = module.entries().collect();
     assert_eq!(found, entry_points, "every kernel, in order");
     assert!(module.splittable(), "CUB's constexpr members are read-only");
+    let globals = |text: &str| text.lines().filter(|l| l.starts_with(".global")).count();
+    assert!(globals(&ptx) > 100, "CUB's constexpr members");
     for (i, kernel) in entry_points.iter().enumerate() {
         let extract = module.extract(&[kernel]).unwrap();
         assert!(extract.len() < ptx.len());
+        assert!(
+            globals(&extract) < globals(&ptx) / 10,
+            "the variables no kept code names are left out"
+        );
         let again = PtxModule::parse(&extract);
         assert_eq!(again.entries().collect::<Vec<_>>(), [kernel.as_str()]);
         let other = &entry_points[1 - i];
