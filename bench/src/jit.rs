@@ -2,7 +2,7 @@
 //! with the driver alone and with Kiln's JIT cache (the driver's CUBIN kept as
 //! an entry of its own, see `kiln::cuda::loader`).
 //!
-//! The library of [`large`](crate::large) is served as PTX (it ships `sm_80`
+//! The library of [`large`] is served as PTX (it ships `sm_80`
 //! only). Each scenario runs fresh processes; each child gets its kernel from
 //! `KernelLibrary::get`, loads the module through a `ModuleCache`, asks for one
 //! kernel (or every kernel), launches [`AXPY`] on 1M elements and checks it:
@@ -530,5 +530,57 @@ impl JitSummary {
             let _ = writeln!(out, "\nFAILED {scenario}: {why}");
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(scenario: &str, total_ms: u64, load_ms: u64, links: u64) -> JitMeasurement {
+        JitMeasurement {
+            scenario: scenario.to_owned(),
+            keep: Keep::Global,
+            split: Split::PerKernel,
+            kernels: 1,
+            device: "GPU".to_owned(),
+            driver_release: Some("580.159.04".to_owned()),
+            selection: "ptx".to_owned(),
+            jit: "PerKernel".to_owned(),
+            context_ns: 0,
+            get_ns: 0,
+            load_ns: load_ms * 1_000_000,
+            launch_ns: 0,
+            total_ns: total_ms * 1_000_000,
+            flush_ns: 0,
+            links,
+            tier_hits: 1 - links,
+            tier_untrusted: 0,
+        }
+    }
+
+    #[test]
+    fn scenarios_keep_their_order_with_medians_and_minimums() {
+        let summary = summarize(
+            vec![
+                run("first", 300, 100, 1),
+                run("second-process", 260, 16, 0),
+                run("first", 340, 70, 1),
+                run("first", 320, 90, 1),
+            ],
+            vec![("second-machine".to_owned(), "refused".to_owned())],
+        );
+        let names: Vec<&str> = summary.scenarios.iter().map(|s| s.0.as_str()).collect();
+        assert_eq!(names, ["first", "second-process"]);
+        let (_, runs, total, total_min, load, load_min) = &summary.scenarios[0];
+        assert_eq!((*runs, *total, *total_min), (3, 320.0, 300.0));
+        assert_eq!((*load, *load_min), (90.0, 70.0));
+        let table = summary.table();
+        assert!(
+            table.contains("| first | 3 | 320.0 (300.0) | 90.0 (70.0) | 1 | 0 |"),
+            "{table}"
+        );
+        assert!(table.contains("FAILED second-machine: refused"), "{table}");
+        assert!(table.contains("driver 580.159.04"));
     }
 }

@@ -197,3 +197,25 @@ pub fn write_fixture(dir: &Path) -> Result<String, BenchError> {
     }
     Ok(line)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_module_names_every_kernel_once_the_launched_one_first() {
+        let names = name_expressions();
+        assert_eq!(names.len(), KERNELS);
+        assert_eq!(names[0], AXPY);
+        let unique: std::collections::BTreeSet<&String> = names.iter().collect();
+        assert_eq!(unique.len(), KERNELS);
+        for name in &names {
+            let kernel = name.split('<').next().unwrap_or_default();
+            assert!(
+                SOURCE.contains(&format!("void {kernel}("))
+                    || SOURCE.contains(&format!(") {kernel}(")),
+                "{name}"
+            );
+        }
+    }
+}

@@ -8,7 +8,7 @@
 //! **PTX is JIT-compiled once per fleet.** The driver compiles PTX at load, about
 //! 10 to 30 ms per kernel, in every process. The loader asks the driver's linker
 //! (`cuLinkCreate`, `cuLinkAddData`, `cuLinkComplete`) for the CUBIN instead and
-//! keeps it as a cache entry of its own ([`get_or_jit`](super::get_or_jit): keyed
+//! keeps it as a cache entry of its own ([`get_or_jit`]: keyed
 //! by the PTX entry, the device's exact arch and the driver's exact release), in
 //! the process's cache by default ([`kiln_core::global`]) and so in its disk and
 //! remote tiers: the next process on the machine, or on any machine sharing the
