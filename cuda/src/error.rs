@@ -369,6 +369,44 @@ pub enum Error {
         /// The entry points the artifact declares.
         entry_points: Vec<String>,
     },
+    /// A driver release that is not a version (`580.159.04`).
+    #[error(
+        "driver release {given:?} is not a version such as 580.159.04 (digits and dots, \
+         at most 32 bytes); a JIT-compiled CUBIN is kept under the exact release of the \
+         driver that compiled it"
+    )]
+    InvalidDriverRelease {
+        /// The release given.
+        given: String,
+    },
+    /// The driver's JIT refused a PTX module.
+    #[error(
+        "the CUDA driver could not JIT-compile the PTX of {name} for {target}: {status:?}; \
+         its log: {log}"
+    )]
+    Jit {
+        /// The entry's name.
+        name: String,
+        /// The device's arch and the driver's release.
+        target: String,
+        /// The driver's status.
+        status: cudarc::driver::sys::CUresult,
+        /// The driver's error log (at most 16 KiB), or `(empty)`.
+        log: String,
+    },
+    /// A PTX entry whose kernels are JIT-compiled one at a time left the cache
+    /// before one of its kernels was asked for.
+    #[error(
+        "the PTX entry {name} is no longer in the cache (a redefinition closed it, or the \
+         memory cap evicted it) and kernel {function:?} of it is not compiled yet; get the \
+         kernel again and load its module again"
+    )]
+    JitSourceGone {
+        /// The entry's name.
+        name: String,
+        /// The function asked for.
+        function: String,
+    },
 }
 
 /// Into kiln's error, so that code returning `kiln::Error` (a build script, a
