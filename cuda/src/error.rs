@@ -246,10 +246,11 @@ pub enum Error {
         /// Device minor capability.
         minor: u32,
     },
-    /// The cache entry given to the loader is not the request's.
+    /// The cache entry given to the loader is not the request's: its key differs.
     #[error(
-        "entry {name} (owner {owner}) is not the entry of request {request} for {arch}; \
-         load the hit that Compiler::compile_cached returned for this request"
+        "entry {name} (owner {owner}) is not the entry of request {request} for {arch} \
+         (another key); load the hit that Compiler::compile_cached returned for this \
+         request, or the Served a KernelLibrary returned (ModuleCache::load_served)"
     )]
     HitMismatch {
         /// The entry's name.
@@ -260,6 +261,41 @@ pub enum Error {
         request: String,
         /// The request's arch.
         arch: String,
+    },
+    /// The artifact a [`Served`](crate::Served) kernel chose does not run on the
+    /// device of the context it is loaded on: it was served for another device.
+    #[error(
+        "the {kind} of {name}, built for {target}, was chosen for another device and \
+         does not run on this one (compute capability {major}.{minor}); get the kernel \
+         for this context's device (kiln_cuda::loader::device(&ctx)) and load that"
+    )]
+    ChosenArtifactDoesNotRun {
+        /// The entry's name.
+        name: String,
+        /// The artifact chosen (`cubin`, `ptx`).
+        kind: String,
+        /// The arch the entry was built for.
+        target: String,
+        /// Device major capability.
+        major: u32,
+        /// Device minor capability.
+        minor: u32,
+    },
+    /// The artifact a [`Served`](crate::Served) kernel chose cannot be read from
+    /// its entry: the entry has none, or its bytes failed their checksum (the cache
+    /// then excludes the entry).
+    #[error(
+        "entry {name} has no readable {kind} for {target} (none, or its bytes failed \
+         their checksum and the entry was excluded); get the kernel again: the next get \
+         serves another entry or compiles a sound one"
+    )]
+    ChosenArtifactUnreadable {
+        /// The entry's name.
+        name: String,
+        /// The artifact chosen (`cubin`, `ptx`).
+        kind: String,
+        /// The arch the entry was built for.
+        target: String,
     },
     /// Building a request's key or owner, or the cache's lookup or compile,
     /// failed; [`kiln_core::Error`] says which (a failed compile is

@@ -11,10 +11,10 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
-use kiln_core::{ArtifactKind, Cache, Hit};
-use kiln_cuda::loader::{self, Jit, ModuleCache};
+use kiln_core::{ArtifactKind, Cache};
+use kiln_cuda::loader::{self, Jit, LoadedModule, ModuleCache};
 use kiln_cuda::{
-    Arch, Compiler, KernelLibrary, KernelRequest, ShipPlan, Toolchain,
+    Arch, Compiler, Device, KernelLibrary, KernelRequest, ShipPlan, Toolchain,
     arch::ArchSuffix,
     jit::{JIT_SOURCE_DEP, JitKernels, JitSource, JitTarget, cached_jit},
     select::Selection,
@@ -119,18 +119,18 @@ fn run_spec<T: Sample>(
     assert_eq!(spec.dtype(), T::DTYPE);
     let request = spec.request(arch).unwrap();
     let hit = gpu.compiler.compile_cached(cache, &request).unwrap();
-    launch_and_check::<T>(gpu, modules, spec, &request, &hit, n)
+    let module = modules.load(&gpu.ctx, &request, &hit).unwrap();
+    launch_and_check::<T>(gpu, &module, spec, n)
 }
 
+/// Launches `spec` from `module` on `n` elements and compares with the CPU
+/// reference. Returns which artifact the module was loaded from.
 fn launch_and_check<T: Sample>(
     gpu: &Gpu,
-    modules: &ModuleCache,
+    module: &LoadedModule,
     spec: KernelSpec,
-    request: &KernelRequest,
-    hit: &Hit<'_>,
     n: usize,
 ) -> ArtifactKind {
-    let module = modules.load(&gpu.ctx, request, hit).unwrap();
     let function = module.function(&spec.name_expression()).unwrap();
     let stream = gpu.ctx.default_stream();
     let x: Vec<T> = (0..n).map(T::sample).collect();
@@ -329,9 +329,10 @@ fn kernels_launch_from_an_image_without_compiling() {
         let hit = run
             .lookup(&owner.digest(), &request.key().unwrap())
             .expect("in the image");
+        let module = modules.load(&gpu.ctx, &request, &hit).unwrap();
         let kind = match spec.dtype() {
-            Dtype::F32 => launch_and_check::<f32>(&gpu, &modules, spec, &request, &hit, 3000),
-            Dtype::I32 => launch_and_check::<i32>(&gpu, &modules, spec, &request, &hit, 3000),
+            Dtype::F32 => launch_and_check::<f32>(&gpu, &module, spec, 3000),
+            Dtype::I32 => launch_and_check::<i32>(&gpu, &module, spec, 3000),
             other => unreachable!("{other:?} is not in this test"),
         };
         assert_eq!(kind, ArtifactKind::Cubin);
@@ -395,25 +396,14 @@ fn kernels_launch_from_whatever_a_library_shipped() {
                 "{} from {targets}",
                 spec.name()
             );
+            // Exactly the artifact the library chose.
+            let module = modules.load_served(&gpu.ctx, &served).unwrap();
             let kind = match spec.dtype() {
-                Dtype::F32 => launch_and_check::<f32>(
-                    &gpu,
-                    &modules,
-                    spec,
-                    served.request(),
-                    served.hit(),
-                    3000,
-                ),
-                Dtype::I32 => launch_and_check::<i32>(
-                    &gpu,
-                    &modules,
-                    spec,
-                    served.request(),
-                    served.hit(),
-                    3000,
-                ),
+                Dtype::F32 => launch_and_check::<f32>(&gpu, &module, spec, 3000),
+                Dtype::I32 => launch_and_check::<i32>(&gpu, &module, spec, 3000),
                 other => unreachable!("{other:?} is not in this test"),
             };
+            assert_eq!(&kind, &served.artifact().kind);
             let want = if expected == Selection::Ptx {
                 ArtifactKind::Ptx
             } else {
@@ -423,6 +413,52 @@ fn kernels_launch_from_whatever_a_library_shipped() {
         }
         assert_eq!(cache.stats().compiles, 0);
     }
+}
+
+/// A served kernel loads exactly the artifact its library chose: the PTX it
+/// chose for this GPU, and for a kernel served for another device (the CUBIN of
+/// an older major), a refusal, never the same entry's PTX instead.
+fn a_served_kernel_loads_exactly_its_chosen_artifact() {
+    let gpu = gpu();
+    let Some(older) = older_major(gpu.arch) else {
+        eprintln!("no older major than {}: nothing to check", gpu.arch);
+        return;
+    };
+    let spec = KernelSpec::Axpy { dtype: Dtype::F32 };
+    let dir = tempfile::tempdir().unwrap();
+    let mut plan = ShipPlan::parse(&older.to_string()).unwrap();
+    let report = kiln_core::build::Precompile::new("gpu-served-test")
+        .out_dir(dir.path())
+        .output(std::io::sink())
+        .run(|session| Ok(plan.precompile(session, &[spec], kernel_request)?))
+        .unwrap();
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+    let cache = Cache::new();
+    cache.merge_image(Image::open(&report.path, Verification::Full).unwrap());
+    let library = KernelLibrary::with_record(plan.record().clone(), kernel_request)
+        .with_policy(ToolchainPolicy::Shipped);
+    let modules = ModuleCache::new().without_jit_cache();
+
+    let here = library
+        .get(&cache, &loader::device(&gpu.ctx).unwrap(), &spec)
+        .unwrap();
+    assert_eq!(here.selection(), Selection::Ptx);
+    let module = modules.load_served(&gpu.ctx, &here).unwrap();
+    assert_eq!(
+        launch_and_check::<f32>(&gpu, &module, spec, 3000),
+        ArtifactKind::Ptx
+    );
+
+    let elsewhere = library.get(&cache, &Device::new(older), &spec).unwrap();
+    assert_eq!(elsewhere.selection(), Selection::ExactCubin);
+    assert_eq!(elsewhere.hit().key(), here.hit().key(), "the same entry");
+    let refused = modules.load_served(&gpu.ctx, &elsewhere).unwrap_err();
+    assert!(
+        matches!(refused, kiln_cuda::Error::ChosenArtifactDoesNotRun { .. }),
+        "{refused}"
+    );
+    assert_eq!(modules.len(), 1);
+    assert_eq!(cache.stats().compiles, 0);
 }
 
 /// A function looked up from another thread than the one that loaded its
@@ -499,7 +535,12 @@ fn ptx_is_jit_compiled_once_and_kept() {
     let hit = gpu.compiler.compile_cached(cache, &request).unwrap();
     assert_eq!(cache.stats().compiles, 1, "NVRTC");
     let first = ModuleCache::new().keep_jit_in(cache);
-    let kind = launch_and_check::<f32>(&gpu, &first, spec, &request, &hit, 4000);
+    let kind = launch_and_check::<f32>(
+        &gpu,
+        &first.load(&gpu.ctx, &request, &hit).unwrap(),
+        spec,
+        4000,
+    );
     assert_eq!(kind, ArtifactKind::Ptx);
     assert_eq!(cache.stats().compiles, 2, "NVRTC, then the driver's JIT");
 
@@ -519,12 +560,22 @@ fn ptx_is_jit_compiled_once_and_kept() {
     let second = ModuleCache::new().keep_jit_in(cache);
     let module = second.load(&gpu.ctx, &request, &hit).unwrap();
     assert_eq!(module.jit(), Jit::WholeModule);
-    launch_and_check::<f32>(&gpu, &second, spec, &request, &hit, 4000);
+    launch_and_check::<f32>(
+        &gpu,
+        &second.load(&gpu.ctx, &request, &hit).unwrap(),
+        spec,
+        4000,
+    );
     assert_eq!(cache.stats().compiles, 2, "no second JIT");
 
     // Nothing kept: the driver compiles in every module cache, as without Kiln.
     let plain = ModuleCache::new().without_jit_cache();
-    launch_and_check::<f32>(&gpu, &plain, spec, &request, &hit, 4000);
+    launch_and_check::<f32>(
+        &gpu,
+        &plain.load(&gpu.ctx, &request, &hit).unwrap(),
+        spec,
+        4000,
+    );
     assert_eq!(cache.stats().compiles, 2);
 }
 
@@ -642,10 +693,11 @@ fn a_second_cache_gets_the_jit_compiled_cubin_from_the_disk_tier() {
     let hit = gpu.compiler.compile_cached(first, &request).unwrap();
     launch_and_check::<f32>(
         &gpu,
-        &ModuleCache::new().keep_jit_in(first),
+        &ModuleCache::new()
+            .keep_jit_in(first)
+            .load(&gpu.ctx, &request, &hit)
+            .unwrap(),
         spec,
-        &request,
-        &hit,
         2000,
     );
     first.flush();
@@ -660,10 +712,11 @@ fn a_second_cache_gets_the_jit_compiled_cubin_from_the_disk_tier() {
     );
     let kind = launch_and_check::<f32>(
         &gpu,
-        &ModuleCache::new().keep_jit_in(second),
+        &ModuleCache::new()
+            .keep_jit_in(second)
+            .load(&gpu.ctx, &request, &hit)
+            .unwrap(),
         spec,
-        &request,
-        &hit,
         2000,
     );
     assert_eq!(kind, ArtifactKind::Ptx);
@@ -715,6 +768,7 @@ gpu_tests!(
     each_module_loads_once_per_context,
     kernels_launch_from_an_image_without_compiling,
     kernels_launch_from_whatever_a_library_shipped,
+    a_served_kernel_loads_exactly_its_chosen_artifact,
     functions_are_found_from_any_thread,
     ptx_is_jit_compiled_once_and_kept,
     a_kernel_of_a_ptx_module_is_compiled_alone,
