@@ -53,8 +53,9 @@ pub use kiln_core::build;
 /// that take one. See [`kiln_core::cache`] for its structure and locking.
 pub mod cache {
     pub use kiln_core::cache::{
-        ArtifactView, Cache, CacheConfig, DEFAULT_MEMORY_MAX_BYTES, Delta, MergeReport,
-        OwnerFilter, PAYLOAD_ALIGN, Rejection, Snapshot, Source, Stats, Tier, TierEntry,
+        ArtifactView, Cache, CacheConfig, DEFAULT_MEMORY_MAX_BYTES, DEFAULT_MEMORY_MAX_ENTRIES,
+        Delta, MergeReport, OwnerFilter, PAYLOAD_ALIGN, Rejection, Snapshot, Source, Stats, Tier,
+        TierEntry,
     };
     pub use kiln_core::{
         BoxError, ImageOutcome, ImageReport, InitReport, World, add_tiers, flush, init_with,

@@ -22,14 +22,27 @@
 //! image held.
 //!
 //! The image is deterministic (entries sorted, no timestamps, no paths) and
-//! written atomically, also when some recorded entries were not found;
-//! those are listed, and the exit status is then 1. With
-//! `KILN_SIGNING_KEY` set it is signed with that key before it is written
-//! (`"signed": true` in `--json`); a key that cannot be used writes
-//! nothing (exit status 2). Signing with `--remote` needs
-//! `KILN_TRUSTED_KEYS`: the server is untrusted, and an image signed over
-//! values nobody verified would vouch for whatever it held (exit status
-//! 2, nothing written).
+//! records its provenance in its labels (`kiln.provenance=baked`,
+//! `kiln.baked-from=` the kinds of sources its entries came from:
+//! `disk`, `image`, `remote`); it is written atomically, also when some recorded entries were not found;
+//! those are listed, and the exit status is then 1.
+//!
+//! With `KILN_SIGNING_KEY` set the image is signed with that key before it
+//! is written (`"signed": true` in `--json`); a key that cannot be used
+//! writes nothing (exit status 2). A signature vouches for every entry, so
+//! a signed bake takes only entries that were checked: from an `--image`
+//! file signed by a trusted key (`KILN_TRUSTED_KEYS`, and `--trusted-key`
+//! added to them), from a `--cache-dir` whose provenance says this user's
+//! processes compiled them (in a directory only this user may write) or
+//! that a trusted key signed, and from `--remote` only with trusted keys
+//! (the server is untrusted). A copy that is not vouched for is passed
+//! over for a later store's; an entry no store holds a vouched copy of
+//! stops the bake: nothing is signed or written, and the error lists each
+//! such entry with where it was found and why it was refused (exit status
+//! 2). With trusted keys, an unsigned bake also takes only what a program
+//! with those keys would serve (a refused copy is listed among the reasons
+//! an entry is missing); without them, every copy that passes its
+//! checksums.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -37,11 +50,14 @@ use std::path::{Path, PathBuf};
 
 use kiln_core::disk::{DiskCache, DiskConfig, config};
 use kiln_core::record::{DEFAULT_READ_LIMIT, Damage, Recording, Used};
-use kiln_image::{Digest, EntryData, Image, ImageMeta, ImageWriter, Verification};
+use kiln_core::trust::{Origin, Provenance, TrustPolicy};
+use kiln_image::{
+    Digest, EntryData, Image, ImageMeta, ImageWriter, SigningKey, TrustedKeys, Verification,
+};
 use kiln_redis::{RemoteConfig, RemoteTier};
 use serde_json::{Value, json};
 
-use crate::common::{Table, print_json, short};
+use crate::common::{Seq, print_json, short, write_rows};
 use crate::escape;
 use crate::{CliError, Outcome};
 
@@ -76,6 +92,11 @@ pub(crate) struct Args {
     /// name and version [default: kiln bake <version>].
     #[arg(long, value_name = "TEXT")]
     producer: Option<String>,
+    /// Trust this public key too (hex, or a .pub file from `kiln keygen`;
+    /// repeatable; added to KILN_TRUSTED_KEYS): what it signed may be
+    /// baked into a signed image.
+    #[arg(long = "trusted-key", value_name = "K")]
+    trusted_keys: Vec<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -134,12 +155,42 @@ pub(crate) fn sources(used: &Used) -> String {
 /// sizes do not matter).
 #[allow(clippy::large_enum_variant)]
 enum Store {
-    Image { path: PathBuf, image: Image },
-    Disk { dir: PathBuf, cache: DiskCache },
-    Remote { tier: RemoteTier },
+    /// An image file, and whether a signer may take its entries (a
+    /// trusted key's signature verifies), or why not.
+    Image {
+        path: PathBuf,
+        image: Image,
+        vouched: Result<(), String>,
+    },
+    /// A disk cache, opened to find every copy (each is then judged by
+    /// its provenance: [`DiskCache::vouch`]).
+    Disk {
+        dir: PathBuf,
+        cache: DiskCache,
+    },
+    Remote {
+        tier: RemoteTier,
+    },
+}
+
+/// A copy of an entry a store holds, and whether it is vouched for (a
+/// trusted key signed it, or this user compiled it; `Err`: why not).
+struct Found {
+    data: EntryData,
+    vouched: Result<(), String>,
 }
 
 impl Store {
+    /// What kind of store it is, for the baked image's provenance label
+    /// (no path: images record no paths of the machine that made them).
+    fn kind(&self) -> &'static str {
+        match self {
+            Store::Image { .. } => "image",
+            Store::Disk { .. } => "disk",
+            Store::Remote { .. } => "remote",
+        }
+    }
+
     fn name(&self) -> String {
         match self {
             Store::Image { path, .. } => format!("image {}", path.display()),
@@ -148,52 +199,96 @@ impl Store {
         }
     }
 
-    /// The entry of `(owner, key)`, every payload checked; `Err` when the
-    /// store has it but it is damaged.
-    fn get(&self, owner: &Digest, key: &Digest) -> Result<Option<EntryData>, String> {
+    /// The entry of `(owner, key)`, every payload checked, and whether it
+    /// is vouched for under `trusted`; `Err` when the store has it but it is
+    /// damaged.
+    fn get(
+        &self,
+        owner: &Digest,
+        key: &Digest,
+        trusted: Option<&TrustedKeys>,
+    ) -> Result<Option<Found>, String> {
         match self {
-            Store::Image { image, .. } => match image.find(owner, key) {
-                Ok(Some(entry)) => entry.to_data().map(Some).map_err(|e| e.to_string()),
+            Store::Image { image, vouched, .. } => match image.find(owner, key) {
+                Ok(Some(entry)) => entry
+                    .to_data()
+                    .map(|data| {
+                        Some(Found {
+                            data,
+                            vouched: vouched.clone(),
+                        })
+                    })
+                    .map_err(|e| e.to_string()),
                 Ok(None) => Ok(None),
                 Err(error) => Err(error.to_string()),
             },
-            // A disk hit's payloads passed their checksums.
+            // A disk hit's payloads passed their checksums; its provenance
+            // says whether this user compiled it.
             Store::Disk { cache, .. } => match cache.get(owner, key) {
-                Some(hit) => hit
-                    .entry()
-                    .and_then(|entry| Ok(entry.to_data()?))
-                    .map(Some)
-                    .map_err(|e| e.to_string()),
+                Some(hit) => {
+                    let vouched = cache.vouch(&hit, trusted).map(|_| ()).map_err(|error| {
+                        format!("{}: {} ({error})", hit.provenance(), error.check())
+                    });
+                    hit.entry()
+                        .and_then(|entry| Ok(entry.to_data()?))
+                        .map(|data| Some(Found { data, vouched }))
+                        .map_err(|e| e.to_string())
+                }
                 None => Ok(None),
             },
-            // Verified (and, with trusted keys, its signature checked).
-            Store::Remote { tier } => tier.fetch(owner, key).map_err(|e| e.to_string()),
+            // Verified (and, with trusted keys, its signature checked; a
+            // signed bake from a server needs them).
+            Store::Remote { tier } => tier
+                .fetch(owner, key)
+                .map(|found| {
+                    found.map(|data| Found {
+                        data,
+                        vouched: Ok(()),
+                    })
+                })
+                .map_err(|e| e.to_string()),
         }
     }
 }
 
 /// The remote tier of the server at `url`, with the environment's other
-/// remote settings (`KILN_REMOTE_TIMEOUT_MS`, `KILN_TRUSTED_KEYS`).
-fn open_remote(url: &str) -> Result<RemoteTier, CliError> {
-    let config = RemoteConfig::from_lookup(|name| {
+/// remote settings (`KILN_REMOTE_TIMEOUT_MS`) and the tool's trust policy.
+fn open_remote(url: &str, trust: &TrustPolicy, signing: bool) -> Result<RemoteTier, CliError> {
+    let lookup = |name: &str| {
         if name == kiln_redis::REMOTE_CACHE {
             Some(url.into())
         } else {
             std::env::var_os(name)
         }
-    })?
-    .ok_or(CliError::NoRemoteUrl)?;
+    };
+    let config = RemoteConfig::from_lookup_with(lookup, trust)?.ok_or(CliError::NoRemoteUrl)?;
     // Signing what an untrusted server gave, unchecked, would vouch for it.
-    if config.trusted_keys.is_none()
-        && kiln_core::trust::signing_key_path(|name| std::env::var_os(name)).is_some()
-    {
+    if config.trusted_keys.is_none() && signing {
         return Err(CliError::SigningUnverifiedRemote);
     }
     Ok(RemoteTier::open(config)?)
 }
 
+/// Whether a signer may take the entries of `image`: a trusted key of
+/// `trust` signed it (an image file comes from elsewhere); without trusted
+/// keys nothing vouches for it.
+fn vouch_image(image: &Image, trust: &TrustPolicy) -> Result<(), String> {
+    let keys = trust.trusted_keys.clone().unwrap_or_default();
+    kiln_core::trust::admit(Some(&keys), image, Origin::Elsewhere)
+        .map(|_| ())
+        .map_err(|error| match trust.trusted_keys {
+            Some(_) => format!("{}: {error}", error.check()),
+            None => format!(
+                "{}: no trusted keys to check it with (KILN_TRUSTED_KEYS, --trusted-key)",
+                error.check()
+            ),
+        })
+}
+
 /// Opens the disk cache in `dir`, which must exist; its other settings come
 /// from the environment (`KILN_CACHE_TRUST_DIR`), `KILN_CACHE=0` ignored.
+/// Opened without trusted keys, so that every copy is found and judged by
+/// the bake ([`Store::get`]).
 fn open_disk(dir: &Path) -> Result<DiskCache, CliError> {
     if !dir.is_dir() {
         return Err(CliError::NoCacheDir {
@@ -210,16 +305,26 @@ fn open_disk(dir: &Path) -> Result<DiskCache, CliError> {
         }
     })?
     .unwrap_or_else(|| DiskConfig::new(dir));
+    let mut config = config;
+    config.trusted_keys = None;
     Ok(DiskCache::open(config)?)
 }
 
-/// One entry baked, and where it came from.
-struct Baked {
+/// One entry baked, and the store it came from.
+struct Baked<'s> {
     name: String,
     owner_label: String,
     owner: Digest,
     key: Digest,
-    from: String,
+    from: &'s Store,
+}
+
+/// One recorded entry found only where nothing vouches for it, while
+/// signing: where, and why.
+struct Unvouched {
+    name: String,
+    store: String,
+    why: String,
 }
 
 /// One recorded entry not found, and why.
@@ -230,13 +335,19 @@ struct Missing<'r> {
 }
 
 pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
+    let trust = crate::common::trust_policy(&args.trusted_keys)?;
+    // A key that cannot be used stops the bake before anything is read.
+    let signer = kiln_core::trust::signing_key_from_lookup(|name| std::env::var_os(name))?;
+    let signing = signer.is_some();
     let recording = read_records(&args.records)?;
     let mut stores = Vec::new();
     for path in &args.images {
         let image = Image::open(path, Verification::Structural).map_err(CliError::image(path))?;
+        let vouched = vouch_image(&image, &trust);
         stores.push(Store::Image {
             path: path.clone(),
             image,
+            vouched,
         });
     }
     for dir in &args.cache_dirs {
@@ -247,7 +358,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     }
     if let Some(url) = &args.remote {
         stores.push(Store::Remote {
-            tier: open_remote(url)?,
+            tier: open_remote(url, &trust, signing)?,
         });
     }
 
@@ -255,6 +366,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     let mut entries = Vec::new();
     let mut baked = Vec::new();
     let mut missing = Vec::new();
+    let mut unvouched = Vec::new();
     let mut left_out = 0usize;
     for used in recording.entries() {
         if args.only_compiled && used.from_image() {
@@ -262,17 +374,40 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
             continue;
         }
         let mut damaged = Vec::new();
-        let found = stores
-            .iter()
-            .find_map(|store| match store.get(&used.owner, &used.key) {
-                Ok(found) => found.map(|data| (store, data)),
-                Err(why) => {
-                    damaged.push(format!("{}: {why}", store.name()));
-                    None
-                }
-            });
+        let mut passed_over = None;
+        let trusted = trust.trusted_keys.as_ref();
+        let found =
+            stores
+                .iter()
+                .find_map(|store| match store.get(&used.owner, &used.key, trusted) {
+                    // Signing takes only vouched copies; with trusted keys, so
+                    // does an unsigned bake (as a program with them would).
+                    Ok(Some(found)) => match found.vouched {
+                        Err(why) if signing => {
+                            passed_over.get_or_insert((store.name(), why));
+                            None
+                        }
+                        Err(why) if trusted.is_some() => {
+                            damaged.push(format!("{}: refused: {why}", store.name()));
+                            None
+                        }
+                        _ => Some((store, found.data)),
+                    },
+                    Ok(None) => None,
+                    Err(why) => {
+                        damaged.push(format!("{}: {why}", store.name()));
+                        None
+                    }
+                });
         let Some((store, mut data)) = found else {
-            missing.push(Missing { used, damaged });
+            match passed_over {
+                Some((store, why)) => unvouched.push(Unvouched {
+                    name: used.name.clone(),
+                    store,
+                    why,
+                }),
+                None => missing.push(Missing { used, damaged }),
+            }
             continue;
         };
         // As an image entry: valid from the world it is merged in on.
@@ -288,7 +423,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
             owner_label: data.owner_label.clone(),
             owner: data.owner,
             key: data.key,
-            from: store.name(),
+            from: store,
         });
         entries.push(data);
     }
@@ -302,17 +437,31 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
         meta.labels
             .insert("image".to_owned(), stem.to_string_lossy().into_owned());
     }
+    // Provenance: baked, from these kinds of sources (sorted, once each).
+    let kinds: std::collections::BTreeSet<&str> = baked.iter().map(|b| b.from.kind()).collect();
+    meta.labels
+        .insert(Provenance::LABEL.to_owned(), "baked".to_owned());
+    meta.labels.insert(
+        BAKED_FROM_LABEL.to_owned(),
+        kinds.into_iter().collect::<Vec<_>>().join(","),
+    );
+    if !unvouched.is_empty() {
+        return Err(CliError::SigningUnvouched {
+            count: unvouched.len(),
+            entries: unvouched_list(&unvouched),
+        });
+    }
     let mut writer = ImageWriter::new(meta);
     for entry in entries {
         writer.push(entry);
     }
     let bytes = writer.to_bytes().map_err(CliError::image(&args.output))?;
-    let signed = publish(&args.output, bytes)?;
+    let signed = publish(&args.output, bytes, signer.as_deref())?;
 
     if args.json {
-        print_json(&to_json(
+        print_bake_json(
             &args, &producer, &recording, &baked, &missing, left_out, signed,
-        ))?;
+        )?;
     } else {
         print_text(
             &args, &producer, &recording, &baked, &missing, left_out, signed,
@@ -325,52 +474,100 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     })
 }
 
-/// Signs the baked image with the key of `KILN_SIGNING_KEY` when it is
-/// set, then writes it to `path` atomically. Returns whether it was
-/// signed. A key that cannot be used is an error and nothing is written:
-/// the operator asked for a signed image.
-fn publish(path: &Path, bytes: Vec<u8>) -> Result<bool, CliError> {
-    let unsigned_len = bytes.len();
-    let bytes = kiln_core::trust::sign_if_configured(bytes)?;
-    // Signing appends a signature trailer; without a key the bytes come
-    // back unchanged.
-    let signed = bytes.len() > unsigned_len;
-    kiln_image::write_file_atomic(path, &bytes).map_err(CliError::image(path))?;
-    Ok(signed)
+/// The entries a signed bake refused, one per line (at most
+/// [`UNVOUCHED_SHOWN`], then how many more), escaped.
+fn unvouched_list(unvouched: &[Unvouched]) -> String {
+    let mut lines: Vec<String> = unvouched
+        .iter()
+        .take(UNVOUCHED_SHOWN)
+        .map(|u| {
+            format!(
+                "  {} (found in {}: {})",
+                escape::escape(&u.name),
+                escape::escape(&u.store),
+                escape::escape(&u.why)
+            )
+        })
+        .collect();
+    if unvouched.len() > UNVOUCHED_SHOWN {
+        lines.push(format!("  and {} more", unvouched.len() - UNVOUCHED_SHOWN));
+    }
+    lines.join("\n")
 }
 
-fn to_json(
+/// The label of a baked image naming the kinds of sources its entries came
+/// from (`disk`, `image`, `remote`).
+const BAKED_FROM_LABEL: &str = "kiln.baked-from";
+
+/// How many refused entries the error of a signed bake lists.
+const UNVOUCHED_SHOWN: usize = 20;
+
+/// Signs the baked image with `signer` (`KILN_SIGNING_KEY`) when there is
+/// one, then writes it to `path` atomically. Returns whether it was
+/// signed.
+fn publish(path: &Path, bytes: Vec<u8>, signer: Option<&SigningKey>) -> Result<bool, CliError> {
+    let bytes = match signer {
+        Some(key) => kiln_image::sign_image(&bytes, key).map_err(CliError::image(path))?,
+        None => bytes,
+    };
+    kiln_image::write_file_atomic(path, &bytes).map_err(CliError::image(path))?;
+    Ok(signer.is_some())
+}
+
+/// The bake's report as JSON (keys in alphabetical order); the lists as
+/// long as the record files are written one element at a time ([`Seq`]).
+fn print_bake_json(
     args: &Args,
     producer: &str,
     recording: &Recording,
-    baked: &[Baked],
+    baked: &[Baked<'_>],
     missing: &[Missing<'_>],
     left_out: usize,
     signed: bool,
-) -> Value {
-    json!({
-        "output": args.output.display().to_string(),
-        "producer": producer,
-        "signed": signed,
-        "recorded": recording.len(),
-        "records": recording.records(),
-        "damage": damage_json(&recording.damage()),
-        "left_out_from_images": left_out,
-        "baked": baked.iter().map(|b| json!({
-            "name": b.name,
-            "owner": b.owner.to_hex(),
-            "owner_label": b.owner_label,
-            "key": b.key.to_hex(),
-            "from": b.from,
-        })).collect::<Vec<_>>(),
-        "missing": missing.iter().map(|m| json!({
-            "name": m.used.name,
-            "owner": m.used.owner.to_hex(),
-            "owner_label": m.used.owner_label,
-            "key": m.used.key.to_hex(),
-            "recorded_from": m.used.sources.keys().map(ToString::to_string).collect::<Vec<_>>(),
-            "damaged_in": m.damaged,
-        })).collect::<Vec<_>>(),
+) -> Result<(), CliError> {
+    #[derive(serde::Serialize)]
+    struct BakeJson<'a, B, M> {
+        baked: B,
+        damage: Value,
+        left_out_from_images: usize,
+        missing: M,
+        output: String,
+        producer: &'a str,
+        recorded: usize,
+        records: u64,
+        signed: bool,
+    }
+    print_json(&BakeJson {
+        baked: Seq(|| {
+            baked.iter().map(|b| {
+                json!({
+                    "name": b.name,
+                    "owner": b.owner.to_hex(),
+                    "owner_label": b.owner_label,
+                    "key": b.key.to_hex(),
+                    "from": b.from.name(),
+                })
+            })
+        }),
+        damage: damage_json(&recording.damage()),
+        left_out_from_images: left_out,
+        missing: Seq(|| {
+            missing.iter().map(|m| {
+                json!({
+                    "name": m.used.name,
+                    "owner": m.used.owner.to_hex(),
+                    "owner_label": m.used.owner_label,
+                    "key": m.used.key.to_hex(),
+                    "recorded_from": m.used.sources.keys().map(ToString::to_string).collect::<Vec<_>>(),
+                    "damaged_in": m.damaged,
+                })
+            })
+        }),
+        output: args.output.display().to_string(),
+        producer,
+        recorded: recording.len(),
+        records: recording.records(),
+        signed,
     })
 }
 
@@ -378,7 +575,7 @@ fn print_text(
     args: &Args,
     producer: &str,
     recording: &Recording,
-    baked: &[Baked],
+    baked: &[Baked<'_>],
     missing: &[Missing<'_>],
     left_out: usize,
     signed: bool,
@@ -414,16 +611,20 @@ fn print_text(
         "\nnot found in the images, disk caches and remote cache given ({}):",
         missing.len()
     )?;
-    let mut table = Table::new(&["NAME", "OWNER", "KEY", "RECORDED FROM", "REFUSED BY"]);
-    for m in missing {
-        table.row(vec![
-            m.used.name.clone(),
-            m.used.owner_label.clone(),
-            short(&m.used.key),
-            sources(m.used),
-            m.damaged.join("; "),
-        ]);
-    }
-    table.write(&mut out, "  ")?;
+    // One row per missing entry: as many as a record file names, so made
+    // one at a time.
+    let rows = || {
+        missing.iter().map(|m| {
+            vec![
+                m.used.name.clone(),
+                m.used.owner_label.clone(),
+                short(&m.used.key),
+                sources(m.used),
+                m.damaged.join("; "),
+            ]
+        })
+    };
+    let header = ["NAME", "OWNER", "KEY", "RECORDED FROM", "REFUSED BY"];
+    write_rows(&mut out, "  ", &header, rows)?;
     Ok(())
 }

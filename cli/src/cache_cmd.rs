@@ -9,7 +9,11 @@
 //! this version's entries only, `gc` evicts down to the cap within it, and
 //! other versions' subdirectories are left alone.
 //! `KILN_CACHE=0` turns the cache off for programs, not for this command.
-//! `verify` exits with status 1 when a segment is bad.
+//! `ls` and `verify` say where entries came from (compiled by this user's
+//! processes, received signed, received unsigned). `verify` exits with
+//! status 1 when a segment is bad, or when, with trusted keys
+//! (`KILN_TRUSTED_KEYS`, and `--trusted-key` added to them), a program with
+//! those keys would refuse it (`UNTRUSTED`).
 //! Segment files are untrusted: names, labels, kinds, file names and
 //! problems are shown escaped ([`escape`]); `--json` keeps them exact.
 
@@ -52,6 +56,10 @@ pub(crate) struct Target {
     /// $KILN_CACHE_MAX_BYTES, else 1G].
     #[arg(long, value_parser = parse_cap)]
     max_bytes: Option<u64>,
+    /// Judge entries with this trusted key too (verify, ls): 64 hex digits,
+    /// or a file of public keys (repeatable; added to KILN_TRUSTED_KEYS).
+    #[arg(long = "trusted-key", value_name = "K")]
+    trusted_keys: Vec<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -83,6 +91,7 @@ impl Target {
         if let Some(max_bytes) = self.max_bytes {
             disk_config.max_bytes = max_bytes;
         }
+        disk_config.trusted_keys = crate::common::trust_policy(&self.trusted_keys)?.trusted_keys;
         Ok(DiskCache::open(disk_config)?)
     }
 }
@@ -124,7 +133,14 @@ pub(crate) fn run(command: CacheCommand) -> Result<Outcome, CliError> {
             }
             writeln!(out, "directory   {}", escape::path(cache.images_dir()))?;
             let now = now_ms();
-            let mut table = Table::new(&["KEY", "NAME", "OWNER", "ARTIFACTS", "LAST USED"]);
+            let mut table = Table::new(&[
+                "KEY",
+                "NAME",
+                "OWNER",
+                "ARTIFACTS",
+                "LAST USED",
+                "PROVENANCE",
+            ]);
             for entry in &entries {
                 let artifacts = entry
                     .artifacts
@@ -138,6 +154,7 @@ pub(crate) fn run(command: CacheCommand) -> Result<Outcome, CliError> {
                     entry.owner_label.clone(),
                     artifacts,
                     age(now.saturating_sub(entry.last_used_ms)),
+                    entry.provenance.clone(),
                 ]);
             }
             table.write(&mut out, "")?;
@@ -190,15 +207,24 @@ pub(crate) fn run(command: CacheCommand) -> Result<Outcome, CliError> {
                 return Ok(outcome);
             }
             for segment in &report.segments {
-                match &segment.problem {
-                    None => writeln!(
+                match (&segment.problem, &segment.refused) {
+                    (None, None) => writeln!(
                         out,
-                        "ok    {}: {} entries, {}",
+                        "ok    {}: {} entries, {}, {}",
                         escape(&segment.name),
                         segment.entries,
-                        size(segment.bytes)
+                        size(segment.bytes),
+                        segment.provenance
                     )?,
-                    Some(problem) => {
+                    (None, Some(refused)) => writeln!(
+                        out,
+                        "UNTRUSTED  {}: {} entries, {}: refused under the trusted keys: {}",
+                        escape(&segment.name),
+                        segment.entries,
+                        segment.provenance,
+                        escape(refused)
+                    )?,
+                    (Some(problem), _) => {
                         writeln!(out, "FAIL  {}: {}", escape(&segment.name), escape(problem))?
                     }
                 }

@@ -7,6 +7,7 @@
 
 use std::io::Write;
 
+use kiln_core::trust::{Origin, TrustPolicy};
 use kiln_image::{Digest, EntryRef, Image, ImageError, PublicKey, SignatureCheck, TrustedKeys};
 
 use crate::escape::escape;
@@ -67,29 +68,97 @@ impl Table {
     }
 
     pub(crate) fn write(&self, out: &mut impl Write, indent: &str) -> std::io::Result<()> {
-        let columns = self.rows.iter().map(Vec::len).max().unwrap_or(0);
-        let widths: Vec<usize> = (0..columns)
-            .map(|c| {
-                self.rows
-                    .iter()
-                    .filter_map(|row| row.get(c))
-                    .map(|cell| cell.chars().count())
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
+        let widths = widths(self.rows.iter().map(Vec::as_slice));
         for row in &self.rows {
-            let mut line = indent.to_owned();
-            for (c, cell) in row.iter().enumerate() {
-                if c + 1 == row.len() {
-                    line.push_str(cell);
-                } else {
-                    line.push_str(&format!("{cell:<width$}  ", width = widths[c]));
-                }
-            }
-            writeln!(out, "{}", line.trim_end())?;
+            write_row(out, indent, row, &widths)?;
         }
         Ok(())
+    }
+}
+
+/// Writes a table too large to hold in memory (one row per record-file
+/// entry): `rows` is called twice, to measure the columns and then to
+/// print, and makes one row at a time; each cell is [escaped](escape).
+/// Memory: one row, whatever the number of rows.
+pub(crate) fn write_rows<I>(
+    out: &mut impl Write,
+    indent: &str,
+    header: &[&str],
+    rows: impl Fn() -> I,
+) -> std::io::Result<()>
+where
+    I: Iterator<Item = Vec<String>>,
+{
+    let header: Vec<String> = header.iter().map(|cell| (*cell).to_owned()).collect();
+    let escaped = |row: Vec<String>| -> Vec<String> {
+        row.into_iter()
+            .map(|cell| escape(&cell).into_owned())
+            .collect()
+    };
+    let mut widths = widths(std::iter::once(header.as_slice()));
+    for row in rows() {
+        let row = escaped(row);
+        let more = self::widths(std::iter::once(row.as_slice()));
+        if more.len() > widths.len() {
+            widths.resize(more.len(), 0);
+        }
+        for (width, cell) in widths.iter_mut().zip(more) {
+            *width = (*width).max(cell);
+        }
+    }
+    write_row(out, indent, &header, &widths)?;
+    for row in rows() {
+        write_row(out, indent, &escaped(row), &widths)?;
+    }
+    Ok(())
+}
+
+/// The width of each column of `rows` (in characters).
+fn widths<'a>(rows: impl Iterator<Item = &'a [String]> + Clone) -> Vec<usize> {
+    let columns = rows.clone().map(<[String]>::len).max().unwrap_or(0);
+    (0..columns)
+        .map(|c| {
+            rows.clone()
+                .filter_map(|row| row.get(c))
+                .map(|cell| cell.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+/// One row, its cells padded to `widths` (the last one not).
+fn write_row(
+    out: &mut impl Write,
+    indent: &str,
+    row: &[String],
+    widths: &[usize],
+) -> std::io::Result<()> {
+    let mut line = indent.to_owned();
+    for (c, cell) in row.iter().enumerate() {
+        if c + 1 == row.len() {
+            line.push_str(cell);
+        } else {
+            let width = widths.get(c).copied().unwrap_or(0);
+            line.push_str(&format!("{cell:<width$}  "));
+        }
+    }
+    writeln!(out, "{}", line.trim_end())
+}
+
+/// A JSON array made on the fly from `make` (called once, when written),
+/// one element at a time: for lists as long as a record file, which a
+/// [`serde_json::Value`] would hold whole.
+pub(crate) struct Seq<F>(pub(crate) F);
+
+impl<F, I> serde::Serialize for Seq<F>
+where
+    F: Fn() -> I,
+    I: Iterator,
+    I::Item: serde::Serialize,
+{
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq((self.0)())
     }
 }
 
@@ -103,28 +172,30 @@ pub(crate) fn print_json(value: &impl serde::Serialize) -> Result<(), crate::Cli
 }
 
 /// `image`'s signatures checked as `kiln verify` checks them: every one
-/// must verify, and with `trusted` one of them must be by a trusted key.
-/// What each signature is, for the report.
+/// must verify, and under `trust` with trusted keys the image must be
+/// admitted as one from elsewhere ([`kiln_core::trust::admit`]: a trusted
+/// key's signature). What each signature is, for the report.
 pub(crate) fn check_signatures(
     image: &Image,
-    trusted: Option<&TrustedKeys>,
+    trust: &TrustPolicy,
 ) -> Result<Vec<SignatureCheck>, ImageError> {
-    let checks = image.check_signatures(trusted);
+    let checks = image.check_signatures(trust.trusted_keys.as_ref());
     if let Some(bad) = checks.iter().find(|check| !check.valid) {
         return Err(ImageError::BadSignature { key: bad.key });
     }
-    if let Some(trusted) = trusted {
-        image.verify_signature(trusted)?;
-    }
+    trust.admit(image, Origin::Elsewhere)?;
     Ok(checks)
 }
 
-/// The keys of `--trusted-key` arguments, each a public key (64 hex
-/// digits) or a file of them (one per line, as `kiln keygen` writes to
-/// `KEY.pub`); `None` when there are none.
-pub(crate) fn trusted_keys(args: &[String]) -> Result<Option<TrustedKeys>, crate::CliError> {
+/// The trust policy of a tool: the process's (`KILN_TRUSTED_KEYS`,
+/// `KILN_SIGNING_KEY`, as the library reads them), with the keys of
+/// `--trusted-key` arguments added (each a public key, 64 hex digits, or a
+/// file of them, one per line, as `kiln keygen` writes to `KEY.pub`). With
+/// either, signatures by those keys are required.
+pub(crate) fn trust_policy(args: &[String]) -> Result<TrustPolicy, crate::CliError> {
+    let policy = TrustPolicy::from_env();
     if args.is_empty() {
-        return Ok(None);
+        return Ok(policy);
     }
     let mut keys = TrustedKeys::default();
     for arg in args {
@@ -134,8 +205,10 @@ pub(crate) fn trusted_keys(args: &[String]) -> Result<Option<TrustedKeys>, crate
             keys.insert(key);
         } else {
             let path = std::path::Path::new(arg);
-            keys.extend(TrustedKeys::read_file(path).map_err(crate::CliError::image(path))?);
+            let found = kiln_core::trust::read_trusted_keys_file(path)
+                .map_err(crate::CliError::key(arg))?;
+            keys.extend(found);
         }
     }
-    Ok(Some(keys))
+    Ok(policy.with_trusted_keys(keys))
 }

@@ -114,6 +114,21 @@ pub(crate) enum CliError {
     )]
     SigningUnverifiedRemote,
 
+    /// A signed `bake` found entries only where nothing vouches for them.
+    #[error(
+        "kiln bake with KILN_SIGNING_KEY: {count} recorded entries were found only where no \
+         trusted key vouches for them, so nothing is signed or written:\n{entries}\nA signed \
+         image may hold only what a trusted key signed (KILN_TRUSTED_KEYS, --trusted-key) or \
+         what this user's processes compiled into their private disk cache; bake without \
+         KILN_SIGNING_KEY to write an unsigned image"
+    )]
+    SigningUnvouched {
+        /// How many entries.
+        count: usize,
+        /// One line per entry (name, store, why), escaped where built.
+        entries: String,
+    },
+
     /// `bake --remote ""`.
     #[error("--remote needs the server's URL, e.g. redis://cache.internal:6379/0")]
     NoRemoteUrl,
@@ -183,7 +198,9 @@ impl CliError {
     pub(crate) fn shown(&self) -> String {
         let message = self.to_string();
         match self {
-            CliError::Ambiguous { .. } => crate::escape::escape_lines(&message),
+            CliError::Ambiguous { .. } | CliError::SigningUnvouched { .. } => {
+                crate::escape::escape_lines(&message)
+            }
             _ => crate::escape::escape(&message).into_owned(),
         }
     }

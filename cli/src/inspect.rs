@@ -1,4 +1,7 @@
-//! `kiln inspect IMAGE [--json]`: header, signers, metadata, owners, a
+//! `kiln inspect IMAGE [--trusted-key K]... [--json]`: header, signers,
+//! the trust verdict (whether a program with the trusted keys of
+//! `KILN_TRUSTED_KEYS` and `--trusted-key` would merge it from
+//! `KILN_IMAGE_PATH`, and why), metadata, owners, a
 //! table of entries (deps as `name@fingerprint`: for CUDA entries the
 //! recorded compiler release and header digests), and the targets of each
 //! entry name (for a multi-arch image: the archs of each kernel). Opens with
@@ -10,7 +13,8 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
-use kiln_image::{EntryRef, Image, ImageError, Verification};
+use kiln_core::trust::{Admission, Origin, TrustPolicy};
+use kiln_image::{EntryRef, Image, ImageError, PublicKey, Verification};
 use serde_json::{Value, json};
 
 use crate::common::{Table, kinds, print_json, short, worlds};
@@ -22,23 +26,79 @@ use crate::{CliError, Outcome};
 pub(crate) struct Args {
     /// The image file.
     image: PathBuf,
+    /// Judge the image with this trusted key too: 64 hex digits, or a file
+    /// of public keys (repeatable; added to KILN_TRUSTED_KEYS).
+    #[arg(long = "trusted-key", value_name = "K")]
+    trusted_keys: Vec<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
 }
 
 pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
+    let trust = crate::common::trust_policy(&args.trusted_keys)?;
     let image =
         Image::open(&args.image, Verification::Structural).map_err(CliError::image(&args.image))?;
+    let verdict = Verdict::of(&image, &trust);
     if args.json {
-        print_json(&to_json(&args.image, &image))?;
+        print_json(&to_json(&args.image, &image, &verdict))?;
     } else {
-        print_text(&args.image, &image)?;
+        print_text(&args.image, &image, &verdict)?;
     }
     Ok(Outcome::Clean)
 }
 
-fn to_json(path: &std::path::Path, image: &Image) -> Value {
+/// Whether a program with the tool's trusted keys would merge the image
+/// from `KILN_IMAGE_PATH` ([`kiln_core::trust::admit`], an image from
+/// elsewhere), and why.
+enum Verdict {
+    /// No trusted keys: nothing is checked, it would be merged.
+    Unchecked,
+    /// A trusted key's signature verifies.
+    Admitted(PublicKey),
+    /// Refused, and why.
+    Refused(ImageError),
+}
+
+impl Verdict {
+    fn of(image: &Image, trust: &TrustPolicy) -> Verdict {
+        match trust.admit(image, Origin::Elsewhere) {
+            Ok(Admission::SignedBy(key)) => Verdict::Admitted(key),
+            Ok(_) => Verdict::Unchecked,
+            Err(error) => Verdict::Refused(error),
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Verdict::Unchecked => {
+                "not checked: no trusted keys (KILN_TRUSTED_KEYS, --trusted-key); merged from \
+                 KILN_IMAGE_PATH as it is"
+                    .to_owned()
+            }
+            Verdict::Admitted(key) => {
+                format!("merged from KILN_IMAGE_PATH: signed by trusted key {key}")
+            }
+            Verdict::Refused(error) => {
+                format!("skipped from KILN_IMAGE_PATH: {} ({error})", error.check())
+            }
+        }
+    }
+
+    fn json(&self) -> Value {
+        match self {
+            Verdict::Unchecked => json!({ "checked": false, "admitted": true }),
+            Verdict::Admitted(key) => {
+                json!({ "checked": true, "admitted": true, "signer": key.to_hex() })
+            }
+            Verdict::Refused(error) => json!({
+                "checked": true, "admitted": false, "check": error.check(), "error": error.to_string(),
+            }),
+        }
+    }
+}
+
+fn to_json(path: &std::path::Path, image: &Image, verdict: &Verdict) -> Value {
     let header = image.header();
     let meta = image.meta();
     json!({
@@ -63,6 +123,7 @@ fn to_json(path: &std::path::Path, image: &Image) -> Value {
         },
         "signatures": crate::verify::signatures_json(&image.check_signatures(None)),
         "signature_batch": crate::verify::batch_json(image),
+        "trust": verdict.json(),
         "meta": {
             "producer_name": meta.producer_name,
             "producer_version": meta.producer_version,
@@ -131,7 +192,7 @@ fn error_json(index: usize, error: &ImageError) -> Value {
     json!({ "index": index, "check": error.check(), "error": error.to_string() })
 }
 
-fn print_text(path: &std::path::Path, image: &Image) -> Result<(), CliError> {
+fn print_text(path: &std::path::Path, image: &Image, verdict: &Verdict) -> Result<(), CliError> {
     let header = image.header();
     let meta = image.meta();
     let layout = header.layout;
@@ -174,6 +235,7 @@ fn print_text(path: &std::path::Path, image: &Image) -> Result<(), CliError> {
         };
         writeln!(out, "signed    by {} ({status}{batch})", check.key)?;
     }
+    writeln!(out, "trust     {}", escape(&verdict.text()))?;
     writeln!(
         out,
         "entries   {} in {} owners",

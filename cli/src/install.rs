@@ -16,12 +16,13 @@
 //! aligned copy verification reads).
 //!
 //! Every signature an image carries must verify (a tampered one is
-//! refused, as by `kiln verify`). With `--trusted-key` (a public key in hex
-//! or a `.pub` file, as for `kiln verify`; several for rotation), an image
-//! must also be signed by one of those keys: what a
-//! process with the same keys in `KILN_TRUSTED_KEYS` would merge. Use the
-//! keys of the machines the directory serves, so that an image they would
-//! skip is refused here rather than installed.
+//! refused, as by `kiln verify`). With trusted keys, those of
+//! `KILN_TRUSTED_KEYS` and of `--trusted-key` (a public key in hex or a
+//! `.pub` file, as for `kiln verify`; several for rotation; added to the
+//! variable's), an image must also be signed by one of those keys: what a
+//! process with the same keys would merge. Use the keys of the machines
+//! the directory serves, so that an image they would skip is refused here
+//! rather than installed.
 //!
 //! An image that fails verification is refused (its line names the failed
 //! check) and the file it would replace is left untouched; the other
@@ -35,10 +36,12 @@
 use std::collections::HashSet;
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use kiln_image::{Image, ImageError, TrustedKeys, Verification, write_file_atomic};
+use kiln_core::regular_file::{self, Access, Links};
+use kiln_core::trust::TrustPolicy;
+use kiln_image::{Image, ImageError, Verification, write_file_atomic};
 use serde_json::json;
 
 use crate::common::print_json;
@@ -58,7 +61,7 @@ pub(crate) struct Args {
     #[arg(long)]
     name: Option<String>,
     /// Install only images signed by this public key (hex, or a .pub file
-    /// from `kiln keygen`); repeat for several.
+    /// from `kiln keygen`); repeat for several; added to KILN_TRUSTED_KEYS.
     #[arg(long = "trusted-key", value_name = "K")]
     trusted_keys: Vec<String>,
     /// Print JSON instead of text.
@@ -122,44 +125,48 @@ fn io_error<'a>(
     }
 }
 
-/// The image file at `path`, opened, and its size: a regular file, or an
-/// error before anything is installed.
-fn open_image(path: &Path) -> Result<(File, u64), CliError> {
-    let file = File::open(path).map_err(io_error("open", path))?;
-    let metadata = file
+/// The image file at `path`, opened ([`regular_file::open`]: a link named
+/// on the command line is followed, a FIFO or device refused without
+/// blocking), and its size: a regular file, or an error before anything is
+/// installed.
+pub(crate) fn open_image(path: &Path) -> Result<(File, u64), CliError> {
+    let file = regular_file::open(path, Access::Read, Links::Follow).map_err(|error| {
+        if regular_file::is_not_regular(&error) {
+            CliError::NotAFile {
+                path: path.to_owned(),
+            }
+        } else {
+            io_error("open", path)(error)
+        }
+    })?;
+    let len = file
         .metadata()
-        .map_err(io_error("read the metadata of", path))?;
-    if !metadata.is_file() {
-        return Err(CliError::NotAFile {
-            path: path.to_owned(),
-        });
-    }
-    Ok((file, metadata.len()))
+        .map_err(io_error("read the metadata of", path))?
+        .len();
+    Ok((file, len))
 }
 
 /// The bytes of `file`: at most `len`, its size at open, so that a file
 /// that grows meanwhile cannot make this read without end (one that
 /// changes fails verification).
-fn read_image(file: File, len: u64, path: &Path) -> Result<Vec<u8>, CliError> {
-    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-    file.take(len)
-        .read_to_end(&mut bytes)
-        .map_err(io_error("read", path))?;
+pub(crate) fn read_image(file: File, len: u64, path: &Path) -> Result<Vec<u8>, CliError> {
+    let mut bytes = regular_file::read_file(file, len, len).map_err(io_error("read", path))?;
+    bytes.truncate(usize::try_from(len).unwrap_or(usize::MAX));
     Ok(bytes)
 }
 
 /// `bytes` fully verified as `kiln verify` verifies (every signature it
-/// carries valid and, with `trusted`, one by a trusted key): the number of
-/// entries.
-fn check(bytes: &[u8], trusted: Option<&TrustedKeys>) -> Result<usize, ImageError> {
+/// carries valid and, with trusted keys, one by a trusted key): the number
+/// of entries.
+fn check(bytes: &[u8], trust: &TrustPolicy) -> Result<usize, ImageError> {
     let image = Image::from_bytes(bytes, Verification::Full)?;
-    crate::common::check_signatures(&image, trusted)?;
+    crate::common::check_signatures(&image, trust)?;
     Ok(image.len())
 }
 
 pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     let names = destinations(&args)?;
-    let trusted = crate::common::trusted_keys(&args.trusted_keys)?;
+    let trust = crate::common::trust_policy(&args.trusted_keys)?;
     let files = args
         .images
         .iter()
@@ -171,7 +178,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     for ((path, name), (file, len)) in args.images.iter().zip(&names).zip(files) {
         let target = args.dir.join(name);
         let bytes = read_image(file, len, path)?;
-        match check(&bytes, trusted.as_ref()) {
+        match check(&bytes, &trust) {
             Ok(entries) => {
                 write_file_atomic(&target, &bytes).map_err(CliError::image(&target))?;
                 if Path::new(name).extension().is_none_or(|ext| ext != "kimg") {

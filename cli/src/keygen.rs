@@ -36,8 +36,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
         return Err(CliError::Exists { path: public_file });
     }
     let key = SigningKey::generate().map_err(CliError::image(&args.output))?;
-    key.write_file(&args.output)
-        .map_err(CliError::image(&args.output))?;
+    kiln_core::trust::write_signing_key(&key, &args.output)?;
     let public = key.public_key();
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);

@@ -27,7 +27,7 @@ use kiln_image::{Digest, Image, Verification};
 use serde_json::{Value, json};
 
 use crate::bake::{damage_json, damage_line, read_records, sources};
-use crate::common::{Table, print_json, short};
+use crate::common::{Seq, Table, print_json, short, write_rows};
 use crate::escape::{self, escape};
 use crate::{CliError, Outcome};
 
@@ -107,7 +107,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
         })?;
     }
     if args.json {
-        print_json(&to_json(&recording, &report))?;
+        print_report_json(&recording, &report)?;
     } else {
         print_text(&args, &recording, &report)?;
     }
@@ -226,35 +226,38 @@ fn print_text(args: &Args, recording: &Recording, report: &Report<'_>) -> Result
     writeln!(out, "\nby owner:")?;
     if report.owners.is_empty() {
         writeln!(out, "  nothing recorded")?;
-    }
-    let mut table = Table::new(&[
-        "OWNER",
-        "DIGEST",
-        "ENTRIES",
-        "IMAGE HITS",
-        "TIER HITS",
-        "COMPILES",
-        "COMPILE TIME",
-    ]);
-    for (digest, row) in &report.owners {
-        let tiers = row
-            .tier_hits
-            .iter()
-            .map(|(tier, hits)| format!("{tier} {hits}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        table.row(vec![
-            row.label.clone(),
-            short(digest),
-            row.entries.to_string(),
-            row.image_hits.to_string(),
-            if tiers.is_empty() { "0".into() } else { tiers },
-            row.compiles.to_string(),
-            ms(row.compile_time),
-        ]);
-    }
-    if !report.owners.is_empty() {
-        table.write(&mut out, "  ")?;
+    } else {
+        // One row per owner: as many as entries in a hostile record file,
+        // so made one at a time.
+        let owner_rows = || {
+            report.owners.iter().map(|(digest, row)| {
+                let tiers = row
+                    .tier_hits
+                    .iter()
+                    .map(|(tier, hits)| format!("{tier} {hits}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                vec![
+                    row.label.clone(),
+                    short(digest),
+                    row.entries.to_string(),
+                    row.image_hits.to_string(),
+                    if tiers.is_empty() { "0".into() } else { tiers },
+                    row.compiles.to_string(),
+                    ms(row.compile_time),
+                ]
+            })
+        };
+        let header = [
+            "OWNER",
+            "DIGEST",
+            "ENTRIES",
+            "IMAGE HITS",
+            "TIER HITS",
+            "COMPILES",
+            "COMPILE TIME",
+        ];
+        write_rows(&mut out, "  ", &header, owner_rows)?;
     }
 
     writeln!(out, "\ncompiled at run time, most costly first:")?;
@@ -296,7 +299,20 @@ fn print_text(args: &Args, recording: &Recording, report: &Report<'_>) -> Result
         report.missed.len()
     )?;
     if !report.missed.is_empty() {
-        let mut table = Table::new(&[
+        let missed_rows = || {
+            report.missed.iter().map(|used| {
+                vec![
+                    used.owner_label.clone(),
+                    name_of(used),
+                    short(&used.key),
+                    used.compiles().to_string(),
+                    ms(used.compile_time()),
+                    used.hits().to_string(),
+                    sources(used),
+                ]
+            })
+        };
+        let header = [
             "OWNER",
             "NAME",
             "KEY",
@@ -304,19 +320,8 @@ fn print_text(args: &Args, recording: &Recording, report: &Report<'_>) -> Result
             "COMPILE TIME",
             "HITS",
             "RECORDED FROM",
-        ]);
-        for used in &report.missed {
-            table.row(vec![
-                used.owner_label.clone(),
-                name_of(used),
-                short(&used.key),
-                used.compiles().to_string(),
-                ms(used.compile_time()),
-                used.hits().to_string(),
-                sources(used),
-            ]);
-        }
-        table.write(&mut out, "  ")?;
+        ];
+        write_rows(&mut out, "  ", &header, missed_rows)?;
     }
     if let Some(path) = &args.svg {
         writeln!(out, "\nchart written to {}", escape::path(path))?;
@@ -337,31 +342,53 @@ fn entry_json(used: &Used) -> Value {
     })
 }
 
-fn to_json(recording: &Recording, report: &Report<'_>) -> Value {
-    json!({
-        "records": recording.records(),
-        "entries": recording.len(),
-        "damage": damage_json(&recording.damage()),
-        "libraries": report.libraries.iter().map(|(producer, library)| json!({
-            "producer": producer,
-            "entries": library.entries,
-            "hits": library.hits,
-        })).collect::<Vec<_>>(),
-        "owners": report.owners.iter().map(|(digest, row)| json!({
-            "owner": digest.to_hex(),
-            "owner_label": row.label,
-            "entries": row.entries,
-            "image_hits": row.image_hits,
-            "tier_hits": row.tier_hits,
-            "compiles": row.compiles,
-            "compile_ns": u64::try_from(row.compile_time.as_nanos()).unwrap_or(u64::MAX),
-        })).collect::<Vec<_>>(),
-        "compiled": report.compiled.iter().map(|(used, shipped)| {
-            let mut value = entry_json(used);
-            value["in_shipped_image"] = json!(shipped);
-            value
-        }).collect::<Vec<_>>(),
-        "not_in_any_shipped_image": report.missed.iter().map(|used| entry_json(used)).collect::<Vec<_>>(),
+/// The report as JSON (keys in alphabetical order). The lists as long as
+/// the record files are written one element at a time ([`Seq`]).
+fn print_report_json(recording: &Recording, report: &Report<'_>) -> Result<(), CliError> {
+    #[derive(serde::Serialize)]
+    struct ReportJson<C, L, M, O> {
+        compiled: C,
+        damage: Value,
+        entries: usize,
+        libraries: L,
+        not_in_any_shipped_image: M,
+        owners: O,
+        records: u64,
+    }
+    print_json(&ReportJson {
+        compiled: Seq(|| {
+            report.compiled.iter().map(|(used, shipped)| {
+                let mut value = entry_json(used);
+                value["in_shipped_image"] = json!(shipped);
+                value
+            })
+        }),
+        damage: damage_json(&recording.damage()),
+        entries: recording.len(),
+        libraries: Seq(|| {
+            report.libraries.iter().map(|(producer, library)| {
+                json!({
+                    "producer": producer,
+                    "entries": library.entries,
+                    "hits": library.hits,
+                })
+            })
+        }),
+        not_in_any_shipped_image: Seq(|| report.missed.iter().map(|used| entry_json(used))),
+        owners: Seq(|| {
+            report.owners.iter().map(|(digest, row)| {
+                json!({
+                    "owner": digest.to_hex(),
+                    "owner_label": row.label,
+                    "entries": row.entries,
+                    "image_hits": row.image_hits,
+                    "tier_hits": row.tier_hits,
+                    "compiles": row.compiles,
+                    "compile_ns": u64::try_from(row.compile_time.as_nanos()).unwrap_or(u64::MAX),
+                })
+            })
+        }),
+        records: recording.records(),
     })
 }
 

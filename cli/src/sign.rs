@@ -1,5 +1,6 @@
 //! `kiln sign IMAGE --key KEY [-o OUT] [--json]`: adds a signature by KEY
-//! to an image.
+//! to an image. KEY must be private to its owner (a key file others may
+//! read is refused, saying to `chmod 600` it).
 //!
 //! The image is read once (its size at open, at most) and fully verified
 //! first, as `kiln install` does: a key signs only an image that is whole.
@@ -9,10 +10,10 @@
 //! file keeps reading it whole. Signatures already there are kept (a
 //! second key's signature is added; the same key's is replaced).
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use kiln_image::{Image, ImageError, SigningKey, Verification, sign_image, write_file_atomic};
+use kiln_image::{Image, Verification, sign_image, write_file_atomic};
 use serde_json::json;
 
 use crate::common::print_json;
@@ -35,33 +36,15 @@ pub(crate) struct Args {
     json: bool,
 }
 
-/// The bytes of the image file at `path`, read up to its size at open.
-pub(crate) fn read_image(path: &Path) -> Result<Vec<u8>, CliError> {
-    let io = |action| {
-        move |source| {
-            CliError::image(path)(ImageError::Io {
-                action,
-                path: path.to_owned(),
-                source,
-            })
-        }
-    };
-    let file = std::fs::File::open(path).map_err(io("open"))?;
-    let metadata = file.metadata().map_err(io("read the metadata of"))?;
-    if !metadata.is_file() {
-        return Err(CliError::NotAFile {
-            path: path.to_owned(),
-        });
-    }
-    let mut bytes = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0));
-    file.take(metadata.len())
-        .read_to_end(&mut bytes)
-        .map_err(io("read"))?;
-    Ok(bytes)
+/// The bytes of the image file at `path`, read up to its size at open
+/// (as `kiln install` reads them).
+fn read_image(path: &Path) -> Result<Vec<u8>, CliError> {
+    let (file, len) = crate::install::open_image(path)?;
+    crate::install::read_image(file, len, path)
 }
 
 pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
-    let key = SigningKey::read_file(&args.key).map_err(CliError::image(&args.key))?;
+    let key = kiln_core::trust::read_signing_key(&args.key)?;
     let bytes = read_image(&args.image)?;
     let target = args.output.as_deref().unwrap_or(&args.image);
     let entries = match Image::from_bytes(&bytes, Verification::Full) {

@@ -4,17 +4,20 @@
 //! naming the check that failed, or who signed it (or that nothing did).
 //!
 //! Every signature an image carries must verify (one that does not means
-//! the image changed after it was signed). With `--trusted-key` (a public
-//! key as 64 hex digits, or a file of them such as `kiln keygen`'s `.pub`;
-//! repeatable), an image must also carry a valid signature by one of those
-//! keys: an unsigned image, or one signed only by other keys, fails. Exit
-//! status 1 if any image is bad. Paths and error messages (which may quote
+//! the image changed after it was signed). With trusted keys, those of
+//! `KILN_TRUSTED_KEYS` (as a program's init reads them) and of
+//! `--trusted-key` (a public key as 64 hex digits, or a file of them such
+//! as `kiln keygen`'s `.pub`; repeatable, added to the variable's), an
+//! image must also carry a valid signature by one of those keys: an
+//! unsigned image, or one signed only by other keys, fails, as a program
+//! with the same keys would skip it. Exit status 1 if any image is bad. Paths and error messages (which may quote
 //! the image) are shown escaped ([`escape`]).
 
 use std::io::Write;
 use std::path::PathBuf;
 
-use kiln_image::{Image, ImageError, SignatureCheck, TrustedKeys, Verification};
+use kiln_core::trust::TrustPolicy;
+use kiln_image::{Image, ImageError, SignatureCheck, Verification};
 use serde_json::json;
 
 use crate::common::print_json;
@@ -28,7 +31,7 @@ pub(crate) struct Args {
     #[arg(required = true)]
     images: Vec<PathBuf>,
     /// Require a valid signature by this key: 64 hex digits, or a file of
-    /// public keys, one per line (repeatable).
+    /// public keys, one per line (repeatable; added to KILN_TRUSTED_KEYS).
     #[arg(long = "trusted-key", value_name = "K")]
     trusted_keys: Vec<String>,
     /// Print JSON instead of text.
@@ -37,13 +40,13 @@ pub(crate) struct Args {
 }
 
 /// The image fully verified, and its signatures checked: every one must
-/// verify, and with `trusted` one of them must be by a trusted key.
+/// verify, and with trusted keys one of them must be by a trusted key.
 fn check(
     path: &std::path::Path,
-    trusted: Option<&TrustedKeys>,
+    trust: &TrustPolicy,
 ) -> Result<(Image, Vec<SignatureCheck>), ImageError> {
     let image = Image::open(path, Verification::Full)?;
-    let checks = crate::common::check_signatures(&image, trusted)?;
+    let checks = crate::common::check_signatures(&image, trust)?;
     Ok((image, checks))
 }
 
@@ -95,13 +98,13 @@ pub(crate) fn signatures_json(checks: &[SignatureCheck]) -> serde_json::Value {
 }
 
 pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
-    let trusted = crate::common::trusted_keys(&args.trusted_keys)?;
+    let trust = crate::common::trust_policy(&args.trusted_keys)?;
     let mut all_ok = true;
     let mut reports = Vec::new();
     let mut out = std::io::stdout().lock();
     for path in &args.images {
         let json_path = path.display().to_string();
-        match check(path, trusted.as_ref()) {
+        match check(path, &trust) {
             Ok((image, checks)) => {
                 let bytes = image.byte_len();
                 if args.json {
@@ -116,7 +119,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
                         "ok    {}: {} entries, {bytes} bytes, {}{}",
                         escape::path(path),
                         image.len(),
-                        signed_by(&checks, trusted.is_some()),
+                        signed_by(&checks, trust.trusted_keys.is_some()),
                         batch_text(&image)
                     )?;
                 }

@@ -207,16 +207,32 @@ fn bake_signs_with_kiln_signing_key_and_says_so() {
         .trim()
         .parse()
         .unwrap();
+    // The library's image, signed by the release key: trusted, so a
+    // signed bake may take its entries; the disk cache's entries were
+    // compiled by this user.
+    let signed_library = t.root.join("lib-signed.kimg");
+    let sign = kiln(&[
+        "sign",
+        s(&t.library),
+        "--key",
+        s(&key),
+        "-o",
+        s(&signed_library),
+    ]);
+    assert!(sign.status.success(), "{sign:?}");
     let out = t.root.join("signed.kimg");
+    let public_hex = public.to_hex();
     let args = [
         "bake",
         s(&t.record),
         "-o",
         s(&out),
         "--image",
-        s(&t.library),
+        s(&signed_library),
         "--cache-dir",
         s(&t.cache_dir),
+        "--trusted-key",
+        &public_hex,
         "--json",
     ];
     let output = kiln_with(&args, Some(&key));
@@ -226,6 +242,7 @@ fn bake_signs_with_kiln_signing_key_and_says_so() {
         "lost-e is missing: {output:?}"
     );
     assert_eq!(json(&output)["signed"], true);
+    assert_eq!(names(&out), ["extra-c", "extra-d", "shipped-a"]);
     let image = Image::open(&out, Verification::Full).unwrap();
     assert_eq!(image.signers(), [public]);
     let trusted = kiln_image::TrustedKeys::new([public]);
@@ -233,17 +250,38 @@ fn bake_signs_with_kiln_signing_key_and_says_so() {
     let verify = kiln(&["verify", "--trusted-key", &public.to_hex(), s(&out)]);
     assert!(verify.status.success(), "{verify:?}");
 
-    // A key that cannot be used writes nothing unsigned in its place.
+    // The unsigned library: nothing vouches for shipped-a, so nothing is
+    // signed or written, and the error says which entry and why.
     let refused = t.root.join("refused.kimg");
-    let mut args = args;
-    args[3] = s(&refused);
-    let output = kiln_with(&args, Some(&t.root.join("no-such.key")));
+    let mut unsigned_args = args;
+    unsigned_args[3] = s(&refused);
+    unsigned_args[5] = s(&t.library);
+    let output = kiln_with(&unsigned_args, Some(&key));
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("1 recorded entries"), "{stderr}");
+    assert!(stderr.contains("shipped-a"), "{stderr}");
+    assert!(stderr.contains("signature.missing"), "{stderr}");
+    assert!(!refused.exists());
+
+    // A key that cannot be used writes nothing unsigned in its place.
+    let output = kiln_with(
+        &args_with(&args, 3, s(&refused)),
+        Some(&t.root.join("no-such.key")),
+    );
     assert_eq!(output.status.code(), Some(2), "{output:?}");
     assert!(
         String::from_utf8_lossy(&output.stderr).contains("KILN_SIGNING_KEY"),
         "{output:?}"
     );
     assert!(!refused.exists());
+}
+
+/// `args` with argument `at` replaced by `value`.
+fn args_with<'a>(args: &[&'a str], at: usize, value: &'a str) -> Vec<&'a str> {
+    let mut args = args.to_vec();
+    args[at] = value;
+    args
 }
 
 #[test]

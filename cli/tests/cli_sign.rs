@@ -329,7 +329,7 @@ fn install_with_trusted_keys_installs_only_what_those_keys_signed() {
 fn verify_and_inspect_name_the_signer_of_a_batch_member_and_its_batch() {
     let dir = tempfile::tempdir().unwrap();
     let (key, public) = keygen(dir.path(), "release.key");
-    let secret = kiln_image::SigningKey::read_file(&key).unwrap();
+    let secret = kiln_core::trust::read_signing_key(&key).unwrap();
     let unsigned: Vec<Vec<u8>> = ["a", "b", "c"]
         .iter()
         .map(|name| {

@@ -85,10 +85,11 @@ pub struct Switches {
     /// cap); by default [`DEFAULT_MEMORY_MAX_BYTES`](crate::cache::DEFAULT_MEMORY_MAX_BYTES).
     /// An unreadable value keeps the default, with one warning.
     pub memory_max_bytes: Option<u64>,
-    /// `KILN_TRUSTED_KEYS`: when set, image files are merged only if one
-    /// of these keys signed them (see [`crate::trust`]); `None`: signatures
-    /// are not required.
-    pub trusted_keys: Option<kiln_image::TrustedKeys>,
+    /// The trust policy (`KILN_TRUSTED_KEYS`, `KILN_SIGNING_KEY`,
+    /// `KILN_REMOTE_WRITE`; see [`crate::trust`]): with trusted keys, image
+    /// files are merged only if one of them signed them. The global cache
+    /// hands the same policy to its tiers.
+    pub trust: crate::trust::TrustPolicy,
 }
 
 /// Nothing set: every switch off, the default memory cap.
@@ -101,19 +102,33 @@ impl Default for Switches {
             log: None,
             record: None,
             memory_max_bytes: Some(crate::cache::DEFAULT_MEMORY_MAX_BYTES),
-            trusted_keys: None,
+            trust: crate::trust::TrustPolicy::default(),
         }
     }
 }
 
 impl Switches {
-    /// Reads the switches from the process environment.
+    /// Reads the switches from the process environment, with the process's
+    /// trust policy ([`TrustPolicy::from_env`](crate::trust::TrustPolicy::from_env),
+    /// read once per process).
     pub fn from_env() -> Switches {
-        Switches::from_lookup(|name| std::env::var_os(name))
+        Switches::from_lookup_with(
+            |name| std::env::var_os(name),
+            crate::trust::TrustPolicy::from_env(),
+        )
     }
 
     /// Reads the switches through `lookup` (a variable name to its value, if set).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> Switches {
+        let trust = crate::trust::TrustPolicy::from_lookup(&lookup);
+        Switches::from_lookup_with(lookup, trust)
+    }
+
+    /// Reads the switches through `lookup`, with `trust` as the policy.
+    fn from_lookup_with(
+        lookup: impl Fn(&str) -> Option<OsString>,
+        trust: crate::trust::TrustPolicy,
+    ) -> Switches {
         let flag = |name: &str| lookup(name).is_some_and(|value| is_on(&value));
         let image_path = lookup(IMAGE_PATH)
             .map(|value| {
@@ -135,7 +150,7 @@ impl Switches {
             log,
             record,
             memory_max_bytes: memory_cap(lookup(MEMORY_MAX_BYTES)),
-            trusted_keys: crate::trust::trusted_keys_from_lookup(&lookup),
+            trust,
         }
     }
 }

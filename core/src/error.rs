@@ -226,6 +226,26 @@ pub enum Error {
         /// Why it cannot be used.
         source: Box<kiln_image::ImageError>,
     },
+    /// A key file (trusted keys or a secret key) cannot be used.
+    #[error("key file {path} cannot be used: {source}")]
+    KeyFile {
+        /// The file.
+        path: PathBuf,
+        /// Why it cannot be used.
+        source: Box<kiln_image::ImageError>,
+    },
+    /// A secret key file that users other than its owner may read or write:
+    /// refused before it is read.
+    #[error(
+        "signing key {path} may be read or written by other users (mode {mode:o}): run `chmod \
+         600 {path}` (a key others can read signs for them too); nothing is signed with it"
+    )]
+    SigningKeyExposed {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
     /// `KILN_SIGNING_KEY` holds what looks like a key, not a path.
     #[error(
         "KILN_SIGNING_KEY holds no file's path (it looks like a key: never put a key in a \

@@ -1,21 +1,52 @@
-//! What runs when the process exits normally (Unix: one `atexit` hook):
-//! the background writers of live caches drain their queues, then the
-//! hooks registered with [`at_exit`] run (the global cache's `KILN_LOG`
-//! report). The global cache is a static that is never dropped, so without
-//! this a short program would lose the stores still queued when `main`
-//! returns.
+//! What runs when the process exits normally: kiln's one `atexit` hook
+//! (Unix). The global cache is a static that is never dropped, so without
+//! it a short program would lose what is still pending when `main`
+//! returns. The hook runs, in this order:
+//!
+//! 1. [`Stage::Stores`]: the background writers of live caches drain their
+//!    queues (bounded: see `cache/background.rs`), so that compiles reach
+//!    the disk and remote tiers;
+//! 2. [`Stage::RecordHits`]: live recorders (`KILN_RECORD`) write their
+//!    pending hit counts;
+//! 3. [`Stage::RecencyStamps`]: live disk caches append their pending
+//!    recency stamps, after the stores (a store may publish a segment whose
+//!    entries the stamps then cover, or compact the directory);
+//! 4. the hooks given to [`then`]: the global cache's `KILN_LOG` report,
+//!    which can then count every store.
+//!
+//! Each registration is weak: what was dropped meanwhile did its work on
+//! drop and is skipped. The hook never blocks on a lock a thread may still
+//! hold at exit, and never unwinds.
 
 use std::sync::{Mutex, Once, PoisonError, Weak};
 
-use crate::cache::StoreQueue;
+/// Something with work to do at normal exit.
+pub(crate) trait AtExit: Send + Sync {
+    /// Does it; never blocks without bound (locks are only tried, waits
+    /// are bounded).
+    fn at_exit(&self);
+}
+
+/// When, in the exit hook, a registration runs (in declaration order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// Background writers drain their store queues.
+    Stores,
+    /// Recorders write their pending hit counts.
+    RecordHits,
+    /// Disk caches append their recency stamps.
+    RecencyStamps,
+}
+
+const STAGES: usize = 3;
 
 struct Hooks {
-    queues: Vec<Weak<StoreQueue>>,
+    stages: [Vec<Weak<dyn AtExit>>; STAGES],
     then: Vec<fn()>,
 }
 
 static HOOKS: Mutex<Hooks> = Mutex::new(Hooks {
-    queues: Vec::new(),
+    stages: [Vec::new(), Vec::new(), Vec::new()],
     then: Vec::new(),
 });
 
@@ -23,16 +54,18 @@ fn hooks() -> std::sync::MutexGuard<'static, Hooks> {
     HOOKS.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Flushes `queue` at exit while it is alive.
-pub(crate) fn flush_at_exit(queue: Weak<StoreQueue>) {
+/// Runs `item`'s [`AtExit::at_exit`] at exit, in `stage`, while it is
+/// alive.
+pub(crate) fn register(stage: Stage, item: Weak<dyn AtExit>) {
     install();
     let mut hooks = hooks();
-    hooks.queues.retain(|weak| weak.strong_count() > 0);
-    hooks.queues.push(queue);
+    let list = &mut hooks.stages[stage as usize];
+    list.retain(|weak| weak.strong_count() > 0);
+    list.push(item);
 }
 
-/// Runs `hook` at exit, after the queues are flushed.
-pub(crate) fn at_exit(hook: fn()) {
+/// Runs `hook` at exit, after every stage.
+pub(crate) fn then(hook: fn()) {
     install();
     hooks().then.push(hook);
 }
@@ -47,7 +80,9 @@ fn install() {
         // at normal exit.
         let failed = unsafe { libc::atexit(run) } != 0;
         if failed {
-            tracing::debug!("atexit failed: queued cache stores are flushed on drop only");
+            tracing::debug!(
+                "atexit failed: queued stores, hit counts and recency stamps are written on drop only"
+            );
         }
     });
 }
@@ -55,22 +90,25 @@ fn install() {
 #[cfg(not(unix))]
 fn install() {}
 
-/// The exit hook. Takes the hooks out first, so that nothing registered
-/// meanwhile (or a lock held by a thread still running) can block it.
+/// The exit hook. Takes the registrations out first, so that nothing
+/// registered meanwhile (or a lock held by a thread still running) can
+/// block it.
 #[cfg(unix)]
 extern "C" fn run() {
     let _ = std::panic::catch_unwind(|| {
-        let (queues, then) = {
+        let (stages, then) = {
             let Ok(mut hooks) = HOOKS.try_lock() else {
                 return;
             };
             (
-                std::mem::take(&mut hooks.queues),
+                std::mem::take(&mut hooks.stages),
                 std::mem::take(&mut hooks.then),
             )
         };
-        for queue in queues.iter().filter_map(Weak::upgrade) {
-            queue.flush_at_exit();
+        for stage in stages {
+            for item in stage.iter().filter_map(Weak::upgrade) {
+                item.at_exit();
+            }
         }
         for hook in then {
             hook();

@@ -69,6 +69,7 @@ pub mod key;
 pub mod owner;
 pub mod record;
 pub mod registry;
+pub mod regular_file;
 #[cfg(test)]
 mod test_support;
 pub mod trust;
@@ -80,7 +81,8 @@ pub use cache::{
 };
 pub use error::{BoxError, Error};
 pub use global::{
-    ImageOutcome, ImageReport, InitReport, add_tiers, flush, global, init, init_with, load_images,
+    ImageOutcome, ImageReport, InitReport, add_tiers, add_tiers_with, flush, global, init,
+    init_with, load_images,
 };
 pub use key::{Key, KeyBuilder};
 pub use kiln_image::{Artifact, ArtifactKind, Dep, Digest};

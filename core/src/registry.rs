@@ -376,10 +376,12 @@ impl fmt::Debug for TierFactory {
 }
 
 /// What a [`TierFactory`] is given: the variables to read its configuration
-/// from, and the local tier to write its hits through to.
+/// from, the local tier to write its hits through to, and the trust policy
+/// (trusted keys, signing key, unsigned writes) shared by every tier.
 pub struct TierSetup<'a> {
     lookup: &'a dyn Fn(&str) -> Option<OsString>,
     local: Option<Arc<dyn Tier>>,
+    trust: Option<crate::trust::TrustPolicy>,
 }
 
 impl<'a> TierSetup<'a> {
@@ -390,7 +392,27 @@ impl<'a> TierSetup<'a> {
         lookup: &'a dyn Fn(&str) -> Option<OsString>,
         local: Option<Arc<dyn Tier>>,
     ) -> TierSetup<'a> {
-        TierSetup { lookup, local }
+        TierSetup {
+            lookup,
+            local,
+            trust: None,
+        }
+    }
+
+    /// The setup with `trust` as the trust policy its tier follows (the
+    /// one the global cache read once for every tier).
+    pub fn trust(mut self, trust: &crate::trust::TrustPolicy) -> TierSetup<'a> {
+        self.trust = Some(trust.clone());
+        self
+    }
+
+    /// The trust policy the tier follows: the one given to
+    /// [`TierSetup::trust`], else the one the variables give (read now).
+    pub fn trust_policy(&self) -> crate::trust::TrustPolicy {
+        match &self.trust {
+            Some(trust) => trust.clone(),
+            None => crate::trust::TrustPolicy::from_lookup(self.lookup),
+        }
     }
 
     /// The value of the variable `name`, if set.

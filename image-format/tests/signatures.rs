@@ -299,50 +299,18 @@ fn at_most_sixteen_signatures() -> Result<(), ImageError> {
 }
 
 #[test]
-fn keys_are_written_and_read_back_and_the_secret_file_is_private() -> Result<(), ImageError> {
-    let dir = tempfile::tempdir().map_err(|source| ImageError::Io {
-        action: "create",
-        path: "temp dir".into(),
-        source,
-    })?;
-    let path = dir.path().join("release.key");
+fn keys_round_trip_through_their_text_and_a_bad_secret_is_not_quoted() -> Result<(), ImageError> {
+    // Key files are read and written by kiln-core's trust policy; their
+    // text is this crate's: 64 hex digits, the public key alone per line.
     let generated = SigningKey::generate()?;
-    generated.write_file(&path)?;
+    let text = format!("{}\n", generated.to_secret_hex());
     assert_eq!(
-        SigningKey::read_file(&path)?.public_key(),
+        SigningKey::from_secret_hex(&text)?.public_key(),
         generated.public_key()
     );
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(&path).map_err(|source| ImageError::Io {
-            action: "stat",
-            path: path.clone(),
-            source,
-        })?;
-        assert_eq!(mode.permissions().mode() & 0o777, 0o600);
-    }
-    assert!(
-        matches!(generated.write_file(&path), Err(ImageError::Io { .. })),
-        "an existing key file is never overwritten"
-    );
-    let pub_path = dir.path().join("release.key.pub");
-    std::fs::write(&pub_path, format!("{}\n", generated.public_key())).map_err(|source| {
-        ImageError::Io {
-            action: "write",
-            path: pub_path.clone(),
-            source,
-        }
-    })?;
-    assert_eq!(TrustedKeys::read_file(&pub_path)?, trusting(&[&generated]));
-    // A key file that is not one says so without quoting it.
-    let secret_looking = dir.path().join("bad.key");
-    std::fs::write(&secret_looking, "hunter2 hunter2").map_err(|source| ImageError::Io {
-        action: "write",
-        path: secret_looking.clone(),
-        source,
-    })?;
-    let error = SigningKey::read_file(&secret_looking).expect_err("not a key");
+    let public = format!("# release\n{}\n", generated.public_key());
+    assert_eq!(TrustedKeys::parse(&public)?, trusting(&[&generated]));
+    let error = SigningKey::from_secret_hex("hunter2 hunter2").expect_err("not a key");
     assert!(!error.to_string().contains("hunter2"), "{error}");
     Ok(())
 }

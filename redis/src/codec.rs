@@ -127,14 +127,14 @@ pub(super) fn decode(
             entry.key()
         )));
     }
-    if let Some(keys) = trusted {
-        image
-            .verify_signature(keys)
-            .map_err(|source| Error::RemoteEntryUntrusted {
-                redis_key: redis_key.to_owned(),
-                source: Box::new(source),
-            })?;
-    }
+    // A remote value comes from elsewhere: with trusted keys, one of them
+    // must have signed it.
+    kiln_core::trust::admit(trusted, &image, kiln_core::trust::Origin::Elsewhere).map_err(
+        |source| Error::RemoteEntryUntrusted {
+            redis_key: redis_key.to_owned(),
+            source: Box::new(source),
+        },
+    )?;
     Ok(Decoded {
         entry: entry.to_data().map_err(corrupt)?,
         signed: image.is_signed(),

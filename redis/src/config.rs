@@ -165,10 +165,11 @@ impl RemoteConfig {
 
     /// Reads the settings through `lookup` (a variable name to its value):
     /// `KILN_REMOTE_CACHE`, `KILN_REMOTE_TIMEOUT_MS`, `KILN_REMOTE_BATCH_MS`,
-    /// and the signature
-    /// policy (`KILN_TRUSTED_KEYS`, `KILN_SIGNING_KEY`, `KILN_REMOTE_WRITE`;
-    /// an unusable key file gives one warning: a trusted-keys file trusts
-    /// none of its keys, a signing key signs and writes nothing).
+    /// and the trust policy (`KILN_TRUSTED_KEYS`, `KILN_SIGNING_KEY`,
+    /// `KILN_REMOTE_WRITE`; an unusable key file gives one warning: a
+    /// trusted-keys file trusts none of its keys, a signing key signs and
+    /// writes nothing), read through `lookup` too
+    /// ([`TrustPolicy::from_lookup`](kiln_core::trust::TrustPolicy::from_lookup)).
     ///
     /// # Errors
     /// [`Error::RemoteTimeout`] when the timeout is not a number of
@@ -176,6 +177,25 @@ impl RemoteConfig {
     /// not.
     pub fn from_lookup(
         lookup: impl Fn(&str) -> Option<OsString>,
+    ) -> Result<Option<RemoteConfig>, Error> {
+        if lookup(REMOTE_CACHE).is_none_or(|url| url.is_empty()) {
+            return Ok(None);
+        }
+        let trust = kiln_core::trust::TrustPolicy::from_lookup(&lookup);
+        RemoteConfig::from_lookup_with(lookup, &trust)
+    }
+
+    /// [`RemoteConfig::from_lookup`] with `trust` as the trust policy (the
+    /// one the global cache read once for every tier: its trusted keys and
+    /// their memo of verified batch roots are shared); the policy's
+    /// variables are not read through `lookup`. The signing key file is
+    /// read here, when the tier is configured.
+    ///
+    /// # Errors
+    /// As [`RemoteConfig::from_lookup`].
+    pub fn from_lookup_with(
+        lookup: impl Fn(&str) -> Option<OsString>,
+        trust: &kiln_core::trust::TrustPolicy,
     ) -> Result<Option<RemoteConfig>, Error> {
         let Some(url) = lookup(REMOTE_CACHE)
             .map(|value| value.to_string_lossy().trim().to_owned())
@@ -203,10 +223,9 @@ impl RemoteConfig {
                 .ok_or(Error::RemoteBatchWindow { value })?;
             config.batch_window = window;
         }
-        config.trusted_keys = kiln_core::trust::trusted_keys_from_lookup(&lookup);
-        config.signing_key = kiln_core::trust::signing_key_or_warn(&lookup).map(Signer);
-        config.write_unsigned = lookup(kiln_core::trust::REMOTE_WRITE)
-            .is_some_and(|value| kiln_core::env::is_on(&value));
+        config.trusted_keys = trust.trusted_keys.clone();
+        config.signing_key = trust.signing_key().map(Signer);
+        config.write_unsigned = trust.remote_write;
         Ok(Some(config))
     }
 

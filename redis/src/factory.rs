@@ -1,7 +1,8 @@
 //! How [`kiln_core::global()`] finds the remote tier: a
 //! [`TierFactory`] registered with `inventory`, reading
-//! `KILN_REMOTE_CACHE` (and `KILN_REMOTE_TIMEOUT_MS`) and writing hits
-//! through to the disk tier.
+//! `KILN_REMOTE_CACHE` (and `KILN_REMOTE_TIMEOUT_MS`), following the trust
+//! policy the setup hands every tier, and writing hits through to the disk
+//! tier.
 
 use kiln_core::{Tier, TierFactory, TierSetup};
 
@@ -14,7 +15,8 @@ inventory::submit! { TierFactory::new("remote", remote_tier) }
 /// (after one warning) when the settings are unusable. No I/O: the tier
 /// connects on first use.
 fn remote_tier(setup: &TierSetup<'_>) -> Option<Box<dyn Tier>> {
-    let remote = RemoteTier::from_lookup(|name| setup.var(name))?;
+    let trust = setup.trust_policy();
+    let remote = RemoteTier::from_lookup_with(|name| setup.var(name), &trust)?;
     Some(Box::new(match setup.local() {
         Some(local) => remote.write_through(local),
         None => remote,

@@ -170,9 +170,24 @@ impl RemoteTier {
     }
 
     /// [`RemoteTier::from_env`], reading the variables through `lookup` (a
-    /// variable name to its value), as [`kiln_core::add_tiers`] does.
+    /// variable name to its value).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> Option<RemoteTier> {
-        let config = RemoteConfig::from_lookup(lookup);
+        RemoteTier::from_config(RemoteConfig::from_lookup(lookup))
+    }
+
+    /// [`RemoteTier::from_lookup`] under `trust`, the trust policy shared by
+    /// every tier of a cache (what [`kiln_core::add_tiers`] hands its
+    /// factories).
+    pub fn from_lookup_with(
+        lookup: impl Fn(&str) -> Option<OsString>,
+        trust: &kiln_core::trust::TrustPolicy,
+    ) -> Option<RemoteTier> {
+        RemoteTier::from_config(RemoteConfig::from_lookup_with(lookup, trust))
+    }
+
+    /// The tier of a configuration as read, or `None` (after one warning)
+    /// for an error.
+    fn from_config(config: Result<Option<RemoteConfig>, Error>) -> Option<RemoteTier> {
         match config.and_then(|config| config.map(RemoteTier::open).transpose()) {
             Ok(tier) => tier,
             Err(error) => {
@@ -324,11 +339,13 @@ impl Tier for RemoteTier {
         let entry = decoded.entry;
         if let Some(local) = shared.local.get() {
             // A signed value keeps its signatures on disk, to be checked
-            // again by every process that reads it there.
+            // again by every process that reads it there; an unsigned one
+            // is stored as received unsigned, never as a compile of this
+            // user's (a process with trusted keys refuses it there too).
             let stored = if decoded.signed {
                 local.store_signed(owner, &entry, &bytes)
             } else {
-                local.store(owner, &entry)
+                local.store_unsigned(owner, &entry, self.name())
             };
             if let Err(error) = stored {
                 tracing::debug!(tier = local.name(), %error, "remote hit not written through");

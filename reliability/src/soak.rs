@@ -3,10 +3,15 @@
 //! `kiln-soak`, and `RELIABILITY.md`).
 //!
 //! The compiler is a real function of the key, not a mock of one: the
-//! payload of key `id` is 16 to 200 KiB (the size drawn from the key's
-//! BLAKE3) of BLAKE3 extendable output keyed by the key, hashed over again
-//! [`EFFORT`] times as compile work. Any process can therefore check every
-//! byte it is served against what its key must produce.
+//! payload of key `id` is 16 to 200 KiB by default (the size drawn from the
+//! key's BLAKE3 between [`PayloadSizes::min`] and [`PayloadSizes::max`]) of
+//! BLAKE3 extendable output keyed by the key, hashed over again [`EFFORT`]
+//! times as compile work. Any process can therefore check every byte it is
+//! served against what its key must produce.
+//!
+//! [`rss_bound`] is the resident memory a soak process may use: what the
+//! cache may hold by its caps, plus a stated bound per entry allocated, plus
+//! a fixed overhead.
 
 use std::collections::BTreeMap;
 
@@ -39,17 +44,67 @@ pub fn key(id: u64) -> Result<Key, Error> {
     Ok(KeyBuilder::new("kiln-soak", 1).field("id", &id)?.finish())
 }
 
-/// The payload size of `key`: 16 to 200 KiB.
-pub fn payload_len(key: &Key) -> usize {
-    let digest = blake3::hash(key.digest().as_bytes());
-    let mut word = [0u8; 8];
-    word.copy_from_slice(&digest.as_bytes()[..8]);
-    MIN_PAYLOAD + (u64::from_le_bytes(word) % (MAX_PAYLOAD - MIN_PAYLOAD + 1) as u64) as usize
+/// The range of payload sizes of a soak run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PayloadSizes {
+    /// The smallest payload.
+    pub min: usize,
+    /// The largest payload.
+    pub max: usize,
 }
 
-/// The payload `key` compiles to.
+impl PayloadSizes {
+    /// [`MIN_PAYLOAD`] to [`MAX_PAYLOAD`].
+    pub const DEFAULT: PayloadSizes = PayloadSizes {
+        min: MIN_PAYLOAD,
+        max: MAX_PAYLOAD,
+    };
+
+    /// Payloads of at most `max` bytes: from an eighth of it (or
+    /// [`MIN_PAYLOAD`], if smaller) to `max`.
+    pub fn up_to(max: usize) -> PayloadSizes {
+        PayloadSizes {
+            min: MIN_PAYLOAD.min(max / 8),
+            max,
+        }
+    }
+
+    /// The payload size of `key`.
+    pub fn len(&self, key: &Key) -> usize {
+        let digest = blake3::hash(key.digest().as_bytes());
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&digest.as_bytes()[..8]);
+        let span = self.max.saturating_sub(self.min) as u64 + 1;
+        self.min + (u64::from_le_bytes(word) % span) as usize
+    }
+
+    /// The payload `key` compiles to.
+    pub fn payload(&self, key: &Key) -> Vec<u8> {
+        payload_of_len(key, self.len(key))
+    }
+
+    /// The compile of `key`: one artifact, [`PayloadSizes::payload`].
+    pub fn compile(&self, key: &Key) -> Compiled {
+        Compiled::new(format!("soak_{}", &key.to_hex()[..16])).artifact(Artifact {
+            kind: KIND,
+            entry_points: vec!["soak".into()],
+            bytes: self.payload(key),
+        })
+    }
+}
+
+/// The payload size of `key`: 16 to 200 KiB.
+pub fn payload_len(key: &Key) -> usize {
+    PayloadSizes::DEFAULT.len(key)
+}
+
+/// The payload `key` compiles to (16 to 200 KiB).
 pub fn payload(key: &Key) -> Vec<u8> {
-    let mut bytes = vec![0u8; payload_len(key)];
+    PayloadSizes::DEFAULT.payload(key)
+}
+
+fn payload_of_len(key: &Key, len: usize) -> Vec<u8> {
+    let mut bytes = vec![0u8; len];
     blake3::Hasher::new_keyed(key.digest().as_bytes())
         .update(b"kiln-soak payload")
         .finalize_xof()
@@ -67,11 +122,35 @@ pub fn payload(key: &Key) -> Vec<u8> {
 
 /// The compile of `key`: one artifact, [`payload`].
 pub fn compile(key: &Key) -> Compiled {
-    Compiled::new(format!("soak_{}", &key.to_hex()[..16])).artifact(Artifact {
-        kind: KIND,
-        entry_points: vec!["soak".into()],
-        bytes: payload(key),
-    })
+    PayloadSizes::DEFAULT.compile(key)
+}
+
+/// What one in-memory entry of the soak may cost besides its payload: the
+/// cache's instance (identity, worlds, artifact list: about 250 bytes),
+/// its name and entry point, up to eight index cells of 24 bytes, its
+/// places in the resident lists, and the allocator's rounding of each.
+pub const ENTRY_BOUND: u64 = 1 << 10;
+
+/// What a soak process may hold besides its cache: code, thread stacks,
+/// the test's own tallies, the disk tier's indexes, and the allocator's
+/// per-thread arenas, which keep freed payload buffers for their thread's
+/// next allocations (with 4 threads and a 4 MiB cap, RSS settles at 35 to
+/// 70 MiB: see RELIABILITY.md, *Soak*).
+pub const FIXED_OVERHEAD: u64 = 96 << 20;
+
+/// The resident memory a soak process may use: the payloads the cache may
+/// hold (its memory cap) and queue for its background writer (at most the
+/// cap, at most [`kiln_core::cache::MAX_QUEUED_BYTES`]), the disk tier's
+/// segments mapped (at most its cap, twice over while a compaction
+/// replaces them), [`ENTRY_BOUND`] per entry allocated
+/// ([`kiln_core::Stats::entries_alive`]) and [`FIXED_OVERHEAD`].
+pub fn rss_bound(memory_cap: u64, disk_cap: u64, entries_alive: u64) -> u64 {
+    let queued = memory_cap.min(kiln_core::cache::MAX_QUEUED_BYTES);
+    memory_cap
+        .saturating_add(queued)
+        .saturating_add(disk_cap.saturating_mul(2))
+        .saturating_add(entries_alive.saturating_mul(ENTRY_BOUND))
+        .saturating_add(FIXED_OVERHEAD)
 }
 
 /// A process's figures, as `name=value` pairs on one `RESULT` line.
@@ -144,7 +223,11 @@ mod tests {
         for id in 0..200 {
             let len = payload(&key(id).unwrap()).len();
             assert!((MIN_PAYLOAD..=MAX_PAYLOAD).contains(&len), "{len}");
+            let small = PayloadSizes::up_to(256);
+            let len = small.payload(&key(id).unwrap()).len();
+            assert!((32..=256).contains(&len), "{len}");
         }
+        assert_eq!(payload(&a), PayloadSizes::DEFAULT.payload(&a));
     }
 
     #[test]

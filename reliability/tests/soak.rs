@@ -1,10 +1,11 @@
 //! The soak test, briefly: `kiln-soak` for a few seconds (3 processes × 4
 //! threads, memory cap 4 MiB, disk cap 8 MiB, through `global()`), every
-//! answer checked. The recorded minutes-long run is in RELIABILITY.md.
+//! answer checked, and every process's resident memory within
+//! `soak::rss_bound`. The recorded minutes-long runs are in RELIABILITY.md.
 
 use std::process::Command;
 
-use kiln_reliability::soak::{Figures, MAX_PAYLOAD};
+use kiln_reliability::soak::{Figures, MAX_PAYLOAD, MIN_PAYLOAD};
 
 #[test]
 fn a_few_seconds_of_soak_serve_no_error_and_no_wrong_byte() {
@@ -56,4 +57,17 @@ fn a_few_seconds_of_soak_serve_no_error_and_no_wrong_byte() {
         figures.get("disk_bytes") <= 2 * figures.get("disk_max"),
         "{line}"
     );
+    // Memory follows what the cache holds, not what it has seen: entries
+    // allocated (resident, queued for the disk, held by a hit) stay within
+    // what the caps allow, however many new specializations were asked
+    // for, and every RSS sample was within its bound.
+    assert!(figures.get("new") > 0, "{line}");
+    let queued = cap; // the store queue's byte bound: the cap, under 64 MiB
+    let most = (cap + queued) / MIN_PAYLOAD as u64 + 2 + 12;
+    assert!(
+        figures.get("entries_alive_max") <= most,
+        "at most {most} entries allocated: {line}"
+    );
+    assert!(figures.get("rss_bound_permille_max") > 0, "sampled: {line}");
+    assert_eq!(figures.get("rss_over_bound"), 0, "{line}");
 }

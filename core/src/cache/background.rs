@@ -53,13 +53,13 @@
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use kiln_image::EntryData;
 use tracing::Dispatch;
 
-use super::instance::{Body, EntryMeta};
+use super::instance::Instance;
 use super::stats::bump;
 use super::{Cache, Tier, TierEntry};
 use crate::{Error, Key, Owner};
@@ -90,23 +90,27 @@ pub(crate) struct Job {
 
 /// What a job stores.
 pub(crate) enum JobEntry {
-    /// A resident entry: its metadata and its (shared) payloads; the
+    /// An in-memory entry (shared with the cache while resident); the
     /// `EntryData` is built on the writer thread.
-    Body { meta: EntryMeta, body: Arc<Body> },
+    Instance(Arc<Instance>),
     /// An owned entry (a remote hit written through).
     Data(EntryData),
     /// An owned entry and the signed one-entry image it came in (a signed
     /// remote hit written through): stored with [`Tier::store_signed`], so
     /// that the signature is kept and checked again when read back.
     Signed { data: EntryData, image: Vec<u8> },
+    /// An owned entry another tier (`from`) loaded unsigned: stored with
+    /// [`Tier::store_unsigned`], so that its provenance is kept.
+    Unsigned { data: EntryData, from: String },
 }
 
 impl JobEntry {
     fn bytes(&self) -> u64 {
         match self {
-            JobEntry::Body { body, .. } => body.bytes,
+            JobEntry::Instance(instance) => instance.body.bytes,
             JobEntry::Data(data) => data_bytes(data),
             JobEntry::Signed { data, image } => data_bytes(data) + image.len() as u64,
+            JobEntry::Unsigned { data, .. } => data_bytes(data),
         }
     }
 }
@@ -231,7 +235,8 @@ impl StoreQueue {
             .spawn(move || queue.writer());
         match spawned {
             Ok(_detached) => {
-                crate::exit::flush_at_exit(Arc::downgrade(self));
+                let queue: Weak<StoreQueue> = Arc::downgrade(self);
+                crate::exit::register(crate::exit::Stage::Stores, queue);
                 true
             }
             Err(error) => {
@@ -393,17 +398,19 @@ impl StoreQueue {
             entry,
             tiers,
         } = job;
-        let (data, image) = match entry {
-            JobEntry::Signed { data, image } => (data, Some(image)),
+        let (data, received) = match entry {
+            JobEntry::Signed { data, image } => (data, Received::Signed(image)),
+            JobEntry::Unsigned { data, from } => (data, Received::Unsigned(from)),
             plain => match plain_data(plain) {
-                Some(data) => (data, None),
+                Some(data) => (data, Received::Compiled),
                 None => return,
             },
         };
         for tier in tiers {
-            let stored = std::panic::catch_unwind(AssertUnwindSafe(|| match &image {
-                Some(image) => tier.store_signed(&owner, &data, image),
-                None => tier.store(&owner, &data),
+            let stored = std::panic::catch_unwind(AssertUnwindSafe(|| match &received {
+                Received::Signed(image) => tier.store_signed(&owner, &data, image),
+                Received::Unsigned(from) => tier.store_unsigned(&owner, &data, from),
+                Received::Compiled => tier.store(&owner, &data),
             }));
             match stored {
                 Ok(result) => self.count_store(&*tier, &data.name, Some(result)),
@@ -483,7 +490,7 @@ impl StoreQueue {
 
     /// The exit hook's flush: bounded, so a stuck file system cannot hang
     /// the exit forever.
-    pub(crate) fn flush_at_exit(&self) {
+    fn flush_bounded(&self) {
         if !self.flush(Some(EXIT_FLUSH_LIMIT)) {
             eprintln!(
                 "kiln: {} cache stores still queued after {} s at exit; not waiting longer",
@@ -501,10 +508,29 @@ impl StoreQueue {
     }
 }
 
+/// At exit, the queue drains (bounded: [`StoreQueue::flush_bounded`]).
+impl crate::exit::AtExit for StoreQueue {
+    fn at_exit(&self) {
+        self.flush_bounded();
+    }
+}
+
+/// How a job's entry reaches its tiers: as this process's compile, or as
+/// what another tier received (with its provenance).
+enum Received {
+    Compiled,
+    Signed(Vec<u8>),
+    Unsigned(String),
+}
+
 /// Whether `job` may be batched with others: a plain store (a signed one
-/// goes through [`Tier::store_signed`]).
+/// goes through [`Tier::store_signed`], an unsigned one received from
+/// another tier through [`Tier::store_unsigned`]).
 fn batchable(job: &Job) -> bool {
-    !matches!(job.entry, JobEntry::Signed { .. })
+    !matches!(
+        job.entry,
+        JobEntry::Signed { .. } | JobEntry::Unsigned { .. }
+    )
 }
 
 /// Whether `a` and `b` go to the same tiers: the same `Arc`s, in the same
@@ -539,29 +565,33 @@ fn take_batch(
     false
 }
 
-/// The entry of a plain job (built from the resident entry for a `Body`);
+/// The entry of a plain job (built from the in-memory entry for an `Instance`);
 /// `None`, logged, when a payload failed its checksum. A `Signed` job's
 /// entry is returned without its image.
 fn plain_data(entry: JobEntry) -> Option<EntryData> {
     match entry {
-        JobEntry::Body { meta, body } => {
-            let data = meta.to_entry_data(&body);
+        JobEntry::Instance(instance) => {
+            let data = instance.to_entry_data();
             if data.is_none() {
                 tracing::debug!(
-                    name = meta.name,
+                    name = instance.name,
                     "entry not stored: a payload failed its checksum"
                 );
             }
             data
         }
-        JobEntry::Data(data) | JobEntry::Signed { data, .. } => Some(data),
+        JobEntry::Data(data) | JobEntry::Signed { data, .. } | JobEntry::Unsigned { data, .. } => {
+            Some(data)
+        }
     }
 }
 
 fn job_name(job: &Job) -> &str {
     match &job.entry {
-        JobEntry::Body { meta, .. } => &meta.name,
-        JobEntry::Data(data) | JobEntry::Signed { data, .. } => &data.name,
+        JobEntry::Instance(instance) => &instance.name,
+        JobEntry::Data(data) | JobEntry::Signed { data, .. } | JobEntry::Unsigned { data, .. } => {
+            &data.name
+        }
     }
 }
 
@@ -596,6 +626,18 @@ impl Tier for Background {
             entry: JobEntry::Signed {
                 data: entry.clone(),
                 image: image.to_vec(),
+            },
+            tiers: vec![Arc::clone(&self.tier)],
+        });
+        Ok(())
+    }
+
+    fn store_unsigned(&self, owner: &Owner, entry: &EntryData, from: &str) -> Result<(), Error> {
+        self.queue.push(Job {
+            owner: owner.clone(),
+            entry: JobEntry::Unsigned {
+                data: entry.clone(),
+                from: from.to_owned(),
             },
             tiers: vec![Arc::clone(&self.tier)],
         });

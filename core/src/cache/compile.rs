@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::Cache;
 use super::background::{Job, JobEntry};
 use super::hit::Hit;
-use super::instance::{Artifacts, Compiled, Origin};
+use super::instance::{Artifacts, Compiled, Instance, Origin};
 use super::lookup::Parts;
 use super::single_flight::{Join, Outcome};
 use super::stats::bump;
@@ -220,17 +220,16 @@ impl Cache {
     /// (an image-backed one); `None` when a redefinition closed it.
     fn handed_over(
         &self,
-        served: Option<(usize, Arc<super::instance::Body>)>,
+        served: Option<Arc<Instance>>,
         digest: &Digest,
         key: &Key,
     ) -> Option<Hit<'_>> {
         let world = self.world().0;
-        if let Some((index, body)) = served
-            && let Some(instance) = self.store.get(index)
+        if let Some(instance) = served
             && instance.is_valid_in(world)
         {
             instance.touch(self.memory.now());
-            return Some(self.note_found(Hit::memory(index, instance, body)));
+            return Some(self.note_found(Hit::memory(instance)));
         }
         self.find(world, digest, key)
             .map(|hit| self.note_found(hit))
@@ -278,15 +277,12 @@ impl Cache {
     /// Queues the store of a freshly recorded entry into every tier (an
     /// image-backed hit, already in an image, is not stored).
     fn store_in_background(&self, owner: &Owner, hit: &Hit<'_>) {
-        let Some((_, instance, body)) = hit.resident() else {
+        let Some(instance) = hit.instance() else {
             return;
         };
         self.queue.push(Job {
             owner: owner.clone(),
-            entry: JobEntry::Body {
-                meta: instance.meta(),
-                body: Arc::clone(body),
-            },
+            entry: JobEntry::Instance(Arc::clone(instance)),
             tiers: self
                 .tiers
                 .iter()
@@ -351,10 +347,9 @@ fn parts_of(found: TierEntry, corrupt: &Arc<AtomicU64>) -> Result<(Digest, Diges
     })
 }
 
-/// What a flight hands its followers: a memory hit's index and payloads.
-fn served(hit: &Hit<'_>) -> Option<(usize, Arc<super::instance::Body>)> {
-    let (index, _, body) = hit.resident()?;
-    Some((index, Arc::clone(body)))
+/// What a flight hands its followers: a memory hit's instance.
+fn served(hit: &Hit<'_>) -> Option<Arc<Instance>> {
+    hit.instance().cloned()
 }
 
 fn compile_error(owner: &Owner, key: &Key, source: CompileFailure) -> Error {

@@ -21,7 +21,8 @@ use crate::Digest;
 #[non_exhaustive]
 pub struct CacheConfig {
     /// Skip every cached tier (memory, images, extra tiers) in
-    /// `get_or_compile` and always run the compiler; results are still
+    /// `get_or_compile` and always run the compiler, and have
+    /// [`Cache::lookup`](crate::Cache::lookup) miss; results are still
     /// recorded (and exported). For debugging a compiler or a suspect cache.
     pub always_compile: bool,
     /// Which owners' image entries this process can use. `None` accepts all.
@@ -37,11 +38,29 @@ pub struct CacheConfig {
     /// after a live [`Snapshot`](crate::Snapshot) are never evicted. Default
     /// [`DEFAULT_MEMORY_MAX_BYTES`] (1 GiB); the global cache reads
     /// `KILN_MEMORY_MAX_BYTES`.
+    ///
+    /// An evicted entry is gone from memory: its payloads and its metadata
+    /// (name, deps, index cell) are freed once no hit, queued store or
+    /// delta holds it, so the cache's memory follows what it holds, not
+    /// every entry it ever saw.
     pub memory_max_bytes: Option<u64>,
+    /// The cap on the number of in-memory entries held, next to the byte
+    /// cap; `None`: no cap. Each entry held costs its metadata (a few
+    /// hundred bytes besides its name and deps) whatever its payload
+    /// weighs, so entries with tiny payloads (a query plan, a DFA) would
+    /// otherwise hold far more memory than the byte cap says. Past it, the
+    /// least recently used entries are evicted as for the byte cap. Default
+    /// [`DEFAULT_MEMORY_MAX_ENTRIES`] (131,072): at about 1 KiB of metadata
+    /// each, 128 MiB at most, and more entries than a 1 GiB byte cap holds
+    /// of payloads of 8 KiB or more (a CUBIN or the PTX of a small kernel).
+    pub memory_max_entries: Option<u64>,
 }
 
 /// The default [`CacheConfig::memory_max_bytes`]: 1 GiB.
 pub const DEFAULT_MEMORY_MAX_BYTES: u64 = 1 << 30;
+
+/// The default [`CacheConfig::memory_max_entries`]: 131,072 entries.
+pub const DEFAULT_MEMORY_MAX_ENTRIES: u64 = 1 << 17;
 
 impl Default for CacheConfig {
     fn default() -> CacheConfig {
@@ -49,6 +68,7 @@ impl Default for CacheConfig {
             always_compile: false,
             owner_filter: None,
             memory_max_bytes: Some(DEFAULT_MEMORY_MAX_BYTES),
+            memory_max_entries: Some(DEFAULT_MEMORY_MAX_ENTRIES),
         }
     }
 }
@@ -57,6 +77,12 @@ impl CacheConfig {
     /// Sets [`CacheConfig::memory_max_bytes`] (`None`: no cap).
     pub fn memory_max_bytes(mut self, cap: Option<u64>) -> CacheConfig {
         self.memory_max_bytes = cap;
+        self
+    }
+
+    /// Sets [`CacheConfig::memory_max_entries`] (`None`: no cap).
+    pub fn memory_max_entries(mut self, cap: Option<u64>) -> CacheConfig {
+        self.memory_max_entries = cap;
         self
     }
 
@@ -89,6 +115,7 @@ impl fmt::Debug for CacheConfig {
             .field("always_compile", &self.always_compile)
             .field("owner_filter", &self.owner_filter.as_ref().map(|_| "Fn"))
             .field("memory_max_bytes", &self.memory_max_bytes)
+            .field("memory_max_entries", &self.memory_max_entries)
             .finish()
     }
 }

@@ -1,13 +1,14 @@
 //! Snapshots and deltas: what a precompile block added.
 
 use std::collections::HashSet;
+use std::marker::PhantomData;
 use std::path::Path;
 use std::sync::Arc;
 
 use kiln_image::{ImageMeta, ImageWriter};
 
 use super::Cache;
-use super::instance::{Body, Instance};
+use super::instance::Instance;
 use super::memory::Pin;
 use super::store::SlotKey;
 use crate::{Digest, Error, Key, World};
@@ -17,8 +18,9 @@ use crate::{Digest, Error, Key, World};
 ///
 /// While a snapshot (or a clone of it) is alive, the cache evicts none of
 /// the entries recorded after it (see
-/// [`CacheConfig::memory_max_bytes`](crate::CacheConfig::memory_max_bytes)),
-/// so its delta holds every one of them: drop it once the delta is written.
+/// [`CacheConfig::memory_max_bytes`](crate::CacheConfig::memory_max_bytes))
+/// and keeps them in its insertion log, so its delta holds every one of
+/// them: drop it once the delta is written.
 #[derive(Clone)]
 pub struct Snapshot {
     seq: usize,
@@ -58,11 +60,12 @@ impl Snapshot {
 /// The entries recorded after a snapshot that are exportable: unbounded now,
 /// compiled in this process (or loaded from a tier that memoises local
 /// compiles), not session-dependent. Entries merged from images are never
-/// part of a delta. Borrowed from the cache.
+/// part of a delta. Tied to the cache it came from; it holds its entries
+/// (metadata and payloads), so it stays whole even if its snapshot is
+/// dropped and the cache evicts them.
 pub struct Delta<'c> {
-    /// Each entry with its payloads (held here, so that the delta stays
-    /// whole even if its snapshot is dropped and the entries evicted).
-    entries: Vec<(&'c Instance, Arc<Body>)>,
+    entries: Vec<Arc<Instance>>,
+    cache: PhantomData<&'c Cache>,
 }
 
 impl Cache {
@@ -75,7 +78,7 @@ impl Cache {
         // Under the writer lock: no eviction runs between reading the
         // count and registering the pin.
         let mut writer = self.writer();
-        let seq = self.store.count();
+        let seq = writer.log.next_seq();
         Snapshot {
             seq,
             world: self.world(),
@@ -89,20 +92,23 @@ impl Cache {
     ///
     /// `snapshot` must come from this cache.
     pub fn delta(&self, snapshot: &Snapshot) -> Delta<'_> {
-        let end = self.store.count();
-        // Every instance from the snapshot on is resident: the snapshot
-        // pins them (an instance without its payloads could only come from
-        // a snapshot of another cache).
-        let mut entries: Vec<(&Instance, Arc<Body>)> = (snapshot.seq..end)
+        // The snapshot pins the entries recorded from its sequence number
+        // on: the log holds every one of them.
+        let mut entries: Vec<Arc<Instance>> = self
+            .writer()
+            .log
+            .since(snapshot.seq)
             .rev()
-            .filter_map(|i| self.store.get(i))
             .filter(|i| i.is_unbounded() && !i.session_dependent)
-            .filter_map(|i| Some((i, i.body()?)))
+            .cloned()
             .collect();
         let mut seen = HashSet::with_capacity(entries.len());
-        entries.retain(|(i, _)| seen.insert(SlotKey::new(&i.owner, &i.key)));
+        entries.retain(|i| seen.insert(SlotKey::new(&i.owner, &i.key)));
         entries.reverse();
-        Delta { entries }
+        Delta {
+            entries,
+            cache: PhantomData,
+        }
     }
 }
 
@@ -118,17 +124,17 @@ impl<'c> Delta<'c> {
     }
 
     /// `(owner, key, name)` of each entry, in insertion order.
-    pub fn entries(&self) -> impl Iterator<Item = (Digest, Key, &'c str)> + '_ {
+    pub fn entries(&self) -> impl Iterator<Item = (Digest, Key, &str)> + '_ {
         self.entries
             .iter()
-            .map(|(i, _)| (i.owner, i.key, i.name.as_str()))
+            .map(|i| (i.owner, i.key, i.name.as_str()))
     }
 
     /// An image writer holding the delta (entries copied, worlds normalised).
     pub fn to_writer(&self, meta: ImageMeta) -> ImageWriter {
         let mut writer = ImageWriter::new(meta);
-        for (instance, body) in &self.entries {
-            match instance.meta().to_entry_data(body) {
+        for instance in &self.entries {
+            match instance.to_entry_data() {
                 Some(data) => writer.push(data),
                 None => tracing::warn!(
                     name = instance.name,

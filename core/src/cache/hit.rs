@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use kiln_image::{ArtifactRef, EntryData, EntryRef};
 
-use super::instance::{Artifacts, Body, Instance, Origin};
+use super::instance::{Artifacts, Instance, Origin};
 use super::layers::Layer;
 use crate::{ArtifactKind, Dep, Digest, Key, World};
 
@@ -35,9 +35,9 @@ impl Source {
 
 /// A valid entry found in (or just added to) a [`Cache`](crate::Cache).
 ///
-/// A hit borrows from the cache and copies no payload: artifact bytes are
-/// borrowed from memory (entries compiled in this process own their bytes) or
-/// from the image (image-backed entries: no copy).
+/// A hit copies no payload: artifact bytes are borrowed from memory
+/// (entries compiled in this process own their bytes) or from the image
+/// (image-backed entries: no copy).
 ///
 /// # Alignment
 ///
@@ -49,17 +49,17 @@ impl Source {
 /// from the remote tier are stored in 64-byte-aligned buffers. A loader may
 /// read the bytes as any type of alignment 64 or less without copying.
 ///
-/// # A hit keeps its payloads alive
+/// # A hit keeps its entry alive
 ///
-/// The cache may evict an in-memory entry to stay under its memory cap
-/// ([`CacheConfig::memory_max_bytes`](crate::CacheConfig::memory_max_bytes)).
-/// A hit on such an entry holds a reference-counted handle on the entry's
-/// payloads (cloned when the hit is made: one atomic increment), so the
-/// bytes it lends stay valid for as long as the hit lives, whatever the
-/// cache evicts meanwhile. That is why payloads are borrowed from the hit
-/// ([`Hit::artifact`], [`Hit::artifacts`]) rather than from the cache: keep
-/// the hit while using its bytes. Names, deps and the owner's label are
-/// never evicted and are borrowed from the cache.
+/// The cache may evict an in-memory entry to stay under its memory caps
+/// ([`CacheConfig::memory_max_bytes`](crate::CacheConfig::memory_max_bytes)),
+/// and then frees it, payloads and metadata. A hit on such an entry holds a
+/// reference-counted handle on the entry (cloned when the hit is made: one
+/// atomic increment), so everything it lends (bytes, name, deps, the
+/// owner's label) stays valid for as long as the hit lives, whatever the
+/// cache evicts meanwhile. That is why they are borrowed from the hit
+/// ([`Hit::artifact`], [`Hit::name`]) rather than from the cache: keep the
+/// hit while using them.
 ///
 /// # Image payloads are checked lazily, per artifact
 ///
@@ -87,9 +87,7 @@ pub struct Hit<'c> {
 #[derive(Clone)]
 enum Inner<'c> {
     Memory {
-        index: usize,
-        instance: &'c Instance,
-        body: Arc<Body>,
+        instance: Arc<Instance>,
     },
     Image {
         layer: &'c Layer,
@@ -116,7 +114,6 @@ enum Payload<'h> {
     /// A payload of an in-memory entry borrowed from a tier's image.
     Tier {
         instance: &'h Instance,
-        body: &'h Body,
         artifact: ArtifactRef<'h>,
     },
     Image {
@@ -135,11 +132,7 @@ impl<'h> ArtifactView<'h> {
     pub fn bytes(&self) -> Option<&'h [u8]> {
         match self.payload {
             Payload::Memory(bytes) => Some(bytes),
-            Payload::Tier {
-                instance,
-                body,
-                artifact,
-            } => tier_payload(instance, body, &artifact),
+            Payload::Tier { instance, artifact } => tier_payload(instance, &artifact),
             Payload::Image {
                 layer,
                 entry,
@@ -154,16 +147,12 @@ impl<'h> ArtifactView<'h> {
 /// returned: the instance is closed for good, so the next lookup misses and
 /// `get_or_compile` asks the tiers again (which refuse the entry now known bad)
 /// and then compiles.
-fn tier_payload<'h>(
-    instance: &Instance,
-    body: &Body,
-    artifact: &ArtifactRef<'h>,
-) -> Option<&'h [u8]> {
+fn tier_payload<'h>(instance: &Instance, artifact: &ArtifactRef<'h>) -> Option<&'h [u8]> {
     match artifact.bytes() {
         Ok(bytes) => Some(bytes),
         Err(error) => {
             if instance.close(instance.min_world.saturating_sub(1)) {
-                if let Artifacts::Image { corrupt, .. } = &body.artifacts {
+                if let Artifacts::Image { corrupt, .. } = &instance.body.artifacts {
                     corrupt.fetch_add(1, Ordering::Relaxed);
                 }
                 tracing::warn!(
@@ -194,25 +183,17 @@ impl std::fmt::Debug for ArtifactView<'_> {
 }
 
 impl<'c> Hit<'c> {
-    /// A hit on the instance at arena index `index`, holding `body`.
-    pub(crate) fn memory(index: usize, instance: &'c Instance, body: Arc<Body>) -> Hit<'c> {
+    /// A hit on an in-memory instance, holding it.
+    pub(crate) fn memory(instance: Arc<Instance>) -> Hit<'c> {
         Hit {
-            inner: Inner::Memory {
-                index,
-                instance,
-                body,
-            },
+            inner: Inner::Memory { instance },
         }
     }
 
-    /// The arena index, instance and payloads of a memory hit.
-    pub(crate) fn resident(&self) -> Option<(usize, &'c Instance, &Arc<Body>)> {
+    /// The instance of a memory hit.
+    pub(crate) fn instance(&self) -> Option<&Arc<Instance>> {
         match &self.inner {
-            Inner::Memory {
-                index,
-                instance,
-                body,
-            } => Some((*index, instance, body)),
+            Inner::Memory { instance } => Some(instance),
             Inner::Image { .. } => None,
         }
     }
@@ -224,9 +205,9 @@ impl<'c> Hit<'c> {
     }
 
     /// The entry's human name.
-    pub fn name(&self) -> &'c str {
+    pub fn name(&self) -> &str {
         match &self.inner {
-            Inner::Memory { instance: i, .. } => &i.name,
+            Inner::Memory { instance: i } => &i.name,
             Inner::Image { entry, .. } => entry.name(),
         }
     }
@@ -234,15 +215,15 @@ impl<'c> Hit<'c> {
     /// The owner's digest.
     pub fn owner(&self) -> Digest {
         match &self.inner {
-            Inner::Memory { instance: i, .. } => i.owner,
+            Inner::Memory { instance: i } => i.owner,
             Inner::Image { entry, .. } => entry.owner(),
         }
     }
 
     /// The owner's label (e.g. `nvrtc-13.0/sm_90a`).
-    pub fn owner_label(&self) -> &'c str {
+    pub fn owner_label(&self) -> &str {
         match &self.inner {
-            Inner::Memory { instance: i, .. } => &i.owner_label,
+            Inner::Memory { instance: i } => &i.owner_label,
             Inner::Image { layer, entry } => {
                 layer.owner(&entry.owner()).map_or("", |o| o.label.as_str())
             }
@@ -252,7 +233,7 @@ impl<'c> Hit<'c> {
     /// The key.
     pub fn key(&self) -> Key {
         match &self.inner {
-            Inner::Memory { instance: i, .. } => i.key,
+            Inner::Memory { instance: i } => i.key,
             Inner::Image { entry, .. } => Key::from_digest(entry.key()),
         }
     }
@@ -269,7 +250,7 @@ impl<'c> Hit<'c> {
     /// Where the entry came from.
     pub fn source(&self) -> Source {
         match &self.inner {
-            Inner::Memory { body, .. } if body.origin == Origin::Tier => Source::Tier,
+            Inner::Memory { instance } if instance.body.origin == Origin::Tier => Source::Tier,
             Inner::Memory { .. } => Source::Memory,
             Inner::Image { .. } => Source::Image,
         }
@@ -279,7 +260,7 @@ impl<'c> Hit<'c> {
     /// world its image was merged in).
     pub fn min_world(&self) -> World {
         match &self.inner {
-            Inner::Memory { instance: i, .. } => World(i.min_world),
+            Inner::Memory { instance: i } => World(i.min_world),
             Inner::Image { layer, .. } => World(layer.min_world),
         }
     }
@@ -288,7 +269,7 @@ impl<'c> Hit<'c> {
     /// unbounded). An excluded image entry reports its layer's world minus one.
     pub fn max_world(&self) -> World {
         match &self.inner {
-            Inner::Memory { instance: i, .. } => World(i.max_world()),
+            Inner::Memory { instance: i } => World(i.max_world()),
             Inner::Image { layer, entry } => World(
                 layer
                     .max_world(entry.index())
@@ -303,9 +284,9 @@ impl<'c> Hit<'c> {
     }
 
     /// The definitions the entry was built from.
-    pub fn deps(&self) -> Cow<'c, [Dep]> {
+    pub fn deps(&self) -> Cow<'_, [Dep]> {
         match &self.inner {
-            Inner::Memory { instance: i, .. } => Cow::Borrowed(&i.deps),
+            Inner::Memory { instance: i } => Cow::Borrowed(&i.deps),
             Inner::Image { entry, .. } => Cow::Owned(entry.deps()),
         }
     }
@@ -315,7 +296,7 @@ impl<'c> Hit<'c> {
     /// its view.
     pub fn artifacts(&self) -> Vec<ArtifactView<'_>> {
         match &self.inner {
-            Inner::Memory { instance, body, .. } => match &body.artifacts {
+            Inner::Memory { instance } => match &instance.body.artifacts {
                 Artifacts::Owned(list) => list
                     .iter()
                     .map(|a| ArtifactView {
@@ -327,20 +308,20 @@ impl<'c> Hit<'c> {
                 // Borrowed from a tier's mapped image, each payload checked on
                 // its first access (see `tier_payload`).
                 Artifacts::Image { .. } => {
-                    body.artifacts.image_entry().map_or_else(Vec::new, |entry| {
-                        (0..entry.artifact_count())
-                            .filter_map(|n| entry.artifact(n).ok())
-                            .map(|artifact| ArtifactView {
-                                kind: artifact.kind(),
-                                entry_points: artifact.entry_points(),
-                                payload: Payload::Tier {
-                                    instance,
-                                    body,
-                                    artifact,
-                                },
-                            })
-                            .collect()
-                    })
+                    instance
+                        .body
+                        .artifacts
+                        .image_entry()
+                        .map_or_else(Vec::new, |entry| {
+                            (0..entry.artifact_count())
+                                .filter_map(|n| entry.artifact(n).ok())
+                                .map(|artifact| ArtifactView {
+                                    kind: artifact.kind(),
+                                    entry_points: artifact.entry_points(),
+                                    payload: Payload::Tier { instance, artifact },
+                                })
+                                .collect()
+                        })
                 }
             },
             Inner::Image { layer, entry } => (0..entry.artifact_count())
@@ -370,17 +351,17 @@ impl<'c> Hit<'c> {
     /// lookup misses (see [`Hit`]).
     pub fn artifact(&self, kind: &ArtifactKind) -> Option<&[u8]> {
         match &self.inner {
-            Inner::Memory { instance, body, .. } => match &body.artifacts {
+            Inner::Memory { instance } => match &instance.body.artifacts {
                 Artifacts::Owned(list) => list
                     .iter()
                     .find(|a| &a.kind == kind)
                     .map(|a| a.bytes.as_slice()),
                 Artifacts::Image { .. } => {
-                    let entry = body.artifacts.image_entry()?;
+                    let entry = instance.body.artifacts.image_entry()?;
                     (0..entry.artifact_count())
                         .filter_map(|n| entry.artifact(n).ok())
                         .find(|a| &a.kind() == kind)
-                        .and_then(|a| tier_payload(instance, body, &a))
+                        .and_then(|a| tier_payload(instance, &a))
                 }
             },
             Inner::Image { layer, entry } => (0..entry.artifact_count())
@@ -397,7 +378,7 @@ impl<'c> Hit<'c> {
     /// fails its checksum (the entry is then excluded; see [`Hit`]).
     pub fn to_entry_data(&self) -> Option<EntryData> {
         match &self.inner {
-            Inner::Memory { instance, body, .. } => instance.meta().to_entry_data(body),
+            Inner::Memory { instance } => instance.to_entry_data(),
             Inner::Image { .. } => Some(EntryData {
                 owner: self.owner(),
                 owner_label: self.owner_label().to_owned(),

@@ -1,7 +1,7 @@
 //! Code instances compiled or loaded in this process, and what a compile returns.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kiln_image::{EntryData, EntryRef, Image};
 use rkyv::util::AlignedVec;
@@ -168,12 +168,7 @@ impl Artifacts {
     }
 }
 
-/// The part of an instance that eviction drops: its artifacts (payloads)
-/// and where they came from. Shared by `Arc`: the instance holds one while
-/// the entry is resident, every [`Hit`](crate::Hit) on it holds another,
-/// and so does a store queued for the background writer, so dropping the
-/// instance's reference (eviction) never frees bytes that a hit still
-/// borrows.
+/// An entry's payloads: its artifacts and where they came from.
 pub(crate) struct Body {
     pub(crate) artifacts: Artifacts,
     pub(crate) origin: Origin,
@@ -191,62 +186,87 @@ impl Body {
     }
 }
 
-/// Position of an instance that is not in the resident list.
+/// Position of an instance that is in no list.
 pub(crate) const NOT_RESIDENT: usize = usize::MAX;
 
-/// One in-memory code instance. Lives in the cache's append-only arena: its
-/// address never changes and it is never dropped before the cache. What it
-/// keeps for the cache's life is its identity and metadata (owner, key,
-/// name, worlds, deps: what lookups, invalidation and merges read); its
-/// [`Body`] (the payloads) is dropped when the entry is evicted and set
-/// again when the same entry is recorded again.
+/// One in-memory code instance: identity, metadata and payloads, shared by
+/// `Arc`. The cache holds one reference while the entry is resident (in the
+/// index and the resident lists); every [`Hit`](crate::Hit) on it, a store
+/// queued for the background writer, a [`Delta`](crate::Delta) and the
+/// insertion log of a live [`Snapshot`](crate::Snapshot) hold others. An
+/// evicted entry is taken out of the index and the lists, and its memory
+/// (metadata and payloads) is freed when the last of those references
+/// drops: nothing the cache has let go of stays allocated.
 pub(crate) struct Instance {
     pub(crate) owner: Digest,
     pub(crate) owner_label: Arc<str>,
     pub(crate) key: Key,
     pub(crate) name: String,
+    /// The insertion sequence number: the cache's record count when it was
+    /// recorded (what a [`Snapshot`](crate::Snapshot) marks).
+    pub(crate) seq: usize,
     pub(crate) min_world: u64,
     /// `u64::MAX` while unbounded; closed by invalidation (only ever lowered once).
     pub(crate) max_world: AtomicU64,
     pub(crate) deps: Vec<Dep>,
     pub(crate) session_dependent: bool,
-    /// The payloads while resident; `None` once evicted. Written only
-    /// under the cache's writer lock; read by lookups, which hold the lock
-    /// only to clone the `Arc`.
-    body: Mutex<Option<Arc<Body>>>,
+    pub(crate) body: Body,
     /// The cache's clock when the entry was last recorded or hit (for LRU);
     /// written by a hit only when it changes.
     pub(crate) last_used: AtomicU64,
     /// Position in the cache's resident list, or [`NOT_RESIDENT`]. Writer lock only.
     pub(crate) resident_at: AtomicUsize,
+    /// Position in its owner's resident list, or [`NOT_RESIDENT`]. Writer lock only.
+    pub(crate) owner_at: AtomicUsize,
+    /// The cache's count of allocated instances, decremented on drop.
+    alive: Arc<AtomicU64>,
+}
+
+/// What an [`Instance`] is made of, besides what the cache sets.
+pub(crate) struct InstanceParts {
+    pub(crate) owner: Digest,
+    pub(crate) owner_label: Arc<str>,
+    pub(crate) key: Key,
+    pub(crate) name: String,
+    pub(crate) seq: usize,
+    pub(crate) min_world: u64,
+    pub(crate) max_world: u64,
+    pub(crate) deps: Vec<Dep>,
+    pub(crate) session_dependent: bool,
+    pub(crate) body: Body,
 }
 
 impl Instance {
-    /// A resident instance holding `body`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        owner: Digest,
-        owner_label: Arc<str>,
-        key: Key,
-        name: String,
-        min_world: u64,
-        max_world: u64,
-        deps: Vec<Dep>,
-        session_dependent: bool,
-        body: Arc<Body>,
-    ) -> Instance {
+    /// A new instance, counted in `alive` until it is dropped.
+    pub(crate) fn new(parts: InstanceParts, alive: &Arc<AtomicU64>) -> Instance {
+        let InstanceParts {
+            owner,
+            owner_label,
+            key,
+            name,
+            seq,
+            min_world,
+            max_world,
+            deps,
+            session_dependent,
+            body,
+        } = parts;
+        alive.fetch_add(1, Ordering::Relaxed);
         Instance {
             owner,
             owner_label,
             key,
             name,
+            seq,
             min_world,
             max_world: AtomicU64::new(max_world),
             deps,
             session_dependent,
-            body: Mutex::new(Some(body)),
+            body,
             last_used: AtomicU64::new(0),
             resident_at: AtomicUsize::new(NOT_RESIDENT),
+            owner_at: AtomicUsize::new(NOT_RESIDENT),
+            alive: Arc::clone(alive),
         }
     }
 
@@ -262,25 +282,14 @@ impl Instance {
         self.max_world() == u64::MAX
     }
 
-    /// The payloads, unless evicted.
-    pub(crate) fn body(&self) -> Option<Arc<Body>> {
-        self.slot().clone()
-    }
-
-    /// Whether the payloads are held (not evicted).
+    /// Whether the entry is in the cache's resident list (writer lock only).
     pub(crate) fn is_resident(&self) -> bool {
-        self.slot().is_some()
+        self.resident_at.load(Ordering::Relaxed) != NOT_RESIDENT
     }
 
-    /// Replaces the payloads (writer lock only); returns the previous ones.
-    pub(crate) fn set_body(&self, body: Option<Arc<Body>>) -> Option<Arc<Body>> {
-        std::mem::replace(&mut *self.slot(), body)
-    }
-
-    fn slot(&self) -> MutexGuard<'_, Option<Arc<Body>>> {
-        // The slot holds a plain value; a panic elsewhere cannot leave it
-        // half-written.
-        self.body.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Whether this is the entry of `(owner, key)`.
+    pub(crate) fn is(&self, owner: &Digest, key: &Key) -> bool {
+        self.key == *key && self.owner == *owner
     }
 
     /// Notes a use at `tick` (a store only when it changes, so that a hot
@@ -319,6 +328,18 @@ impl Instance {
             name: self.name.clone(),
             deps,
         }
+    }
+
+    /// The entry as it goes into an image or a tier (see
+    /// [`EntryMeta::to_entry_data`]).
+    pub(crate) fn to_entry_data(&self) -> Option<EntryData> {
+        self.meta().to_entry_data(&self.body)
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        self.alive.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -4,11 +4,10 @@ use std::sync::Arc;
 
 use super::definitions::deps_match;
 use super::hit::Hit;
-use super::instance::{Artifacts, Body, Compiled, Instance, Origin};
+use super::instance::{Artifacts, Body, Compiled, Instance, InstanceParts, Origin};
 use super::layers::LayerLookup;
 use super::stats::bump;
-use super::store::Target;
-use super::{Cache, OwnerEntries, Source, WriterState};
+use super::{Cache, Source, WriterState};
 use crate::{Digest, Key, Owner, World};
 
 impl Cache {
@@ -19,14 +18,26 @@ impl Cache {
     /// caller accesses it, and one that fails is never returned (see [`Hit`]).
     /// Extra tiers are not consulted (see [`Cache::get_or_compile`]). With a
     /// recorder set ([`Cache::record_into`]), a hit is noted there.
+    ///
+    /// With [`CacheConfig::always_compile`](crate::CacheConfig::always_compile)
+    /// nothing is served from the cache: every lookup misses, as
+    /// `get_or_compile` skips its lookups and compiles.
     pub fn lookup(&self, owner: &Digest, key: &Key) -> Option<Hit<'_>> {
         self.lookup_in(self.world(), owner, key)
     }
 
-    /// The entry of `(owner, key)` that was valid in `world`.
+    /// The entry of `(owner, key)` that was valid in `world` (among those
+    /// the cache still holds: see
+    /// [`CacheConfig::memory_max_bytes`](crate::CacheConfig::memory_max_bytes)).
+    /// Misses under
+    /// [`CacheConfig::always_compile`](crate::CacheConfig::always_compile).
     pub fn lookup_in(&self, world: World, owner: &Digest, key: &Key) -> Option<Hit<'_>> {
-        let found = self.find(world.0, owner, key);
         let counters = self.lookups.mine();
+        if self.config.always_compile {
+            bump(&counters.misses);
+            return None;
+        }
+        let found = self.find(world.0, owner, key);
         match &found {
             Some(hit) if hit.source() == Source::Image => bump(&counters.hits_image),
             Some(_) => bump(&counters.hits_memory),
@@ -38,35 +49,17 @@ impl Cache {
     /// Like `lookup_in`, without counting. An evicted in-memory entry is
     /// not found (the tiers or a compile bring it back).
     pub(crate) fn find(&self, world: u64, owner: &Digest, key: &Key) -> Option<Hit<'_>> {
-        // Fast path: the index (instances, and image entries hit before).
-        let mut memory = None;
-        let mut image = None;
-        for target in self.store.targets(owner, key) {
-            match target {
-                Target::Memory(index) => {
-                    if let Some(instance) = self.store.get(index)
-                        && instance.is_valid_in(world)
-                        && let Some(body) = instance.body()
-                    {
-                        memory = Some((index, instance, body)); // the newest valid one wins
-                    }
-                }
-                Target::Image { layer, entry } => {
-                    if image.is_none()
-                        && let Some(l) = self.layers.get(layer)
-                        && let Some(e) = l.promoted(entry, owner, key, world)
-                    {
-                        image = Some(Hit::image(l, e));
-                    }
-                }
-            }
-        }
-        if let Some((index, instance, body)) = memory {
+        // Fast path: the indexes (instances, and image entries hit before).
+        if let Some(instance) = self.find_memory(world, owner, key) {
             instance.touch(self.memory.now());
-            return Some(Hit::memory(index, instance, body));
+            return Some(Hit::memory(instance));
         }
-        if image.is_some() {
-            return image;
+        for (layer, entry) in self.promoted.targets(owner, key) {
+            if let Some(l) = self.layers.get(layer)
+                && let Some(e) = l.promoted(entry, owner, key, world)
+            {
+                return Some(Hit::image(l, e));
+            }
         }
         // Slow path: search every layer in merge order.
         for (at, layer) in self.layers.iter() {
@@ -82,15 +75,36 @@ impl Cache {
         None
     }
 
+    /// The newest in-memory instance of `(owner, key)` valid in `world`.
+    pub(crate) fn find_memory(
+        &self,
+        world: u64,
+        owner: &Digest,
+        key: &Key,
+    ) -> Option<Arc<Instance>> {
+        self.store.probe(
+            owner,
+            key,
+            || None,
+            |newest: &mut Option<Arc<Instance>>, instance| {
+                // The newest valid one wins.
+                if instance.is_valid_in(world)
+                    && newest.as_ref().is_none_or(|n| n.seq < instance.seq)
+                {
+                    *newest = Some(Arc::clone(instance));
+                }
+            },
+        )
+    }
+
     /// Indexes an image entry that was just hit, if the writer lock is free
     /// (never waits: a lookup must not block on a merge or an insert).
     fn try_promote(&self, owner: &Digest, key: &Key, layer: usize, entry: usize) {
         let Ok(_writer) = self.writer.try_lock() else {
             return;
         };
-        let target = Target::Image { layer, entry };
-        if !self.store.targets(owner, key).any(|t| t == target) {
-            self.store.promote(owner, key, target);
+        if !self.promoted.contains(owner, key, layer, entry) {
+            self.promoted.insert(owner, key, layer, entry);
         }
     }
 
@@ -138,7 +152,9 @@ impl Cache {
         self.record_parts(owner, key, parts, origin, dedupe)
     }
 
-    /// Records an entry from its parts (see [`Cache::insert`]).
+    /// Records an entry from its parts (see [`Cache::insert`]): indexed,
+    /// resident, in the insertion log while a snapshot is live, and known to
+    /// the definitions it depends on; then evicts down to the caps.
     pub(crate) fn record_parts(
         &self,
         owner: &Owner,
@@ -154,85 +170,42 @@ impl Cache {
             bump(&self.counters.duplicate_inserts);
             return existing;
         }
-        let stale = !deps_match(&writer.definitions, &parts.deps);
+        let WriterState {
+            definitions,
+            backedges,
+            residency,
+            log,
+        } = &mut *writer;
+        let stale = !deps_match(definitions, &parts.deps);
         let Parts {
             name,
             deps,
             artifacts,
             session_dependent,
         } = parts;
-        let body = Arc::new(Body::new(artifacts, origin));
-        // An evicted entry recorded again goes back into its old instance
-        // (same identity and metadata, still valid): the arena does not grow.
-        if dedupe
-            && !stale
-            && let Some((index, instance)) =
-                self.evicted_twin(now, &owner_digest, key, &name, &deps, session_dependent)
-        {
-            instance.set_body(Some(Arc::clone(&body)));
-            self.admit(&mut writer.residency, index, instance, &body);
-            bump(&self.counters.inserts);
-            return Hit::memory(index, instance, body);
-        }
-        let WriterState {
-            backedges,
-            by_owner,
-            residency,
-            ..
-        } = &mut *writer;
-        let owner_entries = by_owner
-            .entry(owner_digest)
-            .or_insert_with(|| OwnerEntries {
-                label: Arc::from(owner.label()),
-                entries: Vec::new(),
-            });
-        let (index, instance) = self.store.push(Instance::new(
-            owner_digest,
-            Arc::clone(&owner_entries.label),
-            *key,
-            name,
-            now,
-            // Built against an old definition: recorded, but never valid.
-            if stale { now - 1 } else { u64::MAX },
-            deps,
-            session_dependent,
-            Arc::clone(&body),
+        let instance = Arc::new(Instance::new(
+            InstanceParts {
+                owner: owner_digest,
+                owner_label: residency.label(&owner_digest, owner.label()),
+                key: *key,
+                name,
+                seq: log.next_seq(),
+                min_world: now,
+                // Built against an old definition: recorded, but never valid.
+                max_world: if stale { now - 1 } else { u64::MAX },
+                deps,
+                session_dependent,
+                body: Body::new(artifacts, origin),
+            },
+            &self.memory.alive,
         ));
-        owner_entries.entries.push(index);
-        for dep in &instance.deps {
-            backedges.entry(dep.name.clone()).or_default().push(index);
-        }
-        self.admit(residency, index, instance, &body);
+        self.store.insert(&instance);
+        backedges.add(&instance);
+        let pinned_from = residency.pinned_from();
+        log.record(&instance, pinned_from);
+        self.admit(residency, &instance, pinned_from);
         bump(&self.counters.inserts);
-        Hit::memory(index, instance, body)
-    }
-
-    /// An evicted, still valid and unbounded instance of `(owner, key)` with
-    /// exactly this metadata, and its arena index.
-    fn evicted_twin(
-        &self,
-        now: u64,
-        owner: &Digest,
-        key: &Key,
-        name: &str,
-        deps: &[crate::Dep],
-        session_dependent: bool,
-    ) -> Option<(usize, &Instance)> {
-        self.store
-            .targets(owner, key)
-            .filter_map(|target| match target {
-                Target::Memory(index) => Some((index, self.store.get(index)?)),
-                Target::Image { .. } => None,
-            })
-            .filter(|(_, i)| {
-                i.is_valid_in(now)
-                    && i.is_unbounded()
-                    && !i.is_resident()
-                    && i.name == name
-                    && i.deps == deps
-                    && i.session_dependent == session_dependent
-            })
-            .last()
+        Hit::memory(instance)
     }
 }
 
@@ -242,4 +215,54 @@ pub(crate) struct Parts {
     pub(crate) deps: Vec<crate::Dep>,
     pub(crate) artifacts: Artifacts,
     pub(crate) session_dependent: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use kiln_image::{EntryData, Image, ImageMeta, ImageWriter, Verification};
+
+    use crate::{Artifact, ArtifactKind, Cache, KeyBuilder, Owner, World};
+
+    #[test]
+    fn an_image_entry_hit_once_is_found_through_the_index() {
+        let owner = Owner::new("test", "1", "cpu", ["-O2"]).expect("owner");
+        let keys: Vec<_> = (0..3000u64)
+            .map(|n| KeyBuilder::new("promote", 1).u64("n", n).finish())
+            .collect();
+        let mut writer = ImageWriter::new(ImageMeta::new("test", "1"));
+        for (n, key) in keys.iter().enumerate() {
+            writer.push(EntryData {
+                owner: owner.digest(),
+                owner_label: owner.label().to_owned(),
+                key: *key.digest(),
+                name: format!("f{n}"),
+                min_world: World::FIRST.0,
+                max_world: World::MAX.0,
+                deps: Vec::new(),
+                artifacts: vec![Artifact {
+                    kind: ArtifactKind::Ptx,
+                    entry_points: Vec::new(),
+                    bytes: vec![1, 2, 3],
+                }],
+            });
+        }
+        let bytes = writer.to_bytes().expect("image");
+        let cache = Cache::new();
+        cache.merge_image(Image::from_bytes(&bytes, Verification::Full).expect("image"));
+        for key in &keys {
+            assert!(cache.lookup(&owner.digest(), key).is_some());
+        }
+        for (n, key) in keys.iter().enumerate() {
+            let index = cache
+                .layers
+                .get(0)
+                .and_then(|l| l.image.find(&owner.digest(), key.digest()).ok().flatten())
+                .map(|e| e.index())
+                .expect("in the image");
+            assert!(
+                cache.promoted.contains(&owner.digest(), key, 0, index),
+                "entry {n} promoted"
+            );
+        }
+    }
 }

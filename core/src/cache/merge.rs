@@ -19,9 +19,13 @@ use std::fmt;
 
 use kiln_image::Image;
 
+use std::sync::Arc;
+
 use super::Cache;
 use super::image_deps;
+use super::instance::Instance;
 use super::layers::{Layer, LayerOwner};
+use super::stats::{Counters, add, bump};
 use crate::Key;
 
 /// What a merge did with an image's entries.
@@ -139,9 +143,9 @@ impl Cache {
         }
 
         for owner in layer.owners.iter().filter(|o| !o.foreign) {
-            if let Some(memory) = writer.by_owner.get(&owner.digest) {
-                report.duplicate +=
-                    self.exclude_memory_duplicates(&layer, owner, &memory.entries, now);
+            let memory = writer.residency.of_owner(&owner.digest);
+            if !memory.is_empty() {
+                report.duplicate += self.exclude_memory_duplicates(&layer, owner, memory, now);
             }
             for (_, earlier) in self.layers.iter() {
                 report.duplicate += exclude_layer_duplicates(&layer, owner, earlier, now);
@@ -150,26 +154,26 @@ impl Cache {
 
         report.inserted = total - report.foreign_owner - report.stale - report.duplicate;
         self.layers.push(layer);
-        self.counters.record_merge(&report);
+        count_merge(&self.counters, &report);
         drop(writer);
         tracing::debug!(world = now, %report, "image merged");
         report
     }
 
     /// Excludes entries of `owner` in `layer` that have a valid in-memory
-    /// entry; returns how many it excluded.
+    /// entry (`memory`: the owner's resident entries); returns how many it
+    /// excluded. An evicted entry is no duplicate: the image serves it.
     fn exclude_memory_duplicates(
         &self,
         layer: &Layer,
         owner: &LayerOwner,
-        memory: &[usize],
+        memory: &[Arc<Instance>],
         now: u64,
     ) -> u64 {
         let mut excluded = 0;
         if memory.len() <= owner.entries.len() {
-            for instance in memory.iter().filter_map(|&i| self.store.get(i)) {
-                // An evicted entry is no duplicate: the image serves it.
-                if !instance.is_valid_in(now) || !instance.is_resident() {
+            for instance in memory {
+                if !instance.is_valid_in(now) {
                     continue;
                 }
                 if let Ok(Some(entry)) = layer.image.find(&owner.digest, instance.key.digest())
@@ -187,15 +191,22 @@ impl Cache {
                     continue;
                 };
                 let key = Key::from_digest(entry.key());
-                if self.store.find_resident(&owner.digest, &key, now).is_some()
-                    && layer.exclude(index)
-                {
+                if self.find_memory(now, &owner.digest, &key).is_some() && layer.exclude(index) {
                     excluded += 1;
                 }
             }
         }
         excluded
     }
+}
+
+/// Adds a merge's report to the cache's counters.
+fn count_merge(counters: &Counters, report: &MergeReport) {
+    bump(&counters.images_merged);
+    add(&counters.merge_inserted, report.inserted);
+    add(&counters.merge_duplicate, report.duplicate);
+    add(&counters.merge_stale, report.stale);
+    add(&counters.merge_foreign_owner, report.foreign_owner);
 }
 
 /// A name for an image in reports: its producer, if it has one.

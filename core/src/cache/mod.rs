@@ -3,8 +3,10 @@
 //! | module          | job                                                        |
 //! | --------------- | ---------------------------------------------------------- |
 //! | `instance`      | in-memory entries and [`Compiled`]                         |
-//! | `store`         | append-only arena + lock-free `(owner, key)` index         |
-//! | `memory`        | the memory cap: resident bytes, LRU eviction, pins         |
+//! | `store`         | the lock-free `(owner, key)` index, with removal           |
+//! | `promoted`      | the index of image entries hit before (insert-only)        |
+//! | `log`           | sequence numbers and the insertion log snapshots pin       |
+//! | `memory`        | the memory caps: resident entries, LRU eviction, pins      |
 //! | `background`    | the background writer: tier stores off the caller's path  |
 //! | `layers`        | merged images and their per-entry state                    |
 //! | `merge`         | [`Cache::merge_image`] and [`MergeReport`]                 |
@@ -40,17 +42,16 @@
 //!
 //! # Locking
 //!
-//! Lookups take no cache-wide lock (the index is read lock-free, counters
-//! are striped per thread). A memory hit takes its entry's own small lock
-//! just long enough to clone the `Arc` of the entry's payloads (see
-//! `memory`: that handle is what lets eviction run while hits are out), and
-//! stores the LRU clock into the entry only when it changed; an image hit
-//! writes nothing shared. Everything that changes the cache (insert, merge,
-//! define/redefine, promoting an image entry into the index, eviction,
-//! snapshots' pins) runs under one writer mutex; so pushes to the arena are
-//! ordered (the arena index is the insertion sequence number), the index has
-//! a single writer, an entry's payload slot has a single writer, and a merge
-//! or an insert never races with an invalidation or an eviction. Compiles
+//! Lookups take no lock (the index is read lock-free, counters are striped
+//! per thread). A memory hit clones the `Arc` of its entry (see `store`:
+//! that reference is what lets eviction free entries while hits are out),
+//! and stores the LRU clock into the entry only when it changed; an image
+//! hit writes nothing shared. Everything that changes the cache (insert,
+//! merge, define/redefine, promoting an image entry into the index,
+//! eviction, snapshots' pins, the insertion log) runs under one writer
+//! mutex; so sequence numbers are given in order, the index has a single
+//! writer, and a merge or an insert never races with an invalidation or an
+//! eviction. Compiles
 //! and tier stores (on the background writer) run outside every lock; a
 //! lookup only ever *tries* the writer lock (to promote an image entry) and
 //! skips promotion if it is taken.
@@ -64,9 +65,11 @@ mod hit;
 mod image_deps;
 mod instance;
 mod layers;
+mod log;
 mod lookup;
 mod memory;
 mod merge;
+mod promoted;
 mod record;
 mod single_flight;
 mod stats;
@@ -77,9 +80,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-pub(crate) use background::StoreQueue;
 pub use background::{MAX_BATCH_JOBS, MAX_BATCH_WINDOW, MAX_JOBS, MAX_QUEUED_BYTES};
-pub use config::{CacheConfig, DEFAULT_MEMORY_MAX_BYTES, OwnerFilter};
+pub use config::{CacheConfig, DEFAULT_MEMORY_MAX_BYTES, DEFAULT_MEMORY_MAX_ENTRIES, OwnerFilter};
 pub use delta::{Delta, Snapshot};
 pub use hit::{ArtifactView, Hit, Source};
 pub use instance::{Compiled, PAYLOAD_ALIGN};
@@ -88,8 +90,12 @@ pub use stats::Stats;
 pub use tier::{Tier, TierEntry};
 
 use crate::{Digest, World};
+use background::StoreQueue;
+use definitions::Backedges;
 use layers::Layer;
+use log::InsertLog;
 use memory::{MemoryCounters, Residency};
+use promoted::Promotions;
 use single_flight::Flights;
 use stats::{Counters, LookupStripes};
 use store::MemoryStore;
@@ -131,6 +137,7 @@ pub struct Cache {
     config: CacheConfig,
     world: AtomicU64,
     store: MemoryStore,
+    promoted: Promotions,
     layers: boxcar::Vec<Layer>,
     tiers: boxcar::Vec<Arc<dyn Tier>>,
     writer: Mutex<WriterState>,
@@ -153,17 +160,12 @@ const _: () = {
 struct WriterState {
     /// Known definitions: name -> current fingerprint.
     definitions: HashMap<String, Digest>,
-    /// Backedges: definition name -> arena indices of the entries built from it.
-    backedges: HashMap<String, Vec<usize>>,
-    /// Owner -> its label and the arena indices of its entries.
-    by_owner: HashMap<Digest, OwnerEntries>,
-    /// Resident entries and snapshots' pins (the memory cap).
+    /// Backedges: definition name -> the entries alive built from it.
+    backedges: Backedges,
+    /// Resident entries, per owner too, and snapshots' pins (the caps).
     residency: Residency,
-}
-
-struct OwnerEntries {
-    label: Arc<str>,
-    entries: Vec<usize>,
+    /// Sequence numbers, and the entries live snapshots pin.
+    log: InsertLog,
 }
 
 impl Default for Cache {
@@ -185,6 +187,7 @@ impl Cache {
             config,
             world: AtomicU64::new(World::FIRST.0),
             store: MemoryStore::new(),
+            promoted: Promotions::new(),
             layers: boxcar::Vec::new(),
             tiers: boxcar::Vec::new(),
             writer: Mutex::new(WriterState::default()),
@@ -225,13 +228,26 @@ impl Cache {
             .iter()
             .map(|(_, layer)| layer.corrupt_payloads())
             .sum();
+        let memory = &self.memory;
+        let stores = &self.queue.counters;
         stats::collect(stats::Sources {
             counters: &self.counters,
             lookups: &self.lookups,
-            memory: &self.memory,
-            stores: &self.queue.counters,
-            queue_depth: self.queue.depth(),
-            memory_max_bytes: self.config.memory_max_bytes,
+            memory: stats::MemoryFigures {
+                entries: stats::get(&memory.resident),
+                entries_alive: stats::get(&memory.alive),
+                bytes_held: stats::get(&memory.held),
+                peak_bytes_held: stats::get(&memory.peak),
+                max_bytes: self.config.memory_max_bytes,
+                max_entries: self.config.memory_max_entries,
+                evictions: stats::get(&memory.evictions),
+            },
+            stores: stats::StoreFigures {
+                queue_depth: self.queue.depth(),
+                stored: stats::get(&stores.stored),
+                failures: stats::get(&stores.failures),
+                dropped: stats::get(&stores.dropped),
+            },
             corrupt_payloads,
             world: self.world(),
         })

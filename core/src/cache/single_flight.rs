@@ -9,17 +9,17 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
-use super::instance::Body;
+use super::instance::Instance;
 use super::store::SlotKey;
 use crate::error::CompileFailure;
 
 /// How a flight ended.
 #[derive(Clone)]
 pub(crate) enum Outcome {
-    /// The result is in the cache; for an in-memory entry, its arena index
-    /// and payloads, so that followers get it even if the entry was
-    /// evicted before they looked.
-    Succeeded(Option<(usize, Arc<Body>)>),
+    /// The result is in the cache; for an in-memory entry, the entry
+    /// itself, so that followers get it even if it was evicted before they
+    /// looked.
+    Succeeded(Option<Arc<Instance>>),
     /// A lookup that never compiles (`Cache::get_cached`) found nothing in
     /// memory, the images or the tiers.
     Missed,

@@ -4,14 +4,15 @@
 //! its own stripe, on their own cache line), so that lookups from different
 //! threads never write to a shared line; [`Cache::stats`](crate::Cache::stats)
 //! sums the stripes.
+//!
+//! A leaf of the cache's modules: the counters of other modules (memory,
+//! the background writer) live with them and reach [`collect`] as plain
+//! numbers, so that every module can use [`bump`] without an import circle.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::MergeReport;
-use super::background::StoreCounters;
-use super::memory::MemoryCounters;
 use crate::World;
 
 /// One stripe of lookup counters, on its own cache lines.
@@ -79,19 +80,7 @@ pub(crate) fn add(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Ordering::Relaxed);
 }
 
-fn get(counter: &AtomicU64) -> u64 {
-    counter.load(Ordering::Relaxed)
-}
-
 impl Counters {
-    pub(crate) fn record_merge(&self, report: &MergeReport) {
-        bump(&self.images_merged);
-        add(&self.merge_inserted, report.inserted);
-        add(&self.merge_duplicate, report.duplicate);
-        add(&self.merge_stale, report.stale);
-        add(&self.merge_foreign_owner, report.foreign_owner);
-    }
-
     pub(crate) fn record_compile(&self, elapsed: Duration, ok: bool) {
         bump(&self.compiles);
         if !ok {
@@ -141,20 +130,28 @@ pub struct Stats {
     pub invalidated: u64,
     /// Images merged.
     pub images_merged: u64,
-    /// Sum of [`MergeReport::inserted`] over all merges.
+    /// Sum of [`MergeReport::inserted`](crate::MergeReport::inserted) over all merges.
     pub merge_inserted: u64,
-    /// Sum of [`MergeReport::duplicate`] over all merges.
+    /// Sum of [`MergeReport::duplicate`](crate::MergeReport::duplicate) over all merges.
     pub merge_duplicate: u64,
-    /// Sum of [`MergeReport::stale`] over all merges.
+    /// Sum of [`MergeReport::stale`](crate::MergeReport::stale) over all merges.
     pub merge_stale: u64,
-    /// Sum of [`MergeReport::foreign_owner`] over all merges.
+    /// Sum of [`MergeReport::foreign_owner`](crate::MergeReport::foreign_owner) over all merges.
     pub merge_foreign_owner: u64,
     /// Tier entries refused because no trusted key signed them
     /// (`KILN_TRUSTED_KEYS` set; [`Error::TierUntrusted`](crate::Error::TierUntrusted)):
     /// each was a miss, then a compile.
     pub tier_untrusted: u64,
-    /// Entries in memory holding their payloads (evicted ones not counted).
+    /// Entries the cache holds in memory (resident: in its index, counted
+    /// against its caps).
     pub memory_entries: u64,
+    /// In-memory entries allocated now: the resident ones, plus evicted or
+    /// closed ones that something still holds (a [`Hit`](crate::Hit), a
+    /// queued store, a [`Delta`](crate::Delta), a lookup reading an index
+    /// table the cache has just replaced). An evicted entry nothing holds is
+    /// freed, metadata included, so this stays near
+    /// [`Stats::memory_entries`] however many entries the cache has seen.
+    pub entries_alive: u64,
     /// Payload bytes the in-memory entries hold now (owned, or borrowed
     /// from a tier's mapped segment): what the memory cap bounds.
     pub bytes_held: u64,
@@ -163,6 +160,9 @@ pub struct Stats {
     pub peak_bytes_held: u64,
     /// The memory cap in force ([`CacheConfig::memory_max_bytes`](crate::CacheConfig::memory_max_bytes)).
     pub memory_max_bytes: Option<u64>,
+    /// The cap on entries held in force
+    /// ([`CacheConfig::memory_max_entries`](crate::CacheConfig::memory_max_entries)).
+    pub memory_max_entries: Option<u64>,
     /// Entries evicted to stay under the memory cap.
     pub evictions: u64,
     /// Tier stores queued for the background writer or running now.
@@ -222,16 +222,39 @@ impl std::fmt::Display for Stats {
     }
 }
 
-/// Everything [`collect`] reads.
+/// Everything [`collect`] reads: the striped and rare counters, and the
+/// figures other modules keep, read by the caller.
 pub(crate) struct Sources<'a> {
     pub(crate) counters: &'a Counters,
     pub(crate) lookups: &'a LookupStripes,
-    pub(crate) memory: &'a MemoryCounters,
-    pub(crate) stores: &'a StoreCounters,
-    pub(crate) queue_depth: u64,
-    pub(crate) memory_max_bytes: Option<u64>,
+    pub(crate) memory: MemoryFigures,
+    pub(crate) stores: StoreFigures,
     pub(crate) corrupt_payloads: u64,
     pub(crate) world: World,
+}
+
+/// The memory caps' figures (see [`Stats`]).
+pub(crate) struct MemoryFigures {
+    pub(crate) entries: u64,
+    pub(crate) entries_alive: u64,
+    pub(crate) bytes_held: u64,
+    pub(crate) peak_bytes_held: u64,
+    pub(crate) max_bytes: Option<u64>,
+    pub(crate) max_entries: Option<u64>,
+    pub(crate) evictions: u64,
+}
+
+/// The background writer's figures (see [`Stats`]).
+pub(crate) struct StoreFigures {
+    pub(crate) queue_depth: u64,
+    pub(crate) stored: u64,
+    pub(crate) failures: u64,
+    pub(crate) dropped: u64,
+}
+
+/// The value of `counter`.
+pub(crate) fn get(counter: &AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
 }
 
 pub(crate) fn collect(sources: Sources<'_>) -> Stats {
@@ -240,8 +263,6 @@ pub(crate) fn collect(sources: Sources<'_>) -> Stats {
         lookups,
         memory,
         stores,
-        queue_depth,
-        memory_max_bytes,
         corrupt_payloads,
         world,
     } = sources;
@@ -260,15 +281,17 @@ pub(crate) fn collect(sources: Sources<'_>) -> Stats {
         merge_duplicate: get(&counters.merge_duplicate),
         merge_stale: get(&counters.merge_stale),
         merge_foreign_owner: get(&counters.merge_foreign_owner),
-        memory_entries: get(&memory.resident),
-        bytes_held: get(&memory.held),
-        peak_bytes_held: get(&memory.peak),
-        memory_max_bytes,
-        evictions: get(&memory.evictions),
-        store_queue_depth: queue_depth,
-        stores: get(&stores.stored),
-        store_failures: get(&stores.failures),
-        stores_dropped: get(&stores.dropped),
+        memory_entries: memory.entries,
+        entries_alive: memory.entries_alive,
+        bytes_held: memory.bytes_held,
+        peak_bytes_held: memory.peak_bytes_held,
+        memory_max_bytes: memory.max_bytes,
+        memory_max_entries: memory.max_entries,
+        evictions: memory.evictions,
+        store_queue_depth: stores.queue_depth,
+        stores: stores.stored,
+        store_failures: stores.failures,
+        stores_dropped: stores.dropped,
         tier_untrusted: get(&counters.tier_untrusted),
         world,
         ..Stats::default()

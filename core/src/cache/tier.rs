@@ -53,7 +53,11 @@ pub trait Tier: Send + Sync {
     /// it as a miss ([`Error::Tier`] carries a tier's own error).
     fn load_entry(&self, owner: &Owner, key: &Key) -> Result<Option<TierEntry>, Error>;
 
-    /// Records a freshly compiled entry (worlds normalised, deps sorted).
+    /// Records an entry this process compiled (worlds normalised, deps
+    /// sorted): its provenance is
+    /// [`Provenance::Compiled`](crate::trust::Provenance::Compiled). An
+    /// entry that came from elsewhere goes through [`Tier::store_signed`]
+    /// or [`Tier::store_unsigned`], never through this method.
     ///
     /// # Errors
     /// Whatever kept the tier from storing it; the cache logs it and goes on.
@@ -62,16 +66,36 @@ pub trait Tier: Send + Sync {
     /// Records an entry another tier loaded as a signed one-entry image
     /// (`image`, verified by that tier; the remote tier's write-through),
     /// keeping its signatures so that they can be checked again when the
-    /// entry is read back. The default stores the entry alone, without its
-    /// signatures ([`Tier::store`]); the disk tier keeps the image as a
-    /// segment of its own, and a wrapper must forward this method.
+    /// entry is read back
+    /// ([`Provenance::Signed`](crate::trust::Provenance::Signed)). The disk
+    /// tier keeps the image as a segment of its own; a wrapper must forward
+    /// this method. The default stores nothing: a tier that cannot keep
+    /// the signature must not file the entry among this process's compiles.
     ///
     /// # Errors
     /// Whatever kept the tier from storing it; the caller logs it and goes
     /// on.
     fn store_signed(&self, owner: &Owner, entry: &EntryData, image: &[u8]) -> Result<(), Error> {
-        let _ = image;
-        self.store(owner, entry)
+        let _ = (owner, entry, image);
+        Ok(())
+    }
+
+    /// Records an entry the tier named `from` loaded without a signature
+    /// (the remote tier's write-through in a process without trusted
+    /// keys): its provenance,
+    /// [`Provenance::Unsigned`](crate::trust::Provenance::Unsigned), is
+    /// kept with it, so that a process with trusted keys never serves it,
+    /// whatever copies, compacts or bakes it meanwhile. The disk tier keeps
+    /// such entries in segments of their own; a wrapper must forward this
+    /// method. The default stores nothing, for the same reason as
+    /// [`Tier::store_signed`]'s.
+    ///
+    /// # Errors
+    /// Whatever kept the tier from storing it; the caller logs it and goes
+    /// on.
+    fn store_unsigned(&self, owner: &Owner, entry: &EntryData, from: &str) -> Result<(), Error> {
+        let _ = (owner, entry, from);
+        Ok(())
     }
 
     /// Records several freshly compiled entries at once (each as
@@ -126,6 +150,10 @@ impl<T: Tier + ?Sized> Tier for std::sync::Arc<T> {
 
     fn store_signed(&self, owner: &Owner, entry: &EntryData, image: &[u8]) -> Result<(), Error> {
         (**self).store_signed(owner, entry, image)
+    }
+
+    fn store_unsigned(&self, owner: &Owner, entry: &EntryData, from: &str) -> Result<(), Error> {
+        (**self).store_unsigned(owner, entry, from)
     }
 
     fn store_batch(&self, items: &[(&Owner, &EntryData)]) -> Vec<Result<(), Error>> {

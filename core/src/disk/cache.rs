@@ -1,26 +1,23 @@
 //! [`DiskCache`]: one process's handle on a cache directory.
 
-use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::SystemTime;
 
-use kiln_image::{Digest, EntryData, ImageWriter};
+use kiln_image::{Digest, EntryData, ImageError, ImageWriter};
 
 use super::compact::{self, Scope, entry_cost, segment_meta};
 use super::config::DiskConfig;
-use super::hit::DiskHit;
+use super::dir::{check_dir, warn_unavailable};
+use super::hit::{DiskHit, Payloads};
 use super::lock::DirLock;
 use super::recency::Recency;
-use super::report::{
-    ArtifactInfo, ClearReport, DiskStats, EntryInfo, GcReport, SegmentCheck, SessionCounters,
-    VerifyReport,
-};
-use super::segment::{self, FileInfo, Listing, Segment};
+use super::segment::{self, FileInfo, Listing, Segment, SegmentClass};
 use super::stamps::{self, EntryId};
 use super::view::{Slot, View};
 use crate::error::Error;
+use crate::trust::{Admission, Provenance};
 
 /// A cache directory of kiln images shared by processes; see the
 /// [module documentation](super) for the layout and the guarantees.
@@ -32,24 +29,16 @@ pub struct DiskCache {
     images: PathBuf,
     view: RwLock<View>,
     /// Uses noted for recency stamps, and whether writing still works.
-    recency: Arc<Recency>,
+    pub(super) recency: Arc<Recency>,
     /// Set when a segment failed to open or an entry failed its checksum:
     /// the next compaction should clean up.
     needs_cleanup: AtomicBool,
-    hits: AtomicU64,
-    misses: AtomicU64,
-    stored: AtomicU64,
-    store_failures: AtomicU64,
-}
-
-/// When a hit's payloads are checked against their checksums.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Payloads {
-    /// Before the hit is returned (what [`DiskCache::get`] promises).
-    Now,
-    /// By the holder, on each payload's first use ([`kiln_image::ArtifactRef::bytes`]):
-    /// the hit is refused only if a payload is already known bad.
-    OnUse,
+    pub(super) hits: AtomicU64,
+    pub(super) misses: AtomicU64,
+    pub(super) stored: AtomicU64,
+    pub(super) store_failures: AtomicU64,
+    /// Whether the one warning about an entry refused for trust was given.
+    warned_untrusted: AtomicBool,
 }
 
 /// A directory's modification time can be this coarse (some file systems
@@ -89,6 +78,7 @@ impl DiskCache {
             misses: AtomicU64::new(0),
             stored: AtomicU64::new(0),
             store_failures: AtomicU64::new(0),
+            warned_untrusted: AtomicBool::new(false),
         })
     }
 
@@ -145,14 +135,15 @@ impl DiskCache {
     }
 
     /// Looks up `(owner, key)` as [`DiskCache::get_checked`] does; when the
-    /// only copy found was refused for its signature
-    /// ([`DiskConfig::trusted_keys`]), the error that says why.
+    /// only copy found was refused for trust ([`DiskConfig::trusted_keys`]),
+    /// the error that says why (the first refusal of the process also gives
+    /// one warning, which names the entry's provenance).
     pub(crate) fn get_trusted(
         &self,
         owner: &Digest,
         key: &Digest,
         payloads: Payloads,
-    ) -> Result<Option<DiskHit>, kiln_image::ImageError> {
+    ) -> Result<Option<DiskHit>, ImageError> {
         let (mut hit, mut refused) = self.search(owner, key, payloads);
         if hit.is_none() && self.refresh() {
             (hit, refused) = self.search(owner, key, payloads);
@@ -165,9 +156,39 @@ impl DiskCache {
             }
             None => {
                 self.misses.fetch_add(1, Ordering::Relaxed);
-                refused.map_or(Ok(None), Err)
+                match refused {
+                    None => Ok(None),
+                    Some(refusal) => {
+                        self.warn_refused(&refusal);
+                        Err(refusal.error)
+                    }
+                }
             }
         }
+    }
+
+    /// Whether a tool may sign over `hit`'s entry (`kiln bake` with a
+    /// signing key) under `trusted` keys: its provenance says this user's
+    /// processes compiled it, in a directory no other user may write, or a
+    /// key of `trusted` signed it. Unlike a lookup, which without trusted
+    /// keys serves everything, this never answers
+    /// [`Admission::Unchecked`]: without trusted keys only this user's own
+    /// compiles are vouched for. (Open the cache without
+    /// [`DiskConfig::trusted_keys`] to find every copy, then ask this.)
+    ///
+    /// # Errors
+    /// The refusal: [`ImageError::Unsigned`] for an entry received
+    /// unsigned (or of unknown provenance), [`ImageError::UntrustedSigner`]
+    /// or [`ImageError::BadSignature`] for a signed one.
+    pub fn vouch(
+        &self,
+        hit: &DiskHit,
+        trusted: Option<&kiln_image::TrustedKeys>,
+    ) -> Result<Admission, ImageError> {
+        let none = kiln_image::TrustedKeys::default();
+        let segment = hit.segment();
+        let origin = segment.provenance().origin(!self.config.trust_dir);
+        crate::trust::admit(Some(trusted.unwrap_or(&none)), &segment.image, origin)
     }
 
     /// Stores `image`, a one-entry image of `entry` that carries
@@ -192,8 +213,8 @@ impl DiskCache {
                 },
             );
         if !holds_entry {
-            tracing::debug!(name = %entry.name, "not a signed image of the entry: stored unsigned");
-            return self.put(entry);
+            tracing::debug!(name = %entry.name, "not a signed image of the entry: stored as received unsigned");
+            return self.put_unsigned(entry, "another");
         }
         if image.len() as u64 > self.config.max_bytes {
             return false;
@@ -219,19 +240,39 @@ impl DiskCache {
         true
     }
 
-    /// Stores `entry` in a new segment, unless it is already on disk, larger
-    /// than the cap, or the directory cannot be written (then one warning,
-    /// and no further attempts). Returns whether a segment was published.
-    /// Never fails: the disk cache is best-effort.
+    /// Stores `entry`, compiled by this process, in a new segment (its
+    /// provenance [`Provenance::Compiled`]), unless it is already on disk,
+    /// larger than the cap, or the directory cannot be written (then one
+    /// warning, and no further attempts). Returns whether a segment was
+    /// published. Never fails: the disk cache is best-effort.
     pub fn put(&self, entry: &EntryData) -> bool {
-        self.put_entry(entry).unwrap_or(false)
+        self.put_entry(entry, &Provenance::Compiled)
+            .unwrap_or(false)
     }
 
-    /// [`DiskCache::put`], telling a failed write (the one that stops
-    /// writing: an `Err`, whose warning is logged once) from an entry not
-    /// stored on purpose (`Ok(false)`: already there, too large, not
-    /// writable since an earlier failure).
-    pub(crate) fn put_entry(&self, entry: &EntryData) -> Result<bool, Error> {
+    /// Stores `entry`, received unsigned from the tier named `from` (the
+    /// remote tier's write-through in a process without trusted keys), in
+    /// a segment for such entries (its provenance
+    /// [`Provenance::Unsigned`]): compaction never merges it with compiled
+    /// entries, and a process with trusted keys never serves it. Returns
+    /// whether a segment was published; never fails, as [`DiskCache::put`].
+    pub fn put_unsigned(&self, entry: &EntryData, from: &str) -> bool {
+        let provenance = Provenance::Unsigned {
+            from: from.to_owned(),
+        };
+        self.put_entry(entry, &provenance).unwrap_or(false)
+    }
+
+    /// [`DiskCache::put`] (or [`DiskCache::put_unsigned`], by
+    /// `provenance`), telling a failed write (the one that stops writing:
+    /// an `Err`, whose warning is logged once) from an entry not stored on
+    /// purpose (`Ok(false)`: already there, too large, not writable since
+    /// an earlier failure).
+    pub(crate) fn put_entry(
+        &self,
+        entry: &EntryData,
+        provenance: &Provenance,
+    ) -> Result<bool, Error> {
         if !self.is_writable() {
             return Ok(false);
         }
@@ -242,7 +283,7 @@ impl DiskCache {
         if self.find(&entry.owner, &entry.key, Payloads::Now).is_some() {
             return Ok(false);
         }
-        let mut writer = ImageWriter::new(segment_meta());
+        let mut writer = ImageWriter::new(segment_meta(provenance));
         writer.push(entry.clone());
         let bytes = match writer.to_bytes() {
             Ok(bytes) => bytes,
@@ -253,7 +294,7 @@ impl DiskCache {
         };
         let published = DirLock::open(self.images_dir()).and_then(|lock| {
             let _shared = lock.shared()?;
-            segment::publish(self.images_dir(), &bytes, 1)
+            segment::publish(self.images_dir(), &bytes, 1, SegmentClass::of(provenance))
         });
         let file = match published {
             Ok(file) => file,
@@ -303,7 +344,7 @@ impl DiskCache {
 
     /// Appends pending stamps; returns the stamps file's new size if
     /// anything was written.
-    fn append_stamps(&self) -> Option<u64> {
+    pub(super) fn append_stamps(&self) -> Option<u64> {
         match self.recency.write_pending(segment::now_ms()) {
             Ok(len) => len,
             Err(source) => {
@@ -318,192 +359,6 @@ impl DiskCache {
         self.recency.writable.load(Ordering::Relaxed)
     }
 
-    /// What is in the directory, and what this process did with it.
-    ///
-    /// # Errors
-    /// [`Error::DiskIo`] when the directory cannot be listed.
-    pub fn stats(&self) -> Result<DiskStats, Error> {
-        let listing = self.listing()?;
-        self.relist()
-            .map_err(|source| self.io_error("list", source))?;
-        let segments = self.view().segments(self.images_dir());
-        Ok(DiskStats {
-            dir: self.images_dir().to_path_buf(),
-            writable: self.is_writable(),
-            max_bytes: self.config.max_bytes,
-            bytes: listing.segment_bytes() + stamps::file_len(self.images_dir()),
-            segments: listing.segments.len(),
-            entries: compact::distinct_entries(segments.iter().map(|s| &**s)),
-            unreadable_segments: listing.segments.len().saturating_sub(segments.len()),
-            temp_files: listing.temp_files.len(),
-            session: self.session(),
-        })
-    }
-
-    /// This process's counters.
-    pub fn session(&self) -> SessionCounters {
-        SessionCounters {
-            hits: self.hits.load(Ordering::Relaxed),
-            misses: self.misses.load(Ordering::Relaxed),
-            stored: self.stored.load(Ordering::Relaxed),
-            store_failures: self.store_failures.load(Ordering::Relaxed),
-        }
-    }
-
-    /// Every distinct entry on disk, most recently used first.
-    ///
-    /// # Errors
-    /// [`Error::DiskIo`] when the directory cannot be listed.
-    pub fn ls(&self) -> Result<Vec<EntryInfo>, Error> {
-        self.relist()
-            .map_err(|source| self.io_error("list", source))?;
-        let recorded = stamps::read(self.images_dir())
-            .map_err(|source| self.io_error("read stamps in", source))?;
-        let published: HashMap<String, u64> = self
-            .listing()?
-            .segments
-            .into_iter()
-            .map(|f| (f.name, f.modified_ms))
-            .collect();
-        let segments = self.view().segments(self.images_dir());
-        let mut seen = HashSet::new();
-        let mut entries = Vec::new();
-        for s in &segments {
-            for i in 0..s.image.len() {
-                let Ok(entry) = s.image.entry(i) else {
-                    continue;
-                };
-                let id = (entry.owner(), entry.key());
-                if !seen.insert(id) {
-                    continue;
-                }
-                let artifacts = (0..entry.artifact_count())
-                    .filter_map(|a| entry.artifact(a).ok())
-                    .map(|a| ArtifactInfo {
-                        kind: a.kind_name().to_owned(),
-                        bytes: a.len(),
-                    })
-                    .collect();
-                entries.push(EntryInfo {
-                    owner: id.0.to_hex(),
-                    owner_label: entry.owner_label().to_owned(),
-                    key: id.1.to_hex(),
-                    name: entry.name().to_owned(),
-                    artifacts,
-                    last_used_ms: recorded
-                        .get(&id)
-                        .copied()
-                        .unwrap_or_else(|| published.get(&s.name).copied().unwrap_or(0)),
-                    segment: s.name.clone(),
-                });
-            }
-        }
-        entries.sort_by(|a, b| {
-            b.last_used_ms
-                .cmp(&a.last_used_ms)
-                .then_with(|| a.name.cmp(&b.name))
-        });
-        Ok(entries)
-    }
-
-    /// Merges every segment into one, drops corrupt entries, segments and
-    /// orphaned temporary files, and evicts least recently used entries
-    /// while over the cap, all in [`DiskCache::images_dir`]. Waits for the
-    /// exclusive lock.
-    ///
-    /// # Errors
-    /// [`Error::DiskIo`] when the lock cannot be taken or the directory cannot
-    /// be listed or written; [`Error::Image`] when the merged segment cannot be
-    /// written.
-    pub fn gc(&self) -> Result<GcReport, Error> {
-        self.append_stamps();
-        let mut lock = DirLock::open(self.images_dir())
-            .map_err(|source| self.io_error("open the lock of", source))?;
-        let _exclusive = lock
-            .exclusive()
-            .map_err(|source| self.io_error("lock", source))?;
-        let damaged = self.view().damaged.clone();
-        let report = compact::compact(self.images_dir(), &self.config, Scope::All, &damaged)?;
-        self.after_compaction();
-        Ok(report)
-    }
-
-    /// Removes every segment, temporary file and stamp of this image format
-    /// version ([`DiskCache::images_dir`]); other versions' subdirectories
-    /// are left alone. Waits for the exclusive lock. Processes that mapped segments keep their maps.
-    ///
-    /// # Errors
-    /// [`Error::DiskIo`] when the lock cannot be taken, or a file cannot be
-    /// removed or the directory synced.
-    pub fn clear(&self) -> Result<ClearReport, Error> {
-        let mut lock = DirLock::open(self.images_dir())
-            .map_err(|source| self.io_error("open the lock of", source))?;
-        let _exclusive = lock
-            .exclusive()
-            .map_err(|source| self.io_error("lock", source))?;
-        let listing = self.listing()?;
-        let mut report = ClearReport::default();
-        // Whatever has the name (a symbolic link is removed, not followed).
-        let stamps_file = std::fs::symlink_metadata(self.images_dir().join(stamps::STAMPS_FILE))
-            .ok()
-            .map(|m| FileInfo {
-                name: stamps::STAMPS_FILE.to_owned(),
-                bytes: m.len(),
-                modified_ms: 0,
-            });
-        for file in listing
-            .segments
-            .iter()
-            .chain(&listing.temp_files)
-            .chain(&stamps_file)
-        {
-            segment::remove(self.images_dir(), &file.name)
-                .map_err(|source| self.io_error("remove", source))?;
-            report.files_removed += 1;
-            report.bytes_removed += file.bytes;
-        }
-        segment::sync_dir(self.images_dir()).map_err(|source| self.io_error("sync", source))?;
-        self.recency.forget();
-        self.after_compaction();
-        Ok(report)
-    }
-
-    /// Checks every segment fully (header, structure, every payload
-    /// checksum). Reads only; takes no lock.
-    ///
-    /// # Errors
-    /// [`Error::DiskIo`] when the directory cannot be listed. A segment that
-    /// fails a check is reported in the [`VerifyReport`], not as an error.
-    pub fn verify(&self) -> Result<VerifyReport, Error> {
-        let listing = self.listing()?;
-        let segments = listing
-            .segments
-            .iter()
-            .map(|file| {
-                let path = segment::path_of(self.images_dir(), &file.name);
-                let checked = segment::open_image(&path)
-                    .and_then(|file| {
-                        kiln_image::Image::from_file(
-                            file,
-                            kiln_image::FileAccess::MapWhole,
-                            kiln_image::Verification::Full,
-                        )
-                    })
-                    .map(|image| image.len());
-                SegmentCheck {
-                    name: file.name.clone(),
-                    bytes: file.bytes,
-                    entries: checked.as_ref().map_or(0, |n| *n),
-                    problem: checked.err().map(|e| e.to_string()),
-                }
-            })
-            .collect();
-        Ok(VerifyReport {
-            segments,
-            temp_files: listing.temp_files.len(),
-        })
-    }
-
     // ----- internals -----
 
     /// Searches the listed segments, fullest first, mapping each on first use.
@@ -512,36 +367,48 @@ impl DiskCache {
     }
 
     /// Whether an entry of `segment` may be served under
-    /// [`DiskConfig::trusted_keys`]: any, without trusted keys; with them,
-    /// a signed segment's only while a trusted key's signature verifies,
-    /// and an unsigned one's only in a private directory (not one trusted
-    /// with [`DiskConfig::trust_dir`], which others may write to).
-    fn trusted(&self, segment: &Segment) -> Result<(), kiln_image::ImageError> {
+    /// [`DiskConfig::trusted_keys`] ([`crate::trust::admit`]): any, without
+    /// trusted keys; with them, one its provenance says this user's
+    /// processes compiled, in a private directory (not one trusted with
+    /// [`DiskConfig::trust_dir`], which others may write to), or one a
+    /// trusted key signed. Decided once per segment (the keys are fixed at
+    /// open).
+    fn admitted(&self, segment: &Segment) -> Result<(), ImageError> {
         let Some(keys) = &self.config.trusted_keys else {
             return Ok(());
         };
-        if !segment.image.is_signed() && !self.config.trust_dir {
-            return Ok(()); // compiled by this user's processes
-        }
-        if segment.signed_by(keys) {
+        let origin = segment.provenance().origin(!self.config.trust_dir);
+        let admit = || crate::trust::admit(Some(keys), &segment.image, origin);
+        if *segment.admitted.get_or_init(|| admit().is_ok()) {
             return Ok(());
         }
         // The reason, for the caller (rare: a refused entry is compiled).
-        Err(segment
-            .image
-            .verify_signature(keys)
-            .err()
-            .unwrap_or(kiln_image::ImageError::Unsigned))
+        Err(admit().err().unwrap_or(ImageError::Unsigned))
     }
 
-    /// [`DiskCache::find`], and the reason the last copy of the entry found
-    /// was refused for its signature (if one was, and none was served).
+    /// The one warning of the process's disk caches about an entry refused
+    /// for trust; later refusals are counted by the cache
+    /// ([`Stats::tier_untrusted`](crate::Stats::tier_untrusted)).
+    fn warn_refused(&self, refusal: &Refusal) {
+        if !self.warned_untrusted.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                segment = %refusal.segment,
+                error = %refusal.error,
+                "kiln disk cache: an entry {} is not signed by a trusted key (KILN_TRUSTED_KEYS is \
+                 set): refused and compiled here (further refusals are counted, not logged)",
+                refusal.provenance
+            );
+        }
+    }
+
+    /// [`DiskCache::find`], and why the last copy of the entry found was
+    /// refused for trust (if one was, and none was served).
     fn search(
         &self,
         owner: &Digest,
         key: &Digest,
         payloads: Payloads,
-    ) -> (Option<DiskHit>, Option<kiln_image::ImageError>) {
+    ) -> (Option<DiskHit>, Option<Refusal>) {
         let mut damaged = Vec::new();
         let mut hit = None;
         let mut refused = None;
@@ -563,9 +430,13 @@ impl DiskCache {
                 match s.image.find(owner, key) {
                     Ok(None) => continue,
                     Ok(Some(entry)) => {
-                        if let Err(why) = self.trusted(s) {
-                            tracing::debug!(segment = %slot.name, error = %why, "disk-cache entry not signed by a trusted key: not served");
-                            refused = Some(why);
+                        if let Err(why) = self.admitted(s) {
+                            tracing::debug!(segment = %slot.name, error = %why, provenance = %s.provenance(), "disk-cache entry not admitted under the trusted keys: not served");
+                            refused = Some(Refusal {
+                                error: why,
+                                provenance: s.provenance().clone(),
+                                segment: slot.name.clone(),
+                            });
                             continue;
                         }
                         match DiskHit::checked(Arc::clone(s), entry.index(), payloads) {
@@ -615,7 +486,7 @@ impl DiskCache {
     /// Lists the directory: new segments are added (mapped on first use),
     /// segments deleted by compaction dropped. Returns whether anything
     /// changed.
-    fn relist(&self) -> std::io::Result<bool> {
+    pub(super) fn relist(&self) -> std::io::Result<bool> {
         let modified = std::fs::metadata(self.images_dir())?.modified()?;
         self.relist_at(Some(modified))
     }
@@ -664,12 +535,17 @@ impl DiskCache {
         });
         let stamps_bytes = stamps::file_len(self.images_dir());
         // Signed segments are never merged: they do not count here.
-        let mergeable = listing
-            .segments
-            .iter()
-            .filter(|f| !segment::is_signed_name(&f.name))
-            .count();
-        let needed = mergeable > self.config.compact_after
+        // Compiled and received entries are merged apart: each kind counts
+        // on its own.
+        let count = |class| {
+            listing
+                .segments
+                .iter()
+                .filter(|f| SegmentClass::of_name(&f.name) == class)
+                .count()
+        };
+        let needed = count(SegmentClass::Compiled) > self.config.compact_after
+            || count(SegmentClass::Received) > self.config.compact_after
             || listing.segment_bytes() + stamps_bytes > self.config.max_bytes
             || stamps::bloated(stamps_bytes, usize::try_from(entries).unwrap_or(usize::MAX))
             || self.needs_cleanup.load(Ordering::Relaxed);
@@ -701,7 +577,7 @@ impl DiskCache {
     }
 
     /// Forgets damage (compaction handled it) and lists the directory again.
-    fn after_compaction(&self) {
+    pub(super) fn after_compaction(&self) {
         self.needs_cleanup.store(false, Ordering::Relaxed);
         self.view_mut().damaged.clear();
         let _ = self.relist();
@@ -730,11 +606,11 @@ impl DiskCache {
         }
     }
 
-    fn listing(&self) -> Result<Listing, Error> {
+    pub(super) fn listing(&self) -> Result<Listing, Error> {
         Listing::read(self.images_dir()).map_err(|source| self.io_error("list", source))
     }
 
-    fn io_error(&self, action: &'static str, source: std::io::Error) -> Error {
+    pub(super) fn io_error(&self, action: &'static str, source: std::io::Error) -> Error {
         Error::DiskIo {
             action,
             path: self.images_dir().to_path_buf(),
@@ -742,11 +618,11 @@ impl DiskCache {
         }
     }
 
-    fn view(&self) -> std::sync::RwLockReadGuard<'_, View> {
+    pub(super) fn view(&self) -> std::sync::RwLockReadGuard<'_, View> {
         self.view.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn view_mut(&self) -> std::sync::RwLockWriteGuard<'_, View> {
+    pub(super) fn view_mut(&self) -> std::sync::RwLockWriteGuard<'_, View> {
         self.view.write().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -767,43 +643,9 @@ impl std::fmt::Debug for DiskCache {
     }
 }
 
-/// Checks the directory `dir` (creating it, with mode 700, when missing):
-/// it must be a directory, and unless `trust` also owned by this process's
-/// user and not writable by other users ([`segment::untrusted_dir`]). A
-/// symbolic link to a directory is followed (users may point
-/// `KILN_CACHE_DIR` anywhere); its target is checked.
-pub(super) fn check_dir(dir: &Path, trust: bool) -> Result<(), Error> {
-    let io = |action: &'static str| {
-        move |source| Error::DiskIo {
-            action,
-            path: dir.to_path_buf(),
-            source,
-        }
-    };
-    let meta = match std::fs::metadata(dir) {
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            segment::create_dirs(dir).map_err(io("create directory"))?;
-            std::fs::metadata(dir).map_err(io("open"))?
-        }
-        other => other.map_err(io("open"))?,
-    };
-    if !meta.is_dir() {
-        let not_dir = std::io::Error::new(
-            std::io::ErrorKind::NotADirectory,
-            "exists and is not a directory",
-        );
-        return Err(io("open")(not_dir));
-    }
-    match segment::untrusted_dir(&meta) {
-        Some(problem) if !trust => Err(Error::DiskDirUntrusted {
-            path: dir.to_path_buf(),
-            problem,
-        }),
-        _ => Ok(()),
-    }
-}
-
-/// The one warning when the disk cache cannot be used at all.
-pub(super) fn warn_unavailable(error: &Error) {
-    tracing::warn!(%error, "kiln disk cache unavailable: compiled code will not persist across runs");
+/// An entry refused for trust: why, its provenance, and where it was.
+struct Refusal {
+    error: ImageError,
+    provenance: Provenance,
+    segment: String,
 }

@@ -16,6 +16,13 @@
 //! readers with trusted keys check again. Over the cap they are evicted
 //! whole, in the same least-recently-used order as the entries merged; a
 //! damaged one is removed.
+//!
+//! Provenance is kept apart: segments of entries this user's processes
+//! compiled are merged into the base (or a compiled segment), segments of
+//! entries received unsigned (or of unknown provenance, stored before it
+//! was recorded) only among themselves, into a `seg-ext-…` segment whose
+//! labels say so. An entry in both keeps both copies; the first copy wins
+//! only within a kind.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -24,9 +31,10 @@ use kiln_image::{EntryData, ImageMeta, ImageWriter};
 
 use super::config::DiskConfig;
 use super::report::GcReport;
-use super::segment::{self, Listing, Segment};
+use super::segment::{self, Listing, Segment, SegmentClass};
 use super::stamps::{self, EntryId, RECORD_BYTES};
 use crate::error::Error;
+use crate::trust::Provenance;
 
 /// How much to compact.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,9 +46,12 @@ pub(crate) enum Scope {
     All,
 }
 
-/// The image metadata of segments.
-pub(crate) fn segment_meta() -> ImageMeta {
-    ImageMeta::new("kiln-disk-cache", env!("CARGO_PKG_VERSION"))
+/// The image metadata of segments holding entries of `provenance` (its
+/// labels record it: see [`Provenance::labels`]).
+pub(crate) fn segment_meta(provenance: &Provenance) -> ImageMeta {
+    let mut meta = ImageMeta::new("kiln-disk-cache", env!("CARGO_PKG_VERSION"));
+    meta.labels.extend(provenance.labels());
+    meta
 }
 
 /// An upper estimate of the bytes `entry` takes in a segment, with its stamp.
@@ -86,20 +97,16 @@ fn small_segments(sizes: &[u64], compact_after: usize) -> Vec<usize> {
 
 /// Compacts `dir`. The caller holds the directory lock exclusive.
 /// `damaged` names segments in which a payload failed its checksum.
+///
+/// Segments of compiled entries and segments of received ones
+/// ([`SegmentClass`]) are merged apart, each into its own output, so that
+/// no entry changes provenance; signed segments are never merged.
 pub(crate) fn compact(
     dir: &Path,
     config: &DiskConfig,
     scope: Scope,
     damaged: &HashSet<String>,
 ) -> Result<GcReport, Error> {
-    let io = |action: &'static str, path: &Path| {
-        let path = path.to_path_buf();
-        move |source| Error::DiskIo {
-            action,
-            path,
-            source,
-        }
-    };
     let listing = Listing::read(dir).map_err(io("list", dir))?;
     let stamps_path = dir.join(stamps::STAMPS_FILE);
     let stamps_bytes = stamps::file_len(dir);
@@ -134,101 +141,109 @@ pub(crate) fn compact(
 
     let total: u64 = segments.iter().map(|s| s.bytes).sum::<u64>() + stamps_bytes;
     let over_cap = total > config.max_bytes;
-    // Signed segments are kept whole (removed when damaged).
-    let (signed_segments, unsigned): (Vec<Segment>, Vec<Segment>) = segments
-        .into_iter()
-        .partition(|s| segment::is_signed_name(&s.name));
-    let segments = unsigned;
+    // Signed segments are kept whole (removed when damaged); the others
+    // are grouped by the provenance their labels record.
     let mut signed: Vec<Segment> = Vec::new();
-    for s in signed_segments {
-        if damaged.contains(&s.name) {
-            segment::remove(dir, &s.name).map_err(io("remove", &dir.join(&s.name)))?;
-            report.corrupt_segments_removed += 1;
-        } else {
-            signed.push(s);
+    let mut groups: [Vec<Segment>; 2] = [Vec::new(), Vec::new()];
+    for s in segments {
+        match merge_class(&s) {
+            None if damaged.contains(&s.name) => {
+                segment::remove(dir, &s.name).map_err(io("remove", &dir.join(&s.name)))?;
+                report.corrupt_segments_removed += 1;
+            }
+            None => signed.push(s),
+            Some(class) => groups[class].push(s),
         }
     }
-    let mut merge: Vec<bool> = if scope == Scope::All || over_cap {
-        vec![true; segments.len()]
-    } else {
-        let sizes: Vec<u64> = segments.iter().map(|s| s.bytes).collect();
-        let mut merge = vec![false; segments.len()];
-        for i in small_segments(&sizes, config.compact_after) {
-            merge[i] = true;
+    let mut merges: Vec<Vec<bool>> = groups
+        .iter()
+        .map(|group| merge_flags(group, config, scope, over_cap, damaged))
+        .collect();
+    // A group merges two or more segments, or rewrites one alone (`gc`,
+    // over the cap, or a damaged one); otherwise it keeps them all.
+    for (group, merge) in groups.iter().zip(&mut merges) {
+        let chosen = merge.iter().filter(|&&m| m).count();
+        let rewrite_one = chosen == 1
+            && (scope == Scope::All
+                || over_cap
+                || group
+                    .iter()
+                    .zip(merge.iter())
+                    .any(|(s, &m)| m && damaged.contains(&s.name)));
+        if chosen < 2 && !rewrite_one {
+            merge.iter_mut().for_each(|m| *m = false);
         }
-        for (i, s) in segments.iter().enumerate() {
-            merge[i] |= damaged.contains(&s.name);
-        }
-        merge
-    };
-    let merged = merge.iter().filter(|&&m| m).count();
-    let rewrite_one = merged == 1
-        && (scope == Scope::All
-            || over_cap
-            || segments
-                .iter()
-                .zip(&merge)
-                .any(|(s, &m)| m && damaged.contains(&s.name)));
-    let entries: usize = segments.iter().map(|s| s.image.len()).sum();
+    }
+    let active = merges.iter().flatten().any(|&m| m);
+    let entries: usize = groups.iter().flatten().map(|s| s.image.len()).sum();
     let rewrite_stamps = stamps::bloated(stamps_bytes, entries);
-    if merged < 2 && !rewrite_one && rewrite_stamps {
-        // Only the stamps file needs compacting.
-        merge.iter_mut().for_each(|m| *m = false);
-    } else if merged < 2 && !rewrite_one && !over_cap {
+    if !active && !rewrite_stamps && !over_cap {
         if report.temp_files_removed + report.corrupt_segments_removed > 0 {
             segment::sync_dir(dir).map_err(io("sync", dir))?;
         }
-        report.segments_after = segments.len() + signed.len();
-        report.bytes_after =
-            segments.iter().chain(&signed).map(|s| s.bytes).sum::<u64>() + stamps_bytes;
-        report.entries = distinct_entries(segments.iter().chain(&signed));
+        let kept = groups.iter().flatten().chain(&signed);
+        report.segments_after = kept.clone().count();
+        report.bytes_after = kept.clone().map(|s| s.bytes).sum::<u64>() + stamps_bytes;
+        report.entries = distinct_entries(kept);
         return Ok(report);
     }
 
     let recorded = stamps::read(dir).unwrap_or_default();
-    let (merging, keeping): (Vec<_>, Vec<_>) = segments
-        .into_iter()
-        .zip(merge)
-        .partition(|(_, merge)| *merge);
-    let merging: Vec<Segment> = merging.into_iter().map(|(s, _)| s).collect();
-    let mut keeping: Vec<Segment> = keeping.into_iter().map(|(s, _)| s).collect();
+    let mut merging: [Vec<Segment>; 2] = [Vec::new(), Vec::new()];
+    let mut keeping: Vec<Segment> = Vec::new();
+    for (class, (group, merge)) in groups.into_iter().zip(merges).enumerate() {
+        for (s, m) in group.into_iter().zip(merge) {
+            if m {
+                merging[class].push(s);
+            } else {
+                keeping.push(s);
+            }
+        }
+    }
     let plain_kept_bytes: u64 = keeping.iter().map(|s| s.bytes).sum();
     keeping.extend(signed);
 
-    // Entries of the segments that stay, with their stamps.
+    // Entries of the segments that stay, with their stamps; per class, the
+    // entries seen (first copy wins within a class, never across classes).
     let mut stamps_after: HashMap<EntryId, u64> = HashMap::new();
+    let mut seen: [HashSet<EntryId>; 2] = [HashSet::new(), HashSet::new()];
     for s in &keeping {
         for i in 0..s.image.len() {
             if let Ok(entry) = s.image.entry(i) {
                 let id = (entry.owner(), entry.key());
                 let stamp = recorded.get(&id).copied().unwrap_or(published_ms(s));
                 stamps_after.entry(id).or_insert(stamp);
+                if let Some(class) = merge_class(s) {
+                    seen[class].insert(id);
+                }
             }
         }
     }
 
     // Entries of the merged segments: first copy wins, payloads re-checked.
-    let mut candidates: Vec<(EntryData, u64)> = Vec::new();
-    for s in &merging {
-        for i in 0..s.image.len() {
-            let Ok(entry) = s.image.entry(i) else {
-                report.corrupt_entries_dropped += 1;
-                continue;
-            };
-            let id = (entry.owner(), entry.key());
-            if stamps_after.contains_key(&id) {
-                report.duplicates_dropped += 1;
-                continue;
-            }
-            match entry.to_data() {
-                Ok(data) => {
-                    let stamp = recorded.get(&id).copied().unwrap_or(published_ms(s));
-                    stamps_after.insert(id, stamp);
-                    candidates.push((data, stamp));
-                }
-                Err(err) => {
-                    tracing::debug!(segment = %s.name, entry = i, error = %err, "dropping corrupt disk-cache entry");
+    let mut candidates: Vec<(usize, EntryData, u64)> = Vec::new();
+    for (class, group) in merging.iter().enumerate() {
+        for s in group {
+            for i in 0..s.image.len() {
+                let Ok(entry) = s.image.entry(i) else {
                     report.corrupt_entries_dropped += 1;
+                    continue;
+                };
+                let id = (entry.owner(), entry.key());
+                if !seen[class].insert(id) {
+                    report.duplicates_dropped += 1;
+                    continue;
+                }
+                match entry.to_data() {
+                    Ok(data) => {
+                        let stamp = recorded.get(&id).copied().unwrap_or(published_ms(s));
+                        stamps_after.entry(id).or_insert(stamp);
+                        candidates.push((class, data, stamp));
+                    }
+                    Err(err) => {
+                        tracing::debug!(segment = %s.name, entry = i, error = %err, "dropping corrupt disk-cache entry");
+                        report.corrupt_entries_dropped += 1;
+                    }
                 }
             }
         }
@@ -241,7 +256,7 @@ pub(crate) fn compact(
         let budget = (config.max_bytes / 10 * 9).saturating_sub(plain_kept_bytes);
         let mut units: Vec<(u64, u64, Option<usize>)> = candidates
             .iter()
-            .map(|(data, stamp)| (*stamp, entry_cost(data), None))
+            .map(|(_, data, stamp)| (*stamp, entry_cost(data), None))
             .collect();
         for (i, s) in keeping.iter().enumerate() {
             if segment::is_signed_name(&s.name) {
@@ -269,12 +284,12 @@ pub(crate) fn compact(
             }
         }
         let mut kept = Vec::with_capacity(candidates.len());
-        for ((data, stamp), evict) in candidates.drain(..).zip(evict_entry) {
+        for ((class, data, stamp), evict) in candidates.drain(..).zip(evict_entry) {
             if evict {
                 stamps_after.remove(&(data.owner, data.key));
                 report.entries_evicted += 1;
             } else {
-                kept.push((data, stamp));
+                kept.push((class, data, stamp));
             }
         }
         candidates = kept;
@@ -286,28 +301,48 @@ pub(crate) fn compact(
         }
     }
 
-    let mut writer = ImageWriter::new(segment_meta());
-    for (data, _) in candidates {
-        writer.push(data);
+    // One output per class: received entries first (never the base), then
+    // compiled ones, which become the base segment when they merge the
+    // base, or when there is no base left; otherwise a segment like any
+    // other.
+    let received_from = received_from(&merging[RECEIVED]);
+    let mut writers = [
+        ImageWriter::new(segment_meta(&Provenance::Compiled)),
+        ImageWriter::new(segment_meta(&Provenance::Unsigned {
+            from: received_from,
+        })),
+    ];
+    for (class, data, _) in candidates {
+        writers[class].push(data);
     }
-    // The output becomes the base segment when it merges the base, or when
-    // there is no base yet; otherwise it is a segment like any other.
-    let to_base = !keeping.iter().any(|s| s.name == segment::BASE_SEGMENT);
     let mut new_bytes = 0;
+    let mut outputs = 0;
+    let [compiled_writer, received_writer] = writers;
+    if !received_writer.is_empty() {
+        let bytes = received_writer.to_bytes()?;
+        segment::publish(dir, &bytes, received_writer.len(), SegmentClass::Received)
+            .map_err(io("publish a segment in", dir))?;
+        new_bytes += bytes.len() as u64;
+        outputs += 1;
+    }
+    let to_base = !keeping.iter().any(|s| s.name == segment::BASE_SEGMENT);
     let mut replaced_base = false;
-    if !writer.is_empty() {
-        let bytes = writer.to_bytes()?;
+    if !compiled_writer.is_empty() {
+        let bytes = compiled_writer.to_bytes()?;
         if to_base {
             segment::publish_base(dir, &bytes).map_err(io("publish a segment in", dir))?;
             replaced_base = true;
         } else {
-            segment::publish(dir, &bytes, writer.len()).map_err(io("publish a segment in", dir))?;
+            segment::publish(dir, &bytes, compiled_writer.len(), SegmentClass::Compiled)
+                .map_err(io("publish a segment in", dir))?;
         }
-        new_bytes = bytes.len() as u64;
+        new_bytes += bytes.len() as u64;
+        outputs += 1;
     }
     // Every entry kept is now in a published segment: the merged ones can go
     // (the base, if merged, was replaced by the rename above).
-    for s in &merging {
+    let merged = merging[COMPILED].len() + merging[RECEIVED].len();
+    for s in merging.iter().flatten() {
         if replaced_base && s.name == segment::BASE_SEGMENT {
             continue;
         }
@@ -320,13 +355,86 @@ pub(crate) fn compact(
     segment::sync_dir(dir).map_err(io("sync", dir))?;
     stamps::rewrite(dir, &stamps_after).map_err(io("rewrite", &stamps_path))?;
 
-    report.segments_merged = merging.len();
-    report.segments_after = keeping.len() + usize::from(new_bytes > 0);
+    report.segments_merged = merged;
+    report.segments_after = keeping.len() + outputs;
     report.entries = stamps_after.len();
     report.bytes_after = keeping.iter().map(|s| s.bytes).sum::<u64>()
         + new_bytes
         + (stamps_after.len() * RECORD_BYTES) as u64;
     Ok(report)
+}
+
+/// The group of compiled entries in [`compact`]'s groups.
+const COMPILED: usize = 0;
+/// The group of received entries.
+const RECEIVED: usize = 1;
+
+/// Which group `segment` merges with: [`COMPILED`] only for a segment named
+/// as compiled whose labels record [`Provenance::Compiled`]; [`RECEIVED`]
+/// for every other unsigned one (received unsigned, or of unknown
+/// provenance: stored before provenance was recorded); `None` for a signed
+/// segment, which is never merged.
+fn merge_class(segment: &Segment) -> Option<usize> {
+    match (SegmentClass::of_name(&segment.name), segment.provenance()) {
+        (SegmentClass::Signed, _) => None,
+        (SegmentClass::Compiled, Provenance::Compiled) => Some(COMPILED),
+        _ => Some(RECEIVED),
+    }
+}
+
+/// Which segments of one group to merge: all of them in [`Scope::All`] or
+/// over the cap; otherwise the small ones once there are too many, and the
+/// damaged ones.
+fn merge_flags(
+    group: &[Segment],
+    config: &DiskConfig,
+    scope: Scope,
+    over_cap: bool,
+    damaged: &HashSet<String>,
+) -> Vec<bool> {
+    if scope == Scope::All || over_cap {
+        return vec![true; group.len()];
+    }
+    let sizes: Vec<u64> = group.iter().map(|s| s.bytes).collect();
+    let mut merge = vec![false; group.len()];
+    for i in small_segments(&sizes, config.compact_after) {
+        merge[i] = true;
+    }
+    for (i, s) in group.iter().enumerate() {
+        merge[i] |= damaged.contains(&s.name);
+    }
+    merge
+}
+
+/// The tiers the received entries of `segments` came from, for the merged
+/// segment's label: their names, sorted, each once, comma-separated
+/// (`unknown` for segments stored before provenance was recorded).
+fn received_from(segments: &[Segment]) -> String {
+    let mut from: Vec<String> = segments
+        .iter()
+        .map(|s| match s.provenance() {
+            Provenance::Unsigned { from } => from.clone(),
+            _ => "unknown".to_owned(),
+        })
+        .collect();
+    from.sort();
+    from.dedup();
+    let mut text = from.join(",");
+    text.truncate(MAX_FROM);
+    text
+}
+
+/// The longest `from` label a merged segment records.
+const MAX_FROM: usize = 200;
+
+/// The error of `action` on `path`.
+fn io(action: &'static str, path: &Path) -> impl Fn(std::io::Error) -> Error {
+    let path = path.to_path_buf();
+    move |source| Error::DiskIo {
+        action,
+        path: path.clone(),
+        source,
+    }
 }
 
 /// Distinct `(owner, key)` pairs in `segments`.

@@ -65,12 +65,14 @@ pub struct DiskConfig {
     /// directories' owner and mode bits only (group or others write,
     /// sticky bit or not), on Unix.
     pub trust_dir: bool,
-    /// `KILN_TRUSTED_KEYS` (see [`crate::trust`]): when set, an entry of a
-    /// signed segment (a remote entry written through with its signature)
-    /// is served only while a signature by one of these keys verifies; and
-    /// in a directory trusted with [`DiskConfig::trust_dir`], which others
-    /// may write to, unsigned entries are not served at all. `None`:
-    /// signatures are not checked.
+    /// The trust policy's trusted keys (`KILN_TRUSTED_KEYS`, see
+    /// [`crate::trust`]): when set, an entry is served only if its
+    /// [`Provenance`](crate::trust::Provenance) says this user's processes
+    /// compiled it, in a directory not shared through
+    /// [`DiskConfig::trust_dir`], or a signature by one of these keys
+    /// verifies (a remote entry written through with its signature). An
+    /// entry received unsigned, or stored before provenance was recorded,
+    /// is refused. `None`: nothing is checked.
     pub trusted_keys: Option<kiln_image::TrustedKeys>,
 }
 
@@ -86,7 +88,7 @@ impl DiskConfig {
     /// write to; [`Error::DiskIo`] when it cannot be created or is not a
     /// directory.
     pub fn check_dir(&self) -> Result<(), Error> {
-        super::cache::check_dir(&self.dir, self.trust_dir)
+        super::dir::check_dir(&self.dir, self.trust_dir)
     }
 
     /// A configuration for `dir` with the default cap, compaction threshold
@@ -111,17 +113,27 @@ impl DiskConfig {
         self.dir.join(images_subdir())
     }
 
-    /// Reads `KILN_CACHE`, `KILN_CACHE_DIR`, `KILN_CACHE_MAX_BYTES`,
-    /// `KILN_CACHE_TRUST_DIR` and `KILN_TRUSTED_KEYS` from the process
-    /// environment; `Ok(None)` when the disk cache is turned off.
+    /// Reads `KILN_CACHE`, `KILN_CACHE_DIR`, `KILN_CACHE_MAX_BYTES` and
+    /// `KILN_CACHE_TRUST_DIR` from the process environment, with the
+    /// trusted keys of the process's trust policy
+    /// ([`TrustPolicy::from_env`](crate::trust::TrustPolicy::from_env));
+    /// `Ok(None)` when the disk cache is turned off.
     ///
     /// # Errors
     /// As [`DiskConfig::from_lookup`].
     pub fn from_env() -> Result<Option<DiskConfig>, Error> {
-        DiskConfig::from_lookup(|name| std::env::var_os(name))
+        let config = DiskConfig::from_lookup(|name| std::env::var_os(name))?;
+        Ok(config.map(|mut config| {
+            config.trusted_keys = crate::trust::TrustPolicy::from_env().trusted_keys;
+            config
+        }))
     }
 
-    /// Like [`DiskConfig::from_env`], reading variables through `lookup`.
+    /// Like [`DiskConfig::from_env`], reading `KILN_CACHE*` through
+    /// `lookup`. The trusted keys are not read here (they are the trust
+    /// policy's, read once per process): set [`DiskConfig::trusted_keys`]
+    /// from a [`TrustPolicy`](crate::trust::TrustPolicy), as
+    /// [`add_tiers`](crate::add_tiers) does.
     ///
     /// # Errors
     /// [`Error::DiskNoDir`] when `KILN_CACHE_DIR` is unset and the platform
@@ -138,7 +150,6 @@ impl DiskConfig {
             None => default_dir().ok_or(Error::DiskNoDir)?,
         };
         let mut config = DiskConfig::new(dir);
-        config.trusted_keys = crate::trust::trusted_keys_from_lookup(&lookup);
         config.trust_dir = lookup(CACHE_TRUST_DIR)
             .is_some_and(|value| !value.is_empty() && !is_off(&value.to_string_lossy()));
         if let Some(value) = lookup(CACHE_MAX_BYTES) {

@@ -4,9 +4,18 @@ use std::sync::Arc;
 
 use kiln_image::{ArtifactKind, EntryData, EntryRef, Image};
 
-use super::cache::Payloads;
 use super::segment::Segment;
 use crate::error::Error;
+
+/// When a hit's payloads are checked against their checksums.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Payloads {
+    /// Before the hit is returned (what [`DiskCache::get`] promises).
+    Now,
+    /// By the holder, on each payload's first use ([`kiln_image::ArtifactRef::bytes`]):
+    /// the hit is refused only if a payload is already known bad.
+    OnUse,
+}
 
 /// An entry found in the disk cache. Its bytes are borrowed from the mapped
 /// segment (zero-copy) and passed their checksums when the hit was made; the
@@ -58,6 +67,19 @@ impl DiskHit {
             entry.artifact(i).and_then(|a| a.bytes()).ok()?;
         }
         Some(DiskHit { segment, index })
+    }
+
+    /// The segment that holds the entry.
+    pub(crate) fn segment(&self) -> &Arc<Segment> {
+        &self.segment
+    }
+
+    /// Where the entry came from, as its segment records it: compiled by
+    /// this user's processes, or received from another tier (signed or
+    /// not). See [`DiskCache::vouch`](super::DiskCache::vouch) for what a
+    /// signer may take.
+    pub fn provenance(&self) -> &crate::trust::Provenance {
+        self.segment.provenance()
     }
 
     /// The segment's image, which holds the entry.

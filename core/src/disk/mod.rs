@@ -31,6 +31,14 @@
 //!   merges the base (or there is none yet), published by an atomic rename
 //!   over the previous base. It holds most entries, and its name is known:
 //!   a new process looks there first, without listing the directory.
+//! - `seg-sig<owner><key>-….kimg`: a remote entry received **signed**, kept
+//!   byte for byte with its signatures, one per file, never merged; and
+//!   `seg-ext-<ms>-…`: entries received **unsigned** from another tier (the
+//!   remote tier of a process without trusted keys), merged only among
+//!   themselves. Every segment records the provenance of its entries
+//!   ([`Provenance`](crate::trust::Provenance): its name's class and its
+//!   `kiln.provenance` label), and with trusted keys only this user's
+//!   compiles and what a trusted key signed are served (see *Trust* below).
 //! - `stamps`: recency stamps (owner, key, last use) for LRU eviction
 //!   (file access times are unreliable). A hit notes the use in memory; each
 //!   process appends its notes at most once per
@@ -114,6 +122,18 @@
 //! gave, which its header must declare exactly; the `stamps` file at most
 //! its last 32 MiB.
 //!
+//! # Trust
+//!
+//! With trusted keys ([`DiskConfig::trusted_keys`], the process's trust
+//! policy), each segment is admitted by [`crate::trust::admit`] from its
+//! provenance: compiled by this user's processes in a private directory
+//! (served), received signed (served while a trusted key's signature
+//! verifies), received unsigned or of unknown provenance (refused). A refusal
+//! is a miss and a compile, one warning per cache, counted by the cache as
+//! [`Stats::tier_untrusted`](crate::Stats::tier_untrusted). Compaction merges
+//! compiled and received segments apart, so no path promotes a received entry
+//! to a compiled one.
+//!
 //! # Failure is a miss
 //!
 //! A segment that does not open, or an entry whose payload fails its
@@ -159,8 +179,10 @@
 
 pub mod config;
 
+mod admin;
 mod cache;
 mod compact;
+mod dir;
 mod hit;
 mod lock;
 mod recency;
@@ -187,7 +209,7 @@ pub use tier::DiskTier;
 /// # Errors
 /// As [`DiskConfig::check_dir`].
 pub fn check_subdir(dir: &std::path::Path, trust: bool) -> Result<(), crate::Error> {
-    cache::check_dir(dir, trust)
+    dir::check_dir(dir, trust)
 }
 
 /// Reads the file at `path`, kept in a cache directory, as the disk cache
@@ -201,15 +223,5 @@ pub fn check_subdir(dir: &std::path::Path, trust: bool) -> Result<(), crate::Err
 /// file is larger than `limit`; an error saying what it is when it is not
 /// a regular file.
 pub fn read_regular_file(path: &std::path::Path, limit: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let file = segment::open_regular(path, segment::Access::Read)?;
-    let mut bytes = Vec::new();
-    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > limit {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("{} is larger than {limit} bytes", path.display()),
-        ));
-    }
-    Ok(bytes)
+    crate::regular_file::read(path, crate::regular_file::Links::Refuse, limit)
 }

@@ -55,7 +55,8 @@ impl Recency {
                 last_write_ms: now_ms,
             }),
         });
-        at_exit::register(&recency);
+        let weak: std::sync::Weak<Recency> = Arc::downgrade(&recency);
+        crate::exit::register(crate::exit::Stage::RecencyStamps, weak);
         recency
     }
 
@@ -125,60 +126,20 @@ fn take_pending(notes: &mut Notes, now_ms: u64) -> Vec<(EntryId, u64)> {
     std::mem::take(&mut notes.pending)
 }
 
-#[cfg(unix)]
-mod at_exit {
-    //! An `atexit` hook that writes the pending stamps of every live cache.
-
-    use std::sync::{Arc, Mutex, Once, PoisonError, Weak};
-
-    use super::Recency;
-
-    static LIVE: Mutex<Vec<Weak<Recency>>> = Mutex::new(Vec::new());
-
-    /// Adds `recency` to those written at exit (installing the hook once).
-    pub(super) fn register(recency: &Arc<Recency>) {
-        static INSTALL: Once = Once::new();
-        INSTALL.call_once(|| {
-            // SAFETY: `atexit` only records the address of `write_all`, a
-            // function with the C ABI and no arguments that lives for the
-            // whole program; it is called at most once, at normal exit.
-            let failed = unsafe { libc::atexit(write_all) } != 0;
-            if failed {
-                tracing::debug!("atexit failed: recency stamps are written on drop only");
-            }
-        });
-        let mut live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
-        live.retain(|weak| weak.strong_count() > 0);
-        live.push(Arc::downgrade(recency));
+/// At exit, the pending stamps are appended, and a stamps file grown too
+/// large rewritten. Never blocks (a thread may still hold the notes at
+/// exit, another process the directory lock).
+impl crate::exit::AtExit for Recency {
+    fn at_exit(&self) {
+        // The notes are taken under `try_lock` only: a thread that holds
+        // them at exit keeps them, and its stamps are lost.
+        let Ok(mut notes) = self.notes.try_lock() else {
+            return;
+        };
+        let pending = take_pending(&mut notes, super::segment::now_ms());
+        drop(notes);
+        if let Ok(Some(len)) = self.append(&pending) {
+            let _ = self.compact_if_bloated(len);
+        }
     }
-
-    /// Writes the pending stamps of every live cache, and rewrites a
-    /// stamps file grown too large. Never blocks (a thread may still hold
-    /// a lock at exit, another process the directory lock) and never
-    /// unwinds.
-    extern "C" fn write_all() {
-        let _ = std::panic::catch_unwind(|| {
-            let Ok(live) = LIVE.try_lock() else {
-                return;
-            };
-            for recency in live.iter().filter_map(Weak::upgrade) {
-                // The notes are taken under `try_lock` only: a thread that
-                // holds them at exit keeps them, and its stamps are lost.
-                let Ok(mut notes) = recency.notes.try_lock() else {
-                    continue;
-                };
-                let pending = super::take_pending(&mut notes, super::super::segment::now_ms());
-                drop(notes);
-                if let Ok(Some(len)) = recency.append(&pending) {
-                    let _ = recency.compact_if_bloated(len);
-                }
-            }
-        });
-    }
-}
-
-#[cfg(not(unix))]
-mod at_exit {
-    //! No exit hook here: stamps are written on drop and once per interval.
-    pub(super) fn register(_: &std::sync::Arc<super::Recency>) {}
 }

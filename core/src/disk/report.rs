@@ -62,6 +62,9 @@ pub struct EntryInfo {
     pub last_used_ms: u64,
     /// The segment that holds it.
     pub segment: String,
+    /// Where it came from (its segment's
+    /// [`Provenance`](crate::trust::Provenance), as text).
+    pub provenance: String,
 }
 
 /// One artifact of a listed entry.
@@ -123,9 +126,12 @@ pub struct VerifyReport {
 }
 
 impl VerifyReport {
-    /// Whether every segment passed full verification.
+    /// Whether every segment passed full verification, and none would be
+    /// refused under the trusted keys the cache was opened with.
     pub fn is_clean(&self) -> bool {
-        self.segments.iter().all(|s| s.problem.is_none())
+        self.segments
+            .iter()
+            .all(|s| s.problem.is_none() && s.refused.is_none())
     }
 }
 
@@ -139,6 +145,14 @@ pub struct SegmentCheck {
     pub bytes: u64,
     /// Its entries (0 when it does not open).
     pub entries: usize,
+    /// Where its entries came from (its
+    /// [`Provenance`](crate::trust::Provenance), as text; empty when it
+    /// does not open).
+    pub provenance: String,
     /// What is wrong with it, if anything.
     pub problem: Option<String>,
+    /// With trusted keys: why a process with those keys would not serve
+    /// its entries (received unsigned, of unknown provenance, or signed by
+    /// no trusted key), if it would not.
+    pub refused: Option<String>,
 }

@@ -5,11 +5,12 @@
 //! segment's name is always complete; it is never modified afterwards, only
 //! deleted by compaction once its entries are in a published successor.
 //!
-//! This module also opens every file of the cache directory (segments,
-//! `stamps`, `lock`) the one safe way ([`open_regular`]): without following
-//! a symbolic link, without waiting on a FIFO or a device, and only if it
-//! is a regular file, so that nothing planted under one of those names can
-//! redirect a write, stall a lookup or feed an unbounded read. Files and
+//! Every file of the cache directory (segments, `stamps`, `lock`) is opened
+//! through [`open_regular`], kiln's one safe opener
+//! ([`crate::regular_file`]) with links refused: never following a
+//! symbolic link, never waiting on a FIFO or a device, and only a regular
+//! file, so that nothing planted under one of those names can redirect a
+//! write, stall a lookup or feed an unbounded read. Files and
 //! directories are created with [`FILE_MODE`] and [`DIR_MODE`], given at
 //! creation.
 
@@ -21,6 +22,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use kiln_image::{Digest, FileAccess, Image, ImageError, ImageFile, Verification};
+
+use crate::regular_file::{self, Links};
+use crate::trust::Provenance;
 
 /// Segment file names start with this.
 const SEGMENT_PREFIX: &str = "seg-";
@@ -36,6 +40,47 @@ pub(crate) const BASE_SEGMENT: &str = "seg-base.kimg";
 /// Signed segments' names start with this, then the first 16 hex digits
 /// of the owner's and of the key's digest (see [`new_signed_name`]).
 const SIGNED_PREFIX: &str = "seg-sig";
+/// Names of segments of entries received unsigned from another tier
+/// ([`Provenance::Unsigned`]) start with this.
+const RECEIVED_PREFIX: &str = "seg-ext-";
+
+/// Which kind of entries a segment holds, as far as compaction and trust
+/// go: segments of different classes are never merged together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum SegmentClass {
+    /// Entries this user's processes compiled (`seg-base.kimg`, `seg-<ms>-…`):
+    /// merged into the base.
+    Compiled,
+    /// Entries received unsigned from another tier, or of unknown
+    /// provenance (`seg-ext-…`): merged among themselves only.
+    Received,
+    /// One entry received with its signatures (`seg-sig…`): never merged.
+    Signed,
+}
+
+impl SegmentClass {
+    /// The class a segment's name gives (what compaction counts without
+    /// opening anything; the segment's own labels decide its
+    /// [`Provenance`] when it is opened).
+    pub(crate) fn of_name(name: &str) -> SegmentClass {
+        if name.starts_with(SIGNED_PREFIX) {
+            SegmentClass::Signed
+        } else if name.starts_with(RECEIVED_PREFIX) {
+            SegmentClass::Received
+        } else {
+            SegmentClass::Compiled
+        }
+    }
+
+    /// The class of segments holding entries of `provenance`.
+    pub(crate) fn of(provenance: &Provenance) -> SegmentClass {
+        match provenance {
+            Provenance::Compiled => SegmentClass::Compiled,
+            Provenance::Signed => SegmentClass::Signed,
+            _ => SegmentClass::Received,
+        }
+    }
+}
 
 /// The largest segment file that is read rather than mapped (other than
 /// the base, which is always mapped).
@@ -53,9 +98,14 @@ pub(crate) struct Segment {
     /// The base segment's file identity (its inode number): compaction
     /// replaces the base under the same name.
     pub(crate) file_id: Option<u64>,
-    /// Whether a trusted key's signature of the image verified (checked
-    /// once, on the first lookup that needs it).
-    pub(crate) signature_ok: std::sync::OnceLock<bool>,
+    /// Where its entries came from ([`Segment::provenance`]), read from
+    /// its labels on first need: a lookup without trusted keys never reads
+    /// them.
+    provenance: std::sync::OnceLock<Provenance>,
+    /// Whether the cache's trusted keys admit it
+    /// ([`crate::trust::admit`]; decided once, on the first lookup that
+    /// needs it).
+    pub(crate) admitted: std::sync::OnceLock<bool>,
 }
 
 impl Segment {
@@ -92,18 +142,34 @@ impl Segment {
         Ok(Segment {
             name: name.to_owned(),
             bytes: image.byte_len(),
+            provenance: std::sync::OnceLock::new(),
             image: Arc::new(image),
             file_id,
-            signature_ok: std::sync::OnceLock::new(),
+            admitted: std::sync::OnceLock::new(),
         })
     }
 
-    /// Whether a key of `trusted` signed the segment (checked on the first
-    /// call and remembered: the keys are the cache's, fixed at open).
-    pub(crate) fn signed_by(&self, trusted: &kiln_image::TrustedKeys) -> bool {
-        *self
-            .signature_ok
-            .get_or_init(|| self.image.verify_signature(trusted).is_ok())
+    /// Where its entries came from: a signed segment's is
+    /// [`Provenance::Signed`]; an unsigned one's is what its labels record,
+    /// and [`Provenance::Compiled`] only if its name says so too.
+    pub(crate) fn provenance(&self) -> &Provenance {
+        self.provenance
+            .get_or_init(|| provenance_of(&self.name, &self.image))
+    }
+}
+
+/// The provenance of the segment `name` holding `image`: signed by its
+/// name (the image carries the signatures that are checked); otherwise
+/// from the image's labels, where only a segment named as compiled may be
+/// [`Provenance::Compiled`] (one named as received stays received, whatever
+/// it says).
+pub(crate) fn provenance_of(name: &str, image: &Image) -> Provenance {
+    match SegmentClass::of_name(name) {
+        SegmentClass::Signed => Provenance::Signed,
+        class => match Provenance::from_labels(&image.meta().labels) {
+            Provenance::Compiled if class == SegmentClass::Received => Provenance::Unknown,
+            provenance => provenance,
+        },
     }
 }
 
@@ -215,12 +281,17 @@ fn is_segment_name(name: &str) -> bool {
 /// A new segment name: time first (so names sort by age), then the process
 /// id and a per-process counter (so concurrent writers never collide), then
 /// the entry count (so readers can try the fullest segment first without
-/// opening any).
-fn new_segment_name(entries: usize) -> String {
+/// opening any); [`RECEIVED_PREFIX`] first for a segment of received
+/// entries.
+fn new_segment_name(entries: usize, class: SegmentClass) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let prefix = match class {
+        SegmentClass::Received => RECEIVED_PREFIX,
+        _ => SEGMENT_PREFIX,
+    };
     format!(
-        "{SEGMENT_PREFIX}{:013}-{}-{n}-{entries}{SEGMENT_SUFFIX}",
+        "{prefix}{:013}-{}-{n}-{entries}{SEGMENT_SUFFIX}",
         now_ms(),
         std::process::id()
     )
@@ -231,7 +302,7 @@ fn new_segment_name(entries: usize) -> String {
 /// a lookup opens only the signed segments that may hold its entry, then
 /// what [`new_segment_name`] gives.
 fn new_signed_name(owner: &Digest, key: &Digest) -> String {
-    let plain = new_segment_name(1);
+    let plain = new_segment_name(1, SegmentClass::Signed);
     let rest = plain.strip_prefix(SEGMENT_PREFIX).unwrap_or(&plain);
     format!(
         "{SIGNED_PREFIX}{}{}-{rest}",
@@ -242,7 +313,7 @@ fn new_signed_name(owner: &Digest, key: &Digest) -> String {
 
 /// Whether `name` is a signed segment's (kept apart by compaction).
 pub(crate) fn is_signed_name(name: &str) -> bool {
-    name.starts_with(SIGNED_PREFIX)
+    SegmentClass::of_name(name) == SegmentClass::Signed
 }
 
 /// Whether the signed segment `name` may hold `(owner, key)` (from its
@@ -265,12 +336,17 @@ pub(crate) fn entries_in_name(name: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Publishes `bytes`, an image of `entries` entries, as a new segment of
-/// `dir` and returns its file info.
+/// Publishes `bytes`, an image of `entries` entries of `class` (compiled or
+/// received), as a new segment of `dir` and returns its file info.
 ///
 /// The caller holds the directory lock (shared or exclusive).
-pub(crate) fn publish(dir: &Path, bytes: &[u8], entries: usize) -> io::Result<FileInfo> {
-    publish_named(dir, bytes, || new_segment_name(entries))
+pub(crate) fn publish(
+    dir: &Path,
+    bytes: &[u8],
+    entries: usize,
+    class: SegmentClass,
+) -> io::Result<FileInfo> {
+    publish_named(dir, bytes, || new_segment_name(entries, class))
 }
 
 /// Publishes `bytes`, a signed one-entry image of `(owner, key)`, as a new
@@ -397,17 +473,25 @@ fn millis_since_epoch(time: SystemTime) -> u64 {
 
 // ----- opening the files of the cache directory -----
 
-/// The mode of the directories the disk cache creates (the cache directory
-/// and its `images-v<N>/`): the user's alone. Given to `mkdir`, so the
-/// directory never exists with a wider mode (the umask can only narrow it).
-pub(crate) const DIR_MODE: u32 = 0o700;
-
 /// The mode of the files the disk cache creates (segments, `stamps`,
 /// `lock`, temporary files): read and written by the user alone. Given to
 /// `open` (`O_CREAT`), never set afterwards.
 pub(crate) const FILE_MODE: u32 = 0o600;
 
-/// How [`open_regular`] opens a file.
+/// Opens `path`, a file the cache directory should hold, the one safe way
+/// ([`crate::regular_file::open`]): never through a symbolic link, never
+/// blocking on a FIFO or a device, only a regular file, created with
+/// [`FILE_MODE`].
+pub(crate) fn open_regular(path: &Path, access: Access) -> io::Result<File> {
+    let access = match access {
+        Access::Read => regular_file::Access::Read,
+        Access::ReadWriteCreate => regular_file::Access::ReadWriteCreate(FILE_MODE),
+        Access::AppendCreate => regular_file::Access::AppendCreate(FILE_MODE),
+    };
+    regular_file::open(path, access, Links::Refuse)
+}
+
+/// How [`open_regular`] opens a file of the cache directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Access {
     /// Read only; the file must exist (segments, `stamps` when read).
@@ -416,101 +500,6 @@ pub(crate) enum Access {
     ReadWriteCreate,
     /// Append only, created with [`FILE_MODE`] when missing (`stamps`).
     AppendCreate,
-}
-
-/// Opens `path`, a file the cache directory should hold, the safe way:
-/// `O_NOFOLLOW` (a symbolic link under that name is refused, never
-/// followed), `O_NONBLOCK` (a FIFO or a device does not block the open),
-/// then `fstat`: anything but a regular file is refused with an error that
-/// says what it is. `O_NONBLOCK` is then cleared, so reads and writes
-/// behave as usual.
-#[cfg(unix)]
-pub(crate) fn open_regular(path: &Path, access: Access) -> io::Result<File> {
-    let fd = open_checked(path, access)?;
-    let flags = rustix::fs::fcntl_getfl(&fd)?;
-    rustix::fs::fcntl_setfl(&fd, flags - rustix::fs::OFlags::NONBLOCK)?;
-    Ok(File::from(fd))
-}
-
-/// [`open_regular`] up to the check, `O_NONBLOCK` still set.
-#[cfg(unix)]
-fn open_checked(path: &Path, access: Access) -> io::Result<std::os::fd::OwnedFd> {
-    use rustix::fs::{FileType, Mode, OFlags};
-    use rustix::io::Errno;
-    let flags = OFlags::NOFOLLOW
-        | OFlags::NONBLOCK
-        | OFlags::CLOEXEC
-        | match access {
-            Access::Read => OFlags::RDONLY,
-            Access::ReadWriteCreate => OFlags::RDWR | OFlags::CREATE,
-            Access::AppendCreate => OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE,
-        };
-    let fd = match rustix::fs::open(path, flags, Mode::from_raw_mode(FILE_MODE)) {
-        Ok(fd) => fd,
-        Err(Errno::LOOP) => return Err(not_regular(path, "a symbolic link")),
-        // Opening a FIFO without reader, or a socket, for writing.
-        Err(Errno::NXIO) => return Err(not_regular(path, "a FIFO or a socket")),
-        Err(errno) => return Err(errno.into()),
-    };
-    let kind = FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode);
-    if kind != FileType::RegularFile {
-        let what = match kind {
-            FileType::Directory => "a directory",
-            FileType::Fifo => "a FIFO",
-            FileType::Socket => "a socket",
-            FileType::CharacterDevice | FileType::BlockDevice => "a device",
-            _ => "not a regular file",
-        };
-        return Err(not_regular(path, what));
-    }
-    Ok(fd)
-}
-
-/// Opens `path` as [`open_regular`] does, where the platform offers no
-/// `O_NOFOLLOW`: opened, then checked to be a regular file.
-#[cfg(not(unix))]
-pub(crate) fn open_regular(path: &Path, access: Access) -> io::Result<File> {
-    let mut options = fs::OpenOptions::new();
-    match access {
-        Access::Read => options.read(true),
-        Access::ReadWriteCreate => options.read(true).write(true).create(true),
-        Access::AppendCreate => options.append(true).create(true),
-    };
-    let file = options.open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(not_regular(path, "not a regular file"));
-    }
-    Ok(file)
-}
-
-/// Whether `err` is [`open_regular`]'s refusal of something that is not a
-/// regular file.
-pub(crate) fn is_not_regular(err: &io::Error) -> bool {
-    err.get_ref().is_some_and(|inner| inner.is::<NotRegular>())
-}
-
-/// What [`open_regular`] refused.
-#[derive(Debug)]
-struct NotRegular(String);
-
-impl std::fmt::Display for NotRegular {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for NotRegular {}
-
-/// The error for `path`, which is `what` instead of a regular file.
-fn not_regular(path: &Path, what: &str) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidInput,
-        NotRegular(format!(
-            "{} is {what}, not a regular file: the disk cache neither follows nor \
-             opens it (remove it)",
-            path.display()
-        )),
-    )
 }
 
 /// Opens the image file at `path` for [`Image::from_file`], through
@@ -528,44 +517,6 @@ pub(crate) fn open_image(path: &Path) -> Result<ImageFile, ImageError> {
     // never opened again by name.
     let file = open_regular(path, Access::Read).map_err(io("open"))?;
     ImageFile::from_file(file, path)
-}
-
-/// Creates `dir` and any missing parent with [`DIR_MODE`].
-pub(crate) fn create_dirs(dir: &Path) -> io::Result<()> {
-    let mut builder = fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, DIR_MODE);
-    builder.create(dir)
-}
-
-/// Why the directory `meta` describes must not hold a cache that this
-/// process trusts, if it must not: another user owns it, or users other
-/// than its owner may write to it (group or others write bit, sticky or
-/// not). Either way another user could plant files there.
-#[cfg(unix)]
-pub(crate) fn untrusted_dir(meta: &fs::Metadata) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
-    let me = rustix::process::geteuid().as_raw();
-    if meta.uid() != me {
-        return Some(format!(
-            "owned by user {} (this process runs as user {me})",
-            meta.uid()
-        ));
-    }
-    let mode = meta.mode() & 0o7777;
-    if mode & 0o022 != 0 {
-        return Some(format!(
-            "writable by other users (mode {mode:o}; the disk cache creates 700)"
-        ));
-    }
-    None
-}
-
-/// Ownership and modes are not checked where the platform has none.
-#[cfg(not(unix))]
-pub(crate) fn untrusted_dir(_: &fs::Metadata) -> Option<String> {
-    None
 }
 
 #[cfg(test)]
@@ -598,7 +549,7 @@ mod tests {
     fn small_segments_are_read_and_large_ones_and_the_base_mapped() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
         let open = |bytes: &[u8], entries: usize| {
-            let file = publish(dir.path(), bytes, entries)?;
+            let file = publish(dir.path(), bytes, entries, SegmentClass::Compiled)?;
             let segment = Segment::open(dir.path(), &file.name).map_err(io::Error::other)?;
             assert_eq!(segment.bytes, bytes.len() as u64);
             assert_eq!(segment.image.len(), entries);
@@ -623,8 +574,8 @@ mod tests {
     #[test]
     fn published_segments_are_listed_and_temp_files_apart() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
-        let a = publish(dir.path(), b"first", 1)?;
-        let b = publish(dir.path(), b"second", 42)?;
+        let a = publish(dir.path(), b"first", 1, SegmentClass::Compiled)?;
+        let b = publish(dir.path(), b"second", 42, SegmentClass::Received)?;
         assert_ne!(a.name, b.name);
         assert_eq!(
             (entries_in_name(&a.name), entries_in_name(&b.name)),

@@ -89,7 +89,7 @@ fn read_at_most(dir: &Path, cap: u64) -> io::Result<HashMap<EntryId, u64>> {
     let mut file = match segment::open_regular(&path, Access::Read) {
         Ok(file) => file,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(HashMap::new()),
-        Err(err) if segment::is_not_regular(&err) => {
+        Err(err) if crate::regular_file::is_not_regular(&err) => {
             tracing::debug!(error = %err, "disk-cache stamps file ignored");
             return Ok(HashMap::new());
         }
@@ -253,7 +253,7 @@ mod tests {
         assert!(read(dir.path())?.is_empty());
         assert_eq!(file_len(dir.path()), 0);
         let err = append(dir.path(), &[(id(1), 1)]).expect_err("refused");
-        assert!(segment::is_not_regular(&err), "{err}");
+        assert!(crate::regular_file::is_not_regular(&err), "{err}");
         assert!(err.to_string().contains("symbolic link"), "{err}");
         assert_eq!(std::fs::read(&target)?, b"export PATH=/usr/bin\n");
 

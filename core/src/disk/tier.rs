@@ -5,8 +5,9 @@ use std::sync::{Arc, OnceLock};
 
 use kiln_image::EntryData;
 
-use super::cache::Payloads;
+use super::hit::Payloads;
 use super::{DiskCache, DiskConfig};
+use crate::trust::Provenance;
 use crate::{Error, Key, Owner, Tier, TierEntry};
 
 /// `get_or_compile` asks the disk cache after memory and images, and stores
@@ -22,7 +23,14 @@ impl Tier for DiskCache {
     /// which the cache counts in
     /// [`Stats::store_failures`](crate::Stats::store_failures).
     fn store(&self, _owner: &Owner, entry: &EntryData) -> Result<(), Error> {
-        self.put_entry(entry).map(|_| ())
+        self.put_entry(entry, &Provenance::Compiled).map(|_| ())
+    }
+
+    /// Keeps the entry, received unsigned from `from`, in a segment of
+    /// received entries ([`DiskCache::put_unsigned`]).
+    fn store_unsigned(&self, _owner: &Owner, entry: &EntryData, from: &str) -> Result<(), Error> {
+        self.put_unsigned(entry, from);
+        Ok(())
     }
 
     /// Keeps the signed image as a segment of its own
@@ -38,9 +46,10 @@ impl Tier for DiskCache {
     /// cache (an entry with a CUBIN and a PTX fallback hashes only the one
     /// used); an entry with a payload already known bad is a miss.
     ///
-    /// With [`DiskConfig::trusted_keys`], an entry whose signature does not
-    /// verify with them is refused: [`Error::TierUntrusted`], which the
-    /// cache counts.
+    /// With [`DiskConfig::trusted_keys`], an entry neither compiled by this
+    /// user's processes (by its provenance) nor signed by one of them is
+    /// refused: [`Error::TierUntrusted`], which the cache counts (the disk
+    /// cache warns once).
     fn load_entry(&self, owner: &Owner, key: &Key) -> Result<Option<TierEntry>, Error> {
         let found = self
             .get_trusted(&owner.digest(), key.digest(), Payloads::OnUse)
@@ -111,7 +120,7 @@ impl DiskTier {
         match config {
             Ok(config) => config.map(DiskTier::new),
             Err(error) => {
-                super::cache::warn_unavailable(&error);
+                super::dir::warn_unavailable(&error);
                 None
             }
         }
@@ -151,6 +160,13 @@ impl Tier for DiskTier {
     fn store_signed(&self, owner: &Owner, entry: &EntryData, image: &[u8]) -> Result<(), Error> {
         match self.cache() {
             Some(cache) => cache.store_signed(owner, entry, image),
+            None => Ok(()),
+        }
+    }
+
+    fn store_unsigned(&self, owner: &Owner, entry: &EntryData, from: &str) -> Result<(), Error> {
+        match self.cache() {
+            Some(cache) => cache.store_unsigned(owner, entry, from),
             None => Ok(()),
         }
     }

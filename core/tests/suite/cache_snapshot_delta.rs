@@ -61,7 +61,8 @@ fn invariant2_an_entry_invalidated_after_the_snapshot_is_not_exported() {
         compiled(2, "v1").dep("mul.cu", fp("mul.cu", 1)),
     );
     cache.redefine("add.cu", fp("add.cu", 2));
-    let names: Vec<&str> = cache.delta(&s).entries().map(|(_, _, n)| n).collect();
+    let delta = cache.delta(&s);
+    let names: Vec<&str> = delta.entries().map(|(_, _, n)| n).collect();
     assert_eq!(names, ["f2"]);
 }
 
@@ -86,7 +87,8 @@ fn invariant2_entries_merged_from_an_image_are_not_re_exported() {
         .unwrap();
     // Inserting f1 again (first valid entry wins) does not make it ours.
     cache.insert(&o, &key(1), compiled(1, "ours"));
-    let names: Vec<&str> = cache.delta(&s).entries().map(|(_, _, n)| n).collect();
+    let delta = cache.delta(&s);
+    let names: Vec<&str> = delta.entries().map(|(_, _, n)| n).collect();
     assert_eq!(names, ["f2"]);
 }
 
@@ -99,7 +101,8 @@ fn invariant11_session_dependent_entries_are_never_exported() {
     cache.insert(&o, &key(2), compiled(2, "handle").session_dependent());
     // Cached in memory all the same.
     assert!(cache.lookup(&o.digest(), &key(2)).is_some());
-    let names: Vec<&str> = cache.delta(&s).entries().map(|(_, _, n)| n).collect();
+    let delta = cache.delta(&s);
+    let names: Vec<&str> = delta.entries().map(|(_, _, n)| n).collect();
     assert_eq!(names, ["f1"]);
 }
 

@@ -32,6 +32,8 @@ mod disk_hostile;
 mod disk_open;
 mod disk_process;
 mod disk_readonly;
+#[cfg(unix)]
+mod disk_second_user;
 mod disk_store;
 mod hit_alignment;
 mod record_processes;

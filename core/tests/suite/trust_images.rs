@@ -8,6 +8,7 @@ use std::path::Path;
 
 use kiln_core::env::Switches;
 use kiln_core::registry::{EmbeddedImage, ImageSource};
+use kiln_core::trust::TrustPolicy;
 use kiln_core::{
     Artifact, ArtifactKind, Cache, Compiled, Error, ImageOutcome, Key, KeyBuilder, Owner, Source,
 };
@@ -114,7 +115,7 @@ fn image_files_are_merged_only_when_a_trusted_key_signed_them() {
     // Keys configured: only the release-signed image.
     let mut switches = Switches::default();
     switches.image_path = vec![dir.path().to_path_buf()];
-    switches.trusted_keys = Some(trusting(&[&release]));
+    switches.trust = TrustPolicy::default().with_trusted_keys(trusting(&[&release]));
     let cache = Cache::new();
     let report = kiln_core::load_images(&cache, &switches, &[]);
     assert_eq!(
@@ -164,7 +165,7 @@ fn rotating_keys_accepts_both_then_refuses_the_old_ones_images() {
     let load = |keys: TrustedKeys| {
         let mut switches = Switches::default();
         switches.image_path = vec![dir.path().to_path_buf()];
-        switches.trusted_keys = Some(keys);
+        switches.trust = TrustPolicy::default().with_trusted_keys(keys);
         let cache = Cache::new();
         let report = kiln_core::load_images(&cache, &switches, &[]);
         (
@@ -195,7 +196,7 @@ fn embedded_images_are_the_programs_own_unless_their_signature_says_otherwise() 
         embedded("stranger.kimg", signed(&["g"], &stranger)),
     ];
     let mut switches = Switches::default();
-    switches.trusted_keys = Some(trusting(&[&release]));
+    switches.trust = TrustPolicy::default().with_trusted_keys(trusting(&[&release]));
     let cache = Cache::new();
     let report = kiln_core::load_images(&cache, &switches, &images);
     let outcome: Vec<String> = outcomes(&report).into_iter().map(|(_, o)| o).collect();
@@ -225,7 +226,7 @@ fn precompile_signs_its_image_when_a_signing_key_is_set() {
     let dir = tempfile::tempdir().expect("temp dir");
     let key_file = dir.path().join("release.key");
     let key = signer(7);
-    key.write_file(&key_file).expect("writes the key");
+    kiln_core::trust::write_signing_key(&key, &key_file).expect("writes the key");
     let run = |out: &Path, signing: Option<&Path>| -> String {
         let mut command = child::command(ROLE, "precompile");
         command.env("KILN_TRUST_TEST_OUT", out);

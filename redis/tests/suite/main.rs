@@ -14,6 +14,7 @@ mod remote_corrupt;
 mod remote_failure;
 mod remote_global;
 mod remote_hostile;
+mod remote_provenance;
 mod remote_security;
 mod remote_share;
 mod remote_signed;
@@ -22,7 +23,8 @@ mod remote_signed;
 /// with `--ignored --exact child` and a role variable set. Each role runs
 /// only when its own variable is set (`KILN_REMOTE_TEST_ROLE` for
 /// `remote_support`'s roles, `KILN_REMOTE_GLOBAL_ROLE` for `remote_global`,
-/// `KILN_SIGNED_TEST_ROLE` for `remote_signed`),
+/// `KILN_SIGNED_TEST_ROLE` for `remote_signed`,
+/// `KILN_PROVENANCE_TEST_ROLE` for `remote_provenance`),
 /// so in a normal run this test does nothing.
 #[test]
 #[ignore = "helper: run in a child process by the other tests"]
@@ -30,4 +32,5 @@ fn child() {
     remote_support::run_child_role();
     remote_global::run_child_role();
     remote_signed::run_child_role();
+    remote_provenance::run_child_role();
 }

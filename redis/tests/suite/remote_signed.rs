@@ -24,10 +24,10 @@ use kiln_image::{
 use kiln_redis::{RemoteConfig, RemoteTier};
 use kiln_test_support::child;
 
-const EVIL: &[u8] = b"// EVIL PTX injected by the server";
+pub(crate) const EVIL: &[u8] = b"// EVIL PTX injected by the server";
 const ROLE: &str = "KILN_SIGNED_TEST_ROLE";
 
-fn signer(n: u8) -> Arc<SigningKey> {
+pub(crate) fn signer(n: u8) -> Arc<SigningKey> {
     Arc::new(SigningKey::from_secret_bytes([n; 32]))
 }
 
@@ -67,11 +67,11 @@ fn cache(dir: &Path, remote: &RemoteTier, trusted: Option<TrustedKeys>) -> Cache
 }
 
 /// The Redis key of test kernel `i`.
-fn redis_key(i: u64) -> String {
+pub(crate) fn redis_key(i: u64) -> String {
     format!("kiln:v2:{}:{}", owner().digest(), key(i).digest())
 }
 
-fn set(server: &RedisServer, name: &str, value: &[u8]) {
+pub(crate) fn set(server: &RedisServer, name: &str, value: &[u8]) {
     let mut con = server.connection().expect("connects");
     redis::cmd("SET")
         .arg(name)
@@ -80,7 +80,7 @@ fn set(server: &RedisServer, name: &str, value: &[u8]) {
         .expect("SET");
 }
 
-fn value(server: &RedisServer, name: &str) -> Option<Vec<u8>> {
+pub(crate) fn value(server: &RedisServer, name: &str) -> Option<Vec<u8>> {
     let mut con = server.connection().expect("connects");
     redis::cmd("GET").arg(name).query(&mut con).expect("GET")
 }
@@ -94,7 +94,7 @@ fn values_on(server: &RedisServer) -> usize {
 /// What an attacker who can write to the server stores for kernel `i`: a
 /// well-formed one-entry image of exactly `(owner, key(i))`, every checksum
 /// valid, its code [`EVIL`]; signed by `key` if given.
-fn poisoned(i: u64, signer: Option<&SigningKey>) -> Vec<u8> {
+pub(crate) fn poisoned(i: u64, signer: Option<&SigningKey>) -> Vec<u8> {
     let mut writer = ImageWriter::new(ImageMeta::new("kiln-remote", env!("CARGO_PKG_VERSION")));
     writer.push(EntryData {
         owner: owner().digest(),
@@ -456,7 +456,7 @@ fn readers_without_a_signing_key_do_not_write_to_redis() {
     // A signing key file makes a writer, which signs.
     let dir = tempdir();
     let key_file = dir.path().join("writer.key");
-    key.write_file(&key_file).expect("writes the key");
+    kiln_core::trust::write_signing_key(&key, &key_file).expect("writes the key");
     let config = RemoteConfig::from_lookup(vars(&[("KILN_SIGNING_KEY", key_file.as_os_str())]))
         .expect("valid")
         .expect("on");
@@ -483,7 +483,7 @@ fn the_global_cache_signs_and_checks_with_the_variables() {
     let keys = tempdir();
     let writer_key = keys.path().join("writer.key");
     let key = SigningKey::generate().expect("random");
-    key.write_file(&writer_key).expect("writes");
+    kiln_core::trust::write_signing_key(&key, &writer_key).expect("writes");
     let public = keys.path().join("writer.key.pub");
     std::fs::write(&public, format!("{}\n", key.public_key())).expect("writes");
     let process = |dir: &Path, vars: &[(&str, &Path)]| {

@@ -4,6 +4,7 @@
 //! ```text
 //! kiln-soak [--seconds N] [--processes P] [--threads T]
 //!           [--memory-max SIZE] [--disk-max SIZE] [--dir DIR]
+//!           [--new-percent P] [--new-keys N] [--payload-max SIZE]
 //! ```
 //!
 //! The parent writes an image of [`IMAGE_KEYS`] specializations (as a
@@ -13,15 +14,22 @@
 //! set, so that every process uses `kiln_core::global()` exactly as a
 //! service would. Each runs `T` threads for `N` seconds, each asking for a
 //! stream of specializations through `get_or_compile`: new ones never
-//! asked before, a hot set shared by all processes (larger than the memory
-//! cap), a warm set (larger than the disk cap), and the image's. The
-//! compiler is [`kiln_reliability::soak::compile`]: every answer is checked
-//! against the payload its key must produce.
+//! asked before (`--new-percent`, 20 % by default; a process stops after
+//! `--new-keys` of them, if given), a hot set shared by all processes
+//! (larger than the memory cap), a warm set (larger than the disk cap), and
+//! the image's. The compiler is [`kiln_reliability::soak::PayloadSizes`]
+//! (payloads of 16 to 200 KiB, or up to `--payload-max`): every answer is
+//! checked against the payload its key must produce.
 //!
-//! Each process prints one `RESULT` line; the parent sums them, checks the
-//! disk cache afterwards (every segment verified in full, its size against
-//! the cap), prints a Markdown table and a `RESULT` line, and exits 1 if
-//! any answer was an error or wrong.
+//! Each process samples its resident memory (RSS) five times a second,
+//! with the cache's entries held and allocated, and checks every sample
+//! against [`kiln_reliability::soak::rss_bound`] (the caps' payloads, a
+//! stated bound per entry allocated, a fixed overhead). It prints its
+//! samples and one `RESULT` line; the parent sums them, checks the disk
+//! cache afterwards (every segment verified in full, its size against the
+//! cap), prints a Markdown table, each process's RSS over time and a
+//! `RESULT` line, and exits 1 if any answer was an error or wrong, or a
+//! process's RSS passed its bound.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -34,7 +42,7 @@ use std::time::{Duration, Instant};
 use kiln_core::disk::{DiskCache, DiskConfig};
 use kiln_core::{Cache, CacheConfig, Source};
 use kiln_image::{Digest, ImageMeta};
-use kiln_reliability::soak::{self, Figures};
+use kiln_reliability::soak::{self, Figures, PayloadSizes};
 use kiln_reliability::{Error, Rng, Table};
 
 /// Specializations shipped in the image.
@@ -58,6 +66,23 @@ struct Options {
     disk_max: String,
     dir: Option<PathBuf>,
     child: Option<u64>,
+    new_percent: u64,
+    new_keys: Option<u64>,
+    payload_max: Option<String>,
+}
+
+impl Options {
+    fn sizes(&self) -> Result<PayloadSizes, Error> {
+        match &self.payload_max {
+            None => Ok(PayloadSizes::DEFAULT),
+            Some(text) => {
+                let max = parse_size("--payload-max", text)?;
+                Ok(PayloadSizes::up_to(
+                    usize::try_from(max).unwrap_or(usize::MAX),
+                ))
+            }
+        }
+    }
 }
 
 fn main() {
@@ -85,6 +110,9 @@ fn options(args: &[String]) -> Result<Options, Error> {
         disk_max: "8M".into(),
         dir: None,
         child: None,
+        new_percent: 20,
+        new_keys: None,
+        payload_max: None,
     };
     let mut args = args.iter();
     while let Some(flag) = args.next() {
@@ -105,14 +133,19 @@ fn options(args: &[String]) -> Result<Options, Error> {
             "--disk-max" => options.disk_max = value()?,
             "--dir" => options.dir = Some(PathBuf::from(value()?)),
             "--child" => options.child = Some(number(value()?)?),
+            "--new-percent" => options.new_percent = number(value()?)?.min(100),
+            "--new-keys" => options.new_keys = Some(number(value()?)?),
+            "--payload-max" => options.payload_max = Some(value()?),
             other => {
                 return Err(Error::Child(format!(
                     "unknown argument {other:?}: --seconds N --processes P --threads T \
-                     --memory-max SIZE --disk-max SIZE --dir DIR"
+                     --memory-max SIZE --disk-max SIZE --dir DIR --new-percent P \
+                     --new-keys N --payload-max SIZE"
                 )));
             }
         }
     }
+    options.sizes()?;
     Ok(options)
 }
 
@@ -136,7 +169,7 @@ fn parent(options: &Options) -> Result<bool, Error> {
     };
     let (images, cache_dir) = (root.join("images"), root.join("cache"));
     std::fs::create_dir_all(&images).map_err(Error::io("create", &images))?;
-    write_image(&images)?;
+    write_image(&images, options.sizes()?)?;
 
     let exe = std::env::current_exe().map_err(Error::io("find", "kiln-soak"))?;
     let started = Instant::now();
@@ -147,6 +180,16 @@ fn parent(options: &Options) -> Result<bool, Error> {
                 .args(["--child", &id.to_string()])
                 .args(["--seconds", &options.seconds.to_string()])
                 .args(["--threads", &options.threads.to_string()])
+                .args(["--new-percent", &options.new_percent.to_string()])
+                .args(["--disk-max", &options.disk_max])
+                .args(["--memory-max", &options.memory_max]);
+            if let Some(keys) = options.new_keys {
+                command.args(["--new-keys", &keys.to_string()]);
+            }
+            if let Some(max) = &options.payload_max {
+                command.args(["--payload-max", max]);
+            }
+            command
                 .env("KILN_CACHE_DIR", &cache_dir)
                 .env("KILN_IMAGE_PATH", &images)
                 .env("KILN_MEMORY_MAX_BYTES", &options.memory_max)
@@ -167,6 +210,7 @@ fn parent(options: &Options) -> Result<bool, Error> {
         .collect::<Result<_, _>>()?;
     let mut total = Figures::default();
     let mut per_process = Vec::new();
+    let mut samples = Vec::new();
     let mut failed = Vec::new();
     for (id, child) in children.into_iter().enumerate() {
         let output = child
@@ -183,6 +227,13 @@ fn parent(options: &Options) -> Result<bool, Error> {
                 let figures = Figures::parse(line)?;
                 total.add(&figures);
                 per_process.push(figures);
+                samples.push(
+                    stdout
+                        .lines()
+                        .filter_map(|line| line.strip_prefix("SAMPLE "))
+                        .map(Figures::parse)
+                        .collect::<Result<Vec<_>, _>>()?,
+                );
             }
             _ => failed.push(format!("process {id}: {}\n{stdout}{stderr}", output.status)),
         }
@@ -330,22 +381,76 @@ fn parent(options: &Options) -> Result<bool, Error> {
             }
         ),
     ]);
+    table.row([
+        "entries held / allocated, most (largest process)".to_string(),
+        format!(
+            "{} / {}",
+            total.get("entries_max"),
+            total.get("entries_alive_max")
+        ),
+    ]);
+    table.row([
+        "RSS samples over their bound (worst: RSS / bound)".to_string(),
+        format!(
+            "{} ({:.0} %)",
+            total.get("rss_over_bound"),
+            total.get("rss_bound_permille_max") as f64 / 10.0
+        ),
+    ]);
     table.row(["errors".to_string(), total.get("errors").to_string()]);
     table.row(["wrong bytes".to_string(), total.get("wrong").to_string()]);
     println!("\nSoak\n\n{table}");
+    for (id, samples) in samples.iter().enumerate() {
+        println!("\nProcess {id}: RSS over time\n\n{}", over_time(samples));
+    }
     println!("RESULT {}", total.line());
-    Ok(total.get("errors") == 0 && total.get("wrong") == 0 && verify.is_clean())
+    Ok(total.get("errors") == 0
+        && total.get("wrong") == 0
+        && total.get("rss_over_bound") == 0
+        && verify.is_clean())
+}
+
+/// About a dozen of a process's samples, evenly spaced, the last included,
+/// as a table.
+fn over_time(samples: &[Figures]) -> Table {
+    let mib = |bytes: u64| format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20));
+    let mut table = Table::new([
+        "seconds",
+        "new keys",
+        "entries held",
+        "entries allocated",
+        "payloads held",
+        "RSS",
+        "bound",
+    ]);
+    let step = samples.len().div_ceil(12).max(1);
+    let last = samples.len().saturating_sub(1);
+    for (n, sample) in samples.iter().enumerate() {
+        if n % step != 0 && n != last {
+            continue;
+        }
+        table.row([
+            format!("{:.1}", sample.get("millis") as f64 / 1e3),
+            sample.get("new").to_string(),
+            sample.get("entries").to_string(),
+            sample.get("alive").to_string(),
+            mib(sample.get("held")),
+            mib(sample.get("rss_kib") << 10),
+            mib(sample.get("bound")),
+        ]);
+    }
+    table
 }
 
 /// Writes the image of the specializations `0..IMAGE_KEYS`, as a library's
 /// build script would.
-fn write_image(dir: &Path) -> Result<(), Error> {
+fn write_image(dir: &Path, sizes: PayloadSizes) -> Result<(), Error> {
     let owner = soak::owner()?;
     let cache = Cache::with_config(CacheConfig::default().memory_max_bytes(None));
     let start = cache.snapshot();
     for id in 0..IMAGE_KEYS {
         let key = soak::key(id)?;
-        cache.insert(&owner, &key, soak::compile(&key));
+        cache.insert(&owner, &key, sizes.compile(&key));
     }
     cache
         .delta(&start)
@@ -388,12 +493,41 @@ fn rss_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// One sample of a process's memory.
+struct Sample {
+    millis: u64,
+    new: u64,
+    entries: u64,
+    alive: u64,
+    held: u64,
+    rss_kib: u64,
+    bound: u64,
+}
+
+impl Sample {
+    fn line(&self) -> String {
+        let mut figures = Figures::default();
+        figures.set("millis", self.millis);
+        figures.set("new", self.new);
+        figures.set("entries", self.entries);
+        figures.set("alive", self.alive);
+        figures.set("held", self.held);
+        figures.set("rss_kib", self.rss_kib);
+        figures.set("bound", self.bound);
+        figures.line()
+    }
+}
+
 fn child(options: &Options, id: u64) -> Result<(), Error> {
     let owner = soak::owner()?;
+    let sizes = options.sizes()?;
+    let memory_max = parse_size("--memory-max", &options.memory_max)?;
+    let disk_max = parse_size("--disk-max", &options.disk_max)?;
     let cache = kiln_core::global();
+    let started = Instant::now();
     let rss_start = rss_kib("VmRSS:");
-    let deadline = Instant::now() + Duration::from_secs(options.seconds);
-    let quarter = Instant::now() + Duration::from_secs(options.seconds) / 4;
+    let deadline = started + Duration::from_secs(options.seconds);
+    let quarter = started + Duration::from_secs(options.seconds) / 4;
     let tally = Tally::default();
     // What each key must produce, computed here from the compiler, never
     // from what the cache answered: (length, BLAKE3).
@@ -402,8 +536,11 @@ fn child(options: &Options, id: u64) -> Result<(), Error> {
     let stop = AtomicBool::new(false);
     let rss_q1 = AtomicU64::new(0);
     let rss_peak = AtomicU64::new(rss_start);
+    let samples: Mutex<Vec<Sample>> = Mutex::new(Vec::new());
+    let new_limit = options.new_keys.unwrap_or(u64::MAX);
+    let new_percent = options.new_percent;
     std::thread::scope(|scope| {
-        // RSS sampler.
+        // RSS sampler: every sample checked against the bound.
         scope.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
                 let now = rss_kib("VmRSS:");
@@ -411,7 +548,20 @@ fn child(options: &Options, id: u64) -> Result<(), Error> {
                 if Instant::now() >= quarter && rss_q1.load(Ordering::Relaxed) == 0 {
                     rss_q1.store(now, Ordering::Relaxed);
                 }
-                std::thread::sleep(Duration::from_millis(50));
+                let stats = cache.stats();
+                let sample = Sample {
+                    millis: started.elapsed().as_millis() as u64,
+                    new: next_new.load(Ordering::Relaxed).min(new_limit),
+                    entries: stats.memory_entries,
+                    alive: stats.entries_alive,
+                    held: stats.bytes_held,
+                    rss_kib: now,
+                    bound: soak::rss_bound(memory_max, disk_max, stats.entries_alive),
+                };
+                if let Ok(mut samples) = samples.lock() {
+                    samples.push(sample);
+                }
+                std::thread::sleep(Duration::from_millis(200));
             }
         });
         let workers: Vec<_> = (0..options.threads as u64)
@@ -420,17 +570,25 @@ fn child(options: &Options, id: u64) -> Result<(), Error> {
                 scope.spawn(move || {
                     let mut rng = Rng::new(id.wrapping_mul(0x9E37_79B9).wrapping_add(t));
                     while Instant::now() < deadline {
-                        let draw = rng.below(100);
-                        let spec = if draw < 20 {
-                            NEW_BASE * (id + 1) + next_new.fetch_add(1, Ordering::Relaxed)
-                        } else if draw < 75 {
+                        let draw = rng.below(100) as u64;
+                        // The shares of the others keep their proportions
+                        // (55 : 15 : 10 at the default 20 % new).
+                        let rest =
+                            (draw.saturating_sub(new_percent) * 80) / (100 - new_percent).max(1);
+                        let spec = if draw < new_percent {
+                            let n = next_new.fetch_add(1, Ordering::Relaxed);
+                            if n >= new_limit {
+                                break;
+                            }
+                            NEW_BASE * (id + 1) + n
+                        } else if rest < 55 {
                             HOT_BASE + rng.below(HOT_KEYS as usize) as u64
-                        } else if draw < 90 {
+                        } else if rest < 70 {
                             WARM_BASE + rng.below(WARM_KEYS as usize) as u64
                         } else {
                             rng.below(IMAGE_KEYS as usize) as u64
                         };
-                        request(cache, owner, spec, tally, expected);
+                        request(cache, owner, sizes, spec, tally, expected);
                     }
                 })
             })
@@ -444,6 +602,13 @@ fn child(options: &Options, id: u64) -> Result<(), Error> {
     let rss_hwm = rss_kib("VmHWM:");
     let (rss_anon, rss_file) = (rss_kib("RssAnon:"), rss_kib("RssFile:"));
     let stats = cache.stats();
+    let samples = samples.into_inner().unwrap_or_default();
+    let over_bound = samples.iter().filter(|s| s.rss_kib << 10 > s.bound).count() as u64;
+    let worst_permille = samples
+        .iter()
+        .map(|s| (s.rss_kib << 10).saturating_mul(1000) / s.bound.max(1))
+        .max()
+        .unwrap_or(0);
     let mut figures = Figures::default();
     let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
     figures.set("requests", get(&tally.requests));
@@ -453,7 +618,7 @@ fn child(options: &Options, id: u64) -> Result<(), Error> {
     figures.set("compiled", get(&tally.compiled));
     figures.set("errors", get(&tally.errors));
     figures.set("wrong", get(&tally.wrong));
-    figures.set("new", get(&next_new));
+    figures.set("new", get(&next_new).min(new_limit));
     figures.set("compiles", stats.compiles);
     figures.set("evictions", stats.evictions);
     figures.set("bytes_held", stats.bytes_held);
@@ -467,7 +632,20 @@ fn child(options: &Options, id: u64) -> Result<(), Error> {
     figures.set("rss_end_kib", rss_end);
     figures.set("rss_anon_end_kib", rss_anon);
     figures.set("rss_file_end_kib", rss_file);
+    figures.set("rss_over_bound", over_bound);
+    figures.set("rss_bound_permille_max", worst_permille);
+    figures.set(
+        "entries_max",
+        samples.iter().map(|s| s.entries).max().unwrap_or(0),
+    );
+    figures.set(
+        "entries_alive_max",
+        samples.iter().map(|s| s.alive).max().unwrap_or(0),
+    );
     let mut out = std::io::stdout().lock();
+    for sample in &samples {
+        writeln!(out, "SAMPLE {}", sample.line()).map_err(Error::io("write to", "stdout"))?;
+    }
     writeln!(out, "RESULT {}", figures.line())
         .and_then(|()| out.flush())
         .map_err(Error::io("write to", "stdout"))
@@ -478,6 +656,7 @@ fn child(options: &Options, id: u64) -> Result<(), Error> {
 fn request(
     cache: &Cache,
     owner: &kiln_core::Owner,
+    sizes: PayloadSizes,
     spec: u64,
     tally: &Tally,
     expected: &Mutex<HashMap<u64, (usize, Digest)>>,
@@ -490,7 +669,7 @@ fn request(
     let mut compiled = false;
     let answer = cache.get_or_compile(owner, &key, || {
         compiled = true;
-        Ok(soak::compile(&key))
+        Ok(sizes.compile(&key))
     });
     let hit = match answer {
         Ok(hit) => hit,
@@ -514,7 +693,7 @@ fn request(
         .then(|| expected.lock().ok()?.get(&spec).copied())
         .flatten();
     let (len, digest) = known.unwrap_or_else(|| {
-        let payload = soak::payload(&key);
+        let payload = sizes.payload(&key);
         let computed = (payload.len(), Digest::of(&payload));
         if remember && let Ok(mut expected) = expected.lock() {
             expected.insert(spec, computed);

@@ -1,0 +1,137 @@
+//! Loading images into a cache at init: embedded ones, then the files of
+//! `KILN_IMAGE_PATH`, each admitted by the trust policy ([`load_images`]).
+
+use crate::env::Switches;
+use crate::registry::{self, EmbeddedImage, ImageSource};
+use crate::trust::{Admission, Origin, TrustPolicy};
+use crate::{Cache, Error};
+
+use super::report::{ImageOutcome, ImageReport, InitReport, is_untrusted};
+
+/// Merges `embedded` and the files of `switches.image_path` into `cache`, as
+/// the init of [`global()`](crate::global()) does (unless `switches.disable`
+/// is set), admitting each image under `switches.trust`
+/// ([`crate::trust::admit`]: embedded images are [`Origin::Program`],
+/// files [`Origin::Elsewhere`]).
+///
+/// Exposed for programs that manage a cache of their own.
+pub fn load_images(
+    cache: &Cache,
+    switches: &Switches,
+    embedded: &[&'static EmbeddedImage],
+) -> InitReport {
+    let report = InitReport {
+        disabled: switches.disable,
+        tiers: Vec::new(),
+        images: boxcar::Vec::new(),
+    };
+    if switches.disable {
+        tracing::info!("KILN_DISABLE is set: no image merged");
+        return report;
+    }
+    let trust = &switches.trust;
+    for image in embedded {
+        report.images.push(merge_embedded(cache, image, trust));
+    }
+    let (files, unreadable) = registry::image_files(&switches.image_path);
+    for (dir, source) in unreadable {
+        let err = Error::ImageDirectory {
+            dir: dir.clone(),
+            source,
+        };
+        report
+            .images
+            .push(merge(cache, ImageSource::Directory(dir), Err(err), trust));
+    }
+    for path in files {
+        let opened = kiln_image::Image::open(&path, kiln_image::Verification::Structural)
+            .map_err(Error::from)
+            .and_then(|image| {
+                let admission = trust.admit(&image, Origin::Elsewhere)?;
+                Ok((image, admission))
+            });
+        report
+            .images
+            .push(merge(cache, ImageSource::File(path), opened, trust));
+    }
+    report
+}
+
+/// Merges one embedded image, admitted as the program's own.
+pub(super) fn merge_embedded(
+    cache: &Cache,
+    image: &'static EmbeddedImage,
+    trust: &TrustPolicy,
+) -> ImageReport {
+    let source = ImageSource::Embedded {
+        crate_name: image.crate_name(),
+        name: image.name(),
+    };
+    let opened = image.open().map_err(Error::from).and_then(|image| {
+        let admission = trust.admit(&image, Origin::Program)?;
+        Ok((image, admission))
+    });
+    merge(cache, source, opened, trust)
+}
+
+/// Merges one opened image (with why it was admitted), or records why it
+/// could not be opened or was refused.
+fn merge(
+    cache: &Cache,
+    source: ImageSource,
+    opened: Result<(kiln_image::Image, Admission), Error>,
+    trust: &TrustPolicy,
+) -> ImageReport {
+    let mut signer = None;
+    let outcome = match opened {
+        Ok((image, admission)) => {
+            if let Admission::SignedBy(key) = admission {
+                signer = Some(key);
+            }
+            if let Some(key) = signer {
+                tracing::debug!(image = %source, %key, "kiln image signed by a trusted key");
+            }
+            let entries = image.len();
+            let merge = cache.merge_image(image);
+            tracing::info!(
+                image = %source,
+                entries,
+                inserted = merge.inserted,
+                duplicate = merge.duplicate,
+                "merged kiln image"
+            );
+            if merge.stale > 0 {
+                tracing::warn!(
+                    image = %source,
+                    stale = merge.stale,
+                    "kiln image entries skipped as stale: a definition they depend on has another \
+                     fingerprint in this process; they compile again when asked for"
+                );
+            }
+            if merge.foreign_owner > 0 {
+                tracing::info!(
+                    image = %source,
+                    foreign_owner = merge.foreign_owner,
+                    "kiln image entries skipped: their compiler configuration is not accepted here"
+                );
+            }
+            for rejection in &merge.rejected {
+                tracing::warn!(image = %source, "kiln image rejected: {}", rejection.reason);
+            }
+            ImageOutcome::Merged { entries, merge }
+        }
+        Err(err) => {
+            if trust.trusted_keys.is_some() && is_untrusted(&err) {
+                tracing::warn!(image = %source, "refused kiln image (KILN_TRUSTED_KEYS is set): {err}");
+            } else {
+                tracing::warn!(image = %source, "skipped kiln image: {err}");
+            }
+            ImageOutcome::Skipped(err)
+        }
+    };
+    ImageReport {
+        source,
+        outcome,
+        signer,
+    }
+}
