@@ -1,5 +1,8 @@
 //! Writes the small synthetic image that `src/kernel_set.rs` embeds with
-//! `include_image!`, so that `--quick` runs every Kiln mode without NVRTC.
+//! `include_image!`, so that `--quick` runs every Kiln mode without NVRTC; and
+//! the CUBIN `cudarc-alone` embeds (`CUDARC_ALONE_CUBIN`, its entry point in
+//! `CUDARC_ALONE_ENTRY`), empty when they are not set. (Not `KILN_*` names:
+//! every precompile block reruns when a `KILN_*` variable changes.)
 
 #[path = "src/synthetic.rs"]
 mod synthetic;
@@ -21,5 +24,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )?);
     }
     writer.write_atomic(&out_dir.join(synthetic::EMBEDDED_IMAGE))?;
+
+    println!("cargo:rerun-if-env-changed=CUDARC_ALONE_CUBIN");
+    println!("cargo:rerun-if-env-changed=CUDARC_ALONE_ENTRY");
+    let cubin = match std::env::var_os("CUDARC_ALONE_CUBIN") {
+        Some(path) => {
+            println!("cargo:rerun-if-changed={}", PathBuf::from(&path).display());
+            std::fs::read(&path)?
+        }
+        None => Vec::new(),
+    };
+    std::fs::write(out_dir.join("axpy.cubin"), cubin)?;
+    let entry = std::env::var("CUDARC_ALONE_ENTRY").unwrap_or_default();
+    std::fs::write(out_dir.join("axpy.entry"), entry)?;
     Ok(())
 }

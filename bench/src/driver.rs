@@ -241,7 +241,7 @@ fn check_nvrtc(m: &Measurement) -> Result<(), BenchError> {
 /// with `vars` added (the paths a mode needs), and parses the JSON line it
 /// prints last. A stripped environment gets a fresh empty `HOME`, removed
 /// after.
-fn spawn<T: DeserializeOwned>(
+pub(crate) fn spawn<T: DeserializeOwned>(
     args: &[OsString],
     env: Env,
     vars: &[(&str, PathBuf)],

@@ -26,7 +26,9 @@ mod driver;
 mod error;
 mod fixtures;
 mod gpu;
+mod jit;
 mod kernel_set;
+mod large;
 mod mode;
 mod report;
 mod rss;
@@ -125,6 +127,51 @@ enum ChildCommand {
     Gpu {
         #[arg(long, value_enum)]
         path: GpuPath,
+    },
+    /// Compiles the real-size PTX library of `jit` (needs NVRTC and the CCCL
+    /// headers; no GPU) into a folder.
+    LargeFixture {
+        /// The folder to write `large.kimg` and `large.record` into.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// On GPU 0: a real-size PTX entry served in fresh processes, with the
+    /// driver alone and with Kiln's JIT cache (first process, second process,
+    /// second machine through a loopback Redis); writes `jit.json`.
+    Jit {
+        /// The folder `large-fixture` wrote.
+        #[arg(long)]
+        fixture: PathBuf,
+        /// The `redis-server` program to start on loopback.
+        #[arg(long, default_value = "redis-server")]
+        redis_server: PathBuf,
+        /// A signing key (`kiln keygen -o KEY`; `KEY.pub` beside it).
+        #[arg(long)]
+        signing_key: PathBuf,
+        /// Runs of the scenarios that JIT-compile one kernel or none.
+        #[arg(long, default_value_t = 9)]
+        runs: usize,
+        /// Runs of the scenarios that JIT-compile the whole module.
+        #[arg(long, default_value_t = 3)]
+        whole_runs: usize,
+        /// Where the cache folders go (emptied first).
+        #[arg(long)]
+        work: PathBuf,
+        /// Where `jit.json` goes.
+        #[arg(long, default_value = "docs")]
+        out: PathBuf,
+    },
+    /// One process of `jit`.
+    #[command(hide = true)]
+    JitChild {
+        #[arg(long)]
+        fixture: PathBuf,
+        #[arg(long, value_enum)]
+        keep: jit::Keep,
+        #[arg(long, value_enum)]
+        split: jit::Split,
+        #[arg(long, value_enum)]
+        kernels: jit::Kernels,
     },
 }
 
@@ -232,6 +279,47 @@ fn run_child(started: Instant, child: ChildCommand) -> Result<(), BenchError> {
             page_cache,
         )?),
         ChildCommand::Gpu { path } => print_line(&gpu::measure(started, path)?),
+        ChildCommand::LargeFixture { out } => {
+            println!("{}", large::write_fixture(&out)?);
+            Ok(())
+        }
+        ChildCommand::Jit {
+            fixture,
+            redis_server,
+            signing_key,
+            runs,
+            whole_runs,
+            work,
+            out,
+        } => {
+            std::fs::create_dir_all(&out).map_err(BenchError::io(&out))?;
+            let path = out.join("jit.json");
+            let summary = jit::run(&jit::JitPlan {
+                fixture,
+                redis_server,
+                signing_key,
+                runs: runs.max(1),
+                whole_runs: whole_runs.max(1),
+                work,
+                json: path.clone(),
+            })?;
+            println!("{}", summary.table());
+            println!("wrote {}", path.display());
+            if summary.failures.is_empty() {
+                Ok(())
+            } else {
+                Err(BenchError::Gpu {
+                    what: "jit".to_owned(),
+                    reason: format!("{} run(s) failed (see above)", summary.failures.len()),
+                })
+            }
+        }
+        ChildCommand::JitChild {
+            fixture,
+            keep,
+            split,
+            kernels,
+        } => print_line(&jit::measure(started, &fixture, keep, split, kernels)?),
     }
 }
 

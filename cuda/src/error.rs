@@ -246,10 +246,11 @@ pub enum Error {
         /// Device minor capability.
         minor: u32,
     },
-    /// The cache entry given to the loader is not the request's.
+    /// The cache entry given to the loader is not the request's: its key differs.
     #[error(
-        "entry {name} (owner {owner}) is not the entry of request {request} for {arch}; \
-         load the hit that Compiler::compile_cached returned for this request"
+        "entry {name} (owner {owner}) is not the entry of request {request} for {arch} \
+         (another key); load the hit that Compiler::compile_cached returned for this \
+         request, or the Served a KernelLibrary returned (ModuleCache::load_served)"
     )]
     HitMismatch {
         /// The entry's name.
@@ -260,6 +261,41 @@ pub enum Error {
         request: String,
         /// The request's arch.
         arch: String,
+    },
+    /// The artifact a [`Served`](crate::Served) kernel chose does not run on the
+    /// device of the context it is loaded on: it was served for another device.
+    #[error(
+        "the {kind} of {name}, built for {target}, was chosen for another device and \
+         does not run on this one (compute capability {major}.{minor}); get the kernel \
+         for this context's device (kiln_cuda::loader::device(&ctx)) and load that"
+    )]
+    ChosenArtifactDoesNotRun {
+        /// The entry's name.
+        name: String,
+        /// The artifact chosen (`cubin`, `ptx`).
+        kind: String,
+        /// The arch the entry was built for.
+        target: String,
+        /// Device major capability.
+        major: u32,
+        /// Device minor capability.
+        minor: u32,
+    },
+    /// The artifact a [`Served`](crate::Served) kernel chose cannot be read from
+    /// its entry: the entry has none, or its bytes failed their checksum (the cache
+    /// then excludes the entry).
+    #[error(
+        "entry {name} has no readable {kind} for {target} (none, or its bytes failed \
+         their checksum and the entry was excluded); get the kernel again: the next get \
+         serves another entry or compiles a sound one"
+    )]
+    ChosenArtifactUnreadable {
+        /// The entry's name.
+        name: String,
+        /// The artifact chosen (`cubin`, `ptx`).
+        kind: String,
+        /// The arch the entry was built for.
+        target: String,
     },
     /// Building a request's key or owner, or the cache's lookup or compile,
     /// failed; [`kiln_core::Error`] says which (a failed compile is
@@ -368,6 +404,44 @@ pub enum Error {
         function: String,
         /// The entry points the artifact declares.
         entry_points: Vec<String>,
+    },
+    /// A driver release that is not a version (`580.159.04`).
+    #[error(
+        "driver release {given:?} is not a version such as 580.159.04 (digits and dots, \
+         at most 32 bytes); a JIT-compiled CUBIN is kept under the exact release of the \
+         driver that compiled it"
+    )]
+    InvalidDriverRelease {
+        /// The release given.
+        given: String,
+    },
+    /// The driver's JIT refused a PTX module.
+    #[error(
+        "the CUDA driver could not JIT-compile the PTX of {name} for {target}: {status:?}; \
+         its log: {log}"
+    )]
+    Jit {
+        /// The entry's name.
+        name: String,
+        /// The device's arch and the driver's release.
+        target: String,
+        /// The driver's status.
+        status: cudarc::driver::sys::CUresult,
+        /// The driver's error log (at most 16 KiB), or `(empty)`.
+        log: String,
+    },
+    /// A PTX entry whose kernels are JIT-compiled one at a time left the cache
+    /// before one of its kernels was asked for.
+    #[error(
+        "the PTX entry {name} is no longer in the cache (a redefinition closed it, or the \
+         memory cap evicted it) and kernel {function:?} of it is not compiled yet; get the \
+         kernel again and load its module again"
+    )]
+    JitSourceGone {
+        /// The entry's name.
+        name: String,
+        /// The function asked for.
+        function: String,
     },
 }
 

@@ -21,7 +21,10 @@
 //! - [`KernelLibrary`]: the run-time side: a shipped entry for the [`Device`] found
 //!   with no toolchain, else a compile with the local one ([`Served`]; one kernel
 //!   of a program by name: [`KernelLibrary::get_kernel`]).
-//! - [`loader`]: cached artifacts → loaded modules and functions, once per context.
+//! - [`loader`]: cached artifacts → loaded modules and functions, once per context;
+//!   a [`Served`] kernel's chosen artifact exactly
+//!   ([`ModuleCache::load_served`](loader::ModuleCache::load_served)), PTX through
+//!   the driver's JIT kept as a cache entry of its own.
 //! - [`Error`]: the crate's one error enum.
 //!
 //! The rest is one module down: [`toolchain`] (the [`toolchain::BuildRecord`]
@@ -31,7 +34,10 @@
 //! NVRTC options Kiln accepts), [`c_headers`] (the C headers NVRTC lacks), [`locate`]
 //! (finding NVRTC and the header sets, with every place tried), [`nvrtc`],
 //! [`identity`] and [`memo`] (which NVRTC the owners name, learnt without loading it
-//! when a memo allows), [`compiler`], [`arch`], [`ship`], [`error`].
+//! when a memo allows), [`jit`] (the CUBIN the driver JIT-compiles from PTX, kept
+//! once per fleet: its owner, key and provenance), [`ptx`] (a PTX module read far
+//! enough to JIT-compile one kernel alone), [`compiler`], [`arch`], [`ship`],
+//! [`error`].
 //!
 //! Compiling needs no GPU, only NVRTC; loading needs a GPU and its driver. Serving
 //! shipped kernels needs neither NVRTC nor headers. The loader hands out
@@ -84,12 +90,14 @@ pub mod compiler;
 pub mod error;
 pub mod identity;
 mod include_tree;
+pub mod jit;
 pub mod library;
 pub mod loader;
 pub mod locate;
 pub mod memo;
 pub mod nvrtc;
 pub mod options;
+pub mod ptx;
 pub mod request;
 pub mod select;
 pub mod ship;

@@ -10,7 +10,10 @@ use crate::{Arch, KernelRequest};
 
 /// The artifact of an entry a [`KernelLibrary`](super::KernelLibrary) chose for a device: what to load
 /// ([`ArtifactKind::Cubin`] or [`ArtifactKind::Ptx`]) and the arch it was built
-/// for. A loader obeys it: it runs on the device (invariant 17, ARCHITECTURE.md).
+/// for. The loader obeys it
+/// ([`ModuleCache::load_served`](crate::loader::ModuleCache::load_served) loads
+/// exactly this artifact, after checking that it runs on the context's device;
+/// invariant 17, ARCHITECTURE.md).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ChosenArtifact {
@@ -23,10 +26,13 @@ pub struct ChosenArtifact {
 
 impl ChosenArtifact {
     pub(super) fn of(selection: Selection, target: Arch) -> ChosenArtifact {
-        ChosenArtifact {
-            kind: artifact_kind(selection),
-            target,
-        }
+        ChosenArtifact::new(artifact_kind(selection), target)
+    }
+
+    /// The `kind` artifact of an entry built for `target` (the loader's own choice
+    /// for an entry no library chose for).
+    pub(crate) fn new(kind: ArtifactKind, target: Arch) -> ChosenArtifact {
+        ChosenArtifact { kind, target }
     }
 }
 
@@ -69,8 +75,9 @@ impl<'c> Served<'c> {
         &self.artifact
     }
 
-    /// The request whose entry this is (its arch is the entry's target; load the hit
-    /// with it: [`ModuleCache::load`](crate::loader::ModuleCache::load)).
+    /// The request whose entry this is (its arch is the entry's target). Load the
+    /// served kernel itself, so that its chosen artifact is what loads:
+    /// [`ModuleCache::load_served`](crate::loader::ModuleCache::load_served).
     pub fn request(&self) -> &KernelRequest {
         &self.request
     }

@@ -11,11 +11,14 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
-use kiln_core::{ArtifactKind, Cache, Hit};
-use kiln_cuda::loader::{self, ModuleCache};
+use kiln_core::{ArtifactKind, Cache};
+use kiln_cuda::loader::{self, Jit, LoadedModule, ModuleCache};
 use kiln_cuda::{
-    Arch, Compiler, KernelLibrary, KernelRequest, ShipPlan, Toolchain, arch::ArchSuffix,
-    select::Selection, toolchain::ToolchainPolicy,
+    Arch, Compiler, Device, KernelLibrary, KernelRequest, ShipPlan, Toolchain,
+    arch::ArchSuffix,
+    jit::{JIT_SOURCE_DEP, JitKernels, JitSource, JitTarget, cached_jit},
+    select::Selection,
+    toolchain::ToolchainPolicy,
 };
 use kiln_image::{Image, ImageMeta, Verification};
 use kiln_kernel_set::{Dtype, Element, KernelSpec, ReduceOp, reference};
@@ -116,18 +119,18 @@ fn run_spec<T: Sample>(
     assert_eq!(spec.dtype(), T::DTYPE);
     let request = spec.request(arch).unwrap();
     let hit = gpu.compiler.compile_cached(cache, &request).unwrap();
-    launch_and_check::<T>(gpu, modules, spec, &request, &hit, n)
+    let module = modules.load(&gpu.ctx, &request, &hit).unwrap();
+    launch_and_check::<T>(gpu, &module, spec, n)
 }
 
+/// Launches `spec` from `module` on `n` elements and compares with the CPU
+/// reference. Returns which artifact the module was loaded from.
 fn launch_and_check<T: Sample>(
     gpu: &Gpu,
-    modules: &ModuleCache,
+    module: &LoadedModule,
     spec: KernelSpec,
-    request: &KernelRequest,
-    hit: &Hit<'_>,
     n: usize,
 ) -> ArtifactKind {
-    let module = modules.load(&gpu.ctx, request, hit).unwrap();
     let function = module.function(&spec.name_expression()).unwrap();
     let stream = gpu.ctx.default_stream();
     let x: Vec<T> = (0..n).map(T::sample).collect();
@@ -326,9 +329,10 @@ fn kernels_launch_from_an_image_without_compiling() {
         let hit = run
             .lookup(&owner.digest(), &request.key().unwrap())
             .expect("in the image");
+        let module = modules.load(&gpu.ctx, &request, &hit).unwrap();
         let kind = match spec.dtype() {
-            Dtype::F32 => launch_and_check::<f32>(&gpu, &modules, spec, &request, &hit, 3000),
-            Dtype::I32 => launch_and_check::<i32>(&gpu, &modules, spec, &request, &hit, 3000),
+            Dtype::F32 => launch_and_check::<f32>(&gpu, &module, spec, 3000),
+            Dtype::I32 => launch_and_check::<i32>(&gpu, &module, spec, 3000),
             other => unreachable!("{other:?} is not in this test"),
         };
         assert_eq!(kind, ArtifactKind::Cubin);
@@ -392,25 +396,14 @@ fn kernels_launch_from_whatever_a_library_shipped() {
                 "{} from {targets}",
                 spec.name()
             );
+            // Exactly the artifact the library chose.
+            let module = modules.load_served(&gpu.ctx, &served).unwrap();
             let kind = match spec.dtype() {
-                Dtype::F32 => launch_and_check::<f32>(
-                    &gpu,
-                    &modules,
-                    spec,
-                    served.request(),
-                    served.hit(),
-                    3000,
-                ),
-                Dtype::I32 => launch_and_check::<i32>(
-                    &gpu,
-                    &modules,
-                    spec,
-                    served.request(),
-                    served.hit(),
-                    3000,
-                ),
+                Dtype::F32 => launch_and_check::<f32>(&gpu, &module, spec, 3000),
+                Dtype::I32 => launch_and_check::<i32>(&gpu, &module, spec, 3000),
                 other => unreachable!("{other:?} is not in this test"),
             };
+            assert_eq!(&kind, &served.artifact().kind);
             let want = if expected == Selection::Ptx {
                 ArtifactKind::Ptx
             } else {
@@ -420,6 +413,52 @@ fn kernels_launch_from_whatever_a_library_shipped() {
         }
         assert_eq!(cache.stats().compiles, 0);
     }
+}
+
+/// A served kernel loads exactly the artifact its library chose: the PTX it
+/// chose for this GPU, and for a kernel served for another device (the CUBIN of
+/// an older major), a refusal, never the same entry's PTX instead.
+fn a_served_kernel_loads_exactly_its_chosen_artifact() {
+    let gpu = gpu();
+    let Some(older) = older_major(gpu.arch) else {
+        eprintln!("no older major than {}: nothing to check", gpu.arch);
+        return;
+    };
+    let spec = KernelSpec::Axpy { dtype: Dtype::F32 };
+    let dir = tempfile::tempdir().unwrap();
+    let mut plan = ShipPlan::parse(&older.to_string()).unwrap();
+    let report = kiln_core::build::Precompile::new("gpu-served-test")
+        .out_dir(dir.path())
+        .output(std::io::sink())
+        .run(|session| Ok(plan.precompile(session, &[spec], kernel_request)?))
+        .unwrap();
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+    let cache = Cache::new();
+    cache.merge_image(Image::open(&report.path, Verification::Full).unwrap());
+    let library = KernelLibrary::with_record(plan.record().clone(), kernel_request)
+        .with_policy(ToolchainPolicy::Shipped);
+    let modules = ModuleCache::new().without_jit_cache();
+
+    let here = library
+        .get(&cache, &loader::device(&gpu.ctx).unwrap(), &spec)
+        .unwrap();
+    assert_eq!(here.selection(), Selection::Ptx);
+    let module = modules.load_served(&gpu.ctx, &here).unwrap();
+    assert_eq!(
+        launch_and_check::<f32>(&gpu, &module, spec, 3000),
+        ArtifactKind::Ptx
+    );
+
+    let elsewhere = library.get(&cache, &Device::new(older), &spec).unwrap();
+    assert_eq!(elsewhere.selection(), Selection::ExactCubin);
+    assert_eq!(elsewhere.hit().key(), here.hit().key(), "the same entry");
+    let refused = modules.load_served(&gpu.ctx, &elsewhere).unwrap_err();
+    assert!(
+        matches!(refused, kiln_cuda::Error::ChosenArtifactDoesNotRun { .. }),
+        "{refused}"
+    );
+    assert_eq!(modules.len(), 1);
+    assert_eq!(cache.stats().compiles, 0);
 }
 
 /// A function looked up from another thread than the one that loaded its
@@ -436,6 +475,253 @@ fn functions_are_found_from_any_thread() {
         .join()
         .unwrap();
     assert!(found);
+}
+
+/// A cache that lives as long as the test process, as the global one does:
+/// where a test's module caches keep what the driver JIT-compiles.
+fn jit_cache() -> &'static Cache {
+    Box::leak(Box::new(Cache::new()))
+}
+
+/// Two kernels in one module, with no state they share.
+const TWO_KERNELS: &str = r#"
+extern "C" __global__ void kiln_twice(int n, float* y) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * y[i];
+}
+extern "C" __global__ void kiln_plus_one(int n, float* y) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = y[i] + 1.0f;
+}
+"#;
+
+/// Two kernels that share a `__device__` counter: one module, or wrong.
+const SHARED_COUNTER: &str = r#"
+__device__ unsigned int kiln_counter;
+extern "C" __global__ void kiln_count(int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicAdd(&kiln_counter, 1u);
+}
+extern "C" __global__ void kiln_read_count(unsigned int* out) {
+    *out = kiln_counter;
+}
+"#;
+
+/// Launches `function(n, y)` over `y` and returns `y` after.
+fn launch_on(gpu: &Gpu, function: &cudarc::driver::CudaFunction, y: &[f32]) -> Vec<f32> {
+    let stream = gpu.ctx.default_stream();
+    let mut y_dev = stream.clone_htod(y).unwrap();
+    let n = i32::try_from(y.len()).unwrap();
+    let mut launch = stream.launch_builder(function);
+    launch.arg(&n).arg(&mut y_dev);
+    // SAFETY: `(int n, float* y)` with `n` elements, bounds-checked kernels.
+    unsafe { launch.launch(LaunchConfig::for_num_elems(y.len() as u32)) }.unwrap();
+    stream.clone_dtoh(&y_dev).unwrap()
+}
+
+/// PTX served on the device is JIT-compiled by the driver once: the CUBIN is
+/// kept as an entry of its own (owner: the driver's release, the device's
+/// arch), and a second module cache (as a second process would) loads it
+/// without asking the driver.
+fn ptx_is_jit_compiled_once_and_kept() {
+    let gpu = gpu();
+    let Some(older) = older_major(gpu.arch) else {
+        eprintln!("no older major than {}: nothing to check", gpu.arch);
+        return;
+    };
+    let cache = jit_cache();
+    let spec = KernelSpec::Axpy { dtype: Dtype::F32 };
+    let request = spec.request(older).unwrap();
+    let hit = gpu.compiler.compile_cached(cache, &request).unwrap();
+    assert_eq!(cache.stats().compiles, 1, "NVRTC");
+    let first = ModuleCache::new().keep_jit_in(cache);
+    let kind = launch_and_check::<f32>(
+        &gpu,
+        &first.load(&gpu.ctx, &request, &hit).unwrap(),
+        spec,
+        4000,
+    );
+    assert_eq!(kind, ArtifactKind::Ptx);
+    assert_eq!(cache.stats().compiles, 2, "NVRTC, then the driver's JIT");
+
+    let release = loader::driver_release(&gpu.ctx).expect("the driver's release");
+    let target = JitTarget::new(gpu.arch, release).unwrap();
+    let source = JitSource::of(&hit).unwrap();
+    let kept = cached_jit(cache, &source, &target, JitKernels::All)
+        .unwrap()
+        .expect("the JIT-compiled CUBIN is an entry");
+    assert_eq!(kept.owner(), target.owner().unwrap().digest());
+    assert!(kept.deps().iter().any(|dep| dep.name == JIT_SOURCE_DEP));
+    assert!(
+        kept.artifact(&ArtifactKind::Cubin)
+            .is_some_and(|c| !c.is_empty())
+    );
+
+    let second = ModuleCache::new().keep_jit_in(cache);
+    let module = second.load(&gpu.ctx, &request, &hit).unwrap();
+    assert_eq!(module.jit(), Jit::WholeModule);
+    launch_and_check::<f32>(
+        &gpu,
+        &second.load(&gpu.ctx, &request, &hit).unwrap(),
+        spec,
+        4000,
+    );
+    assert_eq!(cache.stats().compiles, 2, "no second JIT");
+
+    // Nothing kept: the driver compiles in every module cache, as without Kiln.
+    let plain = ModuleCache::new().without_jit_cache();
+    launch_and_check::<f32>(
+        &gpu,
+        &plain.load(&gpu.ctx, &request, &hit).unwrap(),
+        spec,
+        4000,
+    );
+    assert_eq!(cache.stats().compiles, 2);
+}
+
+/// A kernel of a PTX module with several is JIT-compiled alone (its own
+/// entry), and launches; the other kernel is compiled when it is asked for.
+fn a_kernel_of_a_ptx_module_is_compiled_alone() {
+    let gpu = gpu();
+    let Some(older) = older_major(gpu.arch) else {
+        eprintln!("no older major than {}: nothing to check", gpu.arch);
+        return;
+    };
+    let cache = jit_cache();
+    let request = KernelRequest::new("two_kernels", TWO_KERNELS, older)
+        .name_expression("kiln_twice")
+        .name_expression("kiln_plus_one");
+    let hit = gpu.compiler.compile_cached(cache, &request).unwrap();
+    let modules = ModuleCache::new().keep_jit_in(cache);
+    let module = modules.load(&gpu.ctx, &request, &hit).unwrap();
+    assert_eq!(module.jit(), Jit::PerKernel);
+    assert!(module.module().is_none());
+    let y: Vec<f32> = (0..3000).map(|i| i as f32).collect();
+    let twice = module.function("kiln_twice").unwrap();
+    let got = launch_on(&gpu, &twice, &y);
+    assert!(got.iter().zip(&y).all(|(g, y)| *g == 2.0 * y));
+
+    let target = JitTarget::new(gpu.arch, loader::driver_release(&gpu.ctx).unwrap()).unwrap();
+    let source = JitSource::of(&hit).unwrap();
+    let kept = |kernels| {
+        cached_jit(cache, &source, &target, kernels)
+            .unwrap()
+            .is_some()
+    };
+    assert!(kept(JitKernels::Only(&["kiln_twice"])));
+    assert!(
+        !kept(JitKernels::Only(&["kiln_plus_one"])),
+        "not asked for yet"
+    );
+    assert!(!kept(JitKernels::All));
+
+    let plus_one = module.function("kiln_plus_one").unwrap();
+    let got = launch_on(&gpu, &plus_one, &y);
+    assert!(got.iter().zip(&y).all(|(g, y)| *g == y + 1.0));
+    assert!(kept(JitKernels::Only(&["kiln_plus_one"])));
+    assert_eq!(
+        cache.stats().compiles,
+        3,
+        "NVRTC once, the driver once per kernel"
+    );
+
+    // Whole modules on request.
+    let whole = ModuleCache::new().keep_jit_in(cache).whole_modules();
+    let module = whole.load(&gpu.ctx, &request, &hit).unwrap();
+    assert_eq!(module.jit(), Jit::WholeModule);
+    assert!(kept(JitKernels::All));
+}
+
+/// Kernels that share a module variable are never split: the counter one
+/// kernel bumps is the one the other reads.
+fn module_variables_keep_a_ptx_module_whole() {
+    let gpu = gpu();
+    let Some(older) = older_major(gpu.arch) else {
+        eprintln!("no older major than {}: nothing to check", gpu.arch);
+        return;
+    };
+    let cache = jit_cache();
+    let request = KernelRequest::new("shared_counter", SHARED_COUNTER, older)
+        .name_expression("kiln_count")
+        .name_expression("kiln_read_count");
+    let hit = gpu.compiler.compile_cached(cache, &request).unwrap();
+    let modules = ModuleCache::new().keep_jit_in(cache);
+    let module = modules.load(&gpu.ctx, &request, &hit).unwrap();
+    let count = module.function("kiln_count").unwrap();
+    let read = module.function("kiln_read_count").unwrap();
+    let stream = gpu.ctx.default_stream();
+    let n = 777i32;
+    let mut launch = stream.launch_builder(&count);
+    launch.arg(&n);
+    // SAFETY: `(int n)`, bounds-checked.
+    unsafe { launch.launch(LaunchConfig::for_num_elems(n as u32)) }.unwrap();
+    let mut out = stream.alloc_zeros::<u32>(1).unwrap();
+    let mut launch = stream.launch_builder(&read);
+    launch.arg(&mut out);
+    // SAFETY: `(unsigned int* out)`, one element.
+    unsafe { launch.launch(LaunchConfig::for_num_elems(1)) }.unwrap();
+    assert_eq!(stream.clone_dtoh(&out).unwrap(), [777]);
+    let target = JitTarget::new(gpu.arch, loader::driver_release(&gpu.ctx).unwrap()).unwrap();
+    let source = JitSource::of(&hit).unwrap();
+    assert!(
+        cached_jit(cache, &source, &target, JitKernels::All)
+            .unwrap()
+            .is_some()
+    );
+}
+
+/// Across caches sharing a disk tier (as processes on one machine do): the
+/// second loads the first one's JIT-compiled CUBIN from the disk tier.
+fn a_second_cache_gets_the_jit_compiled_cubin_from_the_disk_tier() {
+    let gpu = gpu();
+    let Some(older) = older_major(gpu.arch) else {
+        eprintln!("no older major than {}: nothing to check", gpu.arch);
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let with_disk = || {
+        let cache = jit_cache();
+        let tiers = kiln_core::add_tiers(cache, |name| {
+            (name == "KILN_CACHE_DIR").then(|| dir.path().as_os_str().to_owned())
+        });
+        assert_eq!(tiers, ["disk"]);
+        cache
+    };
+    let spec = KernelSpec::Axpy { dtype: Dtype::F32 };
+    let request = spec.request(older).unwrap();
+    let first = with_disk();
+    let hit = gpu.compiler.compile_cached(first, &request).unwrap();
+    launch_and_check::<f32>(
+        &gpu,
+        &ModuleCache::new()
+            .keep_jit_in(first)
+            .load(&gpu.ctx, &request, &hit)
+            .unwrap(),
+        spec,
+        2000,
+    );
+    first.flush();
+    assert_eq!(first.stats().compiles, 2);
+
+    let second = with_disk();
+    let hit = gpu.compiler.compile_cached(second, &request).unwrap();
+    assert_eq!(
+        second.stats().compiles,
+        0,
+        "the PTX entry from the disk tier"
+    );
+    let kind = launch_and_check::<f32>(
+        &gpu,
+        &ModuleCache::new()
+            .keep_jit_in(second)
+            .load(&gpu.ctx, &request, &hit)
+            .unwrap(),
+        spec,
+        2000,
+    );
+    assert_eq!(kind, ArtifactKind::Ptx);
+    assert_eq!(second.stats().compiles, 0, "nor the JIT");
+    assert_eq!(second.stats().hits_tier, 2);
 }
 
 /// Whether `KILN_GPU_TESTS` asks for the GPU tests (off when unset, empty, `0`,
@@ -482,5 +768,10 @@ gpu_tests!(
     each_module_loads_once_per_context,
     kernels_launch_from_an_image_without_compiling,
     kernels_launch_from_whatever_a_library_shipped,
+    a_served_kernel_loads_exactly_its_chosen_artifact,
     functions_are_found_from_any_thread,
+    ptx_is_jit_compiled_once_and_kept,
+    a_kernel_of_a_ptx_module_is_compiled_alone,
+    module_variables_keep_a_ptx_module_whole,
+    a_second_cache_gets_the_jit_compiled_cubin_from_the_disk_tier,
 );
