@@ -83,8 +83,9 @@ pub mod image {
     pub use kiln_image::header::{FORMAT_VERSION, HEADER_LEN};
     pub use kiln_image::{
         ArchiveLayout, ArtifactRef, Dep, DepGroup, Digest, Endianness, EntryData, EntryRef,
-        FileAccess, Header, Image, ImageError, ImageFile, ImageMeta, ImageWriter, Verification,
-        WRITE_PIECE, write_file_atomic, write_in_pieces,
+        FileAccess, Header, Image, ImageError, ImageFile, ImageMeta, ImageWriter, KeyError,
+        ParseDigestError, ReadError, SignatureError, Verification, WRITE_PIECE, WriteError,
+        write_file_atomic, write_in_pieces,
     };
 }
 

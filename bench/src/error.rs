@@ -127,3 +127,17 @@ impl BenchError {
         move |source| BenchError::Io { path, source }
     }
 }
+
+/// Each operation's image error is a [`BenchError::Image`], so that `?`
+/// passes it on.
+macro_rules! image_error_from {
+    ($($error:ident),*) => {$(
+        impl From<kiln::image::$error> for BenchError {
+            fn from(error: kiln::image::$error) -> BenchError {
+                BenchError::Image(error.into())
+            }
+        }
+    )*};
+}
+
+image_error_from!(ReadError, WriteError, SignatureError, KeyError);

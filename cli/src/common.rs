@@ -8,7 +8,7 @@
 use std::io::Write;
 
 use kiln_core::trust::{Origin, TrustPolicy};
-use kiln_image::{Digest, EntryRef, Image, ImageError, PublicKey, SignatureCheck, TrustedKeys};
+use kiln_image::{Digest, EntryRef, Image, PublicKey, SignatureCheck, SignatureError, TrustedKeys};
 
 use crate::escape::escape;
 
@@ -178,10 +178,10 @@ pub(crate) fn print_json(value: &impl serde::Serialize) -> Result<(), crate::Cli
 pub(crate) fn check_signatures(
     image: &Image,
     trust: &TrustPolicy,
-) -> Result<Vec<SignatureCheck>, ImageError> {
+) -> Result<Vec<SignatureCheck>, SignatureError> {
     let checks = image.check_signatures(trust.trusted_keys.as_ref());
     if let Some(bad) = checks.iter().find(|check| !check.valid) {
-        return Err(ImageError::BadSignature { key: bad.key });
+        return Err(SignatureError::BadSignature { key: bad.key });
     }
     trust.admit(image, Origin::Elsewhere)?;
     Ok(checks)

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use kiln_image::ImageError;
+use kiln_image::{ImageError, KeyError};
 
 /// Why a `kiln` subcommand could not do its job.
 #[derive(Debug, thiserror::Error)]
@@ -211,7 +211,7 @@ pub(crate) enum CliError {
         arg: String,
         /// What is wrong with it.
         #[source]
-        source: Box<ImageError>,
+        source: Box<KeyError>,
     },
 
     /// `install`: two images with the same file name.
@@ -237,15 +237,15 @@ impl CliError {
         }
     }
 
-    /// Attaches a `--trusted-key` argument to an [`ImageError`].
-    pub(crate) fn key(arg: &str) -> impl FnOnce(ImageError) -> CliError + '_ {
+    /// Attaches a `--trusted-key` argument to a [`KeyError`].
+    pub(crate) fn key(arg: &str) -> impl FnOnce(KeyError) -> CliError + '_ {
         move |source| CliError::Key {
             arg: arg.to_owned(),
             source: Box::new(source),
         }
     }
 
-    /// Attaches the image path to an [`ImageError`].
+    /// Attaches the image path to a [`kiln_ship::ShipError`].
     pub(crate) fn ship(
         path: &std::path::Path,
     ) -> impl FnOnce(kiln_ship::ShipError) -> CliError + '_ {
@@ -255,11 +255,14 @@ impl CliError {
         }
     }
 
-    /// Attaches an image's path to an [`ImageError`].
-    pub(crate) fn image(path: &std::path::Path) -> impl FnOnce(ImageError) -> CliError + '_ {
+    /// Attaches an image's path to an image error (reading, writing,
+    /// signing or a key's).
+    pub(crate) fn image<E: Into<ImageError>>(
+        path: &std::path::Path,
+    ) -> impl FnOnce(E) -> CliError + '_ {
         move |source| CliError::Image {
             path: path.to_owned(),
-            source: Box::new(source),
+            source: Box::new(source.into()),
         }
     }
 }

@@ -14,7 +14,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use kiln_core::trust::{Admission, Origin, TrustPolicy};
-use kiln_image::{EntryRef, Image, ImageError, PublicKey, Verification};
+use kiln_image::{EntryRef, Image, PublicKey, ReadError, SignatureError, Verification};
 use serde_json::{Value, json};
 
 use crate::common::{Table, kinds, print_json, short, worlds};
@@ -57,7 +57,7 @@ enum Verdict {
     /// A trusted key's signature verifies.
     Admitted(PublicKey),
     /// Refused, and why.
-    Refused(ImageError),
+    Refused(SignatureError),
 }
 
 impl Verdict {
@@ -188,7 +188,7 @@ fn entry_json(entry: &EntryRef<'_>) -> Value {
     })
 }
 
-fn error_json(index: usize, error: &ImageError) -> Value {
+fn error_json(index: usize, error: &ReadError) -> Value {
     json!({ "index": index, "check": error.check(), "error": error.to_string() })
 }
 

@@ -41,7 +41,7 @@ use std::path::{Path, PathBuf};
 
 use kiln_core::regular_file::{self, Access, Links};
 use kiln_core::trust::TrustPolicy;
-use kiln_image::{Image, ImageError, Verification, write_file_atomic};
+use kiln_image::{Image, ImageError, ReadError, Verification, write_file_atomic};
 use serde_json::json;
 
 use crate::common::print_json;
@@ -117,7 +117,7 @@ fn io_error<'a>(
     path: &'a Path,
 ) -> impl FnOnce(std::io::Error) -> CliError + 'a {
     move |source| {
-        CliError::image(path)(ImageError::Io {
+        CliError::image(path)(ReadError::Io {
             action,
             path: path.to_owned(),
             source,

@@ -49,7 +49,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
             file.sync_all()
         })
         .map_err(|source| {
-            CliError::image(&public_file)(kiln_image::ImageError::Io {
+            CliError::image(&public_file)(kiln_image::ReadError::Io {
                 action: "write the public key",
                 path: public_file.clone(),
                 source,

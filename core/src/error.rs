@@ -200,7 +200,7 @@ pub enum Error {
         /// Which entry (the tier's name for it).
         what: String,
         /// What the signature check found.
-        source: Box<kiln_image::ImageError>,
+        source: Box<kiln_image::SignatureError>,
     },
 
     // ----- signatures (trust.rs) -----
@@ -213,7 +213,7 @@ pub enum Error {
         /// The file.
         path: PathBuf,
         /// Why it cannot be used.
-        source: Box<kiln_image::ImageError>,
+        source: Box<kiln_image::KeyError>,
     },
     /// `KILN_SIGNING_KEY` names a file that is not a usable signing key.
     #[error(
@@ -224,7 +224,7 @@ pub enum Error {
         /// The file.
         path: PathBuf,
         /// Why it cannot be used.
-        source: Box<kiln_image::ImageError>,
+        source: Box<kiln_image::KeyError>,
     },
     /// A key file (trusted keys or a secret key) cannot be used.
     #[error("key file {path} cannot be used: {source}")]
@@ -232,7 +232,7 @@ pub enum Error {
         /// The file.
         path: PathBuf,
         /// Why it cannot be used.
-        source: Box<kiln_image::ImageError>,
+        source: Box<kiln_image::KeyError>,
     },
     /// A secret key file that users other than its owner may read or write:
     /// refused before it is read.
@@ -293,6 +293,26 @@ pub enum Error {
     #[error("cannot print the build script's cargo directives: {0}")]
     BuildOutput(#[source] std::io::Error),
 }
+
+/// Each operation's image error is an [`Error::Image`], so that `?` passes
+/// it on as the crate's error.
+macro_rules! image_error_from {
+    ($($error:ident),*) => {$(
+        impl From<kiln_image::$error> for Error {
+            fn from(error: kiln_image::$error) -> Error {
+                Error::Image(error.into())
+            }
+        }
+    )*};
+}
+
+image_error_from!(
+    ReadError,
+    WriteError,
+    SignatureError,
+    KeyError,
+    ParseDigestError
+);
 
 /// `label: message` for each failure, one per line.
 fn failed_list(failed: &[(String, String)]) -> String {

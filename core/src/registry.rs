@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kiln_image::header::HEADER_LEN;
-use kiln_image::{Image, ImageError, Verification};
+use kiln_image::{Image, ReadError, Verification};
 
 use crate::Tier;
 
@@ -136,9 +136,9 @@ impl EmbeddedImage {
     /// first use).
     ///
     /// # Errors
-    /// The [`ImageError`] of the check that failed, when the bytes (changed
+    /// The [`ReadError`] of the check that failed, when the bytes (changed
     /// since they were verified) do not open.
-    pub fn open(&self) -> Result<Image, ImageError> {
+    pub fn open(&self) -> Result<Image, ReadError> {
         if self.matches_verified_header() {
             // SAFETY: the embedded bytes start with the header of an image
             // that passed `Verification::Full` at compile time (the
@@ -553,7 +553,7 @@ mod tests {
     }
 
     /// The image's only payload, read (and, unless trusted, checked).
-    fn payload(image: &Image) -> Result<Vec<u8>, ImageError> {
+    fn payload(image: &Image) -> Result<Vec<u8>, ReadError> {
         let entry = image.entry(0)?;
         Ok(entry.artifact(0)?.bytes()?.to_vec())
     }

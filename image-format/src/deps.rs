@@ -20,13 +20,13 @@
 //! would cost a pass over every entry. An index that lists an entry under a
 //! definition the entry does not carry can only make a cache drop or close
 //! that entry (a miss); [`Verification::Full`](crate::Verification::Full)
-//! rejects it ([`ImageError::DepNotCarried`]).
+//! rejects it ([`ReadError::DepNotCarried`]).
 
 use rkyv::primitive::ArchivedU32;
 
 use crate::checksum::{DepGroupsHasher, dep_members_checksum};
 use crate::layout::{ArchivedDepGroupRecord, ArchivedIndex};
-use crate::{Digest, Image, ImageError};
+use crate::{Digest, Image, ReadError};
 
 /// One distinct (dep name, fingerprint) and the entries that carry it.
 ///
@@ -83,10 +83,10 @@ impl<'a> DepGroup<'a> {
     /// rejects such an index.
     ///
     /// # Errors
-    /// [`ImageError::DepIndex`] when the group's entry list fails its checksum
-    /// or does not ascend; [`ImageError::OutOfRange`] when it lies outside the
+    /// [`ReadError::DepIndex`] when the group's entry list fails its checksum
+    /// or does not ascend; [`ReadError::OutOfRange`] when it lies outside the
     /// member table or names an entry the image does not have.
-    pub fn entries(&self) -> Result<impl ExactSizeIterator<Item = usize> + use<'a>, ImageError> {
+    pub fn entries(&self) -> Result<impl ExactSizeIterator<Item = usize> + use<'a>, ReadError> {
         let members = self
             .image
             .checked_members(self.position, self.record, false)?;
@@ -111,11 +111,11 @@ impl Image {
     /// list (each group's list is checked when its entries are read).
     ///
     /// # Errors
-    /// [`ImageError::DepIndex`] when the group table fails its checks (names,
+    /// [`ReadError::DepIndex`] when the group table fails its checks (names,
     /// order, member ranges, checksum).
     pub fn dep_groups(
         &self,
-    ) -> Result<impl ExactSizeIterator<Item = DepGroup<'_>> + '_, ImageError> {
+    ) -> Result<impl ExactSizeIterator<Item = DepGroup<'_>> + '_, ReadError> {
         self.dep_index_checked()?;
         Ok(self
             .index()
@@ -129,12 +129,12 @@ impl Image {
     /// built with), found by binary search: O(log groups + matches).
     ///
     /// # Errors
-    /// [`ImageError::DepIndex`] when the group table fails its checks (names,
+    /// [`ReadError::DepIndex`] when the group table fails its checks (names,
     /// order, member ranges, checksum).
     pub fn dep_groups_named<'s>(
         &'s self,
         name: &'s str,
-    ) -> Result<impl Iterator<Item = DepGroup<'s>> + 's, ImageError> {
+    ) -> Result<impl Iterator<Item = DepGroup<'s>> + 's, ReadError> {
         self.dep_index_checked()?;
         let groups = self.index().dep_groups.as_slice();
         let first = groups.partition_point(|group| self.group_name_bytes(group) < name.as_bytes());
@@ -158,7 +158,7 @@ impl Image {
     pub fn dependents_of<'s>(
         &'s self,
         name: &'s str,
-    ) -> Result<impl Iterator<Item = usize> + 's, ImageError> {
+    ) -> Result<impl Iterator<Item = usize> + 's, ReadError> {
         for group in self.dep_groups_named(name)? {
             let _verified = group.entries()?;
         }
@@ -169,7 +169,7 @@ impl Image {
             .flat_map(|group| group.entries().into_iter().flatten()))
     }
 
-    fn dep_index_checked(&self) -> Result<(), ImageError> {
+    fn dep_index_checked(&self) -> Result<(), ReadError> {
         if self.dep_index_state.is_set(0) {
             return Ok(());
         }
@@ -178,7 +178,7 @@ impl Image {
 
     /// Checks the whole dependency index now, whatever was remembered: the
     /// group table and every group's entry list.
-    pub(crate) fn check_dep_index(&self) -> Result<(), ImageError> {
+    pub(crate) fn check_dep_index(&self) -> Result<(), ReadError> {
         self.check_dep_groups()?;
         for (position, record) in self.index().dep_groups.iter().enumerate() {
             self.checked_members(position, record, true)?;
@@ -190,9 +190,9 @@ impl Image {
     /// the name table, UTF-8), order, contiguous member ranges covering the
     /// member table, and the table checksum. O(groups + names); reads no
     /// member list.
-    fn check_dep_groups(&self) -> Result<(), ImageError> {
+    fn check_dep_groups(&self) -> Result<(), ReadError> {
         let index = self.index();
-        let corrupt = |what: String| ImageError::DepIndex(what);
+        let corrupt = |what: String| ReadError::DepIndex(what);
         let groups = &index.dep_groups;
         let names = index.group_names.as_slice();
         let member_count = index.dep_members.len();
@@ -202,12 +202,12 @@ impl Image {
         for (position, group) in groups.iter().enumerate() {
             let (start, len) = (group.name.offset.to_native(), group.name.len.to_native());
             if start as usize != next_name {
-                return Err(ImageError::Overlap(format!(
+                return Err(ReadError::Overlap(format!(
                     "group {position}'s name is at {start}+{len}, where the group names continue at {next_name}"
                 )));
             }
             let Some(range) = group.name.range().filter(|range| range.end <= names.len()) else {
-                return Err(ImageError::OutOfRange {
+                return Err(ReadError::OutOfRange {
                     what: format!("group {position}'s name"),
                     start: u64::from(start),
                     len: u64::from(len),
@@ -233,7 +233,7 @@ impl Image {
                 )));
             }
             if members.end > member_count {
-                return Err(ImageError::OutOfRange {
+                return Err(ReadError::OutOfRange {
                     what: format!("the members of group {position} ({text:?})"),
                     start: group.members.start.to_native().into(),
                     len: group.members.len.to_native().into(),
@@ -280,7 +280,7 @@ impl Image {
         position: usize,
         record: &'s ArchivedDepGroupRecord,
         force: bool,
-    ) -> Result<&'s [ArchivedU32], ImageError> {
+    ) -> Result<&'s [ArchivedU32], ReadError> {
         let index = self.index();
         let name = || self.group_str(&record.name).unwrap_or_default();
         let members = record
@@ -288,7 +288,7 @@ impl Image {
             .range()
             .and_then(|range| index.dep_members.as_slice().get(range))
             .ok_or_else(|| {
-                ImageError::DepIndex(format!(
+                ReadError::DepIndex(format!(
                     "the members of {:?} lie outside the member table",
                     name()
                 ))
@@ -299,7 +299,7 @@ impl Image {
         if dep_members_checksum(members.iter().map(|member| member.to_native()))
             != record.members_checksum
         {
-            return Err(ImageError::DepIndex(format!(
+            return Err(ReadError::DepIndex(format!(
                 "the entry list of {:?} does not match its checksum",
                 name()
             )));
@@ -309,7 +309,7 @@ impl Image {
         for member in members {
             let member = member.to_native();
             if member as usize >= entry_count {
-                return Err(ImageError::OutOfRange {
+                return Err(ReadError::OutOfRange {
                     what: format!("a member of {:?}", name()),
                     start: member.into(),
                     len: 1,
@@ -318,7 +318,7 @@ impl Image {
                 });
             }
             if let Some(before) = previous.filter(|&before| before >= member) {
-                return Err(ImageError::DepIndex(format!(
+                return Err(ReadError::DepIndex(format!(
                     "the entry list of {:?} holds {member} after {before}: entries must ascend",
                     name(),
                 )));

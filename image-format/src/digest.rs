@@ -3,8 +3,6 @@
 
 use std::fmt;
 
-use crate::ImageError;
-
 /// 32-byte BLAKE3 hash, shown as lowercase hex.
 #[derive(
     Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize,
@@ -37,9 +35,9 @@ impl Digest {
     /// Parses exactly 64 hex characters (either case).
     ///
     /// # Errors
-    /// [`ImageError::InvalidHex`] when `s` is not 64 hex characters.
-    pub fn from_hex(s: &str) -> Result<Digest, ImageError> {
-        let invalid = || ImageError::InvalidHex {
+    /// [`ParseDigestError`] when `s` is not 64 hex characters.
+    pub fn from_hex(s: &str) -> Result<Digest, ParseDigestError> {
+        let invalid = || ParseDigestError {
             text: s.chars().take(80).collect(),
         };
         let text = s.as_bytes();
@@ -79,6 +77,22 @@ impl fmt::Display for Digest {
     }
 }
 
+/// Text that is not a digest: [`Digest::from_hex`] wants 64 hex digits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not a digest: expected 64 hex digits")]
+pub struct ParseDigestError {
+    /// The text (at most 80 characters of it).
+    pub text: String,
+}
+
+impl ParseDigestError {
+    /// The stable name of the check, as
+    /// [`ImageError::check`](crate::ImageError::check) gives it.
+    pub fn check(&self) -> &'static str {
+        "argument.hex"
+    }
+}
+
 impl fmt::Debug for Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Digest({})", self.to_hex())
@@ -86,9 +100,9 @@ impl fmt::Debug for Digest {
 }
 
 impl std::str::FromStr for Digest {
-    type Err = ImageError;
+    type Err = ParseDigestError;
 
-    fn from_str(s: &str) -> Result<Digest, ImageError> {
+    fn from_str(s: &str) -> Result<Digest, ParseDigestError> {
         Digest::from_hex(s)
     }
 }

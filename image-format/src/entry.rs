@@ -27,7 +27,7 @@ use crate::layout::{
     ArchivedArtifactRecord, ArchivedEntryRecord, ArchivedIndex, ArchivedSpan, ArchivedStrRef,
     CUSTOM_KIND,
 };
-use crate::{Artifact, ArtifactKind, Dep, Digest, EntryData, Image, ImageError};
+use crate::{Artifact, ArtifactKind, Dep, Digest, EntryData, Image, ReadError};
 
 /// One entry of an [`Image`], read in place. Its record (and everything it
 /// owns: text, deps, artifact descriptors) passed its checks.
@@ -40,7 +40,7 @@ pub struct EntryRef<'a> {
 
 impl<'a> EntryRef<'a> {
     /// The entry at `index`, checked on first access only.
-    pub(crate) fn checked(image: &'a Image, index: usize) -> Result<EntryRef<'a>, ImageError> {
+    pub(crate) fn checked(image: &'a Image, index: usize) -> Result<EntryRef<'a>, ReadError> {
         if image.entry_state.is_set(index)
             && let Some(record) = image.index().entries.get(index)
         {
@@ -50,24 +50,26 @@ impl<'a> EntryRef<'a> {
                 record,
             });
         }
-        image.block_checked(index)?;
+        image
+            .blocks
+            .checked(image.index(), image.header.payload_len, index)?;
         EntryRef::check(image, index)
     }
 
     /// The entry at `index`, checked now whatever was remembered. Its
     /// block must have passed its check.
-    pub(crate) fn check(image: &'a Image, index: usize) -> Result<EntryRef<'a>, ImageError> {
+    pub(crate) fn check(image: &'a Image, index: usize) -> Result<EntryRef<'a>, ReadError> {
         let tables = image.index();
         let record = tables
             .entries
             .get(index)
-            .ok_or(ImageError::EntryOutOfRange {
+            .ok_or(ReadError::EntryOutOfRange {
                 index,
                 len: tables.entries.len(),
             })?;
         check_layout(tables, index, record, image.header.payload_len)?;
         if entry_checksum(tables, record) != record.checksum {
-            return Err(ImageError::EntryChecksum { index });
+            return Err(ReadError::EntryChecksum { index });
         }
         check_values(image, index, record)?;
         image.entry_state.set(index);
@@ -154,11 +156,11 @@ impl<'a> EntryRef<'a> {
     /// The artifact at position `i` of this entry.
     ///
     /// # Errors
-    /// [`ImageError::ArtifactOutOfRange`] when the entry has no artifact `i`.
-    pub fn artifact(&self, i: usize) -> Result<ArtifactRef<'a>, ImageError> {
+    /// [`ReadError::ArtifactOutOfRange`] when the entry has no artifact `i`.
+    pub fn artifact(&self, i: usize) -> Result<ArtifactRef<'a>, ReadError> {
         self.artifacts()
             .nth(i)
-            .ok_or(ImageError::ArtifactOutOfRange {
+            .ok_or(ReadError::ArtifactOutOfRange {
                 index: i,
                 len: self.artifact_count(),
             })
@@ -200,8 +202,8 @@ impl<'a> EntryRef<'a> {
     /// An owned copy of the entry, payloads included (each checked).
     ///
     /// # Errors
-    /// [`ImageError::PayloadChecksum`] when a payload fails its checksum.
-    pub fn to_data(&self) -> Result<EntryData, ImageError> {
+    /// [`ReadError::PayloadChecksum`] when a payload fails its checksum.
+    pub fn to_data(&self) -> Result<EntryData, ReadError> {
         let artifacts = self
             .artifacts()
             .map(|artifact| {
@@ -215,7 +217,7 @@ impl<'a> EntryRef<'a> {
                     bytes: artifact.bytes()?.to_vec(),
                 })
             })
-            .collect::<Result<Vec<_>, ImageError>>()?;
+            .collect::<Result<Vec<_>, ReadError>>()?;
         Ok(EntryData {
             owner: self.owner(),
             owner_label: self.owner_label().to_owned(),
@@ -310,9 +312,9 @@ impl<'a> ArtifactRef<'a> {
     /// and an error returned, on this and every later call.
     ///
     /// # Errors
-    /// [`ImageError::PayloadChecksum`] when the payload fails its checksum (on
+    /// [`ReadError::PayloadChecksum`] when the payload fails its checksum (on
     /// this and every later call).
-    pub fn bytes(&self) -> Result<&'a [u8], ImageError> {
+    pub fn bytes(&self) -> Result<&'a [u8], ReadError> {
         if self.image.artifact_state.is_set(self.global) {
             return self.raw();
         }
@@ -320,7 +322,7 @@ impl<'a> ArtifactRef<'a> {
     }
 
     /// The payload, checked now whatever was remembered.
-    pub(crate) fn check_payload(&self) -> Result<&'a [u8], ImageError> {
+    pub(crate) fn check_payload(&self) -> Result<&'a [u8], ReadError> {
         let bytes = self.raw()?;
         crate::image::PAYLOAD_CHECKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if *blake3::hash(bytes).as_bytes() != self.record.hash {
@@ -331,15 +333,15 @@ impl<'a> ArtifactRef<'a> {
         Ok(bytes)
     }
 
-    fn corrupt(&self) -> ImageError {
-        ImageError::PayloadChecksum {
+    fn corrupt(&self) -> ReadError {
+        ReadError::PayloadChecksum {
             entry: self.entry,
             artifact: self.position,
         }
     }
 
     /// The payload bytes, unchecked; the bounds were checked with the entry.
-    fn raw(&self) -> Result<&'a [u8], ImageError> {
+    fn raw(&self) -> Result<&'a [u8], ReadError> {
         let image = self.image;
         let start = usize::try_from(self.record.offset.to_native()).ok();
         let end = start.and_then(|start| start.checked_add(self.len()));
@@ -385,9 +387,9 @@ fn check_layout(
     index: usize,
     record: &ArchivedEntryRecord,
     payload_len: u64,
-) -> Result<(), ImageError> {
+) -> Result<(), ReadError> {
     let out_of_range =
-        |what: &str, span: (u32, u32), table: &'static str, limit: usize| ImageError::OutOfRange {
+        |what: &str, span: (u32, u32), table: &'static str, limit: usize| ReadError::OutOfRange {
             what: format!("entry {index}'s {what}"),
             start: u64::from(span.0),
             len: u64::from(span.1),
@@ -446,7 +448,7 @@ fn check_layout(
     let payload_end = payload_start
         .checked_add(record.payloads.len.to_native())
         .filter(|&end| end <= payload_len)
-        .ok_or_else(|| ImageError::OutOfRange {
+        .ok_or_else(|| ReadError::OutOfRange {
             what: format!("entry {index}'s payloads"),
             start: payload_start,
             len: record.payloads.len.to_native(),
@@ -458,7 +460,7 @@ fn check_layout(
         text_at.next(&artifact.custom, || format!("artifact {position}'s kind"))?;
         let own = artifact.entry_points.range();
         let Some(own) = own.filter(|range| range.start == next_entry_point) else {
-            return Err(ImageError::Overlap(format!(
+            return Err(ReadError::Overlap(format!(
                 "entry {index}'s artifact {position} has entry points {}+{}, where its next ones start at {next_entry_point}",
                 artifact.entry_points.start.to_native(),
                 artifact.entry_points.len.to_native(),
@@ -478,12 +480,12 @@ fn check_layout(
         }
         let (offset, len) = (artifact.offset.to_native(), artifact.len.to_native());
         if offset % REGION_ALIGN as u64 != 0 || offset < next_payload {
-            return Err(ImageError::Overlap(format!(
+            return Err(ReadError::Overlap(format!(
                 "entry {index}'s artifact {position} has its payload at {offset}, where its next payload may start at {next_payload} (at a multiple of {REGION_ALIGN})"
             )));
         }
         let Some(end) = offset.checked_add(len).filter(|&end| end <= payload_end) else {
-            return Err(ImageError::OutOfRange {
+            return Err(ReadError::OutOfRange {
                 what: format!("entry {index}'s artifact {position}'s payload"),
                 start: offset,
                 len,
@@ -494,13 +496,13 @@ fn check_layout(
         next_payload = end;
     }
     if next_entry_point != entry_points.end {
-        return Err(ImageError::Overlap(format!(
+        return Err(ReadError::Overlap(format!(
             "entry {index}'s artifacts use entry points up to {next_entry_point}, its range ends at {}",
             entry_points.end
         )));
     }
     if text_at.at != text.end {
-        return Err(ImageError::Overlap(format!(
+        return Err(ReadError::Overlap(format!(
             "entry {index}'s text ends at {}, its text region at {}",
             text_at.at, text.end
         )));
@@ -523,10 +525,10 @@ impl TextCursor {
         &mut self,
         reference: &ArchivedStrRef,
         what: impl Fn() -> String,
-    ) -> Result<(), ImageError> {
+    ) -> Result<(), ReadError> {
         let (start, len) = pair(reference);
         if start as usize != self.at {
-            return Err(ImageError::Overlap(format!(
+            return Err(ReadError::Overlap(format!(
                 "entry {}'s {} is at {start}+{len}, where its text continues at {}",
                 self.index,
                 what(),
@@ -538,7 +540,7 @@ impl TextCursor {
                 self.at = range.end;
                 Ok(())
             }
-            None => Err(ImageError::OutOfRange {
+            None => Err(ReadError::OutOfRange {
                 what: format!("entry {}'s {}", self.index, what()),
                 start: u64::from(start),
                 len: u64::from(len),
@@ -549,8 +551,8 @@ impl TextCursor {
     }
 }
 
-fn malformed(index: usize, what: &str) -> ImageError {
-    ImageError::EntryMalformed {
+fn malformed(index: usize, what: &str) -> ReadError {
+    ReadError::EntryMalformed {
         index,
         what: what.to_owned(),
     }
@@ -620,7 +622,7 @@ fn check_values(
     image: &Image,
     index: usize,
     record: &ArchivedEntryRecord,
-) -> Result<(), ImageError> {
+) -> Result<(), ReadError> {
     let tables = image.index();
     if record.flags.to_native() != 0 {
         return Err(malformed(index, "reserved flags are set"));
@@ -628,7 +630,7 @@ fn check_values(
     if record.min_world.to_native() > record.max_world.to_native() {
         return Err(malformed(index, "min_world > max_world"));
     }
-    let text = |reference: &ArchivedStrRef, what: &str| -> Result<&str, ImageError> {
+    let text = |reference: &ArchivedStrRef, what: &str| -> Result<&str, ReadError> {
         image
             .entry_str(reference)
             .ok_or_else(|| malformed(index, &format!("its {what} is not UTF-8")))
@@ -637,7 +639,7 @@ fn check_values(
     for dep in slice(&tables.deps, &record.deps) {
         let name = text(&dep.name, "dep name")?;
         if !dep_is_listed(tables, index, name.as_bytes(), dep) {
-            return Err(ImageError::DepNotIndexed {
+            return Err(ReadError::DepNotIndexed {
                 entry: index,
                 name: name.to_owned(),
                 fingerprint: Digest(dep.fingerprint),
@@ -664,7 +666,7 @@ fn check_values(
         }
     }
     if !reachable(tables, index, record) {
-        return Err(ImageError::EntryUnreachable { index });
+        return Err(ReadError::EntryUnreachable { index });
     }
     Ok(())
 }

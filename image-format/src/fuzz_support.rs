@@ -3,7 +3,7 @@
 //! purpose: [`reseal`] recomputes the checksums of a mutated image,
 //! [`forge::Forge`] rebuilds an image from records a test chose.
 
-use crate::{Image, ImageError, Verification};
+use crate::{Image, ReadError, Verification};
 
 /// What [`exercise`] saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -28,8 +28,8 @@ pub struct Exercised {
 /// `tests/hostile.rs` check the memory).
 ///
 /// # Errors
-/// The [`ImageError`] of the structural open, when `bytes` is not an image.
-pub fn exercise(bytes: &[u8]) -> Result<Exercised, ImageError> {
+/// The [`ReadError`] of the structural open, when `bytes` is not an image.
+pub fn exercise(bytes: &[u8]) -> Result<Exercised, ReadError> {
     let image = Image::from_bytes(bytes, Verification::Structural)?;
     let mut seen = Exercised::default();
     let _ = image.meta();
@@ -182,7 +182,7 @@ pub mod forge {
 
     use crate::header::Header;
     use crate::layout::ArchivedIndex;
-    use crate::{Digest, ImageError};
+    use crate::{Digest, ReadError, WriteError};
 
     /// An image taken apart: its index as owned records, its payload
     /// region and its producer.
@@ -203,16 +203,16 @@ pub mod forge {
         /// # Errors
         ///
         /// A header check fails, or the index is not a valid archive.
-        pub fn read(image: &[u8]) -> Result<Forge, ImageError> {
+        pub fn read(image: &[u8]) -> Result<Forge, ReadError> {
             let header = Header::parse(image, image.len() as u64)?;
             let region = |offset: u64, len: u64| {
                 let start = usize::try_from(offset).ok()?;
                 image.get(start..start.checked_add(usize::try_from(len).ok()?)?)
             };
             let index_bytes = region(header.index_offset, header.index_len)
-                .ok_or_else(|| ImageError::Layout("the index lies outside the image".into()))?;
+                .ok_or_else(|| ReadError::Layout("the index lies outside the image".into()))?;
             let payloads = region(header.payload_offset, header.payload_len).ok_or(
-                ImageError::PayloadRegion {
+                ReadError::PayloadRegion {
                     start: header.payload_offset,
                     end: header.payload_offset.saturating_add(header.payload_len),
                     available: image.len() as u64,
@@ -221,9 +221,9 @@ pub mod forge {
             let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(index_bytes.len());
             aligned.extend_from_slice(index_bytes);
             let archived = rkyv::access::<ArchivedIndex, rkyv::rancor::Error>(&aligned)
-                .map_err(|error| ImageError::IndexValidation(error.to_string()))?;
+                .map_err(|error| ReadError::IndexValidation(error.to_string()))?;
             let index = rkyv::deserialize::<Index, rkyv::rancor::Error>(archived)
-                .map_err(|error| ImageError::IndexValidation(error.to_string()))?;
+                .map_err(|error| ReadError::IndexValidation(error.to_string()))?;
             Ok(Forge {
                 index,
                 payloads: payloads.to_vec(),
@@ -240,7 +240,7 @@ pub mod forge {
         ///
         /// The index does not serialize, or the image would not fit in
         /// memory.
-        pub fn to_bytes(&self) -> Result<Vec<u8>, ImageError> {
+        pub fn to_bytes(&self) -> Result<Vec<u8>, WriteError> {
             crate::writer::assemble(
                 &self.index,
                 [(0, self.payloads.as_slice())],

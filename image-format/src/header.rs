@@ -35,7 +35,7 @@
 
 use std::fmt;
 
-use crate::{Digest, ImageError};
+use crate::{Digest, ReadError};
 
 /// Magic bytes every image starts with.
 pub const MAGIC: [u8; 8] = *b"KILNIMG\0";
@@ -244,15 +244,15 @@ impl Header {
     /// lengths and regions.
     ///
     /// # Errors
-    /// The [`ImageError`] of the first check that fails, in the order above.
-    pub fn parse(bytes: &[u8], image_len: u64) -> Result<Header, ImageError> {
+    /// The [`ReadError`] of the first check that fails, in the order above.
+    pub fn parse(bytes: &[u8], image_len: u64) -> Result<Header, ReadError> {
         let image = bytes;
         let file_len = image_len;
         let Some(bytes) = image.first_chunk::<HEADER_LEN>() else {
             if image.len() >= MAGIC.len() && image[..MAGIC.len()] != MAGIC {
                 return Err(bad_magic(image));
             }
-            return Err(ImageError::Truncated {
+            return Err(ReadError::Truncated {
                 what: "the header",
                 len: file_len,
                 needed: HEADER_LEN as u64,
@@ -263,18 +263,18 @@ impl Header {
         }
         let format_version = u32::from_le_bytes(field(bytes, offsets::FORMAT_VERSION));
         if format_version != FORMAT_VERSION {
-            return Err(ImageError::FormatVersion {
+            return Err(ReadError::FormatVersion {
                 found: format_version,
                 expected: FORMAT_VERSION,
             });
         }
         let stored_checksum = Digest(field(bytes, CHECKSUMMED_LEN));
         if header_checksum(bytes) != stored_checksum {
-            return Err(ImageError::HeaderChecksum);
+            return Err(ReadError::HeaderChecksum);
         }
         let header_len = u32::from_le_bytes(field(bytes, offsets::HEADER_LEN));
         if header_len as usize != HEADER_LEN {
-            return Err(ImageError::HeaderLength {
+            return Err(ReadError::HeaderLength {
                 found: header_len,
                 expected: HEADER_LEN as u32,
                 version: FORMAT_VERSION,
@@ -284,10 +284,10 @@ impl Header {
         let rkyv_version =
             text_field(&bytes[offsets::RKYV_VERSION..offsets::RKYV_VERSION + RKYV_VERSION_LEN])
                 .ok_or_else(|| {
-                    ImageError::Layout("the rkyv version field is not NUL-padded UTF-8".into())
+                    ReadError::Layout("the rkyv version field is not NUL-padded UTF-8".into())
                 })?;
         if rkyv_version != RKYV_VERSION {
-            return Err(ImageError::RkyvVersion {
+            return Err(ReadError::RkyvVersion {
                 found: rkyv_version,
                 expected: RKYV_VERSION,
             });
@@ -297,7 +297,7 @@ impl Header {
         crate::signature::check_trailer_len(signature_len)?;
         let producer = text_field(&bytes[offsets::PRODUCER..offsets::PRODUCER + MAX_PRODUCER_LEN])
             .ok_or_else(|| {
-                ImageError::Layout("the producer field is not NUL-padded UTF-8".into())
+                ReadError::Layout("the producer field is not NUL-padded UTF-8".into())
             })?;
         let header = Header {
             format_version,
@@ -326,27 +326,23 @@ impl Header {
         self.body_len.saturating_add(HEADER_LEN as u64)
     }
 
-    fn check_regions(&self, file_len: u64) -> Result<(), ImageError> {
+    fn check_regions(&self, file_len: u64) -> Result<(), ReadError> {
         let body_end = self
             .body_len
             .checked_add(HEADER_LEN as u64)
-            .ok_or_else(|| {
-                ImageError::Layout(format!("body length {} overflows", self.body_len))
-            })?;
+            .ok_or_else(|| ReadError::Layout(format!("body length {} overflows", self.body_len)))?;
         let expected_len = body_end
             .checked_add(u64::from(self.signature_len))
-            .ok_or_else(|| {
-                ImageError::Layout(format!("body length {} overflows", self.body_len))
-            })?;
+            .ok_or_else(|| ReadError::Layout(format!("body length {} overflows", self.body_len)))?;
         if file_len < expected_len {
-            return Err(ImageError::Truncated {
+            return Err(ReadError::Truncated {
                 what: "the body the header describes",
                 len: file_len,
                 needed: expected_len,
             });
         }
         if file_len > expected_len {
-            return Err(ImageError::TrailingBytes {
+            return Err(ReadError::TrailingBytes {
                 expected: expected_len,
                 extra: file_len - expected_len,
             });
@@ -379,7 +375,7 @@ impl Header {
             None
         };
         match problem {
-            Some(problem) => Err(ImageError::Layout(problem)),
+            Some(problem) => Err(ReadError::Layout(problem)),
             None => Ok(()),
         }
     }
@@ -390,11 +386,11 @@ impl Header {
 /// them a meaning is never misread by this one.
 const RESERVED: [(usize, usize); 1] = [(offsets::RESERVED_TAIL, 8)];
 
-fn check_reserved(bytes: &[u8; HEADER_LEN]) -> Result<(), ImageError> {
+fn check_reserved(bytes: &[u8; HEADER_LEN]) -> Result<(), ReadError> {
     for (offset, len) in RESERVED {
         let found = &bytes[offset..offset + len];
         if found.iter().any(|&b| b != 0) {
-            return Err(ImageError::ReservedBytes {
+            return Err(ReadError::ReservedBytes {
                 offset,
                 found: found.to_vec(),
                 expected: vec![0; len],
@@ -405,33 +401,33 @@ fn check_reserved(bytes: &[u8; HEADER_LEN]) -> Result<(), ImageError> {
     Ok(())
 }
 
-fn bad_magic(image: &[u8]) -> ImageError {
-    ImageError::BadMagic {
+fn bad_magic(image: &[u8]) -> ReadError {
+    ReadError::BadMagic {
         found: image.iter().take(MAGIC.len()).copied().collect(),
         expected: MAGIC,
     }
 }
 
-fn check_layout(bytes: &[u8; HEADER_LEN]) -> Result<ArchiveLayout, ImageError> {
+fn check_layout(bytes: &[u8; HEADER_LEN]) -> Result<ArchiveLayout, ReadError> {
     let native = ArchiveLayout::native();
     let endianness = match bytes[offsets::ENDIANNESS] {
         1 => Endianness::Little,
         2 => Endianness::Big,
         other => {
-            return Err(ImageError::Endianness {
+            return Err(ReadError::Endianness {
                 found: format!("of unknown byte order {other}"),
                 expected: native.endianness.to_string(),
             });
         }
     };
     if endianness != native.endianness {
-        return Err(ImageError::Endianness {
+        return Err(ReadError::Endianness {
             found: endianness.to_string(),
             expected: native.endianness.to_string(),
         });
     }
     if bytes[offsets::POINTER_WIDTH] != native.pointer_width {
-        return Err(ImageError::PointerWidth {
+        return Err(ReadError::PointerWidth {
             found: bytes[offsets::POINTER_WIDTH],
             expected: native.pointer_width,
         });
@@ -441,20 +437,20 @@ fn check_layout(bytes: &[u8; HEADER_LEN]) -> Result<ArchiveLayout, ImageError> {
         0 => false,
         1 => true,
         other => {
-            return Err(ImageError::PrimitiveAlignment {
+            return Err(ReadError::PrimitiveAlignment {
                 found: format!("unknown ({other})"),
                 expected: alignment_name(native.aligned_primitives).into(),
             });
         }
     };
     if aligned_primitives != native.aligned_primitives {
-        return Err(ImageError::PrimitiveAlignment {
+        return Err(ReadError::PrimitiveAlignment {
             found: alignment_name(aligned_primitives).into(),
             expected: alignment_name(native.aligned_primitives).into(),
         });
     }
     if bytes[offsets::REGION_ALIGN_LOG2] != REGION_ALIGN_LOG2 {
-        return Err(ImageError::Layout(format!(
+        return Err(ReadError::Layout(format!(
             "region alignment 2^{}, format {FORMAT_VERSION} uses 2^{REGION_ALIGN_LOG2}",
             bytes[offsets::REGION_ALIGN_LOG2]
         )));

@@ -5,11 +5,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::check_state::CheckState;
-use crate::entry::EntryRef;
 use crate::header::{ArchiveLayout, Header};
 use crate::layout::{ArchivedIndex, ArchivedStrRef};
 use crate::storage::{FileAccess, ImageFile, STORAGE_ALIGN, Storage};
-use crate::{Digest, ImageError, ImageMeta};
+use crate::{Digest, ImageMeta, ReadError};
 
 /// How much of an image is checked when it is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,10 +34,10 @@ pub enum Verification {
 /// An opened image: entries sorted by (owner, key), looked up in place.
 ///
 /// Opening never reads payloads (except with [`Verification::Full`]), and
-/// lookups never deserialize: [`EntryRef`] and
+/// lookups never deserialize: [`EntryRef`](crate::EntryRef) and
 /// [`ArtifactRef`](crate::ArtifactRef) read the archived records, and
 /// payload bytes are borrowed from the image. No input makes a reader
-/// method panic; corrupt data is reported as an [`ImageError`], never
+/// method panic; corrupt data is reported as a [`ReadError`], never
 /// returned.
 ///
 /// No input makes a reader's work grow faster than the input: no two
@@ -61,14 +60,8 @@ pub struct Image {
     pub(crate) dep_index_state: CheckState,
     /// One bit per dependency group: its member list passed its checksum.
     pub(crate) dep_group_state: CheckState,
-    /// One bit: the first level of the block table passed its check.
-    pub(crate) block_table_state: CheckState,
-    /// One bit per group of 64 block records: it passed its check.
-    pub(crate) block_group_state: CheckState,
-    /// One bit per block of 64 entries: its entries tile its ranges.
-    pub(crate) block_state: CheckState,
-    /// Where the block table's and the blocks' checks failed.
-    pub(crate) block_failures: crate::partition::Failures,
+    /// What of the block table and the blocks passed its check.
+    pub(crate) blocks: crate::partition::BlockChecks,
     pub(crate) trusted: bool,
     /// The signatures of the trailer, as read at open (not checked).
     pub(crate) signatures: Vec<crate::signature::Record>,
@@ -104,9 +97,9 @@ impl Image {
     /// 64-byte-aligned address (`include_image!` embeds them so).
     ///
     /// # Errors
-    /// The [`ImageError`] of the first check of `level` that fails:
-    /// [`ImageError::Misaligned`] when `bytes` is not 64-byte aligned.
-    pub fn from_static(bytes: &'static [u8], level: Verification) -> Result<Image, ImageError> {
+    /// The [`ReadError`] of the first check of `level` that fails:
+    /// [`ReadError::Misaligned`] when `bytes` is not 64-byte aligned.
+    pub fn from_static(bytes: &'static [u8], level: Verification) -> Result<Image, ReadError> {
         Image::from_storage(Storage::Static(bytes), level.into())
     }
 
@@ -123,9 +116,9 @@ impl Image {
     /// undefined behaviour: the index is accessed without rkyv validation.
     ///
     /// # Errors
-    /// [`ImageError::Misaligned`] or [`ImageError::Truncated`] when the bytes
+    /// [`ReadError::Misaligned`] or [`ReadError::Truncated`] when the bytes
     /// cannot hold the image the header describes.
-    pub unsafe fn from_static_trusted(bytes: &'static [u8]) -> Result<Image, ImageError> {
+    pub unsafe fn from_static_trusted(bytes: &'static [u8]) -> Result<Image, ReadError> {
         Image::from_storage(Storage::Static(bytes), Mode::Trusted)
     }
 
@@ -137,9 +130,9 @@ impl Image {
     /// [`ImageWriter::write_atomic`]: crate::ImageWriter::write_atomic
     ///
     /// # Errors
-    /// [`ImageError::Io`] when the file cannot be opened or mapped; the
-    /// [`ImageError`] of the first check of `level` that fails.
-    pub fn open(path: &Path, level: Verification) -> Result<Image, ImageError> {
+    /// [`ReadError::Io`] when the file cannot be opened or mapped; the
+    /// [`ReadError`] of the first check of `level` that fails.
+    pub fn open(path: &Path, level: Verification) -> Result<Image, ReadError> {
         Image::from_storage(Storage::map_file(path)?, level.into())
     }
 
@@ -153,48 +146,48 @@ impl Image {
     /// [`Image::open`].
     ///
     /// # Errors
-    /// [`ImageError::Io`] when the file cannot be mapped or read; the
-    /// [`ImageError`] of the first check of `level` that fails.
+    /// [`ReadError::Io`] when the file cannot be mapped or read; the
+    /// [`ReadError`] of the first check of `level` that fails.
     pub fn from_file(
         file: ImageFile,
         access: FileAccess,
         level: Verification,
-    ) -> Result<Image, ImageError> {
+    ) -> Result<Image, ReadError> {
         Image::from_storage(Storage::from_file(file, access)?, level.into())
     }
 
     /// Copies `bytes` into an owned, aligned buffer and opens it.
     ///
     /// # Errors
-    /// The [`ImageError`] of the first check of `level` that fails.
-    pub fn from_bytes(bytes: &[u8], level: Verification) -> Result<Image, ImageError> {
+    /// The [`ReadError`] of the first check of `level` that fails.
+    pub fn from_bytes(bytes: &[u8], level: Verification) -> Result<Image, ReadError> {
         Image::from_storage(Storage::copy_aligned(bytes), level.into())
     }
 
-    fn from_storage(storage: Storage, mode: Mode) -> Result<Image, ImageError> {
+    fn from_storage(storage: Storage, mode: Mode) -> Result<Image, ReadError> {
         let head = storage.head();
         let image_len = storage.len();
         let header = Header::parse(head, image_len)?;
         let address = head.as_ptr() as usize;
         if !address.is_multiple_of(STORAGE_ALIGN) {
-            return Err(ImageError::Misaligned {
+            return Err(ReadError::Misaligned {
                 address,
                 required: STORAGE_ALIGN,
             });
         }
-        let to_range = |offset: u64, len: u64, limit: u64| -> Result<Range<usize>, ImageError> {
+        let to_range = |offset: u64, len: u64, limit: u64| -> Result<Range<usize>, ReadError> {
             let start = usize::try_from(offset).ok();
             let end = offset.checked_add(len).filter(|&end| end <= limit);
             match (start, end.and_then(|end| usize::try_from(end).ok())) {
                 (Some(start), Some(end)) => Ok(start..end),
-                _ => Err(ImageError::Layout(format!(
+                _ => Err(ReadError::Layout(format!(
                     "region {offset}+{len} lies outside the {limit} bytes available"
                 ))),
             }
         };
         let index_range = to_range(header.index_offset, header.index_len, head.len() as u64)?;
         let payload_range = to_range(header.payload_offset, header.payload_len, image_len)
-            .map_err(|_| ImageError::PayloadRegion {
+            .map_err(|_| ReadError::PayloadRegion {
                 start: header.payload_offset,
                 end: header.payload_offset.saturating_add(header.payload_len),
                 available: image_len,
@@ -226,10 +219,7 @@ impl Image {
             artifact_failed: CheckState::new(artifact_count, false),
             dep_index_state: CheckState::new(1, trusted),
             dep_group_state: CheckState::new(dep_group_count, trusted),
-            block_table_state: CheckState::new(1, trusted),
-            block_group_state: CheckState::new(crate::partition::group_count(block_count), trusted),
-            block_state: CheckState::new(block_count, trusted),
-            block_failures: crate::partition::Failures::new(block_count),
+            blocks: crate::partition::BlockChecks::new(block_count, trusted),
             storage,
             header,
             index_range,
@@ -265,7 +255,7 @@ impl Image {
     }
 
     /// The payload region (mapped on first use for a mapped file).
-    pub(crate) fn payloads(&self) -> Result<&[u8], ImageError> {
+    pub(crate) fn payloads(&self) -> Result<&[u8], ReadError> {
         self.storage.payloads(&self.payload_range)
     }
 
@@ -373,59 +363,6 @@ impl Image {
     /// Whether the image has no entries.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// Entry by index (entries are sorted by (owner, key)). Its record is
-    /// checked against its checksum on first access.
-    ///
-    /// # Errors
-    /// [`ImageError::EntryOutOfRange`] when there is no entry `index`;
-    /// [`ImageError::EntryChecksum`] or [`ImageError::EntryMalformed`] when its
-    /// record is corrupt.
-    pub fn entry(&self, index: usize) -> Result<EntryRef<'_>, ImageError> {
-        EntryRef::checked(self, index)
-    }
-
-    /// Every entry in order; corrupt ones yield their error.
-    pub fn entries(&self) -> impl ExactSizeIterator<Item = Result<EntryRef<'_>, ImageError>> + '_ {
-        (0..self.len()).map(|index| self.entry(index))
-    }
-
-    /// Looks up (owner, key) in place, without deserializing: a binary
-    /// search for the owner, then its radix table over the keys' top bits
-    /// (keys are uniform digests: one or two candidates per bucket).
-    /// `Ok(None)` when the image has no such entry; an error when the entry
-    /// found fails its check. Never an entry with another (owner, key), and
-    /// the entry found is the only one of its (owner, key) that passes its
-    /// check (an entry a lookup does not lead to fails with
-    /// [`ImageError::EntryUnreachable`]), so a lookup and an iteration agree
-    /// even on an image whose keys are out of order or repeated.
-    ///
-    /// # Errors
-    /// The error of the check the entry found fails:
-    /// [`ImageError::EntryChecksum`], [`ImageError::EntryMalformed`],
-    /// [`ImageError::OutOfRange`], [`ImageError::EntryUnreachable`], or a
-    /// failed check of its block or of the dependency index.
-    pub fn find(&self, owner: &Digest, key: &Digest) -> Result<Option<EntryRef<'_>>, ImageError> {
-        let index = self.index();
-        let owners = index.owners.as_slice();
-        let Ok(position) = owners.binary_search_by(|record| record.digest.cmp(&owner.0)) else {
-            return Ok(None);
-        };
-        let Some(found) = owners.get(position).and_then(|record| {
-            let range = record.entries.range()?;
-            let entries = index.entries.as_slice().get(range.clone())?;
-            let buckets = record
-                .buckets
-                .range()
-                .and_then(|buckets| index.key_buckets.as_slice().get(buckets))
-                .unwrap_or_default();
-            let bits = record.bucket_bits.to_native();
-            crate::search::find_key(entries, buckets, bits, &key.0).map(|i| range.start + i)
-        }) else {
-            return Ok(None);
-        };
-        self.entry(found).map(Some)
     }
 
     /// The range of entries owned by `owner`, if it owns any.

@@ -46,7 +46,7 @@
 //! The [`header`] is read first: magic, format version, header
 //! checksum, archive layout (byte order, pointer width, primitive
 //! alignment), rkyv version, region table, body checksum. Each mismatch is
-//! its own [`ImageError`] variant naming what was found and what this build
+//! its own [`ReadError`] variant naming what was found and what this build
 //! expects.
 //!
 //! The index is a set of flat tables of fixed-size records (owners, entries
@@ -127,18 +127,18 @@
 //!   super-linear term is the lookup each entry check does, O(log entries)
 //!   key comparisons.
 //! - **Consistency.** [`Verification::Full`] checks that keys ascend
-//!   strictly within each owner ([`ImageError::DuplicateKey`],
-//!   [`ImageError::KeysOutOfOrder`]) and that the dependency index lists
-//!   exactly what the entries' deps imply ([`ImageError::DepNotIndexed`],
-//!   [`ImageError::DepNotCarried`]). At [`Verification::Structural`] an
+//!   strictly within each owner ([`ReadError::DuplicateKey`],
+//!   [`ReadError::KeysOutOfOrder`]) and that the dependency index lists
+//!   exactly what the entries' deps imply ([`ReadError::DepNotIndexed`],
+//!   [`ReadError::DepNotCarried`]). At [`Verification::Structural`] an
 //!   entry's first access checks that a lookup of its (owner, key) leads to
-//!   it ([`ImageError::EntryUnreachable`]) and that the dependency index
+//!   it ([`ReadError::EntryUnreachable`]) and that the dependency index
 //!   lists it under each of its deps (O(1) per dep), so a lookup is the
 //!   entry, a miss or an error, and no entry the index leaves out is ever
 //!   returned; an index that lists an entry it should not can only make a
 //!   cache drop that entry.
 //! - **Range.** Every reference is checked against the table or range it
-//!   must lie in ([`ImageError::OutOfRange`]) before anything is read
+//!   must lie in ([`ReadError::OutOfRange`]) before anything is read
 //!   through it.
 //!
 //! # Safety of mapped files
@@ -186,11 +186,13 @@ mod deps;
 mod digest;
 mod entry;
 mod error;
+mod full;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz_support;
 pub mod header;
 mod image;
 mod layout;
+mod lookup;
 mod model;
 mod partition;
 mod seal;
@@ -201,9 +203,9 @@ mod verify;
 mod writer;
 
 pub use deps::DepGroup;
-pub use digest::Digest;
+pub use digest::{Digest, ParseDigestError};
 pub use entry::{ArtifactRef, EntryRef};
-pub use error::ImageError;
+pub use error::{ImageError, KeyError, ReadError, SignatureError, WriteError};
 pub use header::{ArchiveLayout, Endianness, Header};
 pub use image::{Image, Verification};
 pub use model::{Artifact, ArtifactKind, Dep, EntryData, ImageMeta};

@@ -32,8 +32,9 @@
 
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
+use crate::ReadError;
+use crate::check_state::CheckState;
 use crate::layout::{ArchivedBlockRecord, ArchivedIndex, BLOCK_ENTRIES, block_count};
-use crate::{Image, ImageError};
 
 /// The start (or end) of a block's ranges, in every table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,7 +84,7 @@ impl Position {
 /// the whole check: a failing first level would otherwise cost
 /// O(entries / 4096) on every entry access. Each slot holds 0 (no failure
 /// seen) or the failing step + 1.
-pub(crate) struct Failures {
+struct Failures {
     table: AtomicUsize,
     groups: Box<[AtomicU8]>,
     blocks: Box<[AtomicU8]>,
@@ -91,7 +92,7 @@ pub(crate) struct Failures {
 
 impl Failures {
     /// No failure seen yet, for `blocks` block records.
-    pub(crate) fn new(blocks: usize) -> Failures {
+    fn new(blocks: usize) -> Failures {
         let slots = |count: usize| (0..count).map(|_| AtomicU8::new(0)).collect();
         Failures {
             table: AtomicUsize::new(0),
@@ -105,8 +106,8 @@ impl Failures {
 /// failing comparison first), and remembers where it fails.
 fn remembered<S: Slot>(
     slot: Option<&S>,
-    check: impl FnOnce(usize) -> Result<(), (usize, ImageError)>,
-) -> Result<(), ImageError> {
+    check: impl FnOnce(usize) -> Result<(), (usize, ReadError)>,
+) -> Result<(), ReadError> {
     let failed = slot.map_or(0, Slot::get);
     check(failed.saturating_sub(1)).map_err(|(step, error)| {
         if let Some(slot) = slot {
@@ -141,33 +142,60 @@ impl Slot for AtomicU8 {
     }
 }
 
-impl Image {
-    /// Checks the block holding entry `entry` (and what of the block table
-    /// that relies on) unless done before.
-    pub(crate) fn block_checked(&self, entry: usize) -> Result<(), ImageError> {
+/// What of the block table and of the blocks passed its check, and where
+/// the checks failed: an image's state of its partition into blocks.
+pub(crate) struct BlockChecks {
+    /// One bit: the first level of the block table passed its check.
+    pub(crate) table: CheckState,
+    /// One bit per group of 64 block records: it passed its check.
+    pub(crate) groups: CheckState,
+    /// One bit per block of 64 entries: its entries tile its ranges.
+    pub(crate) blocks: CheckState,
+    /// Where the block table's and the blocks' checks failed.
+    failures: Failures,
+}
+
+impl BlockChecks {
+    /// `blocks` block records, none checked, or all when `verified`.
+    pub(crate) fn new(blocks: usize, verified: bool) -> BlockChecks {
+        BlockChecks {
+            table: CheckState::new(1, verified),
+            groups: CheckState::new(group_count(blocks), verified),
+            blocks: CheckState::new(blocks, verified),
+            failures: Failures::new(blocks),
+        }
+    }
+
+    /// Checks the block of `index` holding entry `entry` (and what of the
+    /// block table that relies on) unless done before.
+    pub(crate) fn checked(
+        &self,
+        index: &ArchivedIndex,
+        payload_len: u64,
+        entry: usize,
+    ) -> Result<(), ReadError> {
         let block = entry / BLOCK_ENTRIES;
-        if self.block_state.is_set(block) {
+        if self.blocks.is_set(block) {
             return Ok(());
         }
-        let (index, payload_len) = (self.index(), self.header.payload_len);
-        let failures = &self.block_failures;
-        if !self.block_table_state.is_set(0) {
+        let failures = &self.failures;
+        if !self.table.is_set(0) {
             remembered(Some(&failures.table), |from| {
                 check_block_table_top(index, payload_len, from)
             })?;
-            self.block_table_state.set(0);
+            self.table.set(0);
         }
         let group = block / GROUP_BLOCKS;
-        if !self.block_group_state.is_set(group) {
+        if !self.groups.is_set(group) {
             remembered(failures.groups.get(group), |from| {
                 check_block_group(index, payload_len, group, from)
             })?;
-            self.block_group_state.set(group);
+            self.groups.set(group);
         }
         remembered(failures.blocks.get(block), |from| {
             check_block(index, block, payload_len, from)
         })?;
-        self.block_state.set(block);
+        self.blocks.set(block);
         Ok(())
     }
 }
@@ -199,12 +227,12 @@ fn check_block_table_top(
     index: &ArchivedIndex,
     payload_len: u64,
     from: usize,
-) -> Result<(), (usize, ImageError)> {
+) -> Result<(), (usize, ReadError)> {
     let blocks = index.blocks.as_slice();
     if blocks.len() != block_count(index.entries.len()) {
         return Err((
             0,
-            ImageError::IndexMalformed(format!(
+            ReadError::IndexMalformed(format!(
                 "{} block records for {} entries, expected {}",
                 blocks.len(),
                 index.entries.len(),
@@ -219,7 +247,7 @@ fn check_block_table_top(
         if start != 0 {
             return Err((
                 0,
-                ImageError::Overlap(format!(
+                ReadError::Overlap(format!(
                     "block record 0 starts the {table} at {start}, not at 0"
                 )),
             ));
@@ -241,7 +269,7 @@ fn check_block_group(
     payload_len: u64,
     group: usize,
     from: usize,
-) -> Result<(), (usize, ImageError)> {
+) -> Result<(), (usize, ReadError)> {
     let blocks = index.blocks.len();
     let first = group * GROUP_BLOCKS;
     let last = (first + GROUP_BLOCKS).min(blocks);
@@ -249,7 +277,7 @@ fn check_block_group(
 }
 
 /// The whole block table, for full verification: both levels, every group.
-pub(crate) fn check_block_table(index: &ArchivedIndex, payload_len: u64) -> Result<(), ImageError> {
+pub(crate) fn check_block_table(index: &ArchivedIndex, payload_len: u64) -> Result<(), ReadError> {
     check_block_table_top(index, payload_len, 0).map_err(|(_, error)| error)?;
     (0..group_count(index.blocks.len())).try_for_each(|group| {
         check_block_group(index, payload_len, group, 0).map_err(|(_, error)| error)
@@ -265,7 +293,7 @@ fn check_ascending(
     payload_len: u64,
     numbers: impl Iterator<Item = usize>,
     from: usize,
-) -> Result<(), (usize, ImageError)> {
+) -> Result<(), (usize, ReadError)> {
     let mut previous: Option<(usize, Position)> = None;
     // Step `from` is compared with the step before it.
     for (step, number) in numbers.enumerate().skip(from.saturating_sub(1)) {
@@ -300,7 +328,7 @@ fn descending(
     before_number: usize,
     at: Position,
     before: Position,
-) -> ImageError {
+) -> ReadError {
     let end = number == index.blocks.len();
     let records = at.records().into_iter().zip(before.records());
     let payloads = (("payloads", at.payload), ("payloads", before.payload));
@@ -308,12 +336,12 @@ fn descending(
         .chain([payloads])
         .find(|((_, here), (_, from))| here < from)
     else {
-        return ImageError::Overlap(format!(
+        return ReadError::Overlap(format!(
             "block record {number} starts before record {before_number}"
         ));
     };
     if end {
-        return ImageError::OutOfRange {
+        return ReadError::OutOfRange {
             what: format!("block record {before_number}'s {table}"),
             start: from,
             len: 0,
@@ -325,7 +353,7 @@ fn descending(
             limit: here,
         };
     }
-    ImageError::Overlap(format!(
+    ReadError::Overlap(format!(
         "block record {number} starts the {table} at {here}, before block record {before_number} at {from}"
     ))
 }
@@ -341,10 +369,10 @@ pub(crate) fn check_block(
     block: usize,
     payload_len: u64,
     from: usize,
-) -> Result<(), (usize, ImageError)> {
+) -> Result<(), (usize, ReadError)> {
     let blocks = index.blocks.as_slice();
     let Some(start) = blocks.get(block).map(Position::of) else {
-        let error = ImageError::EntryOutOfRange {
+        let error = ReadError::EntryOutOfRange {
             index: block * BLOCK_ENTRIES,
             len: index.entries.len(),
         };
@@ -395,7 +423,7 @@ pub(crate) fn check_block(
         for ((table, span), cursor) in spans.into_iter().zip(cursors) {
             let span_start = u64::from(span.start.to_native());
             if span_start != *cursor {
-                return fail(ImageError::Overlap(format!(
+                return fail(ReadError::Overlap(format!(
                     "entry {number}'s {table} start at {span_start}, where {} ends at {}",
                     previous_owner(number, first, block),
                     *cursor
@@ -405,14 +433,14 @@ pub(crate) fn check_block(
         }
         let payload = entry.payloads.offset.to_native();
         if payload < at.payload {
-            return fail(ImageError::Overlap(format!(
+            return fail(ReadError::Overlap(format!(
                 "entry {number}'s payloads start at {payload}, where {} ends at {}",
                 previous_owner(number, first, block),
                 at.payload
             )));
         }
         let Some(payload_end) = payload.checked_add(entry.payloads.len.to_native()) else {
-            return fail(ImageError::OutOfRange {
+            return fail(ReadError::OutOfRange {
                 what: format!("entry {number}'s payloads"),
                 start: payload,
                 len: entry.payloads.len.to_native(),
@@ -428,7 +456,7 @@ pub(crate) fn check_block(
     let records = at.records().into_iter().zip(start.records());
     for (((table, here), (_, from)), (_, limit)) in records.zip(end.records()) {
         if last && here > limit {
-            return fail(ImageError::OutOfRange {
+            return fail(ReadError::OutOfRange {
                 what: format!("the {table} of block {block}'s entries"),
                 start: from,
                 len: here.saturating_sub(from),
@@ -437,14 +465,14 @@ pub(crate) fn check_block(
             });
         }
         if here != limit {
-            return fail(ImageError::Overlap(format!(
+            return fail(ReadError::Overlap(format!(
                 "the entries of block {block} end their {table} at {here}, where the next block (or the table) starts at {limit}"
             )));
         }
     }
     if at.payload > end.payload {
         if last {
-            return fail(ImageError::OutOfRange {
+            return fail(ReadError::OutOfRange {
                 what: format!("the payloads of block {block}'s entries"),
                 start: start.payload,
                 len: at.payload.saturating_sub(start.payload),
@@ -452,7 +480,7 @@ pub(crate) fn check_block(
                 limit: end.payload,
             });
         }
-        return fail(ImageError::Overlap(format!(
+        return fail(ReadError::Overlap(format!(
             "the entries of block {block} end their payloads at {}, past {} where the next block starts",
             at.payload, end.payload
         )));

@@ -12,11 +12,11 @@
 //! is how the tests show that the structural checks, not the checksums,
 //! stop a hostile image.
 
-use crate::ImageError;
+use crate::WriteError;
 use crate::layout::ArchivedIndex;
 
 /// Computes and stores every checksum inside the serialized index `bytes`.
-pub(crate) fn seal(bytes: &mut [u8]) -> Result<(), ImageError> {
+pub(crate) fn seal(bytes: &mut [u8]) -> Result<(), WriteError> {
     let patches = {
         let index = access(bytes)?;
         let base = bytes.as_ptr() as usize;
@@ -62,9 +62,9 @@ pub(crate) fn seal(bytes: &mut [u8]) -> Result<(), ImageError> {
     Ok(())
 }
 
-fn access(bytes: &[u8]) -> Result<&ArchivedIndex, ImageError> {
+fn access(bytes: &[u8]) -> Result<&ArchivedIndex, WriteError> {
     rkyv::access::<ArchivedIndex, rkyv::rancor::Error>(bytes)
-        .map_err(|error| ImageError::Serialize(error.to_string()))
+        .map_err(|error| WriteError::Serialize(error.to_string()))
 }
 
 /// Position of `field` in the buffer that starts at address `base`.

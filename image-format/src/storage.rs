@@ -61,7 +61,7 @@ use std::sync::OnceLock;
 
 use rkyv::util::AlignedVec;
 
-use crate::ImageError;
+use crate::ReadError;
 use crate::header::{HEADER_LEN, REGION_ALIGN, offsets};
 
 /// Alignment the start of an image's bytes must have in memory: the index
@@ -113,8 +113,8 @@ impl ImageFile {
     /// Opens the file at `path` read-only and reads its metadata.
     ///
     /// # Errors
-    /// [`ImageError::Io`] when the file cannot be opened or its metadata read.
-    pub fn open(path: &Path) -> Result<ImageFile, ImageError> {
+    /// [`ReadError::Io`] when the file cannot be opened or its metadata read.
+    pub fn open(path: &Path) -> Result<ImageFile, ReadError> {
         let file = File::open(path).map_err(io_error("open", path))?;
         let metadata = file.metadata().map_err(io_error("stat", path))?;
         Ok(ImageFile {
@@ -141,8 +141,8 @@ impl ImageFile {
     /// ```
     ///
     /// # Errors
-    /// [`ImageError::Io`] when its metadata cannot be read.
-    pub fn from_file(file: File, path: &Path) -> Result<ImageFile, ImageError> {
+    /// [`ReadError::Io`] when its metadata cannot be read.
+    pub fn from_file(file: File, path: &Path) -> Result<ImageFile, ReadError> {
         let metadata = file.metadata().map_err(io_error("stat", path))?;
         Ok(ImageFile {
             file,
@@ -182,9 +182,9 @@ struct LazyPayloads {
 }
 
 /// The error of `action` on the file at `path`.
-fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> ImageError {
+fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> ReadError {
     let path = path.to_owned();
-    move |source| ImageError::Io {
+    move |source| ReadError::Io {
         action,
         path,
         source,
@@ -212,8 +212,8 @@ impl Storage {
 
     /// The bytes of the payload region `range` (checked against the image
     /// length at open), mapping it first for a mapped file.
-    pub(crate) fn payloads(&self, range: &Range<usize>) -> Result<&[u8], ImageError> {
-        let outside = || ImageError::PayloadRegion {
+    pub(crate) fn payloads(&self, range: &Range<usize>) -> Result<&[u8], ReadError> {
+        let outside = || ReadError::PayloadRegion {
             start: range.start as u64,
             end: range.end as u64,
             available: self.len(),
@@ -228,8 +228,8 @@ impl Storage {
     /// A copy of the `len` bytes from `offset` (the signature trailer,
     /// checked against the image length at open and a few KiB at most):
     /// read from the file when they are not mapped.
-    pub(crate) fn tail(&self, offset: u64, len: usize) -> Result<Vec<u8>, ImageError> {
-        let outside = || ImageError::Truncated {
+    pub(crate) fn tail(&self, offset: u64, len: usize) -> Result<Vec<u8>, ReadError> {
+        let outside = || ReadError::Truncated {
             what: "the signature trailer",
             len: self.len(),
             needed: offset.saturating_add(len as u64),
@@ -246,7 +246,7 @@ impl Storage {
                 ..
             }) => {
                 let mut out = vec![0u8; len];
-                read_exact_at(&lazy.file, &mut out, offset).map_err(|source| ImageError::Io {
+                read_exact_at(&lazy.file, &mut out, offset).map_err(|source| ReadError::Io {
                     action: "read the signature trailer of",
                     path: path.clone(),
                     source,
@@ -266,7 +266,7 @@ impl Storage {
 
     /// Maps the header and index of the file at `path` now, the payload
     /// region on first use ([`FileAccess::MapLazily`]).
-    pub(crate) fn map_file(path: &Path) -> Result<Storage, ImageError> {
+    pub(crate) fn map_file(path: &Path) -> Result<Storage, ReadError> {
         Storage::from_file(ImageFile::open(path)?, FileAccess::MapLazily)
     }
 
@@ -274,7 +274,7 @@ impl Storage {
     /// short to hold a header are read into memory whatever `access` says
     /// (mapping an empty file fails on some systems), so that opening them
     /// reports the truncation.
-    pub(crate) fn from_file(file: ImageFile, access: FileAccess) -> Result<Storage, ImageError> {
+    pub(crate) fn from_file(file: ImageFile, access: FileAccess) -> Result<Storage, ReadError> {
         let ImageFile {
             file,
             path,
@@ -282,7 +282,7 @@ impl Storage {
         } = file;
         let io = |action| io_error(action, &path);
         let len = metadata.len();
-        let whole = usize::try_from(len).map_err(|_| ImageError::TooLarge {
+        let whole = usize::try_from(len).map_err(|_| ReadError::TooLarge {
             what: "the image file",
             size: len,
             limit: usize::MAX as u64,
@@ -313,7 +313,7 @@ impl Storage {
         } else {
             len
         };
-        let head_len = usize::try_from(head_len).map_err(|_| ImageError::TooLarge {
+        let head_len = usize::try_from(head_len).map_err(|_| ReadError::TooLarge {
             what: "the image index",
             size: head_len,
             limit: usize::MAX as u64,
@@ -378,7 +378,7 @@ impl MappedFile {
         }
     }
 
-    fn payloads(&self, range: &Range<usize>) -> Result<&[u8], ImageError> {
+    fn payloads(&self, range: &Range<usize>) -> Result<&[u8], ReadError> {
         if range.is_empty() {
             return Ok(&[]);
         }
@@ -388,7 +388,7 @@ impl MappedFile {
             return self
                 .head
                 .get(range.clone())
-                .ok_or(ImageError::PayloadRegion {
+                .ok_or(ReadError::PayloadRegion {
                     start: range.start as u64,
                     end: range.end as u64,
                     available: self.len,
@@ -403,7 +403,7 @@ impl MappedFile {
         });
         match mapped {
             Ok(map) => Ok(map),
-            Err((kind, message)) => Err(ImageError::Io {
+            Err((kind, message)) => Err(ReadError::Io {
                 action: "map the payloads of",
                 path: self.path.clone(),
                 source: std::io::Error::new(*kind, message.clone()),
@@ -440,7 +440,7 @@ fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()
 mod tests {
     use super::*;
     use crate::{Artifact, ArtifactKind, Digest, EntryData, Image, ImageMeta, ImageWriter};
-    use crate::{ImageError, Verification};
+    use crate::{ImageError, ReadError, Verification};
 
     const ACCESSES: [FileAccess; 3] = [
         FileAccess::MapLazily,
@@ -471,12 +471,12 @@ mod tests {
         writer.to_bytes().expect("valid entries")
     }
 
-    fn open(path: &Path, access: FileAccess) -> Result<Image, ImageError> {
+    fn open(path: &Path, access: FileAccess) -> Result<Image, ReadError> {
         Image::from_file(ImageFile::open(path)?, access, Verification::Structural)
     }
 
     #[test]
-    fn every_access_reads_the_same_entries_and_reports_the_file_size() -> Result<(), ImageError> {
+    fn every_access_reads_the_same_entries_and_reports_the_file_size() -> Result<(), ReadError> {
         let bytes = image_bytes();
         let dir = tempfile::tempdir().map_err(io_error("create", Path::new("temp dir")))?;
         let path = dir.path().join("image.kimg");
@@ -512,7 +512,7 @@ mod tests {
                 std::fs::write(&path, &bytes[..cut]).map_err(io_error("write", &path))?;
                 let error = open(&path, access).err();
                 assert!(
-                    matches!(error, Some(ImageError::Truncated { .. })),
+                    matches!(error, Some(ReadError::Truncated { .. })),
                     "{access:?}, {cut} bytes: {error:?}"
                 );
             }

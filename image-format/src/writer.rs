@@ -11,7 +11,7 @@ use crate::layout::{
     ArchivedIndex, ArtifactRecord, BLOCK_ENTRIES, BlockRecord, CUSTOM_KIND, DepGroupRecord,
     DepRecord, EntryRecord, Index, LabelRecord, OwnerRecord, PayloadSpan, Span, StrRef,
 };
-use crate::{ArtifactKind, Digest, EntryData, ImageError, ImageMeta};
+use crate::{ArtifactKind, Digest, EntryData, ImageMeta, WriteError};
 
 /// Builds deterministic image bytes.
 ///
@@ -56,20 +56,20 @@ impl ImageWriter {
     /// 32-bit limits.
     ///
     /// # Errors
-    /// [`ImageError::DuplicateEntry`], [`ImageError::OwnerLabelConflict`],
-    /// [`ImageError::InvalidWorlds`], [`ImageError::InvalidString`] or
-    /// [`ImageError::TooLarge`], as listed above.
-    pub fn to_bytes(&self) -> Result<Vec<u8>, ImageError> {
+    /// [`WriteError::DuplicateEntry`], [`WriteError::OwnerLabelConflict`],
+    /// [`WriteError::InvalidWorlds`], [`WriteError::InvalidString`] or
+    /// [`WriteError::TooLarge`], as listed above.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, WriteError> {
         let producer = self.meta.producer();
         if producer.len() > MAX_PRODUCER_LEN {
-            return Err(ImageError::TooLarge {
+            return Err(WriteError::TooLarge {
                 what: "the producer name and version",
                 size: producer.len() as u64,
                 limit: MAX_PRODUCER_LEN as u64,
             });
         }
         if producer.contains('\0') {
-            return Err(ImageError::InvalidString {
+            return Err(WriteError::InvalidString {
                 what: "producer",
                 value: producer,
                 reason: "the header stores it NUL-padded",
@@ -79,7 +79,7 @@ impl ImageWriter {
         order.sort_by_key(|entry| (entry.owner, entry.key));
         for pair in order.windows(2) {
             if (pair[0].owner, pair[0].key) == (pair[1].owner, pair[1].key) {
-                return Err(ImageError::DuplicateEntry {
+                return Err(WriteError::DuplicateEntry {
                     owner: pair[0].owner,
                     key: pair[0].key,
                     first: pair[0].name.clone(),
@@ -97,9 +97,9 @@ impl ImageWriter {
     /// never a partial one, and a mapped old image keeps its bytes.
     ///
     /// # Errors
-    /// The errors of [`ImageWriter::to_bytes`]; [`ImageError::Io`] when the
+    /// The errors of [`ImageWriter::to_bytes`]; [`WriteError::Io`] when the
     /// file cannot be written, synced or renamed.
-    pub fn write_atomic(&self, path: &Path) -> Result<(), ImageError> {
+    pub fn write_atomic(&self, path: &Path) -> Result<(), WriteError> {
         let bytes = self.to_bytes()?;
         write_file_atomic(path, &bytes)
     }
@@ -111,11 +111,11 @@ impl ImageWriter {
 /// partial `path`.
 ///
 /// # Errors
-/// [`ImageError::Io`] when the temporary file cannot be written, synced or
+/// [`WriteError::Io`] when the temporary file cannot be written, synced or
 /// renamed, or the directory synced.
-pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<(), ImageError> {
+pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
     let io = |action| {
-        move |source| ImageError::Io {
+        move |source| WriteError::Io {
             action,
             path: path.to_owned(),
             source,
@@ -181,8 +181,8 @@ pub fn write_in_pieces(out: &mut impl Write, bytes: &[u8]) -> std::io::Result<()
 }
 
 /// Converts a length or position to the format's 32-bit field.
-fn fit_u32(value: usize, what: &'static str) -> Result<u32, ImageError> {
-    u32::try_from(value).map_err(|_| ImageError::TooLarge {
+fn fit_u32(value: usize, what: &'static str) -> Result<u32, WriteError> {
+    u32::try_from(value).map_err(|_| WriteError::TooLarge {
         what,
         size: value as u64,
         limit: u64::from(u32::MAX),
@@ -209,7 +209,7 @@ impl Blob {
         }
     }
 
-    fn add(&mut self, text: &str) -> Result<StrRef, ImageError> {
+    fn add(&mut self, text: &str) -> Result<StrRef, WriteError> {
         let reference = StrRef {
             offset: fit_u32(self.bytes.len(), self.what)?,
             len: fit_u32(text.len(), "a string")?,
@@ -219,7 +219,7 @@ impl Blob {
         Ok(reference)
     }
 
-    fn len_u32(&self) -> Result<u32, ImageError> {
+    fn len_u32(&self) -> Result<u32, WriteError> {
         fit_u32(self.bytes.len(), self.what)
     }
 }
@@ -238,7 +238,7 @@ struct Tables<'a> {
 type Groups<'a> = BTreeMap<(&'a str, Digest), Vec<u32>>;
 
 impl<'a> Tables<'a> {
-    fn build(order: &[&'a EntryData], meta: &'a ImageMeta) -> Result<Tables<'a>, ImageError> {
+    fn build(order: &[&'a EntryData], meta: &'a ImageMeta) -> Result<Tables<'a>, WriteError> {
         fit_u32(order.len(), "the number of entries")?;
         let groups = dep_groups(order);
         let positions: BTreeMap<(&str, Digest), u32> = groups
@@ -263,7 +263,7 @@ impl<'a> Tables<'a> {
                 });
             }
             if entry.min_world > entry.max_world {
-                return Err(ImageError::InvalidWorlds {
+                return Err(WriteError::InvalidWorlds {
                     name: entry.name.clone(),
                     min_world: entry.min_world,
                     max_world: entry.max_world,
@@ -370,8 +370,8 @@ impl<'a> Tables<'a> {
     }
 }
 
-fn too_large_payloads() -> ImageError {
-    ImageError::TooLarge {
+fn too_large_payloads() -> WriteError {
+    WriteError::TooLarge {
         what: "the payload region",
         size: u64::MAX,
         limit: u64::MAX,
@@ -403,13 +403,13 @@ fn owner_of(
     meta_strings: &mut Blob,
     entry: &EntryData,
     entry_index: u32,
-) -> Result<u32, ImageError> {
+) -> Result<u32, WriteError> {
     if let Some(last) = index.owners.last_mut()
         && last.digest == entry.owner.0
     {
         let label = &meta_strings.bytes[last.label.offset as usize..][..last.label.len as usize];
         if label != entry.owner_label.as_bytes() {
-            return Err(ImageError::OwnerLabelConflict {
+            return Err(WriteError::OwnerLabelConflict {
                 owner: entry.owner,
                 first: String::from_utf8_lossy(label).into_owned(),
                 second: entry.owner_label.clone(),
@@ -431,7 +431,7 @@ fn owner_of(
     fit_u32(index.owners.len() - 1, "the owner table")
 }
 
-fn kind_tag(kind: &ArtifactKind) -> Result<(u32, &str), ImageError> {
+fn kind_tag(kind: &ArtifactKind) -> Result<(u32, &str), WriteError> {
     match kind {
         ArtifactKind::Custom(tag) => {
             let reason = if tag.is_empty() {
@@ -442,7 +442,7 @@ fn kind_tag(kind: &ArtifactKind) -> Result<(u32, &str), ImageError> {
                 None
             };
             match reason {
-                Some(reason) => Err(ImageError::InvalidString {
+                Some(reason) => Err(WriteError::InvalidString {
                     what: "artifact kind",
                     value: tag.clone(),
                     reason,
@@ -461,7 +461,7 @@ fn kind_tag(kind: &ArtifactKind) -> Result<(u32, &str), ImageError> {
 }
 
 /// Fills each owner's radix table (see `search.rs`).
-fn build_key_buckets(index: &mut Index, order: &[&EntryData]) -> Result<(), ImageError> {
+fn build_key_buckets(index: &mut Index, order: &[&EntryData]) -> Result<(), WriteError> {
     for owner in &mut index.owners {
         let first = owner.entries.start as usize;
         let keys: Vec<&[u8; 32]> = order[first..][..owner.entries.len as usize]
@@ -488,7 +488,7 @@ fn build_key_buckets(index: &mut Index, order: &[&EntryData]) -> Result<(), Imag
 
 /// The dependency group table, member lists and group names; checksums are
 /// sealed later, from the archived bytes.
-fn build_dep_index(index: &mut Index, groups: Groups<'_>) -> Result<(), ImageError> {
+fn build_dep_index(index: &mut Index, groups: Groups<'_>) -> Result<(), WriteError> {
     let mut names = Blob::new("the dependency group names");
     for ((name, fingerprint), members) in groups {
         let start = fit_u32(index.dep_members.len(), "the dependency index")?;
@@ -517,12 +517,12 @@ pub(crate) fn assemble<'p>(
     payloads: impl IntoIterator<Item = (u64, &'p [u8])>,
     payload_len: u64,
     producer: String,
-) -> Result<Vec<u8>, ImageError> {
+) -> Result<Vec<u8>, WriteError> {
     let mut index_bytes = rkyv::to_bytes::<rkyv::rancor::Error>(index)
-        .map_err(|error| ImageError::Serialize(error.to_string()))?;
+        .map_err(|error| WriteError::Serialize(error.to_string()))?;
     crate::seal::seal(&mut index_bytes)?;
     let archived = rkyv::access::<ArchivedIndex, rkyv::rancor::Error>(&index_bytes)
-        .map_err(|error| ImageError::Serialize(error.to_string()))?;
+        .map_err(|error| WriteError::Serialize(error.to_string()))?;
     let index_checksum = crate::verify::index_checksum(&index_bytes, archived);
     let index_offset = HEADER_LEN as u64;
     let index_len = index_bytes.len() as u64;
@@ -530,7 +530,7 @@ pub(crate) fn assemble<'p>(
     let total = payload_offset
         .checked_add(payload_len)
         .ok_or(too_large_payloads())?;
-    let total_len = usize::try_from(total).map_err(|_| ImageError::TooLarge {
+    let total_len = usize::try_from(total).map_err(|_| WriteError::TooLarge {
         what: "the image",
         size: total,
         limit: usize::MAX as u64,
@@ -542,7 +542,7 @@ pub(crate) fn assemble<'p>(
         let place = usize::try_from(offset)
             .ok()
             .and_then(|start| payload_region.get_mut(start..start.checked_add(bytes.len())?))
-            .ok_or(ImageError::PayloadRegion {
+            .ok_or(WriteError::PayloadRegion {
                 start: offset,
                 end: offset.saturating_add(bytes.len() as u64),
                 available: payload_len,

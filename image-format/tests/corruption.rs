@@ -5,7 +5,7 @@
 mod common;
 
 use common::{meta, read_all_and_compare, sample_entries, sorted};
-use kiln_image::{Image, ImageError, ImageWriter, Verification};
+use kiln_image::{Image, ImageWriter, ReadError, Verification};
 use kiln_test_support::Rng;
 
 fn image_bytes() -> (Vec<u8>, Vec<kiln_image::EntryData>) {
@@ -25,7 +25,7 @@ fn truncation_at_every_64th_of_the_file_is_rejected_at_open() {
         for level in [Verification::Structural, Verification::Full] {
             let error = Image::from_bytes(&bytes[..len], level).expect_err("truncated image");
             assert!(
-                matches!(error, ImageError::Truncated { .. }),
+                matches!(error, ReadError::Truncated { .. }),
                 "cut at {len} of {}: {error}",
                 bytes.len()
             );
@@ -100,7 +100,7 @@ fn truncations_and_flips_through_a_memory_map() {
     for step in 0..64 {
         std::fs::write(&path, &bytes[..bytes.len() * step / 64]).unwrap();
         let error = Image::open(&path, Verification::Structural).expect_err("truncated image");
-        assert!(matches!(error, ImageError::Truncated { .. }), "{error}");
+        assert!(matches!(error, ReadError::Truncated { .. }), "{error}");
     }
     let mut rng = Rng::new(0x6d6d_6170);
     for flip in 0..200 {
@@ -210,10 +210,10 @@ fn a_corrupt_member_list_fails_only_its_group() {
         .collect();
     assert_eq!(groups.len(), expected.len());
     let (first, rest) = groups.split_first().unwrap();
-    assert!(matches!(first.entries(), Err(ImageError::DepIndex(_))));
+    assert!(matches!(first.entries(), Err(ReadError::DepIndex(_))));
     assert!(matches!(
         image.dependents_of(first.name()),
-        Err(ImageError::DepIndex(_))
+        Err(ReadError::DepIndex(_))
     ));
     for group in rest {
         let id = (group.name().to_owned(), group.fingerprint());

@@ -7,7 +7,7 @@ mod common;
 
 use common::{meta, sample_entries};
 use kiln_image::header::{FORMAT_VERSION, HEADER_LEN, offsets, reseal_header};
-use kiln_image::{Digest, Image, ImageError, ImageWriter, Verification};
+use kiln_image::{Digest, Image, ImageWriter, ReadError, Verification};
 
 fn image_bytes() -> Vec<u8> {
     let mut writer = ImageWriter::new(meta());
@@ -17,12 +17,12 @@ fn image_bytes() -> Vec<u8> {
     writer.to_bytes().unwrap()
 }
 
-fn open(bytes: &[u8]) -> ImageError {
+fn open(bytes: &[u8]) -> ReadError {
     Image::from_bytes(bytes, Verification::Structural).expect_err("a bad image")
 }
 
 /// Patches `value` at `at`, reseals the header checksum, opens.
-fn open_patched(at: usize, value: &[u8]) -> ImageError {
+fn open_patched(at: usize, value: &[u8]) -> ReadError {
     let mut bytes = image_bytes();
     bytes[at..at + value.len()].copy_from_slice(value);
     reseal_header(&mut bytes);
@@ -34,11 +34,11 @@ fn bad_magic() {
     let mut bytes = image_bytes();
     bytes[0] = b'X';
     let error = open(&bytes);
-    assert!(matches!(error, ImageError::BadMagic { .. }), "{error}");
+    assert!(matches!(error, ReadError::BadMagic { .. }), "{error}");
     assert_eq!(error.check(), "header.magic");
     assert!(matches!(
         open(b"\x7fELF and more"),
-        ImageError::BadMagic { .. }
+        ReadError::BadMagic { .. }
     ));
     assert!(error.to_string().starts_with("not a kiln image"));
 }
@@ -52,7 +52,7 @@ fn format_version_is_checked_before_the_header_checksum() {
     assert!(
         matches!(
             error,
-            ImageError::FormatVersion {
+            ReadError::FormatVersion {
                 found,
                 expected: FORMAT_VERSION
             } if found == next
@@ -78,7 +78,7 @@ fn header_checksum() {
     let mut bytes = image_bytes();
     bytes[offsets::PRODUCER] ^= 1;
     let error = open(&bytes);
-    assert!(matches!(error, ImageError::HeaderChecksum), "{error}");
+    assert!(matches!(error, ReadError::HeaderChecksum), "{error}");
     assert_eq!(error.check(), "header.checksum");
 }
 
@@ -88,7 +88,7 @@ fn header_length() {
     assert!(
         matches!(
             error,
-            ImageError::HeaderLength {
+            ReadError::HeaderLength {
                 found: 512,
                 expected: 256,
                 ..
@@ -101,7 +101,7 @@ fn header_length() {
 #[test]
 fn endianness() {
     let error = open_patched(offsets::ENDIANNESS, &[2]);
-    assert!(matches!(error, ImageError::Endianness { .. }), "{error}");
+    assert!(matches!(error, ReadError::Endianness { .. }), "{error}");
     assert!(
         error
             .to_string()
@@ -109,10 +109,7 @@ fn endianness() {
         "{error}"
     );
     let unknown = open_patched(offsets::ENDIANNESS, &[9]);
-    assert!(
-        matches!(unknown, ImageError::Endianness { .. }),
-        "{unknown}"
-    );
+    assert!(matches!(unknown, ReadError::Endianness { .. }), "{unknown}");
 }
 
 #[test]
@@ -121,7 +118,7 @@ fn pointer_width() {
     assert!(
         matches!(
             error,
-            ImageError::PointerWidth {
+            ReadError::PointerWidth {
                 found: 64,
                 expected: 32
             }
@@ -139,7 +136,7 @@ fn pointer_width() {
 fn primitive_alignment() {
     let error = open_patched(offsets::ALIGNED_PRIMITIVES, &[0]);
     assert!(
-        matches!(error, ImageError::PrimitiveAlignment { .. }),
+        matches!(error, ReadError::PrimitiveAlignment { .. }),
         "{error}"
     );
     assert!(
@@ -153,7 +150,7 @@ fn primitive_alignment() {
 #[test]
 fn rkyv_version() {
     let error = open_patched(offsets::RKYV_VERSION, b"0.8.17");
-    assert!(matches!(error, ImageError::RkyvVersion { .. }), "{error}");
+    assert!(matches!(error, ReadError::RkyvVersion { .. }), "{error}");
     assert!(
         error
             .to_string()
@@ -173,7 +170,7 @@ fn region_table() {
     ] {
         let error = open_patched(at, &value);
         assert!(
-            matches!(error, ImageError::Layout(_)),
+            matches!(error, ReadError::Layout(_)),
             "patch at {at}: {error}"
         );
         assert_eq!(error.check(), "header.layout");
@@ -184,17 +181,17 @@ fn region_table() {
 fn truncated_and_trailing_bytes() {
     let bytes = image_bytes();
     let error = open(&bytes[..bytes.len() - 1]);
-    assert!(matches!(error, ImageError::Truncated { .. }), "{error}");
+    assert!(matches!(error, ReadError::Truncated { .. }), "{error}");
     let error = open(&bytes[..HEADER_LEN - 1]);
     assert!(
-        matches!(error, ImageError::Truncated { needed: 256, .. }),
+        matches!(error, ReadError::Truncated { needed: 256, .. }),
         "{error}"
     );
     let mut longer = bytes.clone();
     longer.push(0);
     let error = open(&longer);
     assert!(
-        matches!(error, ImageError::TrailingBytes { extra: 1, .. }),
+        matches!(error, ReadError::TrailingBytes { extra: 1, .. }),
         "{error}"
     );
 }
@@ -204,7 +201,7 @@ fn body_length_must_match_the_file() {
     let bytes = image_bytes();
     let body_len = (bytes.len() - HEADER_LEN) as u64;
     let error = open_patched(offsets::BODY_LEN, &(body_len + 64).to_le_bytes());
-    assert!(matches!(error, ImageError::Truncated { .. }), "{error}");
+    assert!(matches!(error, ReadError::Truncated { .. }), "{error}");
 }
 
 #[test]
@@ -213,7 +210,7 @@ fn body_checksum_is_checked_by_full_verification() {
     let last = bytes.len() - 1; // the last payload byte
     bytes[last] ^= 0x40;
     let error = Image::from_bytes(&bytes, Verification::Full).expect_err("corrupt body");
-    assert!(matches!(error, ImageError::BodyChecksum { .. }), "{error}");
+    assert!(matches!(error, ReadError::BodyChecksum { .. }), "{error}");
     assert_eq!(error.check(), "body.checksum");
     // Structural open does not read payloads: the flip is caught on access.
     let image = Image::from_bytes(&bytes, Verification::Structural).unwrap();
@@ -229,17 +226,17 @@ fn body_checksum_is_checked_by_full_verification() {
         .flatten()
         .collect::<Vec<_>>();
     assert_eq!(caught.len(), 1);
-    assert!(matches!(caught[0], ImageError::PayloadChecksum { .. }));
+    assert!(matches!(caught[0], ReadError::PayloadChecksum { .. }));
     assert!(matches!(
         image.verify_full(),
-        Err(ImageError::BodyChecksum { .. })
+        Err(ReadError::BodyChecksum { .. })
     ));
 }
 
 #[test]
 fn index_checksum() {
     let error = open_patched(offsets::INDEX_CHECKSUM, &[0xAA; 32]);
-    assert!(matches!(error, ImageError::IndexChecksum), "{error}");
+    assert!(matches!(error, ReadError::IndexChecksum), "{error}");
     assert_eq!(error.check(), "index.checksum");
 }
 
@@ -256,7 +253,7 @@ fn entry_checksum_catches_a_changed_name() {
     let rejected: Vec<_> = image.entries().filter_map(Result::err).collect();
     assert_eq!(rejected.len(), 1);
     assert!(
-        matches!(rejected[0], ImageError::EntryChecksum { .. }),
+        matches!(rejected[0], ReadError::EntryChecksum { .. }),
         "{}",
         rejected[0]
     );
@@ -266,7 +263,7 @@ fn entry_checksum_catches_a_changed_name() {
 #[test]
 fn entry_count_must_match_the_index() {
     let error = open_patched(offsets::ENTRY_COUNT, &7u64.to_le_bytes());
-    assert!(matches!(error, ImageError::IndexMalformed(_)), "{error}");
+    assert!(matches!(error, ReadError::IndexMalformed(_)), "{error}");
 }
 
 #[test]
@@ -286,7 +283,7 @@ fn a_valid_header_opens() {
 fn reserved_bytes_must_be_zero() {
     let tail = open_patched(offsets::RESERVED_TAIL + 7, &[1]);
     match &tail {
-        ImageError::ReservedBytes {
+        ReadError::ReservedBytes {
             offset,
             found,
             expected,
@@ -319,7 +316,7 @@ fn reserved_bytes_must_be_zero() {
         reseal_header(&mut bytes);
         let error = open(&bytes);
         assert!(
-            matches!(error, ImageError::ReservedBytes { .. }),
+            matches!(error, ReadError::ReservedBytes { .. }),
             "bit {bit}: {error}"
         );
     }
@@ -347,7 +344,7 @@ fn the_signature_trailer_length_is_checked_before_the_trailer_is_read() {
     // A valid length the file does not hold: the file is too short.
     let one = (TRAILER_HEAD_LEN + RECORD_LEN) as u32;
     let error = open_patched(offsets::SIGNATURE_LEN, &one.to_le_bytes());
-    assert!(matches!(error, ImageError::Truncated { .. }), "{error}");
+    assert!(matches!(error, ReadError::Truncated { .. }), "{error}");
     // Every single-bit change of the field is refused.
     for bit in 0..32 {
         let mut bytes = image_bytes();

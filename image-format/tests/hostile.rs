@@ -29,7 +29,7 @@ use common::{base_images, mutate};
 use kiln_image::fuzz_support::forge::{Forge, LabelRecord, StrRef};
 use kiln_image::fuzz_support::{exercise, reseal};
 use kiln_image::{
-    Artifact, ArtifactKind, Dep, Digest, EntryData, Image, ImageError, ImageMeta, ImageWriter,
+    Artifact, ArtifactKind, Dep, Digest, EntryData, Image, ImageMeta, ImageWriter, ReadError,
     Verification,
 };
 use kiln_test_support::{Rng, child};
@@ -278,7 +278,7 @@ const EXPECTED: [(&str, &str, &str); 8] = [
     ("shared-artifact", "ok", "index.overlap"),
 ];
 
-fn outcome<T>(result: Result<T, ImageError>) -> &'static str {
+fn outcome<T>(result: Result<T, ReadError>) -> &'static str {
     result.err().map_or("ok", |error| error.check())
 }
 
@@ -494,7 +494,7 @@ fn group_of(forged: &Forge, (name, version): (&str, &str)) -> usize {
         .expect("the group exists")
 }
 
-fn full_error(bytes: &[u8]) -> ImageError {
+fn full_error(bytes: &[u8]) -> ReadError {
     Image::from_bytes(bytes, Verification::Full).expect_err("full verification rejects it")
 }
 
@@ -533,7 +533,7 @@ fn two_entries_with_one_owner_and_key() {
     assert!(
         matches!(
             error,
-            ImageError::DuplicateKey {
+            ReadError::DuplicateKey {
                 first: 1,
                 second: 2,
                 ..
@@ -558,7 +558,7 @@ fn two_entries_with_one_owner_and_key() {
     assert!(matches!(found.index(), 1 | 2));
     let error = image.entry(other).expect_err("the other copy is refused");
     assert!(
-        matches!(error, ImageError::EntryUnreachable { index } if index == other),
+        matches!(error, ReadError::EntryUnreachable { index } if index == other),
         "{error}"
     );
     assert_eq!(error.check(), "entry.lookup");
@@ -581,7 +581,7 @@ fn keys_out_of_order() {
     assert!(
         matches!(
             error,
-            ImageError::KeysOutOfOrder {
+            ReadError::KeysOutOfOrder {
                 first: 1,
                 second: 2,
                 ..
@@ -594,7 +594,7 @@ fn keys_out_of_order() {
     let image = structural(&bad);
     lookups_never_serve_a_wrong_entry(&image, &entries);
     let unreachable = (0..entries.len())
-        .filter(|&index| matches!(image.entry(index), Err(ImageError::EntryUnreachable { .. })))
+        .filter(|&index| matches!(image.entry(index), Err(ReadError::EntryUnreachable { .. })))
         .count();
     assert!(unreachable >= 1, "an entry out of order is refused");
     for index in [0, 3, 4] {
@@ -615,7 +615,7 @@ fn an_entry_the_dependency_index_leaves_out_is_never_served() {
 
     let error = full_error(&bad);
     assert!(
-        matches!(&error, ImageError::DepNotIndexed { entry: 0, name, .. } if name == "foo"),
+        matches!(&error, ReadError::DepNotIndexed { entry: 0, name, .. } if name == "foo"),
         "{error}"
     );
     assert_eq!(error.check(), "deps.unlisted");
@@ -626,7 +626,7 @@ fn an_entry_the_dependency_index_leaves_out_is_never_served() {
         image.find(&owner(), &entries[0].key).map(|_| ()),
     ] {
         assert!(
-            matches!(result, Err(ImageError::DepNotIndexed { entry: 0, .. })),
+            matches!(result, Err(ReadError::DepNotIndexed { entry: 0, .. })),
             "{result:?}"
         );
     }
@@ -654,13 +654,13 @@ fn an_entry_listed_under_another_fingerprint_is_never_served() {
 
     let error = full_error(&bad);
     assert!(
-        matches!(error, ImageError::DepNotIndexed { entry: 0, .. }),
+        matches!(error, ReadError::DepNotIndexed { entry: 0, .. }),
         "{error}"
     );
     let image = structural(&bad);
     assert!(matches!(
         image.entry(0),
-        Err(ImageError::DepNotIndexed { entry: 0, .. })
+        Err(ReadError::DepNotIndexed { entry: 0, .. })
     ));
     // The index now says entry 0 depends on foo v2: a cache would close it
     // when foo changes, which is a miss, not a stale hit.
@@ -688,7 +688,7 @@ fn an_entry_listed_for_a_dep_it_does_not_have() {
 
     let error = full_error(&bad);
     assert!(
-        matches!(&error, ImageError::DepNotCarried { entry: 4, name, fingerprint }
+        matches!(&error, ReadError::DepNotCarried { entry: 4, name, fingerprint }
             if name == "foo" && *fingerprint == Digest::of(b"v1")),
         "{error}"
     );
@@ -769,7 +769,7 @@ fn references_out_of_range() {
         let bad = seal(&forged);
         let error = full_error(&bad);
         assert_eq!(error.check(), "index.range", "{what}: {error}");
-        assert!(matches!(error, ImageError::OutOfRange { .. }), "{what}");
+        assert!(matches!(error, ReadError::OutOfRange { .. }), "{what}");
 
         let found = match place {
             "open" => Image::from_bytes(&bad, Verification::Structural).map(|_| ()),

@@ -5,8 +5,8 @@ mod common;
 
 use common::{expected_dep_groups, meta, read_all_and_compare, sample_entries, sorted};
 use kiln_image::{
-    Artifact, ArtifactKind, Dep, Digest, EntryData, Image, ImageError, ImageMeta, ImageWriter,
-    Verification,
+    Artifact, ArtifactKind, Dep, Digest, EntryData, Image, ImageMeta, ImageWriter, ReadError,
+    Verification, WriteError,
 };
 use kiln_test_support::leak_aligned;
 
@@ -126,7 +126,7 @@ fn find_hits_every_entry_and_misses_unknown_keys() {
     );
     assert!(matches!(
         image.entry(50),
-        Err(ImageError::EntryOutOfRange { index: 50, len: 50 })
+        Err(ReadError::EntryOutOfRange { index: 50, len: 50 })
     ));
 }
 
@@ -206,7 +206,7 @@ fn artifact_kinds_and_lookup_by_kind() {
         }
         assert!(matches!(
             found.artifact(entry.artifacts.len()),
-            Err(ImageError::ArtifactOutOfRange { .. })
+            Err(ReadError::ArtifactOutOfRange { .. })
         ));
     }
 }
@@ -253,15 +253,12 @@ fn write_atomic_then_open_through_a_memory_map() {
 fn open_reports_missing_and_tiny_files() {
     let dir = tempfile::tempdir().unwrap();
     let missing = Image::open(&dir.path().join("missing.kimg"), Verification::Structural);
-    assert!(matches!(
-        missing,
-        Err(ImageError::Io { action: "open", .. })
-    ));
+    assert!(matches!(missing, Err(ReadError::Io { action: "open", .. })));
     let empty = dir.path().join("empty.kimg");
     std::fs::write(&empty, b"").unwrap();
     assert!(matches!(
         Image::open(&empty, Verification::Structural),
-        Err(ImageError::Truncated { len: 0, .. })
+        Err(ReadError::Truncated { len: 0, .. })
     ));
 }
 
@@ -309,13 +306,13 @@ fn misaligned_static_bytes_are_refused() {
     let buffer = leak_aligned(&shifted);
     let result = Image::from_static(&buffer[1..], Verification::Structural);
     assert!(
-        matches!(result, Err(ImageError::Misaligned { required: 64, .. })),
+        matches!(result, Err(ReadError::Misaligned { required: 64, .. })),
         "{result:?}"
     );
     // SAFETY: the bytes are a valid image (written just above); only their
     // alignment is wrong, which the header checks refuse before any access.
     let trusted = unsafe { Image::from_static_trusted(&buffer[1..]) };
-    assert!(matches!(trusted, Err(ImageError::Misaligned { .. })));
+    assert!(matches!(trusted, Err(ReadError::Misaligned { .. })));
 }
 
 fn entry(owner: &str, key: &str) -> EntryData {
@@ -338,7 +335,7 @@ fn entry(owner: &str, key: &str) -> EntryData {
     }
 }
 
-fn write_err(entries: Vec<EntryData>, meta: ImageMeta) -> ImageError {
+fn write_err(entries: Vec<EntryData>, meta: ImageMeta) -> WriteError {
     let mut writer = ImageWriter::new(meta);
     for entry in entries {
         writer.push(entry);
@@ -352,14 +349,14 @@ fn writer_rejects_invalid_input() {
     renamed.name = "other".into();
     assert!(matches!(
         write_err(vec![entry("o", "k"), renamed], ImageMeta::default()),
-        ImageError::DuplicateEntry { .. }
+        WriteError::DuplicateEntry { .. }
     ));
 
     let mut relabelled = entry("o", "k2");
     relabelled.owner_label = "another label".into();
     assert!(matches!(
         write_err(vec![entry("o", "k"), relabelled], ImageMeta::default()),
-        ImageError::OwnerLabelConflict { .. }
+        WriteError::OwnerLabelConflict { .. }
     ));
 
     let mut backwards = entry("o", "k");
@@ -367,7 +364,7 @@ fn writer_rejects_invalid_input() {
     backwards.max_world = 4;
     assert!(matches!(
         write_err(vec![backwards], ImageMeta::default()),
-        ImageError::InvalidWorlds {
+        WriteError::InvalidWorlds {
             min_world: 5,
             max_world: 4,
             ..
@@ -379,7 +376,7 @@ fn writer_rejects_invalid_input() {
         custom.artifacts[0].kind = ArtifactKind::Custom(tag.into());
         assert!(matches!(
             write_err(vec![custom], ImageMeta::default()),
-            ImageError::InvalidString {
+            WriteError::InvalidString {
                 what: "artifact kind",
                 ..
             }
@@ -389,12 +386,12 @@ fn writer_rejects_invalid_input() {
     let long = ImageMeta::new("p".repeat(60), "1.0.0");
     assert!(matches!(
         write_err(vec![], long),
-        ImageError::TooLarge { limit: 64, .. }
+        WriteError::TooLarge { limit: 64, .. }
     ));
     let nul = ImageMeta::new("a\0b", "1");
     assert!(matches!(
         write_err(vec![], nul),
-        ImageError::InvalidString {
+        WriteError::InvalidString {
             what: "producer",
             ..
         }

@@ -6,7 +6,8 @@ use kiln_image::header::{HEADER_LEN, offsets, reseal_header};
 use kiln_image::signature::{MAX_SIGNATURES, RECORD_LEN, TRAILER_HEAD_LEN};
 use kiln_image::{
     Artifact, ArtifactKind, Digest, EntryData, FileAccess, Image, ImageError, ImageFile, ImageMeta,
-    ImageWriter, PublicKey, SigningKey, TrustedKeys, Verification, sign_image, strip_signatures,
+    ImageWriter, PublicKey, ReadError, SignatureError, SigningKey, TrustedKeys, Verification,
+    sign_image, strip_signatures,
 };
 
 fn entry(key: &str, code: &[u8]) -> EntryData {
@@ -42,7 +43,7 @@ fn trusting(keys: &[&SigningKey]) -> TrustedKeys {
     TrustedKeys::new(keys.iter().map(|key| key.public_key()))
 }
 
-fn verify(bytes: &[u8], trusted: &TrustedKeys) -> Result<PublicKey, ImageError> {
+fn verify(bytes: &[u8], trusted: &TrustedKeys) -> Result<PublicKey, SignatureError> {
     Image::from_bytes(bytes, Verification::Structural)?.verify_signature(trusted)
 }
 
@@ -79,7 +80,7 @@ fn a_signed_image_verifies_at_every_level_and_reads_as_before() -> Result<(), Im
     let error = image
         .verify_signature(&trusting(&[&signer]))
         .expect_err("unsigned");
-    assert!(matches!(error, ImageError::Unsigned), "{error}");
+    assert!(matches!(error, SignatureError::Unsigned), "{error}");
     assert_eq!(error.check(), "signature.missing");
     Ok(())
 }
@@ -88,7 +89,7 @@ fn a_signed_image_verifies_at_every_level_and_reads_as_before() -> Result<(), Im
 fn a_mapped_file_reads_its_trailer_however_it_is_opened() -> Result<(), ImageError> {
     let signer = key(2);
     let signed = sign_image(&image_of(&[entry("a", &[7; 100_000])]), &signer)?;
-    let dir = tempfile::tempdir().map_err(|source| ImageError::Io {
+    let dir = tempfile::tempdir().map_err(|source| ReadError::Io {
         action: "create",
         path: "temp dir".into(),
         source,
@@ -117,7 +118,7 @@ fn an_unknown_key_is_not_trusted_and_rotation_accepts_old_and_new() -> Result<()
     let by_new = sign_image(&image_of(&[entry("b", b"b")]), &new)?;
     let error = verify(&by_old, &trusting(&[&stranger])).expect_err("unknown key");
     match &error {
-        ImageError::UntrustedSigner { signers } => assert_eq!(signers, &[old.public_key()]),
+        SignatureError::UntrustedSigner { signers } => assert_eq!(signers, &[old.public_key()]),
         other => panic!("expected UntrustedSigner, got {other}"),
     }
     assert_eq!(error.check(), "signature.untrusted");
@@ -128,7 +129,7 @@ fn an_unknown_key_is_not_trusted_and_rotation_accepts_old_and_new() -> Result<()
     // No key at all: nothing signed is accepted.
     assert!(matches!(
         verify(&by_old, &TrustedKeys::default()),
-        Err(ImageError::UntrustedSigner { .. })
+        Err(SignatureError::UntrustedSigner { .. })
     ));
 
     // During a rotation both keys are trusted.
@@ -139,7 +140,7 @@ fn an_unknown_key_is_not_trusted_and_rotation_accepts_old_and_new() -> Result<()
     let rotated = trusting(&[&new]);
     assert!(matches!(
         verify(&by_old, &rotated),
-        Err(ImageError::UntrustedSigner { .. })
+        Err(SignatureError::UntrustedSigner { .. })
     ));
     // ...unless it was signed again by the new key.
     let both_signed = sign_image(&by_old, &new)?;
@@ -161,12 +162,12 @@ fn every_bit_of_a_signature_or_its_key_matters() -> Result<(), ImageError> {
         if bit < 32 * 8 {
             // Another key signed it (or claims to).
             assert!(
-                matches!(result, Err(ImageError::UntrustedSigner { .. })),
+                matches!(result, Err(SignatureError::UntrustedSigner { .. })),
                 "key bit {bit}: {result:?}"
             );
         } else {
             assert!(
-                matches!(result, Err(ImageError::BadSignature { .. })),
+                matches!(result, Err(SignatureError::BadSignature { .. })),
                 "signature bit {bit}: {result:?}"
             );
         }
@@ -185,7 +186,10 @@ fn a_changed_header_or_index_breaks_the_signature() -> Result<(), ImageError> {
     producer[offsets::PRODUCER] ^= 1;
     reseal_header(&mut producer);
     let error = verify(&producer, &trusted).expect_err("changed header");
-    assert!(matches!(error, ImageError::BadSignature { .. }), "{error}");
+    assert!(
+        matches!(error, SignatureError::BadSignature { .. }),
+        "{error}"
+    );
     assert_eq!(error.check(), "signature.invalid");
     // The same entry under another key, or with other code, checksums all
     // valid, carrying the first image's signature: refused.
@@ -202,7 +206,7 @@ fn a_changed_header_or_index_breaks_the_signature() -> Result<(), ImageError> {
         assert!(
             matches!(
                 image.verify_signature(&trusted),
-                Err(ImageError::BadSignature { .. })
+                Err(SignatureError::BadSignature { .. })
             ),
             "a signature moved onto another image verified"
         );
@@ -230,12 +234,12 @@ fn a_payload_changed_after_signing_is_never_served() -> Result<(), ImageError> {
     let entry = image.entry(0)?;
     assert!(matches!(
         entry.artifact(0)?.bytes(),
-        Err(ImageError::PayloadChecksum { .. })
+        Err(ReadError::PayloadChecksum { .. })
     ));
     // Full: the body checksum in the signed header refuses it at open.
     assert!(matches!(
         Image::from_bytes(&evil, Verification::Full),
-        Err(ImageError::BodyChecksum { .. })
+        Err(ReadError::BodyChecksum { .. })
     ));
     Ok(())
 }
@@ -249,7 +253,7 @@ fn a_malformed_or_truncated_trailer_refuses_the_image() -> Result<(), ImageError
         let error = Image::from_bytes(&signed[..signed.len() - cut], Verification::Structural)
             .expect_err("truncated");
         assert!(
-            matches!(error, ImageError::Truncated { .. }),
+            matches!(error, ReadError::Truncated { .. }),
             "{cut}: {error}"
         );
     }
@@ -260,7 +264,7 @@ fn a_malformed_or_truncated_trailer_refuses_the_image() -> Result<(), ImageError
     reseal_header(&mut cut_off);
     assert!(matches!(
         verify(&cut_off, &trusting(&[&key(9)])),
-        Err(ImageError::Unsigned)
+        Err(SignatureError::Unsigned)
     ));
     // Magic, count and reserved bytes of the trailer.
     for at in [0, 8, 9, 12, 15] {
@@ -294,7 +298,7 @@ fn at_most_sixteen_signatures() -> Result<(), ImageError> {
     assert_eq!(image.signers().len(), MAX_SIGNATURES);
     assert!(image.check_signatures(None).iter().all(|check| check.valid));
     let error = sign_image(&bytes, &key(99)).expect_err("one too many");
-    assert!(matches!(error, ImageError::TooLarge { .. }), "{error}");
+    assert!(matches!(error, SignatureError::TooLarge { .. }), "{error}");
     Ok(())
 }
 
@@ -338,7 +342,7 @@ mod batch {
             .collect()
     }
 
-    fn sign(images: &[Vec<u8>], signer: &SigningKey) -> Result<Vec<Vec<u8>>, ImageError> {
+    fn sign(images: &[Vec<u8>], signer: &SigningKey) -> Result<Vec<Vec<u8>>, SignatureError> {
         sign_images_batch(
             &images.iter().map(Vec::as_slice).collect::<Vec<_>>(),
             signer,
@@ -406,7 +410,7 @@ mod batch {
                         .verify_signature(&trusting(&[&stranger]))
                         .expect_err("another key");
                     assert!(
-                        matches!(error, ImageError::UntrustedSigner { .. }),
+                        matches!(error, SignatureError::UntrustedSigner { .. }),
                         "{size}/{i}: {error}"
                     );
                 }
@@ -536,7 +540,7 @@ mod batch {
             let error = Image::from_bytes(&member[..member.len() - cut], Verification::Structural)
                 .expect_err("truncated");
             assert!(
-                matches!(error, ImageError::Truncated { .. }),
+                matches!(error, ReadError::Truncated { .. }),
                 "{cut}: {error}"
             );
         }
@@ -573,9 +577,9 @@ mod batch {
             assert!(
                 matches!(
                     result,
-                    Err(ImageError::SignatureTrailer(_)
-                        | ImageError::BadSignature { .. }
-                        | ImageError::UntrustedSigner { .. })
+                    Err(SignatureError::Image(ReadError::SignatureTrailer(_))
+                        | SignatureError::BadSignature { .. }
+                        | SignatureError::UntrustedSigner { .. })
                 ),
                 "byte {} of the trailer: {result:?}",
                 byte - at
@@ -592,7 +596,7 @@ mod batch {
         let signed = sign(&unsigned, &signer)?;
         let error = sign_image(&signed[0], &key(26)).expect_err("a batch member");
         assert!(
-            matches!(error, ImageError::BatchSigned { index: 0, size: 3 }),
+            matches!(error, SignatureError::BatchSigned { index: 0, size: 3 }),
             "{error}"
         );
         assert_eq!(error.check(), "signature.batch");
@@ -611,7 +615,7 @@ mod batch {
         ];
         let error = sign(&mixed, &signer).expect_err("signed already");
         assert!(
-            matches!(error, ImageError::AlreadySigned { image: 1 }),
+            matches!(error, SignatureError::AlreadySigned { image: 1 }),
             "{error}"
         );
         // Not an image: the open's error.

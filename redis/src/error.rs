@@ -83,7 +83,7 @@ pub enum Error {
         /// The Redis key of the value.
         redis_key: String,
         /// What verification found.
-        source: Box<kiln_image::ImageError>,
+        source: Box<kiln_image::ReadError>,
     },
     /// A value fetched from the remote cache is a valid image, but not of
     /// exactly the entry requested. It was not used.
@@ -105,7 +105,7 @@ pub enum Error {
         /// The Redis key of the value.
         redis_key: String,
         /// What the signature check found.
-        source: Box<kiln_image::ImageError>,
+        source: Box<kiln_image::SignatureError>,
     },
     /// A value in the remote cache is larger than the tier accepts. It was
     /// not used.
@@ -122,7 +122,10 @@ pub enum Error {
     /// An entry to store could not be written as a one-entry image (an
     /// invalid entry: the compile's result breaks a rule of the format).
     #[error("cannot store the entry in the remote cache: {0}")]
-    Encode(#[from] kiln_image::ImageError),
+    Encode(#[from] kiln_image::WriteError),
+    /// An entry to store could not be signed (`KILN_SIGNING_KEY` is set).
+    #[error("cannot store the entry in the remote cache: {0}")]
+    Sign(#[from] kiln_image::SignatureError),
 }
 
 /// What the cache sees of a remote-tier error: [`kiln_core::Error::Tier`],

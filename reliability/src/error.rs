@@ -43,3 +43,17 @@ impl Error {
         }
     }
 }
+
+/// Each operation's image error is an [`Error::Image`], so that `?` passes
+/// it on.
+macro_rules! image_error_from {
+    ($($error:ident),*) => {$(
+        impl From<kiln_image::$error> for Error {
+            fn from(error: kiln_image::$error) -> Error {
+                Error::Image(error.into())
+            }
+        }
+    )*};
+}
+
+image_error_from!(ReadError, WriteError, SignatureError, KeyError);

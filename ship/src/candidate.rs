@@ -55,7 +55,7 @@ impl Candidate {
     /// Writes the candidate to `path` (atomically).
     ///
     /// # Errors
-    /// [`ShipError::BadIndex`] when it does not encode; [`ShipError::Image`]
+    /// [`ShipError::BadIndex`] when it does not encode; [`ShipError::ImageWrite`]
     /// when it cannot be written.
     pub fn write(&self, path: &Path) -> Result<(), ShipError> {
         let mut bytes = CANDIDATE_MAGIC.to_vec();

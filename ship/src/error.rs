@@ -1,6 +1,6 @@
 //! [`ShipError`]: why a shipped image cannot be read, checked or written.
 
-use kiln_image::{Digest, ImageError};
+use kiln_image::{Digest, ReadError, WriteError};
 
 /// Why a shipped image cannot be read, checked or written. Each message says
 /// what was found, what was expected and, where it helps, what to do.
@@ -101,9 +101,12 @@ pub enum ShipError {
         /// The limit.
         max: usize,
     },
-    /// The image the entries come from, or the one built from them, is bad.
+    /// The image the entries come from cannot be read.
     #[error(transparent)]
-    Image(#[from] ImageError),
+    ImageRead(#[from] ReadError),
+    /// The image built from the entries cannot be built or written.
+    #[error(transparent)]
+    ImageWrite(#[from] WriteError),
     /// Compressing failed.
     #[error("compressing the shipped image failed: {0}")]
     Compress(String),

@@ -116,7 +116,7 @@ impl Shipped {
     /// The entries of `image` (checked as it was opened) with `manifest`.
     ///
     /// # Errors
-    /// [`ShipError::Image`] when an entry or payload of `image` fails its
+    /// [`ShipError::ImageRead`] when an entry or payload of `image` fails its
     /// check.
     pub fn from_image(image: &Image, manifest: Manifest) -> Result<Shipped, ShipError> {
         let entries = image
@@ -352,7 +352,7 @@ impl Shipped {
     /// unpacked).
     ///
     /// # Errors
-    /// [`ShipError::Image`] when an entry is not a valid image entry.
+    /// [`ShipError::ImageWrite`] when an entry is not a valid image entry.
     pub fn to_image(&self) -> Result<Image, ShipError> {
         let mut writer = ImageWriter::new(self.meta.clone());
         for entry in &self.entries {

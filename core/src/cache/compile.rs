@@ -340,7 +340,7 @@ fn parts_of(
                     }
                 }
                 if let Some(artifact) = entry.failed_payload() {
-                    return Err(kiln_image::ImageError::PayloadChecksum {
+                    return Err(kiln_image::ReadError::PayloadChecksum {
                         entry: index,
                         artifact,
                     }

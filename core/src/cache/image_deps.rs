@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use kiln_image::{Image, ImageError};
+use kiln_image::{Image, ReadError};
 
 use crate::Digest;
 
@@ -14,7 +14,7 @@ use crate::Digest;
 pub(crate) fn stale_entries(
     image: &Image,
     definitions: &HashMap<String, Digest>,
-) -> Result<Vec<usize>, ImageError> {
+) -> Result<Vec<usize>, ReadError> {
     let mut stale = Vec::new();
     if definitions.is_empty() {
         // Nothing can be stale; and the dependency index is not even read.
@@ -39,7 +39,7 @@ pub(crate) fn dependents_not_at(
     image: &Image,
     name: &str,
     fingerprint: &Digest,
-) -> Result<Vec<usize>, ImageError> {
+) -> Result<Vec<usize>, ReadError> {
     let mut found = Vec::new();
     for group in image.dep_groups_named(name)? {
         if group.fingerprint() != *fingerprint {

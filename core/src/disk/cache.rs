@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::SystemTime;
 
-use kiln_image::{Digest, EntryData, ImageError, ImageWriter};
+use kiln_image::{Digest, EntryData, ImageWriter, SignatureError};
 
 use super::compact::{self, Scope, entry_cost, segment_meta};
 use super::config::DiskConfig;
@@ -143,7 +143,7 @@ impl DiskCache {
         owner: &Digest,
         key: &Digest,
         payloads: Payloads,
-    ) -> Result<Option<DiskHit>, ImageError> {
+    ) -> Result<Option<DiskHit>, SignatureError> {
         let (mut hit, mut refused) = self.search(owner, key, payloads);
         if hit.is_none() && self.refresh() {
             (hit, refused) = self.search(owner, key, payloads);
@@ -177,14 +177,14 @@ impl DiskCache {
     /// [`DiskConfig::trusted_keys`] to find every copy, then ask this.)
     ///
     /// # Errors
-    /// The refusal: [`ImageError::Unsigned`] for an entry received
-    /// unsigned (or of unknown provenance), [`ImageError::UntrustedSigner`]
-    /// or [`ImageError::BadSignature`] for a signed one.
+    /// The refusal: [`SignatureError::Unsigned`] for an entry received
+    /// unsigned (or of unknown provenance), [`SignatureError::UntrustedSigner`]
+    /// or [`SignatureError::BadSignature`] for a signed one.
     pub fn vouch(
         &self,
         hit: &DiskHit,
         trusted: Option<&kiln_image::TrustedKeys>,
-    ) -> Result<Admission, ImageError> {
+    ) -> Result<Admission, SignatureError> {
         let none = kiln_image::TrustedKeys::default();
         let segment = hit.segment();
         let origin = segment.provenance().origin(!self.config.trust_dir);
@@ -373,7 +373,7 @@ impl DiskCache {
     /// [`DiskConfig::trust_dir`], which others may write to), or one a
     /// trusted key signed. Decided once per segment (the keys are fixed at
     /// open).
-    fn admitted(&self, segment: &Segment) -> Result<(), ImageError> {
+    fn admitted(&self, segment: &Segment) -> Result<(), SignatureError> {
         let Some(keys) = &self.config.trusted_keys else {
             return Ok(());
         };
@@ -383,7 +383,7 @@ impl DiskCache {
             return Ok(());
         }
         // The reason, for the caller (rare: a refused entry is compiled).
-        Err(admit().err().unwrap_or(ImageError::Unsigned))
+        Err(admit().err().unwrap_or(SignatureError::Unsigned))
     }
 
     /// The one warning of the process's disk caches about an entry refused
@@ -645,7 +645,7 @@ impl std::fmt::Debug for DiskCache {
 
 /// An entry refused for trust: why, its provenance, and where it was.
 struct Refusal {
-    error: ImageError,
+    error: SignatureError,
     provenance: Provenance,
     segment: String,
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use kiln_image::{Digest, FileAccess, Image, ImageError, ImageFile, Verification};
+use kiln_image::{Digest, FileAccess, Image, ImageFile, ReadError, Verification};
 
 use crate::regular_file::{self, Links};
 use crate::trust::Provenance;
@@ -121,12 +121,12 @@ impl Segment {
     /// The base segment is always mapped: the mapping holds its file, so
     /// its inode number, read from the opened file, cannot be reused while
     /// this process may compare it with a listing's.
-    pub(crate) fn open(dir: &Path, name: &str) -> Result<Segment, ImageError> {
+    pub(crate) fn open(dir: &Path, name: &str) -> Result<Segment, ReadError> {
         Segment::from_file(open_image(&dir.join(name))?, name)
     }
 
     /// Opens the segment `name` from its file, opened already.
-    pub(crate) fn from_file(file: ImageFile, name: &str) -> Result<Segment, ImageError> {
+    pub(crate) fn from_file(file: ImageFile, name: &str) -> Result<Segment, ReadError> {
         let is_base = name == BASE_SEGMENT;
         let file_id = if is_base {
             file_id(file.metadata())
@@ -505,9 +505,9 @@ pub(crate) enum Access {
 /// Opens the image file at `path` for [`Image::from_file`], through
 /// [`open_regular`]: a symbolic link, FIFO or device named like a segment
 /// is an error at once, never followed, waited on or read.
-pub(crate) fn open_image(path: &Path) -> Result<ImageFile, ImageError> {
+pub(crate) fn open_image(path: &Path) -> Result<ImageFile, ReadError> {
     let io = |action: &'static str| {
-        move |source| ImageError::Io {
+        move |source| ReadError::Io {
             action,
             path: path.to_owned(),
             source,

@@ -9,7 +9,7 @@ use crate::{Error, MergeReport};
 
 /// Whether `error` refused an image for its signatures.
 pub(super) fn is_untrusted(error: &Error) -> bool {
-    matches!(error, Error::Image(error) if crate::trust::is_refusal(error))
+    matches!(error, Error::Image(kiln_image::ImageError::Signature(error)) if crate::trust::is_refusal(error))
 }
 
 /// What the init did.

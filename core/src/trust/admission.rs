@@ -1,7 +1,7 @@
 //! The one decision: is an image or an entry admitted under the trusted
 //! keys, and why ([`admit`]).
 
-use kiln_image::{Image, ImageError, PublicKey, TrustedKeys};
+use kiln_image::{Image, PublicKey, SignatureError, TrustedKeys};
 
 /// Where an image or an entry comes from, as far as trust goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,14 +73,14 @@ impl std::fmt::Display for Admission {
 /// ```
 ///
 /// # Errors
-/// The signature check's [`ImageError`]: [`ImageError::Unsigned`],
-/// [`ImageError::UntrustedSigner`] or [`ImageError::BadSignature`]
+/// The signature check's [`SignatureError`]: [`SignatureError::Unsigned`],
+/// [`SignatureError::UntrustedSigner`] or [`SignatureError::BadSignature`]
 /// ([`is_refusal`] tells them from other errors).
 pub fn admit(
     trusted: Option<&TrustedKeys>,
     image: &Image,
     origin: Origin,
-) -> Result<Admission, ImageError> {
+) -> Result<Admission, SignatureError> {
     let Some(keys) = trusted else {
         return Ok(Admission::Unchecked);
     };
@@ -92,9 +92,11 @@ pub fn admit(
 
 /// Whether `error` is a refusal for trust: unsigned, signed by no trusted
 /// key, or a signature that does not verify.
-pub fn is_refusal(error: &ImageError) -> bool {
+pub fn is_refusal(error: &SignatureError) -> bool {
     matches!(
         error,
-        ImageError::Unsigned | ImageError::UntrustedSigner { .. } | ImageError::BadSignature { .. }
+        SignatureError::Unsigned
+            | SignatureError::UntrustedSigner { .. }
+            | SignatureError::BadSignature { .. }
     )
 }

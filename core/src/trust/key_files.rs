@@ -13,7 +13,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use kiln_image::{ImageError, SigningKey, TrustedKeys};
+use kiln_image::{KeyError, SigningKey, TrustedKeys};
 
 use crate::Error;
 use crate::regular_file::{self, Access, Links};
@@ -59,24 +59,24 @@ pub fn read_trusted_keys(value: &OsStr) -> (TrustedKeys, Vec<Error>) {
 /// line, `#` comments; a `.pub` file written by `kiln keygen` is one).
 ///
 /// # Errors
-/// [`ImageError::Io`] when the file cannot be read, is not a regular file
-/// or is larger than 1 MiB; [`ImageError::InvalidKey`] naming the file
+/// [`KeyError::Io`] when the file cannot be read, is not a regular file
+/// or is larger than 1 MiB; [`KeyError::Invalid`] naming the file
 /// and the first line that is not a key.
-pub fn read_trusted_keys_file(path: &Path) -> Result<TrustedKeys, ImageError> {
-    let io = |source| ImageError::Io {
+pub fn read_trusted_keys_file(path: &Path) -> Result<TrustedKeys, KeyError> {
+    let io = |source| KeyError::Io {
         action: "read the trusted keys",
         path: path.to_owned(),
         source,
     };
     let bytes = regular_file::read(path, Links::Follow, TRUSTED_KEYS_MAX_BYTES).map_err(io)?;
     let text = String::from_utf8(bytes).map_err(|_| {
-        ImageError::InvalidKey(format!(
+        KeyError::Invalid(format!(
             "{}: not text, so not a trusted-keys file",
             path.display()
         ))
     })?;
     TrustedKeys::parse(&text)
-        .map_err(|error| ImageError::InvalidKey(format!("{}: {error}", path.display())))
+        .map_err(|error| KeyError::Invalid(format!("{}: {error}", path.display())))
 }
 
 /// Reads a secret key file: 64 hex digits (white space around them
@@ -93,14 +93,14 @@ pub fn read_signing_key(path: &Path) -> Result<SigningKey, Error> {
         source: Box::new(source),
     };
     let io = |source| {
-        key_file(ImageError::Io {
+        key_file(KeyError::Io {
             action: "read the signing key",
             path: path.to_owned(),
             source,
         })
     };
     let not_a_key = || {
-        key_file(ImageError::InvalidKey(format!(
+        key_file(KeyError::Invalid(format!(
             "{} is not a kiln signing key file (a regular file of 64 hex digits; `kiln keygen` \
              writes one)",
             path.display()
@@ -142,7 +142,7 @@ pub fn write_signing_key(key: &SigningKey, path: &Path) -> Result<(), Error> {
     let io = |action| {
         move |source| Error::KeyFile {
             path: path.to_owned(),
-            source: Box::new(ImageError::Io {
+            source: Box::new(KeyError::Io {
                 action,
                 path: path.to_owned(),
                 source,
@@ -179,7 +179,7 @@ pub fn signing_key_from_lookup(
         Err(Error::KeyFile { source, .. }) => {
             // A key pasted into the variable must not reach a log.
             let text = path.to_string_lossy();
-            let is_missing = matches!(&*source, ImageError::Io { source, .. }
+            let is_missing = matches!(&*source, KeyError::Io { source, .. }
                 if source.kind() == std::io::ErrorKind::NotFound);
             if is_missing && text.len() >= 32 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
                 Err(Error::SigningKeyNotAPath)
@@ -388,7 +388,7 @@ mod tests {
         let zero = Path::new("/dev/zero");
         assert!(matches!(
             read_trusted_keys_file(zero),
-            Err(ImageError::Io { .. })
+            Err(KeyError::Io { .. })
         ));
         assert!(matches!(read_signing_key(zero), Err(Error::KeyFile { .. })));
         let dir = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use kiln_image::{Image, ImageError, SigningKey, TrustedKeys};
+use kiln_image::{Image, SignatureError, SigningKey, TrustedKeys};
 
 use super::{Admission, Origin};
 
@@ -144,7 +144,7 @@ impl TrustPolicy {
     ///
     /// # Errors
     /// As [`super::admit`].
-    pub fn admit(&self, image: &Image, origin: Origin) -> Result<Admission, ImageError> {
+    pub fn admit(&self, image: &Image, origin: Origin) -> Result<Admission, SignatureError> {
         super::admit(self.trusted_keys.as_ref(), image, origin)
     }
 }

@@ -13,7 +13,7 @@ use kiln_core::{
     Artifact, ArtifactKind, Cache, Compiled, Error, ImageOutcome, Key, KeyBuilder, Owner, Source,
 };
 use kiln_image::{
-    Image, ImageError, ImageMeta, PublicKey, SigningKey, TrustedKeys, Verification, sign_image,
+    Image, ImageMeta, PublicKey, SignatureError, SigningKey, TrustedKeys, Verification, sign_image,
 };
 use kiln_test_support::{child, leak_aligned};
 
@@ -254,7 +254,7 @@ fn precompile_signs_its_image_when_a_signing_key_is_set() {
     run(&plain_out, None);
     let bytes = std::fs::read(signed_out.join("trust-test.kimg")).expect("image written");
     let image = Image::from_bytes(&bytes, Verification::Full).expect("valid");
-    let signer: Result<PublicKey, ImageError> = image.verify_signature(&trusting(&[&key]));
+    let signer: Result<PublicKey, SignatureError> = image.verify_signature(&trusting(&[&key]));
     assert_eq!(signer.ok(), Some(key.public_key()));
     assert_eq!(
         std::fs::read(again_out.join("trust-test.kimg")).expect("written"),

@@ -5,7 +5,7 @@
 use super::keys::SigningKey;
 use super::sign::{body_end, sign_image, with_trailer};
 use super::trailer::{BatchPath, MAX_BATCH, Record, batch_depth, encode_trailer, promoted};
-use crate::{Digest, Image, ImageError, Verification};
+use crate::{Digest, Image, SignatureError, Verification};
 
 /// BLAKE3 derive-key context of a batch's leaf (over a signed digest).
 pub const BATCH_LEAF_CONTEXT: &str = "kiln-image 3 batch leaf";
@@ -91,15 +91,18 @@ impl BatchPath {
 /// ```
 ///
 /// # Errors
-/// Whatever opening an image reports; [`ImageError::TooLarge`] for more
-/// than [`MAX_BATCH`] images; [`ImageError::AlreadySigned`] when an image of
+/// Whatever opening an image reports; [`SignatureError::TooLarge`] for more
+/// than [`MAX_BATCH`] images; [`SignatureError::AlreadySigned`] when an image of
 /// a batch of two or more carries signatures.
-pub fn sign_images_batch(images: &[&[u8]], key: &SigningKey) -> Result<Vec<Vec<u8>>, ImageError> {
+pub fn sign_images_batch(
+    images: &[&[u8]],
+    key: &SigningKey,
+) -> Result<Vec<Vec<u8>>, SignatureError> {
     match images {
         [] => return Ok(Vec::new()),
         [one] => return Ok(vec![sign_image(one, key)?]),
         _ if images.len() > MAX_BATCH => {
-            return Err(ImageError::TooLarge {
+            return Err(SignatureError::TooLarge {
                 what: "the number of images signed together",
                 size: images.len() as u64,
                 limit: MAX_BATCH as u64,
@@ -113,7 +116,7 @@ pub fn sign_images_batch(images: &[&[u8]], key: &SigningKey) -> Result<Vec<Vec<u
     for (n, image) in images.iter().enumerate() {
         let opened = Image::from_bytes(image, Verification::Structural)?;
         if opened.is_signed() {
-            return Err(ImageError::AlreadySigned { image: n });
+            return Err(SignatureError::AlreadySigned { image: n });
         }
         leaves.push(batch_leaf(&opened.signed_digest()));
         ends.push(body_end(&opened)?);

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use ed25519_dalek::Signer;
 
-use crate::{Digest, ImageError};
+use crate::{Digest, KeyError};
 
 /// The most (root message, key) pairs a [`TrustedKeys`] memo holds.
 pub const MEMO_CAPACITY: usize = 4096;
@@ -28,12 +28,11 @@ impl PublicKey {
     /// The key of these 32 bytes.
     ///
     /// # Errors
-    /// [`ImageError::InvalidKey`] when the bytes are not a point of the
+    /// [`KeyError::Invalid`] when the bytes are not a point of the
     /// curve (no signature could ever verify with them).
-    pub fn from_bytes(bytes: [u8; 32]) -> Result<PublicKey, ImageError> {
-        ed25519_dalek::VerifyingKey::from_bytes(&bytes).map_err(|_| {
-            ImageError::InvalidKey("32 bytes that are not an ed25519 public key".into())
-        })?;
+    pub fn from_bytes(bytes: [u8; 32]) -> Result<PublicKey, KeyError> {
+        ed25519_dalek::VerifyingKey::from_bytes(&bytes)
+            .map_err(|_| KeyError::Invalid("32 bytes that are not an ed25519 public key".into()))?;
         Ok(PublicKey(bytes))
     }
 
@@ -79,12 +78,12 @@ impl fmt::Debug for PublicKey {
 }
 
 impl FromStr for PublicKey {
-    type Err = ImageError;
+    type Err = KeyError;
 
     /// Parses 64 hex digits (surrounding white space ignored).
-    fn from_str(text: &str) -> Result<PublicKey, ImageError> {
+    fn from_str(text: &str) -> Result<PublicKey, KeyError> {
         let digest = Digest::from_hex(text.trim()).map_err(|_| {
-            ImageError::InvalidKey(format!(
+            KeyError::Invalid(format!(
                 "{:?} is not a public key: expected 64 hex digits",
                 text.chars().take(80).collect::<String>()
             ))
@@ -104,11 +103,11 @@ impl SigningKey {
     /// A new random key, from the operating system's random source.
     ///
     /// # Errors
-    /// [`ImageError::Random`] when the operating system gives no random
+    /// [`KeyError::Random`] when the operating system gives no random
     /// bytes.
-    pub fn generate() -> Result<SigningKey, ImageError> {
+    pub fn generate() -> Result<SigningKey, KeyError> {
         let mut secret = [0u8; 32];
-        getrandom::getrandom(&mut secret).map_err(|error| ImageError::Random(error.to_string()))?;
+        getrandom::getrandom(&mut secret).map_err(|error| KeyError::Random(error.to_string()))?;
         Ok(SigningKey::from_secret_bytes(secret))
     }
 
@@ -126,11 +125,11 @@ impl SigningKey {
     /// around them ignored (what [`SigningKey::to_secret_hex`] gives).
     ///
     /// # Errors
-    /// [`ImageError::InvalidKey`] when `text` is not 64 hex digits; the
+    /// [`KeyError::Invalid`] when `text` is not 64 hex digits; the
     /// message never quotes it (it may be a secret).
-    pub fn from_secret_hex(text: &str) -> Result<SigningKey, ImageError> {
+    pub fn from_secret_hex(text: &str) -> Result<SigningKey, KeyError> {
         let digest = Digest::from_hex(text.trim()).map_err(|_| {
-            ImageError::InvalidKey(
+            KeyError::Invalid(
                 "not a kiln signing key (64 hex digits; `kiln keygen` writes one)".to_owned(),
             )
         })?;
@@ -272,8 +271,8 @@ impl TrustedKeys {
     /// anything after the key on its line (a comment naming it).
     ///
     /// # Errors
-    /// [`ImageError::InvalidKey`] naming the first line that is not a key.
-    pub fn parse(text: &str) -> Result<TrustedKeys, ImageError> {
+    /// [`KeyError::Invalid`] naming the first line that is not a key.
+    pub fn parse(text: &str) -> Result<TrustedKeys, KeyError> {
         let mut keys = TrustedKeys::default();
         for (number, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -283,7 +282,7 @@ impl TrustedKeys {
             let word = line.split_whitespace().next().unwrap_or_default();
             let key = word
                 .parse::<PublicKey>()
-                .map_err(|error| ImageError::InvalidKey(format!("line {}: {error}", number + 1)))?;
+                .map_err(|error| KeyError::Invalid(format!("line {}: {error}", number + 1)))?;
             keys.insert(key);
         }
         Ok(keys)

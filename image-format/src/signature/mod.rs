@@ -127,7 +127,7 @@
 //! any byte of the trailer is read, and the file must end right after the
 //! trailer. Reading the trailer then checks that its length is exactly the
 //! one its kind, count and size give. A trailer that breaks any rule
-//! refuses the image ([`ImageError::SignatureTrailer`](crate::ImageError::SignatureTrailer)), whether or not
+//! refuses the image ([`ReadError::SignatureTrailer`](crate::ReadError::SignatureTrailer)), whether or not
 //! the reader checks signatures.
 //!
 //! # Modules

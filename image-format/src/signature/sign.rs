@@ -5,11 +5,11 @@
 use super::keys::SigningKey;
 use super::trailer::{MAX_SIGNATURES, Record, encode_trailer};
 use crate::header::{self, offsets};
-use crate::{Image, ImageError, Verification};
+use crate::{Image, SignatureError, Verification};
 
 /// Where the body of `opened` ends, as an index into its bytes.
-pub(super) fn body_end(opened: &Image) -> Result<usize, ImageError> {
-    usize::try_from(opened.header().body_end()).map_err(|_| ImageError::TooLarge {
+pub(super) fn body_end(opened: &Image) -> Result<usize, SignatureError> {
+    usize::try_from(opened.header().body_end()).map_err(|_| SignatureError::TooLarge {
         what: "the image",
         size: opened.header().body_end(),
         limit: usize::MAX as u64,
@@ -52,14 +52,14 @@ pub(super) fn with_trailer(image: &[u8], body_end: usize, trailer: &[u8]) -> Vec
 /// ```
 ///
 /// # Errors
-/// Whatever opening the image reports; [`ImageError::TooLarge`] when it
+/// Whatever opening the image reports; [`SignatureError::TooLarge`] when it
 /// carries [`MAX_SIGNATURES`] signatures already;
-/// [`ImageError::BatchSigned`] when it carries a batch signature (which
+/// [`SignatureError::BatchSigned`] when it carries a batch signature (which
 /// signs its batch's root, not the image alone: strip it first).
-pub fn sign_image(image: &[u8], key: &SigningKey) -> Result<Vec<u8>, ImageError> {
+pub fn sign_image(image: &[u8], key: &SigningKey) -> Result<Vec<u8>, SignatureError> {
     let opened = Image::from_bytes(image, Verification::Structural)?;
     if let Some(batch) = opened.signature_batch() {
-        return Err(ImageError::BatchSigned {
+        return Err(SignatureError::BatchSigned {
             index: batch.index,
             size: batch.size,
         });
@@ -69,7 +69,7 @@ pub fn sign_image(image: &[u8], key: &SigningKey) -> Result<Vec<u8>, ImageError>
     let public = key.public_key();
     records.retain(|record| record.key != public);
     if records.len() >= MAX_SIGNATURES {
-        return Err(ImageError::TooLarge {
+        return Err(SignatureError::TooLarge {
             what: "the number of signatures",
             size: records.len() as u64 + 1,
             limit: MAX_SIGNATURES as u64,
@@ -94,7 +94,7 @@ pub fn sign_image(image: &[u8], key: &SigningKey) -> Result<Vec<u8>, ImageError>
 ///
 /// # Errors
 /// Whatever opening the image with [`Verification::Structural`] reports.
-pub fn strip_signatures(image: &[u8]) -> Result<Vec<u8>, ImageError> {
+pub fn strip_signatures(image: &[u8]) -> Result<Vec<u8>, SignatureError> {
     let opened = Image::from_bytes(image, Verification::Structural)?;
     let body_end = opened.header().body_end() as usize;
     drop(opened);

@@ -9,7 +9,7 @@ use super::trailer::{
 };
 use super::{MEMO_CAPACITY, sign_image, strip_signatures};
 use crate::{Artifact, ArtifactKind, EntryData, ImageMeta, ImageWriter};
-use crate::{Digest, Image, ImageError, Verification};
+use crate::{Digest, Image, ImageError, SignatureError, Verification};
 
 fn image() -> Vec<u8> {
     let mut writer = ImageWriter::new(ImageMeta::new("signed", "1"));
@@ -112,7 +112,7 @@ fn the_memo_stays_bounded_and_checking_stays_right() -> Result<(), ImageError> {
         .verify_signature(&trusted)
         .expect_err("another signer");
     assert!(
-        matches!(error, ImageError::UntrustedSigner { .. }),
+        matches!(error, SignatureError::UntrustedSigner { .. }),
         "{error}"
     );
     Ok(())

@@ -3,7 +3,7 @@
 //! is read, parsing and encoding. Knows nothing of the header itself.
 
 use super::keys::PublicKey;
-use crate::ImageError;
+use crate::ReadError;
 
 /// The most signatures one image may carry.
 pub const MAX_SIGNATURES: usize = 16;
@@ -101,12 +101,12 @@ fn possible_trailer_len(len: usize) -> bool {
 
 /// Checks the trailer length recorded in a header: 0, or the length of a
 /// direct or batch trailer (see the module docs).
-pub(crate) fn check_trailer_len(len: u32) -> Result<(), ImageError> {
+pub(crate) fn check_trailer_len(len: u32) -> Result<(), ReadError> {
     let len = len as usize;
     if len == 0 || possible_trailer_len(len) {
         return Ok(());
     }
-    Err(ImageError::SignatureTrailer(format!(
+    Err(ReadError::SignatureTrailer(format!(
         "the header gives it {len} bytes: a trailer is {TRAILER_HEAD_LEN} + {RECORD_LEN} bytes \
          per signature (direct), or {} + {PATH_DIGEST_LEN} per path digest (1 to \
          {MAX_BATCH_DEPTH}) + {RECORD_LEN} per signature (batch), 1 to {MAX_SIGNATURES} \
@@ -118,8 +118,8 @@ pub(crate) fn check_trailer_len(len: u32) -> Result<(), ImageError> {
 /// Parses a trailer whose length passed [`check_trailer_len`]: every
 /// length is derived from the fields read and checked against the bytes
 /// before they are read.
-pub(crate) fn parse_trailer(bytes: &[u8]) -> Result<Trailer, ImageError> {
-    let bad = |what: String| Err(ImageError::SignatureTrailer(what));
+pub(crate) fn parse_trailer(bytes: &[u8]) -> Result<Trailer, ReadError> {
+    let bad = |what: String| Err(ReadError::SignatureTrailer(what));
     if bytes.is_empty() {
         return Ok(Trailer::default());
     }

@@ -5,7 +5,7 @@
 use super::keys::{PublicKey, TrustedKeys};
 use super::trailer::BatchPosition;
 use crate::header::{HEADER_LEN, offsets};
-use crate::{Digest, Image, ImageError};
+use crate::{Digest, Image, SignatureError};
 
 /// BLAKE3 derive-key context of the signed digest.
 pub const SIGNED_DIGEST_CONTEXT: &str = "kiln-image 3 signed digest (header and index)";
@@ -90,14 +90,14 @@ impl Image {
     /// already.
     ///
     /// # Errors
-    /// [`ImageError::Unsigned`] when the image carries no signature,
-    /// [`ImageError::UntrustedSigner`] when none of its signers is trusted,
-    /// [`ImageError::BadSignature`] when every trusted signer's signature
+    /// [`SignatureError::Unsigned`] when the image carries no signature,
+    /// [`SignatureError::UntrustedSigner`] when none of its signers is trusted,
+    /// [`SignatureError::BadSignature`] when every trusted signer's signature
     /// fails (the image or its path changed after it was signed, or the
     /// signature was forged).
-    pub fn verify_signature(&self, trusted: &TrustedKeys) -> Result<PublicKey, ImageError> {
+    pub fn verify_signature(&self, trusted: &TrustedKeys) -> Result<PublicKey, SignatureError> {
         if self.signatures.is_empty() {
-            return Err(ImageError::Unsigned);
+            return Err(SignatureError::Unsigned);
         }
         let message = self.signature_message();
         let batch = self.batch.is_some();
@@ -118,8 +118,8 @@ impl Image {
             failed.get_or_insert(record.key);
         }
         Err(match failed {
-            Some(key) => ImageError::BadSignature { key },
-            None => ImageError::UntrustedSigner {
+            Some(key) => SignatureError::BadSignature { key },
+            None => SignatureError::UntrustedSigner {
                 signers: self.signers(),
             },
         })

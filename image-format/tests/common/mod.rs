@@ -8,8 +8,8 @@ pub mod counting;
 use std::collections::BTreeMap;
 
 use kiln_image::{
-    Artifact, ArtifactKind, Dep, Digest, EntryData, EntryRef, Image, ImageError, ImageMeta,
-    ImageWriter,
+    Artifact, ArtifactKind, Dep, Digest, EntryData, EntryRef, Image, ImageMeta, ImageWriter,
+    ReadError,
 };
 use kiln_test_support::Rng;
 
@@ -218,7 +218,7 @@ pub fn compare_entry(entry: &EntryRef<'_>, expected: &EntryData) -> Result<Read,
                     entry.index()
                 ));
             }
-            Err(ImageError::PayloadChecksum { .. }) => rejected = true,
+            Err(ReadError::PayloadChecksum { .. }) => rejected = true,
             Err(other) => return Err(format!("unexpected payload error {other}")),
         }
     }
@@ -231,25 +231,25 @@ pub fn compare_entry(entry: &EntryRef<'_>, expected: &EntryData) -> Result<Read,
 
 /// Whether `error` is one of the ways an entry's first access rejects it
 /// (its block, its layout, its checksum, its values).
-pub fn rejects_entry(error: &ImageError) -> bool {
+pub fn rejects_entry(error: &ReadError) -> bool {
     matches!(
         error,
-        ImageError::EntryChecksum { .. }
-            | ImageError::EntryMalformed { .. }
-            | ImageError::Overlap(_)
-            | ImageError::OutOfRange { .. }
-            | ImageError::IndexMalformed(_)
-            | ImageError::DepNotIndexed { .. }
-            | ImageError::EntryUnreachable { .. }
+        ReadError::EntryChecksum { .. }
+            | ReadError::EntryMalformed { .. }
+            | ReadError::Overlap(_)
+            | ReadError::OutOfRange { .. }
+            | ReadError::IndexMalformed(_)
+            | ReadError::DepNotIndexed { .. }
+            | ReadError::EntryUnreachable { .. }
     )
 }
 
 /// Whether `error` is one of the ways the dependency index (its group
 /// table, or a group's member list) is rejected.
-pub fn rejects_dep_index(error: &ImageError) -> bool {
+pub fn rejects_dep_index(error: &ReadError) -> bool {
     matches!(
         error,
-        ImageError::DepIndex(_) | ImageError::Overlap(_) | ImageError::OutOfRange { .. }
+        ReadError::DepIndex(_) | ReadError::Overlap(_) | ReadError::OutOfRange { .. }
     )
 }
 
