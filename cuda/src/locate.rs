@@ -490,6 +490,14 @@ fn python_site_packages(log: &mut Vec<Searched>) -> Vec<PathBuf> {
     }
 }
 
+/// `path` made canonical when it is absolute (a bare library name is
+/// not a file: `None`), or `None` when it cannot be resolved.
+pub(crate) fn canonical_file(path: &Path) -> Option<PathBuf> {
+    path.is_absolute()
+        .then(|| path.canonicalize().ok())
+        .flatten()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,9 +37,8 @@ use std::sync::{Mutex, OnceLock};
 use cudarc::nvrtc::sys::{self, nvrtcProgram, nvrtcResult};
 
 use super::Error;
-use super::identity::LibraryFiles;
-use super::locate::{Located, SearchConfig, locate_nvrtc};
-use super::memo::MemoDir;
+use super::locate::{Located, SearchConfig, canonical_file, locate_nvrtc};
+use super::memo::{FileStamp, FsInstant, MemoDir, StampSet};
 
 /// The exact NVRTC version: `nvrtcVersion`'s major.minor plus the build number from
 /// the compiler's own banner (`V13.0.88`), so that a patch release changes the owner.
@@ -525,5 +524,92 @@ fn program_log(program: &Program) -> String {
             String::from_utf8_lossy(&log).into_owned()
         }
         Err(e) => format!("(no log: {e})"),
+    }
+}
+
+/// The memo kind of NVRTC releases.
+pub(crate) const NVRTC_MEMO: &str = "nvrtc";
+
+/// The NVRTC library file (canonical) and the stamps of it and its builtins
+/// neighbours, taken before anything reads them.
+pub(crate) struct LibraryFiles {
+    subject: PathBuf,
+    stamps: StampSet,
+    read_from: Option<FsInstant>,
+}
+
+impl LibraryFiles {
+    /// Stamps the library at `path` (a file; `None` for a bare name or a file that
+    /// cannot be stat-ed) and every `libnvrtc-builtins*` file beside it.
+    pub(crate) fn stamp(path: &Path) -> Option<LibraryFiles> {
+        let subject = canonical_file(path)?;
+        let mut stamps = StampSet::new("kiln cuda nvrtc library stamps v1");
+        let meta = std::fs::metadata(&subject).ok()?;
+        stamps.add(b"libnvrtc", &FileStamp::of(&meta));
+        let dir = subject.parent()?;
+        let mut builtins: Vec<(String, PathBuf)> = std::fs::read_dir(dir)
+            .ok()?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                name.starts_with("libnvrtc-builtins")
+                    .then(|| (name, e.path()))
+            })
+            .collect();
+        builtins.sort();
+        for (name, path) in builtins {
+            let meta = std::fs::metadata(&path).ok()?;
+            stamps.add(name.as_bytes(), &FileStamp::of(&meta));
+        }
+        Some(LibraryFiles {
+            subject,
+            stamps,
+            read_from: None,
+        })
+    }
+
+    /// Notes that the files are about to be read (loaded): only files that had
+    /// settled by now are memoized (see [`MemoDir`]).
+    pub(crate) fn reading(&mut self, memo: &MemoDir) {
+        self.read_from = memo.clock();
+    }
+
+    /// The memoized version of these files; with `major_minor`, only one that agrees
+    /// with what the loaded library says.
+    pub(crate) fn remembered(
+        &self,
+        memo: &MemoDir,
+        major_minor: Option<(u32, u32)>,
+    ) -> Option<NvrtcVersion> {
+        let values = memo.read(NVRTC_MEMO, &self.subject, &self.stamps.digest())?;
+        let [major, minor, release] = values.as_slice() else {
+            return None;
+        };
+        let version = NvrtcVersion {
+            major: major.parse().ok()?,
+            minor: minor.parse().ok()?,
+            release: release.clone(),
+        };
+        let agrees = major_minor.is_none_or(|mm| mm == (version.major, version.minor));
+        let well_formed = version
+            .release
+            .starts_with(&format!("{}.{}", version.major, version.minor));
+        (agrees && well_formed).then_some(version)
+    }
+
+    /// Memoizes `version` for these files (when they have settled).
+    pub(crate) fn remember(&self, memo: &MemoDir, version: &NvrtcVersion) {
+        let values = [
+            version.major.to_string(),
+            version.minor.to_string(),
+            version.release.clone(),
+        ];
+        memo.write(
+            NVRTC_MEMO,
+            &self.subject,
+            &self.stamps,
+            self.read_from,
+            &values,
+        );
     }
 }

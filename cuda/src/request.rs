@@ -288,19 +288,6 @@ impl KernelRequest {
             .fold(self, |request, (name, text)| request.header(*name, *text))
     }
 
-    /// What a `.cu` file written for nvcc expects on its include path: Kiln's C
-    /// headers ([`KernelRequest::c_headers`]) and the CUDA runtime headers of
-    /// `toolchain` (`cuda_fp16.h`, `cuda_bf16.h`, `cuda_fp8.h`:
-    /// [`Toolchain::cuda_runtime`](crate::Toolchain::cuda_runtime), the recorded
-    /// digest or the local folder).
-    ///
-    /// # Errors
-    /// As [`Toolchain::cuda_runtime`](crate::Toolchain::cuda_runtime): the runtime
-    /// headers are neither recorded nor found here.
-    pub fn nvcc_headers(self, toolchain: &super::Toolchain) -> Result<Self, Error> {
-        Ok(self.c_headers().include_dir(toolchain.cuda_runtime()?))
-    }
-
     /// Asks for every `extern "C"` kernel the source defines as an entry point,
     /// after the name expressions' lowered names: the compiler finds them (the
     /// PTX's `.entry` lines whose names are not C++-mangled), so kernels generated

@@ -34,7 +34,7 @@ use kiln_core::{Cache, Digest};
 
 use super::locate::{SearchConfig, locate_cccl, locate_cuda_runtime};
 use super::request::{HEADERS_DEP_PREFIX, NVRTC_DEP, nvrtc_fingerprint};
-use super::{Arch, Compiler, Error, IncludeDir, NvrtcVersion};
+use super::{Arch, Compiler, Error, IncludeDir, KernelRequest, NvrtcVersion};
 
 /// The `cargo:rustc-env` variable a kernel library's build script sets to its
 /// [`BuildRecord`]: the library reads it with `env!("KILN_CUDA_BUILD")`.
@@ -471,6 +471,23 @@ impl Toolchain {
                 cache.define(&format!("{HEADERS_DEP_PREFIX}{set}"), dir.digest());
             }
         }
+    }
+}
+
+// A request's headers taken from a toolchain: here, so that `request.rs`
+// needs no toolchain.
+impl KernelRequest {
+    /// What a `.cu` file written for nvcc expects on its include path: Kiln's C
+    /// headers ([`KernelRequest::c_headers`]) and the CUDA runtime headers of
+    /// `toolchain` (`cuda_fp16.h`, `cuda_bf16.h`, `cuda_fp8.h`:
+    /// [`Toolchain::cuda_runtime`], the recorded
+    /// digest or the local folder).
+    ///
+    /// # Errors
+    /// As [`Toolchain::cuda_runtime`]: the runtime
+    /// headers are neither recorded nor found here.
+    pub fn nvcc_headers(self, toolchain: &Toolchain) -> Result<Self, Error> {
+        Ok(self.c_headers().include_dir(toolchain.cuda_runtime()?))
     }
 }
 

@@ -5,7 +5,7 @@
 //! on the remote server) are queued for one writer thread per cache,
 //! started on the first store. Tiers that write through to another tier
 //! (the remote tier's hits into the disk tier) get a handle from
-//! [`Cache::background`] whose stores are queued the same way; a signed
+//! [`Cache::background`](crate::Cache::background) whose stores are queued the same way; a signed
 //! store ([`Tier::store_signed`]) keeps its signed image through the queue
 //! and reaches the tier as one.
 //!
@@ -35,7 +35,7 @@
 //! process compiling one kernel after another still publishes them in few
 //! batches. Every tier of the job waits with it (the disk tier's segment
 //! of a compile stored to disk and remote appears up to the window later).
-//! A [`Cache::flush`] (and so the exit hook and the cache's drop) cuts the
+//! A [`Cache::flush`](crate::Cache::flush) (and so the exit hook and the cache's drop) cuts the
 //! wait short, as does a queue at half its bounds; a store for other
 //! tiers, or a signed one, closes the batch. Counters
 //! stay per entry and per tier (each item's result), and each tier still
@@ -43,7 +43,7 @@
 //! with the `tracing` dispatcher of its first job; each entry's failure is
 //! logged to its own job's.
 //!
-//! [`Cache::flush`] waits until every store queued before it has run. A
+//! [`Cache::flush`](crate::Cache::flush) waits until every store queued before it has run. A
 //! cache flushes when dropped, and every live cache flushes when the
 //! process exits normally (an `atexit` hook, as the disk tier's recency
 //! stamps): a normal exit loses nothing queued. A crash loses what was
@@ -61,7 +61,7 @@ use tracing::Dispatch;
 
 use super::instance::Instance;
 use super::stats::bump;
-use super::{Cache, Tier, TierEntry};
+use super::{Tier, TierEntry};
 use crate::{Error, Key, Owner};
 
 /// The most stores queued at once.
@@ -596,7 +596,7 @@ fn job_name(job: &Job) -> &str {
 }
 
 /// A tier whose stores run on a cache's background writer; loads go
-/// straight to the tier. See [`Cache::background`].
+/// straight to the tier. See [`Cache::background`](crate::Cache::background).
 struct Background {
     tier: Arc<dyn Tier>,
     queue: Arc<StoreQueue>,
@@ -645,28 +645,13 @@ impl Tier for Background {
     }
 }
 
-impl Cache {
-    /// A handle on `tier` whose stores run on this cache's background
-    /// writer (queued, bounded, flushed with the cache), and whose loads go
-    /// straight to `tier` (signed stores, [`Tier::store_signed`], keep their
-    /// signature). For a tier that writes through to another one:
-    /// [`add_tiers`](crate::add_tiers) gives the remote tier such a handle
-    /// on the disk tier, so that a remote hit returns without waiting for
-    /// the disk.
-    pub fn background(&self, tier: Arc<dyn Tier>) -> Arc<dyn Tier> {
+impl StoreQueue {
+    /// A tier handle whose stores run on this queue, and whose loads go
+    /// straight to `tier`: what [`Cache::background`](crate::Cache::background) gives.
+    pub(crate) fn background(self: &Arc<StoreQueue>, tier: Arc<dyn Tier>) -> Arc<dyn Tier> {
         Arc::new(Background {
             tier,
-            queue: Arc::clone(&self.queue),
+            queue: Arc::clone(self),
         })
-    }
-
-    /// Waits until every tier store queued before the call (by
-    /// [`get_or_compile`](Cache::get_or_compile), or by a
-    /// [`background`](Cache::background) handle) has run. Stores also run
-    /// on their own; call this where they must be done, e.g. before
-    /// another process is expected to find an entry on disk. A normal exit
-    /// and dropping the cache flush too.
-    pub fn flush(&self) {
-        self.queue.flush(None);
     }
 }

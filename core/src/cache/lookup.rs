@@ -203,7 +203,8 @@ impl Cache {
         backedges.add(&instance);
         let pinned_from = residency.pinned_from();
         log.record(&instance, pinned_from);
-        self.admit(residency, &instance, pinned_from);
+        self.memory
+            .admit(&self.config, &self.store, residency, &instance, pinned_from);
         bump(&self.counters.inserts);
         Hit::memory(instance)
     }

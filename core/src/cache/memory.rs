@@ -48,9 +48,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use super::Cache;
+use super::config::CacheConfig;
 use super::instance::{Instance, NOT_RESIDENT};
 use super::stats::bump;
+use super::store::MemoryStore;
 use crate::Digest;
 
 /// How many resident entries an eviction compares.
@@ -220,18 +221,20 @@ impl MemoryCounters {
     }
 }
 
-impl Cache {
+impl MemoryCounters {
     /// Makes `instance` (just recorded, indexed) resident with its payloads
     /// counted, then evicts down to the caps, sparing it and the entries
     /// recorded from `pinned_from` on. Writer lock held (`residency` is the
     /// writer state's).
     pub(crate) fn admit(
         &self,
+        config: &CacheConfig,
+        store: &MemoryStore,
         residency: &mut Residency,
         instance: &Arc<Instance>,
         pinned_from: usize,
     ) {
-        let memory = &self.memory;
+        let memory = self;
         let tick = memory.clock.fetch_add(1, Ordering::Relaxed) + 1;
         instance.touch(tick);
         residency.add(instance);
@@ -242,17 +245,17 @@ impl Cache {
         let held = memory.held.fetch_add(bytes, Ordering::Relaxed) + bytes;
         memory.peak.fetch_max(held, Ordering::Relaxed);
         let keep = instance.seq;
-        self.evict_over_cap(residency, &|seq| seq != keep && seq < pinned_from);
+        self.evict_over_cap(config, store, residency, &|seq| {
+            seq != keep && seq < pinned_from
+        });
     }
 
     /// Whether the resident entries exceed a cap.
-    fn over_cap(&self, residency: &Residency) -> bool {
-        let bytes = self
-            .config
+    fn over_cap(&self, config: &CacheConfig, residency: &Residency) -> bool {
+        let bytes = config
             .memory_max_bytes
-            .is_some_and(|cap| self.memory.held.load(Ordering::Relaxed) > cap);
-        let count = self
-            .config
+            .is_some_and(|cap| self.held.load(Ordering::Relaxed) > cap);
+        let count = config
             .memory_max_entries
             .is_some_and(|cap| residency.len() as u64 > cap);
         bytes || count
@@ -261,14 +264,20 @@ impl Cache {
     /// Evicts closed entries first, then least recently used ones, while
     /// the resident entries exceed a cap, sparing those `evictable` refuses
     /// (by sequence number). Writer lock held.
-    fn evict_over_cap(&self, residency: &mut Residency, evictable: &dyn Fn(usize) -> bool) {
-        while self.over_cap(residency) {
+    fn evict_over_cap(
+        &self,
+        config: &CacheConfig,
+        store: &MemoryStore,
+        residency: &mut Residency,
+        evictable: &dyn Fn(usize) -> bool,
+    ) {
+        while self.over_cap(config, residency) {
             let Some(at) = Self::closed_victim(residency, evictable)
                 .or_else(|| Self::pick_victim(residency, evictable))
             else {
                 return; // everything left is pinned
             };
-            self.evict(residency, at);
+            self.evict(store, residency, at);
         }
     }
 
@@ -320,17 +329,14 @@ impl Cache {
     /// Takes the resident entry at position `at` out of the lists and the
     /// index: the cache lets go of it (its memory is freed once no hit,
     /// queued store or delta holds it). Writer lock held.
-    fn evict(&self, residency: &mut Residency, at: usize) {
+    fn evict(&self, store: &MemoryStore, residency: &mut Residency, at: usize) {
         let Some(instance) = residency.remove(at) else {
             return;
         };
-        self.store.remove(&instance);
-        self.memory
-            .resident
+        store.remove(&instance);
+        self.resident
             .store(residency.len() as u64, Ordering::Relaxed);
-        self.memory
-            .held
-            .fetch_sub(instance.body.bytes, Ordering::Relaxed);
-        bump(&self.memory.evictions);
+        self.held.fetch_sub(instance.body.bytes, Ordering::Relaxed);
+        bump(&self.evictions);
     }
 }

@@ -11,7 +11,8 @@
 //! | `layers`        | merged images and their per-entry state                    |
 //! | `merge`         | [`Cache::merge_image`] and [`MergeReport`]                 |
 //! | `image_deps`    | stale entries and dependents from an image's dep index     |
-//! | `definitions`   | [`Cache::define`] / [`Cache::redefine`], backedges         |
+//! | `definitions`   | [`Cache::define`] / [`Cache::redefine`]                    |
+//! | `backedges`     | definition name -> the in-memory entries built from it    |
 //! | `lookup`        | [`Cache::lookup`], [`Cache::insert`]                       |
 //! | `compile`       | [`Cache::get_or_compile`]                                  |
 //! | `single_flight` | one compile per key at a time                              |
@@ -56,6 +57,7 @@
 //! lookup only ever *tries* the writer lock (to promote an image entry) and
 //! skips promotion if it is taken.
 
+mod backedges;
 mod background;
 mod compile;
 mod config;
@@ -90,8 +92,8 @@ pub use stats::Stats;
 pub use tier::{Tier, TierEntry};
 
 use crate::{Digest, World};
+use backedges::Backedges;
 use background::StoreQueue;
-use definitions::Backedges;
 use layers::Layer;
 use log::InsertLog;
 use memory::{MemoryCounters, Residency};
@@ -282,6 +284,27 @@ impl Cache {
         // point that matters (each step is complete on its own), so a poisoned
         // lock is still usable.
         self.writer.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A handle on `tier` whose stores run on this cache's background
+    /// writer (queued, bounded, flushed with the cache), and whose loads go
+    /// straight to `tier` (signed stores, [`Tier::store_signed`], keep their
+    /// signature). For a tier that writes through to another one:
+    /// [`add_tiers`](crate::add_tiers) gives the remote tier such a handle
+    /// on the disk tier, so that a remote hit returns without waiting for
+    /// the disk.
+    pub fn background(&self, tier: Arc<dyn Tier>) -> Arc<dyn Tier> {
+        self.queue.background(tier)
+    }
+
+    /// Waits until every tier store queued before the call (by
+    /// [`get_or_compile`](Cache::get_or_compile), or by a
+    /// [`background`](Cache::background) handle) has run. Stores also run
+    /// on their own; call this where they must be done, e.g. before
+    /// another process is expected to find an entry on disk. A normal exit
+    /// and dropping the cache flush too.
+    pub fn flush(&self) {
+        self.queue.flush(None);
     }
 }
 

@@ -86,7 +86,7 @@ impl DiskCache {
     /// `None` when it is turned off, or (after one warning) when it cannot
     /// be used; the caller then simply compiles.
     pub fn from_env() -> Option<DiskCache> {
-        super::DiskTier::from_env().and_then(|tier| DiskCache::open_or_warn(tier.config().clone()))
+        super::config::or_warn(DiskConfig::from_env()).and_then(DiskCache::open_or_warn)
     }
 
     /// Opens the cache of `config`, or logs one warning and returns `None`

@@ -163,6 +163,16 @@ impl DiskConfig {
     }
 }
 
+/// The configuration read by [`DiskConfig::from_env`] or
+/// [`DiskConfig::from_lookup`]: `None` when the disk cache is turned off,
+/// or (after one warning) when the configuration is an error.
+pub(crate) fn or_warn(config: Result<Option<DiskConfig>, Error>) -> Option<DiskConfig> {
+    config.unwrap_or_else(|error| {
+        super::dir::warn_unavailable(&error);
+        None
+    })
+}
+
 /// The platform cache directory + `kiln`, when the platform has one.
 pub fn default_dir() -> Option<PathBuf> {
     dirs::cache_dir().map(|dir| dir.join("kiln"))

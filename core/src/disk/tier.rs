@@ -117,13 +117,7 @@ impl DiskTier {
     /// [`DiskConfig::from_lookup`]: `None` when turned off, or (after one
     /// warning) when the configuration is an error.
     pub fn from_config(config: Result<Option<DiskConfig>, Error>) -> Option<DiskTier> {
-        match config {
-            Ok(config) => config.map(DiskTier::new),
-            Err(error) => {
-                super::dir::warn_unavailable(&error);
-                None
-            }
-        }
+        super::config::or_warn(config).map(DiskTier::new)
     }
 
     /// The configuration in force.

@@ -17,6 +17,10 @@
 //! reads them from any source, which keeps tests away from the process
 //! environment.
 
+mod value;
+
+pub use value::is_on;
+
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -192,18 +196,6 @@ fn memory_cap(value: Option<OsString>) -> Option<u64> {
 /// linked into this program.
 pub fn is_run_time(name: &str) -> bool {
     RUN_TIME.contains(&name) || crate::registry::run_time_switches().contains(&name)
-}
-
-/// Whether a boolean switch's value turns it on: off when empty, `0`, `false`, `no`
-/// or `off` (any case, surrounding spaces ignored), on for anything else.
-pub fn is_on(value: &std::ffi::OsStr) -> bool {
-    let value = value.to_string_lossy();
-    let value = value.trim();
-    !(value.is_empty()
-        || value == "0"
-        || ["false", "no", "off"]
-            .iter()
-            .any(|off| value.eq_ignore_ascii_case(off)))
 }
 
 #[cfg(test)]
