@@ -143,7 +143,7 @@ impl Builder {
             .find(|l| l.contains("kiln: kiln-activations-demo: ") && l.contains(" entries ("))
             .unwrap_or_else(|| panic!("no summary in\n{output}"));
         let count = |what: &str| -> u64 {
-            line.split(|c| c == '(' || c == ',')
+            line.split(['(', ','])
                 .map(str::trim)
                 .find_map(|part| part.strip_suffix(what)?.trim().parse().ok())
                 .unwrap_or(0)

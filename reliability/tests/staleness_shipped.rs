@@ -177,6 +177,10 @@ const fn outcome(shipped: u64, compiled: u64, missing: usize) -> Outcome {
     }
 }
 
+/// How a case changes the library after shipping: the specializations it
+/// then builds, and the shipped image's public key it names, if any.
+type Change<'a> = dyn Fn(&Library) -> (Vec<Spec>, Option<String>) + 'a;
+
 #[test]
 fn shipped_entries_serve_only_while_they_match_and_are_trusted() {
     let Some(_) = kiln_test_support::ci::required(
@@ -192,9 +196,7 @@ fn shipped_entries_serve_only_while_they_match_and_are_trusted() {
 
     // Each case: a fresh library, shipped from a build with NVRTC, then
     // built after `change` with and without NVRTC.
-    let case = |change: &dyn Fn(&Library) -> (Vec<Spec>, Option<String>),
-                signer: Option<&SigningKey>|
-     -> (Built, Built) {
+    let case = |change: &Change<'_>, signer: Option<&SigningKey>| -> (Built, Built) {
         *EDITED.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let library = Library::new();
         let shipped = library.build(&base, true, None);

@@ -242,7 +242,7 @@ impl<'a> ShippedFile<'a> {
             });
         }
         signatures.push((public, key.sign_digest(&self.signed_message())));
-        signatures.sort_by(|a, b| a.0.cmp(&b.0));
+        signatures.sort_by_key(|a| a.0);
         let mut out = Vec::with_capacity(
             HEADER_LEN + self.packed.len() + TRAILER_HEADER_LEN + signatures.len() * SIGNATURE_LEN,
         );

@@ -128,7 +128,7 @@ impl Shipped {
 
     /// A shipped image of `entries` (sorted here by `(owner, key)`).
     pub fn new(manifest: Manifest, meta: ImageMeta, mut entries: Vec<EntryData>) -> Shipped {
-        entries.sort_by(|a, b| (a.owner, a.key).cmp(&(b.owner, b.key)));
+        entries.sort_by_key(|a| (a.owner, a.key));
         Shipped {
             manifest,
             meta,

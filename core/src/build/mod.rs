@@ -197,9 +197,13 @@ pub struct Precompile<'out> {
     library_dir: Option<PathBuf>,
     target: Option<Target>,
     shipped_key: Option<String>,
-    lookup: Box<dyn Fn(&str) -> Option<OsString> + 'out>,
+    lookup: Lookup<'out>,
     output: Box<dyn Write + 'out>,
 }
+
+/// How a run reads variables: the process environment, or what
+/// [`Precompile::env`] gives.
+type Lookup<'out> = Box<dyn Fn(&str) -> Option<OsString> + 'out>;
 
 impl Precompile<'static> {
     /// A run writing `$OUT_DIR/<name>.kimg` and printing to stdout (where
