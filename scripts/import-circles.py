@@ -15,21 +15,26 @@ How a file maps to a module: `src/lib.rs` is the crate root, `src/a/b.rs` and
 What counts as an edge, from the file that holds the path:
 
 * every path of a `use` item (use trees are expanded: `use crate::a::{b, c::D}`
-  names `crate::a::b` and `crate::a::c::D`), `pub use` re-exports included;
+  names `crate::a::b` and `crate::a::c::D`), re-exports of other modules'
+  items included;
 * every path written inline in code (`crate::a::b::f()`, `super::x::Y`);
 
 where a path starts with `crate::`, `super::` (any number), `self::`, or
 the name of a child module of the current module (`use cache::Cache` in
 `lib.rs`). A path leads to the deepest module along it that is a file of the
 crate: `crate::cache::stats::Stats` to `cache/stats.rs`, `crate::cache::Cache`
-to `cache/mod.rs`. Paths into another crate (`kiln_image::...`, `std::...`)
-are not edges.
+to `cache/mod.rs`. When the rest of the path names something that file only
+brings in with a `use` (`crate::Error`, with `pub use error::Error` in
+`lib.rs`; `super::Key`, with `use crate::key::Key` in the parent), the edge
+follows that `use` to the file that defines it, so an item re-exported by a
+parent leads to where it is defined, not to the parent. Paths into another
+crate (`kiln_image::...`, `std::...`) are not edges.
 
 What does not count:
 
-* `mod` declarations: a parent owns its children, and a `mod.rs` that only
-  declares and re-exports its children names them by `mod`/`pub use`, which
-  alone leads parent to child, never back;
+* `mod` declarations, and a module's `pub use` of its own descendants'
+  items: a parent owns its children, and a `mod.rs` that only declares and
+  re-exports them creates no edge (what it itself uses of them does);
 * comments (doc links included), string and character literals;
 * visibility restrictions (`pub(in crate::a)`);
 * the bodies of `#[cfg(test)]` modules written inline: tests are not part of
