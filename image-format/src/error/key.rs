@@ -6,10 +6,10 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum KeyError {
-    /// Reading or writing a file failed.
+    /// Reading or writing a key file failed.
     #[error("{action} {path}: {source}")]
     Io {
-        /// What was being done ("open", "map", "write", ...).
+        /// What was being done ("read the trusted keys", ...).
         action: &'static str,
         /// The file.
         path: PathBuf,

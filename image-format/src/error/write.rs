@@ -2,8 +2,6 @@
 
 use std::path::PathBuf;
 
-use super::read::ReadError;
-
 /// Building or writing an image failed: the entries given cannot be
 /// stored as they are, or the file could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -12,7 +10,7 @@ pub enum WriteError {
     /// Reading or writing a file failed.
     #[error("{action} {path}: {source}")]
     Io {
-        /// What was being done ("open", "map", "write", ...).
+        /// What was being done ("write", "rename", ...).
         action: &'static str,
         /// The file.
         path: PathBuf,
@@ -84,23 +82,18 @@ pub enum WriteError {
     #[error("serializing the image index failed: {0}")]
     Serialize(String),
 
-    /// The payload region the header describes is not in the image's bytes.
+    /// A payload placed outside the payload region being written (records
+    /// rebuilt by the `fuzzing` feature's forger that point past their
+    /// payloads).
     #[error("payload region {start}..{end} lies outside the {available} bytes of the image")]
     PayloadRegion {
-        /// First byte of the region.
+        /// First byte of the payload.
         start: u64,
-        /// End of the region.
+        /// End of the payload.
         end: u64,
-        /// Bytes available.
+        /// Bytes of the payload region.
         available: u64,
     },
-
-    /// The image just built does not pass the reader's own check. The
-    /// writer has a bug; please report it with the entries that caused it.
-    #[error(
-        "the image just built fails the reader's check ({0}): this is a bug in kiln, please report it"
-    )]
-    SelfCheck(#[source] ReadError),
 }
 
 impl WriteError {
@@ -116,7 +109,6 @@ impl WriteError {
             WriteError::TooLarge { .. } => "writer.input",
             WriteError::Serialize(_) => "writer.input",
             WriteError::PayloadRegion { .. } => "payload.region",
-            WriteError::SelfCheck(error) => error.check(),
         }
     }
 }
