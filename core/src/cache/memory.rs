@@ -219,11 +219,10 @@ impl MemoryCounters {
     pub(crate) fn now(&self) -> u64 {
         self.clock.load(Ordering::Relaxed)
     }
-}
 
-impl MemoryCounters {
     /// Makes `instance` (just recorded, indexed) resident with its payloads
-    /// counted, then evicts down to the caps, sparing it and the entries
+    /// counted, then evicts down to the caps of `config`, taking victims
+    /// out of the index `store`, sparing `instance` and the entries
     /// recorded from `pinned_from` on. Writer lock held (`residency` is the
     /// writer state's).
     pub(crate) fn admit(
