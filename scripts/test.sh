@@ -45,4 +45,8 @@ if [ "$fuzz_seconds" != 0 ]; then
   reliability/fuzz.sh "$fuzz_seconds"  # merging arbitrary images, key derivation
 fi
 
+# The demo libraries' shipped images match what their blocks build today
+# (the check the README's author guide gives library authors for their CI).
+cargo run --locked -q -p kiln-tool -- ship --check -p kiln-kernels-demo -p kiln-activations-demo
+
 cargo test --workspace --all-features --locked "$@"

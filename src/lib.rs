@@ -6,35 +6,10 @@
 //! application that depends on it starts with those entries in its cache:
 //! a lookup returns bytes borrowed from the image, with no compile.
 //!
-//! # Core concepts
-//!
-//! - [`Owner`]: the exact compiler configuration (compiler, version, target,
-//!   options) an entry was compiled with; a new compiler means new owners.
-//! - [`Key`]: the identity of one specialization, built from labelled fields
-//!   with [`KeyBuilder`].
-//! - [`Compiled`]: what a compile returns: [`Artifact`]s (bytes of an
-//!   [`ArtifactKind`]) and the definitions they were built from.
-//! - [`Hit`]: an entry found in a cache; its bytes are borrowed, 64-byte
-//!   aligned, from memory, an image or a tier.
-//! - [`global()`]: the process's [`Cache`](cache::Cache), every embedded
-//!   image merged on first use ([`init()`] reports what was merged).
-//! - [`build::Precompile`]: a build script's precompile block, which writes
-//!   an image to `OUT_DIR`; [`include_image!`] embeds it in the library.
-//! - [`Error`]: the one error type of this path (a backend's error converts
-//!   into it with `?`).
-//!
-//! Everything else is one module down: [`cache`] (caches of your own,
-//! tiers, snapshots and deltas, init reports), [`image`] (the byte format),
-//! [`disk`] (the disk tier), [`registry`] (where images and tiers come
-//! from), [`env`](mod@env) (the `KILN_*` switches), [`key`] (the key and owner
-//! encodings), and with their features `cuda` (the NVRTC backend) and
-//! `redis` (the remote tier).
-//!
-//! This crate is a facade over `kiln-core`, `kiln-image` and `kiln-macros`
-//! (and `kiln-cuda`, `kiln-redis`): it has no logic of its own, each item has
-//! one path here, and a library depending on it compiles no command-line
-//! parser and no `tracing` subscriber (the `kiln` tool is the `kiln-tool`
-//! package).
+// The examples of `main-path.md` embed the images their build scripts write:
+// they are compiled (and the one that can, run) as doc tests of
+// `tests/readme`, whose build script writes those images; this crate has no
+// build script (it would run in every user's build).
 #![cfg_attr(not(doctest), doc = include_str!("main-path.md"))]
 
 pub use kiln_core::{Compiled, Error, Hit, Key, KeyBuilder, Owner, global, init};

@@ -162,6 +162,6 @@ step compare 200 python3 "$BUNDLE/src/compare.py" --rounds 9 --timeout 40 --budg
   --out "$WORK" --json compare.json "${programs[@]}" "${warm[@]}"
 
 # --- The GPU tests, with what is left of the budget ------------------------------
-step gpu-tests 100 env KILN_GPU_TESTS=1 "$BIN/cuda_gpu" --test-threads=1 --nocapture
+step gpu-tests 100 env KILN_GPU_TESTS=1 "$BIN/cuda_gpu" --include-ignored --test-threads=1 --nocapture
 
 exit 0

@@ -1,58 +1,16 @@
 //! kiln-cuda: Kiln's CUDA backend (`kiln::cuda` with the feature `cuda`). NVRTC
 //! compiles CUDA C++ to a CUBIN for an exact `sm_XX[a|f]` and to PTX; the cache
 //! keeps both in one entry; the loader turns them into modules and functions on a
-//! GPU. It uses the public API of `kiln-core` only: a backend is a client of the
-//! cache.
-//!
-//! The root holds the main path:
-//!
-//! - [`KernelRequest`]: source, headers (by content, Kiln's C headers for NVRTC
-//!   ([`c_headers`]), or fingerprinted include directories), name expressions or
-//!   every `extern "C"` kernel, specialization parameters; its
-//!   [`Key`](kiln_core::Key). [`IncludeDir`]: an include directory by content.
-//! - [`Arch`]: the target (`sm_90a`), part of the [`Owner`](kiln_core::Owner).
-//! - [`Compiler`]: request → cache entry ([`Compiler::compile_cached`]), with the
-//!   process's NVRTC.
-//! - [`Toolchain`]: what owners and keys are derived for: the one a library's build
-//!   recorded (digests only, nothing read) or this machine's (NVRTC and the header
-//!   sets CCCL and the CUDA runtime headers, located when first needed).
-//! - [`ShipPlan`]: the build side of a kernel library (every spec for every target,
-//!   in parallel; PTX for the lowest target, or several).
-//! - [`KernelLibrary`]: the run-time side: a shipped entry for the [`Device`] found
-//!   with no toolchain, else a compile with the local one ([`Served`]; one kernel
-//!   of a program by name: [`KernelLibrary::get_kernel`]).
-//! - [`loader`]: cached artifacts → loaded modules and functions, once per context;
-//!   a [`Served`] kernel's chosen artifact exactly
-//!   ([`ModuleCache::load_served`](loader::ModuleCache::load_served)), PTX through
-//!   the driver's JIT kept as a cache entry of its own.
-//! - [`Error`]: the crate's one error enum.
-//!
-//! The rest is one module down: [`toolchain`] (the [`toolchain::BuildRecord`]
-//! a build records, the policy, the header-set names), [`select`] (which shipped code
-//! runs on a device, a pure function), [`library`] (the attempts and counts of
-//! serving), [`request`] (headers, key schema, dependency names), [`options`] (the
-//! NVRTC options Kiln accepts), [`c_headers`] (the C headers NVRTC lacks), [`locate`]
-//! (finding NVRTC and the header sets, with every place tried), [`nvrtc`],
-//! [`identity`] and [`memo`] (which NVRTC the owners name, learnt without loading it
-//! when a memo allows), [`jit`] (the CUBIN the driver JIT-compiles from PTX, kept
-//! once per fleet: its owner, key and provenance), [`ptx`] (a PTX module read far
-//! enough to JIT-compile one kernel alone), [`compiler`], [`arch`], [`ship`],
-//! [`error`].
-//!
-//! Compiling needs no GPU, only NVRTC; loading needs a GPU and its driver. Serving
-//! shipped kernels needs neither NVRTC nor headers. The loader hands out
-//! cudarc's types ([`CudaContext`], [`CudaModule`], [`CudaFunction`]); to
-//! launch, depend on `cudarc` 0.19 as well, the version this crate is built
-//! with, so that they are the types of your `cudarc`.
+//! GPU. One kernel, compiled through a cache (NVRTC only on a miss), loaded and
+//! launched:
 //!
 //! ```no_run
 //! use cudarc::driver::{LaunchConfig, PushKernelArg};
-//! use kiln_core::Cache;
 //! use kiln_cuda::loader::{self, ModuleCache};
 //! use kiln_cuda::{Compiler, KernelRequest};
 //!
 //! const AXPY: &str = "template <typename T>
-//! __global__ void kiln_axpy(int n, T a, const T* x, T* y) {
+//! __global__ void axpy(int n, T a, const T* x, T* y) {
 //!     int i = blockIdx.x * blockDim.x + threadIdx.x;
 //!     if (i < n) y[i] = a * x[i] + y[i];
 //! }";
@@ -60,26 +18,61 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let ctx = loader::context(0)?;
 //! let request = KernelRequest::new("axpy_f32", AXPY, loader::device_arch(&ctx)?)
-//!     .name_expression("kiln_axpy<float>");
-//!
-//! let cache = Cache::new(); // or kiln_core::global(), with its merged images
-//! let hit = Compiler::new()?.compile_cached(&cache, &request)?; // NVRTC only on a miss
-//! let module = ModuleCache::global().load(&ctx, &request, &hit)?; // once per context
-//! let axpy = module.function("kiln_axpy<float>")?;
+//!     .name_expression("axpy<float>");
+//! let hit = Compiler::new()?.compile_cached(kiln_core::global(), &request)?;
+//! let axpy = ModuleCache::global().function(&ctx, &request, &hit, "axpy<float>")?;
 //!
 //! let stream = ctx.default_stream();
-//! let n = 1000;
+//! let (n, n_arg, a) = (1000, 1000i32, 3.0f32);
 //! let x = stream.clone_htod(&vec![1.0f32; n])?;
 //! let mut y = stream.clone_htod(&vec![2.0f32; n])?;
-//! let (a, n_arg) = (3.0f32, n as i32);
 //! let mut launch = stream.launch_builder(&axpy);
 //! launch.arg(&n_arg).arg(&a).arg(&x).arg(&mut y);
-//! // SAFETY: the arguments match `kiln_axpy<float>(int, float, const float*, float*)`
+//! // SAFETY: the arguments match `axpy<float>(int, float, const float*, float*)`
 //! // and both buffers hold `n` elements.
 //! unsafe { launch.launch(LaunchConfig::for_num_elems(n as u32)) }?;
 //! assert_eq!(stream.clone_dtoh(&y)?, vec![5.0f32; n]);
 //! # Ok(()) }
 //! ```
+//!
+//! A kernel *library* ships its kernels instead: its build script compiles every
+//! specialization for every target with a [`ShipPlan`], and the library serves them
+//! with a [`KernelLibrary`], from its embedded image with no NVRTC and no headers
+//! (the `kiln` crate's documentation shows the three files together; [`ship`] and
+//! [`library`] have examples of each side).
+//!
+//! # Concepts
+//!
+//! - [`KernelRequest`]: source, headers (by content, Kiln's [`c_headers`], or
+//!   include directories by content: [`IncludeDir`]), name expressions or every
+//!   `extern "C"` kernel, parameters; its [`Key`](kiln_core::Key). [`Arch`], the
+//!   target (`sm_90a`), is part of the [`Owner`](kiln_core::Owner).
+//! - [`Compiler`]: request → cache entry ([`Compiler::compile_cached`]) with the
+//!   process's NVRTC. [`Toolchain`]: what owners and keys are derived for, the one a
+//!   library's build recorded (digests only) or this machine's.
+//! - [`ShipPlan`] and [`KernelLibrary`]: the build and run-time sides of a kernel
+//!   library; [`KernelLibrary::get`] answers [`Served`], the chosen code for a
+//!   [`Device`] (exact CUBIN, compatible CUBIN, PTX, or compiled here).
+//! - [`loader`]: cached artifacts → modules and functions, once per context; a
+//!   [`Served`] kernel's chosen artifact exactly
+//!   ([`ModuleCache::load_served`](loader::ModuleCache::load_served)), PTX through
+//!   the driver's JIT kept as a cache entry of its own ([`jit`]).
+//! - [`Error`]: the crate's one error enum; it converts into `kiln::Error` with `?`.
+//!
+//! The rest is one module down: [`toolchain`] (the [`toolchain::BuildRecord`] a
+//! build records, the policy, the header-set names), [`select`] (which shipped code
+//! runs on a device, a pure function), [`request`] (headers, key schema, dependency
+//! names), [`options`] (the NVRTC options Kiln accepts), [`locate`] (finding NVRTC
+//! and the header sets, with every place tried), [`nvrtc`], [`identity`] and
+//! [`memo`] (which NVRTC the owners name, learnt without loading it when a memo
+//! allows), [`ptx`] (a PTX module read far enough to JIT-compile one kernel alone),
+//! [`compiler`], [`arch`], [`error`].
+//!
+//! Compiling needs no GPU, only NVRTC; loading needs a GPU and its driver. Serving
+//! shipped kernels needs neither NVRTC nor headers. The loader hands out cudarc's
+//! types ([`CudaContext`], [`CudaModule`], [`CudaFunction`]); to launch, depend on
+//! `cudarc` 0.19 as well, the version this crate is built with, so that they are
+//! the types of your `cudarc`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]

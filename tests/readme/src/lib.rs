@@ -8,9 +8,9 @@
 //! (and the CUDA library's `KILN_CUDA_BUILD`) for the doc tests of a package
 //! with a build script. Each example that runs asserts that its kernel comes
 //! from that image, so an example whose owners or keys drift from the build
-//! script's fails. The CUDA example is compiled only (`no_run`: it needs
-//! NVRTC when the build script runs); `tests/cuda_library.rs` runs the same
-//! library.
+//! script's fails. The CUDA examples are compiled only (`no_run`: they need
+//! NVRTC when the build script runs, and the facade's a GPU);
+//! `tests/cuda_library.rs` runs the README's library.
 
 /// The shared module of the README's library, as its build script uses it.
 pub mod catalogue;
