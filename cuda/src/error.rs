@@ -300,8 +300,10 @@ pub enum Error {
     /// Building a request's key or owner, or the cache's lookup or compile,
     /// failed; [`kiln_core::Error`] says which (a failed compile is
     /// [`kiln_core::Error::Compile`], whose source is this crate's error).
+    /// (Boxed: the cache's error is large, and this one is returned by
+    /// value on every path.)
     #[error(transparent)]
-    Cache(#[from] kiln_core::Error),
+    Cache(Box<kiln_core::Error>),
     /// Shipped PTX was built by a newer compiler than the driver can JIT.
     #[error(
         "the PTX of {name} was produced by NVRTC {ptx_release}, which this driver (CUDA \
@@ -370,7 +372,7 @@ pub enum Error {
         /// What was looked at (`exact-cubin`, `compiled`).
         built: String,
         /// The kernels it does define (the first few).
-        kernels: String,
+        kernels: Box<str>,
     },
     /// A kernel is in no image for this device and this process cannot compile it.
     #[error(
@@ -445,6 +447,12 @@ pub enum Error {
     },
 }
 
+impl From<kiln_core::Error> for Error {
+    fn from(error: kiln_core::Error) -> Error {
+        Error::Cache(Box::new(error))
+    }
+}
+
 /// Into kiln's error, so that code returning `kiln::Error` (a build script, a
 /// library's own API) can use `?` on this crate's calls: [`Error::Cache`]
 /// gives back the cache's error it wraps, every other variant becomes
@@ -452,7 +460,7 @@ pub enum Error {
 impl From<Error> for kiln_core::Error {
     fn from(error: Error) -> kiln_core::Error {
         match error {
-            Error::Cache(error) => error,
+            Error::Cache(error) => *error,
             other => kiln_core::Error::Backend {
                 backend: "kiln-cuda",
                 source: Box::new(other),

@@ -209,7 +209,7 @@ where
             program: request.name().to_owned(),
             arch: self.device.arch().to_string(),
             built: selection.to_string(),
-            kernels,
+            kernels: kernels.into(),
         })
     }
 

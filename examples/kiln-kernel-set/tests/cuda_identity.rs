@@ -100,8 +100,10 @@ fn reported(stdout: &str, name: &str) -> String {
 /// cache.
 fn cuda_error(err: &Error) -> Option<&Error> {
     match err {
-        Error::Cache(kiln_core::Error::Compile { source, .. }) => source.downcast_ref::<Error>(),
-        Error::Cache(_) => None,
+        Error::Cache(cache) => match &**cache {
+            kiln_core::Error::Compile { source, .. } => source.downcast_ref::<Error>(),
+            _ => None,
+        },
         e => Some(e),
     }
 }
