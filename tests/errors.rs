@@ -23,7 +23,7 @@ fn a_backend_error_becomes_kiln_error_backend_with_its_source() {
         .downcast_ref::<kiln::cuda::Error>()
         .expect("a kiln::cuda::Error");
     assert!(
-        matches!(cuda, kiln::cuda::Error::InvalidArch { .. }),
+        matches!(cuda, kiln::cuda::Error::InvalidArch(_)),
         "{cuda:?}"
     );
     assert!(error.to_string().contains("sm_1"), "{error}");

@@ -169,7 +169,7 @@ fn library_calls(
     cache: &'static Cache,
     kernels: &[Kernel],
 ) -> Result<(Duration, Duration), BenchError> {
-    let device = Device::new(REAL_ARCH.parse()?);
+    let device = Device::new(REAL_ARCH.parse().map_err(kiln::cuda::Error::from)?);
     let call = |kernel: &Kernel| -> Result<usize, BenchError> {
         let spec = kernel.spec.as_ref().ok_or_else(|| BenchError::Missing {
             mode: mode.name().to_owned(),

@@ -124,7 +124,7 @@ fn real_kernels() -> Result<KernelSet, BenchError> {
         kernel: "every kernel: kiln-kernels-demo was built without NVRTC".to_owned(),
     })?;
     let nvrtc = clock.elapsed();
-    let arch: Arch = REAL_ARCH.parse()?;
+    let arch: Arch = REAL_ARCH.parse().map_err(kiln::cuda::Error::from)?;
     let mut kernels = Vec::new();
     for spec in catalogue::common() {
         let request = catalogue::request(&spec, &recorded, arch)?;

@@ -6,7 +6,17 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::Error;
+/// A GPU architecture name or capability that Kiln cannot compile for: what
+/// [`Arch`]'s constructors and parser return
+/// ([`Error::InvalidArch`](crate::Error::InvalidArch) in the crate's error).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid GPU architecture {given:?}: {why}")]
+pub struct InvalidArch {
+    /// What was given.
+    pub given: String,
+    /// What is wrong with it.
+    pub why: &'static str,
+}
 
 /// The feature-set suffix of an architecture name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -43,18 +53,18 @@ impl Arch {
     /// version above 9.
     ///
     /// # Errors
-    /// [`Error::InvalidArch`] for a capability below 5.0 or a minor version
+    /// [`InvalidArch`] for a capability below 5.0 or a minor version
     /// above 9.
-    pub fn new(major: u32, minor: u32, suffix: ArchSuffix) -> Result<Self, Error> {
+    pub fn new(major: u32, minor: u32, suffix: ArchSuffix) -> Result<Self, InvalidArch> {
         let given = || format!("{major}.{minor}");
         if !(5..=99).contains(&major) {
-            return Err(Error::InvalidArch {
+            return Err(InvalidArch {
                 given: given(),
                 why: "the major compute capability must be between 5 and 99",
             });
         }
         if minor > 9 {
-            return Err(Error::InvalidArch {
+            return Err(InvalidArch {
                 given: given(),
                 why: "the minor compute capability is a single digit",
             });
@@ -70,11 +80,11 @@ impl Arch {
     /// `sm_86`.
     ///
     /// # Errors
-    /// [`Error::InvalidArch`] when the capability is negative or not an arch
+    /// [`InvalidArch`] when the capability is negative or not an arch
     /// (see [`Arch::new`]).
-    pub fn from_capability(major: i32, minor: i32) -> Result<Self, Error> {
+    pub fn from_capability(major: i32, minor: i32) -> Result<Self, InvalidArch> {
         let convert = |v: i32| {
-            u32::try_from(v).map_err(|_| Error::InvalidArch {
+            u32::try_from(v).map_err(|_| InvalidArch {
                 given: format!("{major}.{minor}"),
                 why: "a compute capability is never negative",
             })
@@ -150,11 +160,11 @@ impl fmt::Display for Arch {
 }
 
 impl FromStr for Arch {
-    type Err = Error;
+    type Err = InvalidArch;
 
     /// Parses `sm_XY`, `sm_XYa`, `sm_XYf` (X one or more digits, Y one digit).
-    fn from_str(s: &str) -> Result<Self, Error> {
-        let invalid = |why| Error::InvalidArch {
+    fn from_str(s: &str) -> Result<Self, InvalidArch> {
+        let invalid = |why| InvalidArch {
             given: s.to_owned(),
             why,
         };
@@ -210,11 +220,19 @@ mod tests {
             "sm_30",
             "90",
         ] {
-            assert!(
-                matches!(s.parse::<Arch>(), Err(Error::InvalidArch { .. })),
-                "{s}"
-            );
+            assert!(matches!(s.parse::<Arch>(), Err(InvalidArch { .. })), "{s}");
         }
+    }
+
+    #[test]
+    fn the_crate_error_shows_the_same_message() {
+        let invalid = "sm_9".parse::<Arch>().unwrap_err();
+        let message = invalid.to_string();
+        assert_eq!(
+            message,
+            "invalid GPU architecture \"sm_9\": expected at least two digits after sm_"
+        );
+        assert_eq!(crate::Error::from(invalid).to_string(), message);
     }
 
     #[test]

@@ -3,6 +3,9 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use crate::arch::InvalidArch;
+use crate::nvrtc::InvalidNvrtcVersion;
+
 /// One place searched for a library or header tree, and why it did not qualify.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Searched {
@@ -116,19 +119,11 @@ pub enum Error {
         found_library: String,
     },
     /// A string that is not an NVRTC release (`13.0.88`).
-    #[error("{given:?} is not an NVRTC release; give major.minor.patch, e.g. \"13.0.88\"")]
-    InvalidNvrtcVersion {
-        /// What was given.
-        given: String,
-    },
+    #[error(transparent)]
+    InvalidNvrtcVersion(#[from] InvalidNvrtcVersion),
     /// A GPU architecture name or capability that Kiln cannot compile for.
-    #[error("invalid GPU architecture {given:?}: {why}")]
-    InvalidArch {
-        /// What was given.
-        given: String,
-        /// What is wrong with it.
-        why: &'static str,
-    },
+    #[error(transparent)]
+    InvalidArch(#[from] InvalidArch),
     /// A compiler option that Kiln refuses (it would make the key or owner incomplete).
     #[error("NVRTC option {option:?} refused: {why}")]
     RefusedOption {
@@ -466,6 +461,23 @@ impl From<Error> for kiln_core::Error {
                 source: Box::new(other),
             },
         }
+    }
+}
+
+/// Into kiln's error as [`Error::InvalidArch`] would go, so that code returning
+/// `kiln::Error` can use `?` on [`Arch`](crate::Arch)'s constructors and parser.
+impl From<InvalidArch> for kiln_core::Error {
+    fn from(error: InvalidArch) -> kiln_core::Error {
+        Error::from(error).into()
+    }
+}
+
+/// Into kiln's error as [`Error::InvalidNvrtcVersion`] would go, so that code
+/// returning `kiln::Error` can use `?` on parsing an
+/// [`NvrtcVersion`](crate::nvrtc::NvrtcVersion).
+impl From<InvalidNvrtcVersion> for kiln_core::Error {
+    fn from(error: InvalidNvrtcVersion) -> kiln_core::Error {
+        Error::from(error).into()
     }
 }
 

@@ -479,7 +479,7 @@ fn parse_archs(list: &str) -> Result<Vec<Arch>, Error> {
     list.split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(str::parse)
+        .map(|s| Ok(s.parse()?))
         .collect()
 }
 

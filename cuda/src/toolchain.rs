@@ -215,7 +215,11 @@ impl FromStr for BuildRecord {
             let arch = |s: &str| s.parse::<Arch>().map_err(|e| bad(e.to_string()));
             match field {
                 "nvrtc" => {
-                    record.nvrtc = Some(value.parse().map_err(|e: Error| bad(e.to_string()))?)
+                    record.nvrtc = Some(
+                        value
+                            .parse::<NvrtcVersion>()
+                            .map_err(|e| bad(e.to_string()))?,
+                    )
                 }
                 "cubin" => {
                     let targets = value.split(',').map(arch).collect::<Result<Vec<_>, _>>()?;

@@ -106,11 +106,12 @@ pub fn request(change: Change) -> Result<KernelRequest, Error> {
         Change::NameExpression => "kiln_axpy<double>",
         _ => NAME_EXPRESSION,
     };
-    let arch: Arch = match change {
-        Change::Arch => "sm_80".parse()?,
-        Change::ArchSuffix => "sm_90a".parse()?,
-        _ => ARCH.parse()?,
+    let arch = match change {
+        Change::Arch => "sm_80",
+        Change::ArchSuffix => "sm_90a",
+        _ => ARCH,
     };
+    let arch: Arch = arch.parse().map_err(kiln_cuda::Error::from)?;
     let mut options: Vec<&str> = OPTIONS.to_vec();
     if change == Change::Option {
         options.push("--fmad=false");

@@ -9,12 +9,23 @@ use kiln_core::{Cache, Hit, World};
 
 use super::attempt::{Attempt, Attempts};
 use super::served::{ChosenArtifact, Served, artifact_kind};
-use super::{KernelLibrary, Shipped};
 use crate::select::{Selection, select};
-use crate::{Arch, Device, Error, KernelRequest, Toolchain, ToolchainPolicy};
+use crate::{Arch, BuildRecord, Device, Error, KernelRequest, Toolchain, ToolchainPolicy};
 
 /// How many entry points an [`Error::NoSuchKernel`] lists.
 const KERNELS_LISTED: usize = 16;
+
+/// What a derivation asks of the kernel library it derives for.
+pub(super) trait Library<S> {
+    /// The library's request of `spec` for `arch` under `toolchain`.
+    fn request(&self, spec: &S, toolchain: &Toolchain, arch: Arch) -> Result<KernelRequest, Error>;
+
+    /// The policy in force.
+    fn policy(&self) -> ToolchainPolicy;
+
+    /// This machine's toolchain, located once (a failure too).
+    fn local(&self) -> Result<Arc<Toolchain>, Arc<Error>>;
+}
 
 /// Which toolchain a request was built under.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -27,13 +38,14 @@ enum Under {
 /// compiled elsewhere, sharing the requests they build (once per toolchain and arch)
 /// and the attempts that did not serve.
 pub(super) struct Derivation<'a, 'c, S> {
-    library: &'a KernelLibrary<S>,
+    library: &'a dyn Library<S>,
     cache: &'c Cache,
     device: &'a Device,
     spec: &'a S,
     kernel: Option<&'a str>,
     world: World,
-    shipped: &'a Shipped,
+    record: &'a BuildRecord,
+    recorded: Option<&'a Toolchain>,
     requests: Vec<(Under, Arch, Arc<KernelRequest>)>,
     tried: Vec<Attempt>,
 }
@@ -47,14 +59,16 @@ where
     S: Clone + Eq + Hash + fmt::Debug + Send + Sync,
 {
     /// A derivation of `spec` (and `kernel`, if named) for `device` in `cache`,
-    /// at the cache's current world.
+    /// at the cache's current world, by a library whose build recorded `record`
+    /// (and `recorded`, the toolchain it names, when its build had one).
     pub(super) fn new(
-        library: &'a KernelLibrary<S>,
+        library: &'a dyn Library<S>,
         cache: &'c Cache,
         device: &'a Device,
         spec: &'a S,
         kernel: Option<&'a str>,
-        shipped: &'a Shipped,
+        record: &'a BuildRecord,
+        recorded: Option<&'a Toolchain>,
     ) -> Self {
         Derivation {
             library,
@@ -63,7 +77,8 @@ where
             spec,
             kernel,
             world: cache.world(),
-            shipped,
+            record,
+            recorded,
             requests: Vec::new(),
             tried: Vec::new(),
         }
@@ -101,7 +116,7 @@ where
 
     /// Step 1: the shipped candidates for the device, under the recorded toolchain.
     fn shipped_entry(&mut self) -> Step<'c> {
-        let Some(recorded) = &self.shipped.recorded else {
+        let Some(recorded) = self.recorded else {
             self.tried.push(Attempt::NothingShipped);
             return Ok(None);
         };
@@ -112,7 +127,7 @@ where
         if let Some(local) = &strict {
             local.define_in(self.cache);
         }
-        let candidates = select(self.device, &self.shipped.record);
+        let candidates = select(self.device, self.record);
         if self.cache.config().always_compile {
             self.tried.push(Attempt::AlwaysCompile);
             return Ok(None);
@@ -150,7 +165,7 @@ where
         }
         if candidates.list.is_empty() {
             self.tried.push(Attempt::NoneRuns {
-                shipped: self.shipped.record.cubin_targets().to_vec(),
+                shipped: self.record.cubin_targets().to_vec(),
             });
         }
         Ok(None)
@@ -163,9 +178,9 @@ where
     fn cannot_compile(&mut self, cause: Arc<Error>) -> Result<Served<'c>, crate::Error> {
         // Under KILN_STRICT_TOOLCHAIN a process that has a toolchain serves only
         // what that toolchain built.
-        if let Some(recorded) = &self.shipped.recorded
+        if let Some(recorded) = self.recorded
             && !self.cache.config().always_compile
-            && !self.library.strict_here()
+            && !self.strict_here()
         {
             match self.request(Under::Recorded, recorded, self.device.arch()) {
                 Ok(request) => {
@@ -254,9 +269,15 @@ where
         {
             return Ok(Arc::clone(request));
         }
-        let request = Arc::new((self.library.request)(self.spec, toolchain, arch)?);
+        let request = Arc::new(self.library.request(self.spec, toolchain, arch)?);
         self.requests.push((under, arch, Arc::clone(&request)));
         Ok(request)
+    }
+
+    /// Whether the policy is strict and this process has a toolchain: then it serves
+    /// only what that toolchain built.
+    fn strict_here(&self) -> bool {
+        matches!(self.library.policy(), ToolchainPolicy::Strict) && self.library.local().is_ok()
     }
 
     /// The kernel named in errors: the one asked for, of its program; else the
@@ -267,8 +288,10 @@ where
             .first()
             .map(|(.., request)| request.name().to_owned())
             .or_else(|| {
-                let recorded = self.shipped.recorded.as_ref()?;
-                let request = (self.library.request)(self.spec, recorded, self.device.arch());
+                let recorded = self.recorded?;
+                let request = self
+                    .library
+                    .request(self.spec, recorded, self.device.arch());
                 request.ok().map(|r| r.name().to_owned())
             })
             .unwrap_or_else(|| format!("{:?}", self.spec));

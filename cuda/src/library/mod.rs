@@ -95,7 +95,7 @@ pub use attempt::{Attempt, Attempts};
 pub use served::{ChosenArtifact, Served};
 pub use stats::SelectionStats;
 
-use derive::Derivation;
+use derive::{Derivation, Library};
 use stats::{Counts, PROCESS_COUNTS};
 
 /// A library's function from a specialization to its compile request for an arch,
@@ -275,7 +275,15 @@ where
             return Ok(served);
         }
         let shipped = self.shipped()?;
-        let mut derivation = Derivation::new(self, cache, device, spec, kernel, shipped);
+        let mut derivation = Derivation::new(
+            self,
+            cache,
+            device,
+            spec,
+            kernel,
+            &shipped.record,
+            shipped.recorded.as_ref(),
+        );
         let served = derivation.run()?;
         Ok(self.remember(cache, derivation.world(), device, spec, kernel, served))
     }
@@ -363,15 +371,22 @@ where
         });
         parsed.as_ref().map_err(|e| Error::Shared(Arc::clone(e)))
     }
+}
+
+impl<S> Library<S> for KernelLibrary<S>
+where
+    S: Clone + Eq + Hash + fmt::Debug + Send + Sync,
+{
+    fn request(&self, spec: &S, toolchain: &Toolchain, arch: Arch) -> Result<KernelRequest, Error> {
+        (self.request)(spec, toolchain, arch)
+    }
+
+    fn policy(&self) -> ToolchainPolicy {
+        KernelLibrary::policy(self)
+    }
 
     fn local(&self) -> LocalToolchain {
         self.local.get_or_init(process_local).clone()
-    }
-
-    /// Whether the policy is strict and this process has a toolchain: then it serves
-    /// only what that toolchain built.
-    fn strict_here(&self) -> bool {
-        matches!(self.policy(), ToolchainPolicy::Strict) && self.local().is_ok()
     }
 }
 

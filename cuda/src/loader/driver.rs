@@ -92,7 +92,7 @@ pub fn device_arch(ctx: &CudaContext) -> Result<Arch, Error> {
     let (major, minor) = ctx
         .compute_capability()
         .map_err(driver("reading the compute capability".to_owned()))?;
-    Arch::from_capability(major, minor)
+    Ok(Arch::from_capability(major, minor)?)
 }
 
 /// The context's device as [`select`](crate::select::select) sees it: its plain arch and

@@ -29,6 +29,8 @@
 //! names it from a memo when it can, and [`Compiler`](super::Compiler) loads it on
 //! its first compile.
 
+mod version;
+
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::path::{Path, PathBuf};
 use std::ptr;
@@ -40,61 +42,7 @@ use super::Error;
 use super::locate::{Located, SearchConfig, canonical_file, locate_nvrtc};
 use super::memo::{FileStamp, FsInstant, MemoDir, StampSet};
 
-/// The exact NVRTC version: `nvrtcVersion`'s major.minor plus the build number from
-/// the compiler's own banner (`V13.0.88`), so that a patch release changes the owner.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct NvrtcVersion {
-    /// Major version (13).
-    pub major: u32,
-    /// Minor version (0).
-    pub minor: u32,
-    /// The full release as the compiler prints it (`13.0.88`); `major.minor` when the
-    /// banner cannot be read.
-    pub release: String,
-}
-
-impl std::str::FromStr for NvrtcVersion {
-    type Err = Error;
-
-    /// Parses a release as [`NvrtcVersion::release`] spells it (`13.0.88`), e.g. one
-    /// recorded when images were built.
-    ///
-    /// ```
-    /// use kiln_cuda::nvrtc::NvrtcVersion;
-    /// let v: NvrtcVersion = "13.0.88".parse()?;
-    /// assert_eq!((v.major, v.minor, v.release.as_str()), (13, 0, "13.0.88"));
-    /// assert!("13".parse::<NvrtcVersion>().is_err());
-    /// # Ok::<(), kiln_cuda::Error>(())
-    /// ```
-    fn from_str(release: &str) -> Result<Self, Error> {
-        let invalid = || Error::InvalidNvrtcVersion {
-            given: release.to_owned(),
-        };
-        let mut parts = release.split('.');
-        let mut number = || -> Result<u32, Error> {
-            let part = parts.next().ok_or_else(invalid)?;
-            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(invalid());
-            }
-            part.parse().map_err(|_| invalid())
-        };
-        let (major, minor, _patch) = (number()?, number()?, number()?);
-        if parts.next().is_some() {
-            return Err(invalid());
-        }
-        Ok(NvrtcVersion {
-            major,
-            minor,
-            release: release.to_owned(),
-        })
-    }
-}
-
-impl std::fmt::Display for NvrtcVersion {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.release)
-    }
-}
+pub use version::{InvalidNvrtcVersion, NvrtcVersion};
 
 /// The process's NVRTC, loaded and bound to cudarc.
 #[derive(Debug)]
