@@ -123,24 +123,9 @@ impl Builder {
     }
 
     fn summary(&self) -> Summary {
-        let build = self.target.join("debug/build");
-        let output = std::fs::read_dir(&build)
-            .expect("build folder")
-            .flatten()
-            .filter(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .starts_with("kiln-activations-demo-")
-            })
-            .map(|e| e.path().join("output"))
-            .filter(|p| p.is_file())
-            .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
-            .map(|p| std::fs::read_to_string(p).expect("output"))
-            .expect("the build script ran");
-        let line = output
-            .lines()
-            .rev()
-            .find(|l| l.contains("kiln: kiln-activations-demo: ") && l.contains(" entries ("))
+        let output = library::build_script_output(&self.target.join("debug/build"), library::NAME)
+            .unwrap_or_else(|e| panic!("the build script ran: {e}"));
+        let line = library::summary_line(&output, library::NAME)
             .unwrap_or_else(|| panic!("no summary in\n{output}"));
         let count = |what: &str| -> u64 {
             line.split(['(', ','])

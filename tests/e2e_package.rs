@@ -274,20 +274,8 @@ fn clean(packaged: &Packaged, app: &Path, libraries: &[&str]) {
 
 /// The output of the latest run of `library`'s build script.
 fn build_output(packaged: &Packaged, library: &str) -> String {
-    let build = packaged.target().join("debug/build");
-    let newest = std::fs::read_dir(&build)
-        .expect("build folder")
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with(&format!("{library}-"))
-        })
-        .map(|e| e.path().join("output"))
-        .filter(|p| p.is_file())
-        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
-        .unwrap_or_else(|| panic!("no build script output of {library}"));
-    std::fs::read_to_string(newest).expect("build script output")
+    kiln_test_support::library::build_script_output(&packaged.target().join("debug/build"), library)
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The summary line of a build script's output.

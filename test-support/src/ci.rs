@@ -32,6 +32,17 @@ pub fn required<T, E: std::fmt::Display>(found: Result<T, E>, what: &str) -> Opt
     }
 }
 
+/// `strace`, from `/usr/bin` or `/bin`, through [`required`] (scripts/test.sh
+/// installs it).
+pub fn strace() -> Option<std::path::PathBuf> {
+    let found = ["/usr/bin/strace", "/bin/strace"]
+        .into_iter()
+        .map(std::path::PathBuf::from)
+        .find(|path| path.is_file())
+        .ok_or("not in /usr/bin or /bin");
+    required(found, "strace (scripts/test.sh installs it)")
+}
+
 #[cfg(test)]
 mod tests {
     use super::ci_value_means_ci;

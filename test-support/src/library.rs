@@ -61,3 +61,41 @@ pub fn edit_relu(dir: &Path, variant: u32) -> io::Result<()> {
     }
     std::fs::write(source, edited)
 }
+
+/// The output of the latest run of `package`'s build script under
+/// `build_dir` (`target/<profile>/build`): its `cargo:` lines and what it
+/// printed.
+///
+/// # Errors
+/// When `build_dir` cannot be read, no run of that build script is there, or
+/// its output cannot be read.
+pub fn build_script_output(build_dir: &Path, package: &str) -> io::Result<String> {
+    let prefix = format!("{package}-");
+    let newest = std::fs::read_dir(build_dir)?
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path().join("output"))
+        .filter(|p| p.is_file())
+        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "no build-script output of {package} in {}",
+                    build_dir.display()
+                ),
+            )
+        })?;
+    std::fs::read_to_string(newest)
+}
+
+/// The last summary line of the precompile block `block` in a build
+/// script's output (`kiln: BLOCK: N entries (A from shipped, ...) into PATH
+/// in T`).
+pub fn summary_line<'a>(output: &'a str, block: &str) -> Option<&'a str> {
+    let head = format!("kiln: {block}: ");
+    output
+        .lines()
+        .rev()
+        .find(|l| l.contains(&head) && l.contains(" entries ("))
+}

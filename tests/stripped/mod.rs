@@ -33,15 +33,7 @@ pub const NEVER_TOUCHED: [&str; 9] = [
     "nvidia",
 ];
 
-/// `strace`, when installed; under `CI=true` its absence is a failure.
-pub fn strace() -> Option<PathBuf> {
-    let found = ["/usr/bin/strace", "/bin/strace"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|path| path.is_file())
-        .ok_or("not in /usr/bin or /bin");
-    kiln_test_support::ci::required(found, "strace (scripts/test.sh installs it)")
-}
+pub use kiln_test_support::ci::strace;
 
 /// What the tests need: the application (built with NVRTC) and strace.
 pub fn setup() -> Option<(PathBuf, &'static Path)> {

@@ -142,25 +142,11 @@ fn run(mut command: Command) -> Result<(), String> {
 
 /// The summary line of `library`'s latest build-script run.
 fn summary(target: &Path, library: &str) -> Result<String, String> {
-    let build = target.join("release/build");
-    let output = std::fs::read_dir(&build)
-        .map_err(|e| format!("{}: {e}", build.display()))?
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with(&format!("{library}-"))
-        })
-        .map(|e| e.path().join("output"))
-        .filter(|p| p.is_file())
-        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
-        .ok_or_else(|| format!("no build-script output of {library}"))?;
-    let text = std::fs::read_to_string(&output).map_err(|e| e.to_string())?;
-    text.lines()
-        .rev()
-        .find(|l| l.contains(&format!("kiln: {library}: ")) && l.contains(" entries ("))
+    let output = library::build_script_output(&target.join("release/build"), library)
+        .map_err(|e| e.to_string())?;
+    library::summary_line(&output, library)
         .map(str::to_owned)
-        .ok_or_else(|| format!("no summary in {}", output.display()))
+        .ok_or_else(|| format!("no summary line of {library} in its build-script output"))
 }
 
 /// Adds one summary line (`kiln: NAME: N entries (A from shipped, B from

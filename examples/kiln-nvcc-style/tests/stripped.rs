@@ -10,7 +10,7 @@
 //! (`scripts/install-cuda-wheels.sh`), and `strace`: without them the tests
 //! skip, except under `CI=true`, where they fail.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use kiln::cuda::{Arch, Device};
@@ -55,15 +55,6 @@ fn shipped() -> bool {
          scripts/install-cuda-wheels.sh)",
     )
     .is_some()
-}
-
-fn strace() -> Option<PathBuf> {
-    let found = ["/usr/bin/strace", "/bin/strace"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|path| path.is_file())
-        .ok_or("not in /usr/bin or /bin");
-    kiln_test_support::ci::required(found, "strace (scripts/test.sh installs it)")
 }
 
 /// One line of the application's output.
@@ -129,7 +120,9 @@ fn every_gpu_gets_every_kernel_that_exists_for_it_with_no_toolchain() {
     if !shipped() {
         return;
     }
-    let Some(strace) = strace() else { return };
+    let Some(strace) = kiln_test_support::ci::strace() else {
+        return;
+    };
     for (arch, target, selection) in RUNS {
         let device: Arch = arch.parse().expect("an arch");
         let (lines, forbidden) = run_stripped(&strace, arch);
