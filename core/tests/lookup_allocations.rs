@@ -82,13 +82,15 @@ fn image(owner: &Owner, compressed: bool) -> Vec<u8> {
                 }),
         );
     }
-    let mut writer: ImageWriter = build
+    let writer: ImageWriter = build
         .delta(&snapshot)
         .to_writer_with(ImageMeta::new("regexes", "1"), |_| {});
     if compressed {
-        writer.compress_payloads(3);
+        writer.to_compressed_bytes(3)
+    } else {
+        writer.to_bytes()
     }
-    writer.to_bytes().expect("valid entries")
+    .expect("valid entries")
 }
 
 #[test]

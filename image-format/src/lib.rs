@@ -57,7 +57,7 @@
 //! ([`header::FORMAT_VERSION`]); a reader refuses every other version.
 //!
 //! The payload region may be stored compressed
-//! ([`ImageWriter::compress_payloads`], feature `compress`): the index is
+//! (`ImageWriter::to_compressed_bytes`, feature `compress`): the index is
 //! the same, and lists groups of the payload region (one per owner, so one
 //! per target for a library built for several), each stored as is or as
 //! one zstd frame. A reader decompresses a group on the first access to one

@@ -22,8 +22,6 @@ use crate::{ArtifactKind, Digest, EntryData, ImageMeta, WriteError};
 pub struct ImageWriter {
     meta: ImageMeta,
     entries: Vec<EntryData>,
-    /// The zstd level to compress payload groups at, if any.
-    compression: Option<i32>,
 }
 
 impl ImageWriter {
@@ -32,11 +30,10 @@ impl ImageWriter {
         ImageWriter {
             meta,
             entries: Vec::new(),
-            compression: None,
         }
     }
 
-    /// Writes the payload region compressed: one group per owner (split at
+    /// The image bytes with the payload region compressed: one group per owner (split at
     /// entry boundaries past 8 MiB), each a zstd frame at `level` (1 to 22),
     /// or stored as is where compressing does not pay. The index is written
     /// as for a plain image, so opening and looking up cost the same; a
@@ -50,7 +47,6 @@ impl ImageWriter {
     ///
     /// let code: Vec<u8> = (0..100_000u32).flat_map(|i| i.to_le_bytes()).collect();
     /// let mut writer = ImageWriter::new(ImageMeta::new("doc", "1"));
-    /// writer.compress_payloads(19);
     /// writer.push(EntryData {
     ///     owner: Digest::of(b"compiler 1.0 target-a"),
     ///     owner_label: "compiler 1.0/target-a".into(),
@@ -61,7 +57,7 @@ impl ImageWriter {
     ///     deps: vec![],
     ///     artifacts: vec![Artifact { kind: ArtifactKind::Bytes, entry_points: vec![], bytes: code.clone() }],
     /// });
-    /// let bytes = writer.to_bytes()?;
+    /// let bytes = writer.to_compressed_bytes(19)?;
     /// assert!(bytes.len() < code.len() / 2);
     /// let image = Image::from_bytes(&bytes, Verification::Structural)?;
     /// assert!(image.is_compressed());
@@ -69,10 +65,29 @@ impl ImageWriter {
     /// assert_eq!(entry.artifact(0)?.bytes()?, code); // decompressed once, then borrowed
     /// # Ok::<(), kiln_image::ImageError>(())
     /// ```
+    ///
+    /// A method of its own, not a setting of [`to_bytes`](Self::to_bytes),
+    /// so that a program that writes only plain images (a cache's disk
+    /// tier) links no compressor.
+    ///
+    /// # Errors
+    /// The errors of [`ImageWriter::to_bytes`]; [`WriteError::Compress`]
+    /// when zstd fails.
     #[cfg(feature = "compress")]
-    pub fn compress_payloads(&mut self, level: i32) -> &mut Self {
-        self.compression = Some(level);
-        self
+    pub fn to_compressed_bytes(&self, level: i32) -> Result<Vec<u8>, WriteError> {
+        let (mut index, payloads, payload_len, producer) = self.tables()?;
+        let frames = crate::compress::compress(&mut index, &payloads, payload_len, level)?;
+        let stored_len = frames
+            .last()
+            .map_or(0, |(offset, frame)| offset + frame.len() as u64);
+        assemble(
+            &index,
+            frames
+                .iter()
+                .map(|(offset, frame)| (*offset, frame.as_slice())),
+            stored_len,
+            producer,
+        )
     }
 
     /// Adds an entry. Problems (duplicates, invalid values) are reported by
@@ -102,6 +117,14 @@ impl ImageWriter {
     /// [`WriteError::InvalidWorlds`], [`WriteError::InvalidString`] or
     /// [`WriteError::TooLarge`], as listed above.
     pub fn to_bytes(&self) -> Result<Vec<u8>, WriteError> {
+        let (index, payloads, payload_len, producer) = self.tables()?;
+        assemble(&index, payloads, payload_len, producer)
+    }
+
+    /// The index (checksums not yet sealed), the payloads at their offsets,
+    /// the payload region's length and the producer string.
+    #[allow(clippy::type_complexity)]
+    fn tables(&self) -> Result<(Index, Vec<(u64, &[u8])>, u64, String), WriteError> {
         let producer = self.meta.producer();
         if producer.len() > MAX_PRODUCER_LEN {
             return Err(WriteError::TooLarge {
@@ -130,29 +153,7 @@ impl ImageWriter {
             }
         }
         let tables = Tables::build(&order, &self.meta)?;
-        match self.compression {
-            #[cfg(feature = "compress")]
-            Some(level) => {
-                let Tables {
-                    mut index,
-                    payloads,
-                    payload_len,
-                } = tables;
-                let frames = crate::compress::compress(&mut index, &payloads, payload_len, level)?;
-                let stored_len = frames.last().map_or(0, |(offset, frame)| {
-                    offset + frame.len() as u64
-                });
-                assemble(
-                    &index,
-                    frames
-                        .iter()
-                        .map(|(offset, frame)| (*offset, frame.as_slice())),
-                    stored_len,
-                    producer,
-                )
-            }
-            _ => assemble(&tables.index, tables.payloads, tables.payload_len, producer),
-        }
+        Ok((tables.index, tables.payloads, tables.payload_len, producer))
     }
 
     /// Writes the image to `path` atomically: a temporary file in the same

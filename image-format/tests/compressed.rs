@@ -18,13 +18,14 @@ fn entries() -> Vec<EntryData> {
 
 fn write(entries: &[EntryData], level: Option<i32>) -> Vec<u8> {
     let mut writer = ImageWriter::new(meta());
-    if let Some(level) = level {
-        writer.compress_payloads(level);
-    }
     for entry in entries {
         writer.push(entry.clone());
     }
-    writer.to_bytes().expect("valid entries")
+    match level {
+        Some(level) => writer.to_compressed_bytes(level),
+        None => writer.to_bytes(),
+    }
+    .expect("valid entries")
 }
 
 fn open(bytes: &[u8]) -> Result<Image, ReadError> {

@@ -33,7 +33,7 @@ use crate::Error;
 pub const EMBED: &str = "KILN_EMBED";
 
 /// The zstd level a compressed embedding is written at.
-pub const EMBED_LEVEL: i32 = 19;
+pub const EMBED_LEVEL: i32 = 12;
 
 /// Payload bytes of one entry past which a precompile block warns.
 pub const ENTRY_WARN_BYTES: u64 = 16 << 20;
@@ -98,13 +98,13 @@ impl EntrySize {
 
 /// The image `writer` holds, written as `embedding` asks.
 pub(crate) fn write(
-    writer: &mut kiln_image::ImageWriter,
+    writer: &kiln_image::ImageWriter,
     embedding: Embedding,
 ) -> Result<Vec<u8>, Error> {
-    if embedding == Embedding::Compressed {
-        writer.compress_payloads(EMBED_LEVEL);
-    }
-    Ok(writer.to_bytes()?)
+    Ok(match embedding {
+        Embedding::Compressed => writer.to_compressed_bytes(EMBED_LEVEL)?,
+        Embedding::Plain => writer.to_bytes()?,
+    })
 }
 
 /// The size warnings of the image `written` (from `writer`, as `embedding`
@@ -112,7 +112,7 @@ pub(crate) fn write(
 /// the limit is compressed once more, quickly, to estimate its compressed
 /// size.
 pub(crate) fn size_warnings_for(
-    writer: &mut kiln_image::ImageWriter,
+    writer: &kiln_image::ImageWriter,
     sizes: Vec<EntrySize>,
     written: &[u8],
     embedding: Embedding,
@@ -121,8 +121,7 @@ pub(crate) fn size_warnings_for(
         .map(|header| header.payload_len)
         .unwrap_or(written.len() as u64);
     let compressed = if embedding == Embedding::Plain && stored > IMAGE_WARN_BYTES {
-        writer.compress_payloads(3);
-        let estimate = writer.to_bytes()?;
+        let estimate = writer.to_compressed_bytes(3)?;
         kiln_image::Header::parse(&estimate, estimate.len() as u64)
             .map(|header| header.payload_len)
             .unwrap_or(stored)

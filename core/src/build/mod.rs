@@ -443,14 +443,14 @@ impl<'out> Precompile<'out> {
             })
             .transpose()?;
         let mut sizes = Vec::new();
-        let mut writer = delta.to_writer_with(meta, |entry| {
+        let writer = delta.to_writer_with(meta, |entry| {
             if let Some(kinds) = dropped.get(&(entry.owner, entry.key)) {
                 entry.artifacts.retain(|a| !kinds.contains(&a.kind));
             }
             sizes.push(embed::EntrySize::of(entry));
         });
-        let unsigned = embed::write(&mut writer, embedding)?;
-        let size_warnings = embed::size_warnings_for(&mut writer, sizes, &unsigned, embedding)?;
+        let unsigned = embed::write(&writer, embedding)?;
+        let size_warnings = embed::size_warnings_for(&writer, sizes, &unsigned, embedding)?;
         let bytes = crate::trust::sign_if_configured_with(&*lookup, unsigned)?;
         kiln_image::write_file_atomic(&path, &bytes)?;
 

@@ -96,7 +96,7 @@ pub enum WriteError {
     },
 
     /// zstd failed to compress a payload group (see
-    /// [`ImageWriter::compress_payloads`](crate::ImageWriter)).
+    /// [`ImageWriter::to_compressed_bytes`](crate::ImageWriter)).
     #[error("cannot compress payload group {group}: {message}")]
     Compress {
         /// The group's position in the group table.

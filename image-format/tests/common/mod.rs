@@ -32,13 +32,16 @@ pub fn base_images() -> Vec<Vec<u8>> {
         });
         let mut entries = sample_entries(count, seed);
         if compressed {
-            writer.compress_payloads(3);
             compressible(&mut entries);
         }
         for entry in entries {
             writer.push(entry);
         }
-        images.push(writer.to_bytes().unwrap());
+        images.push(if compressed {
+            writer.to_compressed_bytes(3).unwrap()
+        } else {
+            writer.to_bytes().unwrap()
+        });
     }
     images
 }
