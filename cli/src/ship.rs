@@ -284,7 +284,10 @@ fn too_large(image: &Image, shipped: u64) -> Vec<String> {
             (bytes, format!("{} ({})", entry.name(), entry.owner_label()))
         })
         .collect();
-    let large = sizes.iter().filter(|(bytes, _)| *bytes > ENTRY_WARN_BYTES).count();
+    let large = sizes
+        .iter()
+        .filter(|(bytes, _)| *bytes > ENTRY_WARN_BYTES)
+        .count();
     let mut why = Vec::new();
     if shipped > IMAGE_WARN_BYTES {
         why.push(format!(
@@ -294,7 +297,10 @@ fn too_large(image: &Image, shipped: u64) -> Vec<String> {
         ));
     }
     if large > 0 {
-        why.push(format!("{large} entries hold more than {} each", mib(ENTRY_WARN_BYTES)));
+        why.push(format!(
+            "{large} entries hold more than {} each",
+            mib(ENTRY_WARN_BYTES)
+        ));
     }
     if !why.is_empty() {
         sizes.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));

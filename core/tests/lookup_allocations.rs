@@ -56,7 +56,7 @@ fn key(pattern: &str) -> Key {
 /// A serialized automaton: bytes that compress as real ones do.
 fn dfa(pattern: &str) -> Vec<u8> {
     (0..20_000u32)
-        .flat_map(|state| (state ^ pattern.len() as u32 * 7919).to_le_bytes())
+        .flat_map(|state| (state ^ (pattern.len() as u32 * 7919)).to_le_bytes())
         .collect()
 }
 
@@ -128,7 +128,10 @@ fn image_lookups_and_their_bytes_allocate_nothing_and_outlive_the_hit() {
             assert_eq!(count, 0, "{pattern}, compressed: {compressed}");
             assert_eq!(plain, lasting.as_ptr(), "one buffer, borrowed");
             assert_eq!(stats, pattern.len());
-            assert_eq!(lasting.as_ptr() as usize % kiln_core::cache::PAYLOAD_ALIGN, 0);
+            assert_eq!(
+                lasting.as_ptr() as usize % kiln_core::cache::PAYLOAD_ALIGN,
+                0
+            );
         }
         // The bytes outlive every hit.
         for (bytes, pattern) in kept.iter().zip(PATTERNS) {

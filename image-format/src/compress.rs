@@ -3,10 +3,10 @@
 //! entry boundaries past [`GROUP_SPLIT`]), each compressed into one zstd
 //! frame or stored as is (see `groups.rs` for what a reader checks).
 
+use crate::WriteError;
 use crate::groups::{GROUP_SPLIT, MAX_COMPRESSION_RATIO, MAX_GROUP_LEN};
 use crate::layout::{GROUP_STORED, GROUP_ZSTD, Index, PayloadGroupRecord, PayloadSpan};
 use crate::writer::{align_up, too_large_payloads};
-use crate::WriteError;
 
 /// Compresses the payload region `payloads` (each at its offset in a region
 /// of `payload_len` bytes) in groups at zstd `level`, records the groups in

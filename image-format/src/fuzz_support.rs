@@ -194,8 +194,8 @@ pub fn dep_index_ranges(image: &[u8]) -> Option<(std::ops::Range<usize>, std::op
 pub mod forge {
     pub use crate::layout::{
         ArtifactRecord, BLOCK_ENTRIES, BlockRecord, CUSTOM_KIND, DepGroupRecord, DepRecord,
-        EntryRecord, GROUP_STORED, GROUP_ZSTD, Index, LabelRecord, OwnerRecord,
-        PayloadGroupRecord, PayloadSpan, Span, StrRef,
+        EntryRecord, GROUP_STORED, GROUP_ZSTD, Index, LabelRecord, OwnerRecord, PayloadGroupRecord,
+        PayloadSpan, Span, StrRef,
     };
 
     use crate::header::Header;

@@ -266,9 +266,11 @@ impl Image {
             group.stored.offset.to_native(),
             group.stored.len.to_native(),
         );
-        let range = usize::try_from(offset)
-            .ok()
-            .zip(offset.checked_add(len).and_then(|end| usize::try_from(end).ok()));
+        let range = usize::try_from(offset).ok().zip(
+            offset
+                .checked_add(len)
+                .and_then(|end| usize::try_from(end).ok()),
+        );
         range
             .and_then(|(start, end)| self.payloads().ok()?.get(start..end))
             .ok_or_else(|| ReadError::PayloadGroup {

@@ -203,9 +203,9 @@ mod digest;
 mod entry;
 mod error;
 mod full;
-mod groups;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz_support;
+mod groups;
 pub mod header;
 mod image;
 mod layout;

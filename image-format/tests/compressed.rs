@@ -73,13 +73,20 @@ fn only_the_group_a_payload_is_read_from_is_decompressed_once() -> Result<(), Im
     let first = owners[0]
         .2
         .clone()
-        .find(|&index| image.entry(index).is_ok_and(|e| e.artifacts().any(|a| !a.is_empty())))
+        .find(|&index| {
+            image
+                .entry(index)
+                .is_ok_and(|e| e.artifacts().any(|a| !a.is_empty()))
+        })
         .expect("an entry with a payload");
     let entry = image.entry(first)?;
     let bytes = entry.artifact(0)?.bytes()?;
     let (groups, held) = image.decompressed();
     assert_eq!(groups, 1);
-    assert!(held > 0 && held < image.raw_payload_len(), "{held} bytes held");
+    assert!(
+        held > 0 && held < image.raw_payload_len(),
+        "{held} bytes held"
+    );
     // The same payload again, and every other payload of the owner: the
     // same buffer, nothing more decompressed.
     assert_eq!(entry.artifact(0)?.bytes()?.as_ptr(), bytes.as_ptr());
@@ -131,6 +138,9 @@ fn a_group_that_does_not_pay_is_stored_as_is() -> Result<(), ImageError> {
     Ok(())
 }
 
+/// A change of a group table and of the stored bytes.
+type Change = fn(&mut Vec<PayloadGroupRecord>, &mut Vec<u8>);
+
 /// The compressed image with its group table changed by `change`, every
 /// checksum recomputed.
 fn forged_groups(change: impl FnOnce(&mut Vec<PayloadGroupRecord>, &mut Vec<u8>)) -> Vec<u8> {
@@ -158,12 +168,14 @@ fn forged_group_tables_are_refused_at_open() {
     // A gap in the raw region, an overlap of stored bytes, an unknown
     // encoding, reserved flags, a stored group whose lengths differ, an
     // empty group.
-    let cases: [(&str, fn(&mut Vec<PayloadGroupRecord>, &mut Vec<u8>)); 6] = [
+    let cases: [(&str, Change); 6] = [
         ("continues at", |groups, _| groups[1].raw.offset += 64),
         ("are not at", |groups, _| groups[1].stored.offset -= 64),
         ("unknown encoding", |groups, _| groups[0].encoding = 7),
         ("reserved flags", |groups, _| groups[0].flags = 1),
-        ("stored as is", |groups, _| groups[0].encoding = GROUP_STORED),
+        ("stored as is", |groups, _| {
+            groups[0].encoding = GROUP_STORED
+        }),
         ("none empty", |groups, _| {
             let mut empty = groups[1];
             empty.raw.len = 0;
@@ -173,7 +185,10 @@ fn forged_group_tables_are_refused_at_open() {
     ];
     for (expected, change) in cases {
         let message = group_error(&forged_groups(change));
-        assert!(message.contains(expected), "{expected:?} not in {message:?}");
+        assert!(
+            message.contains(expected),
+            "{expected:?} not in {message:?}"
+        );
     }
 }
 
@@ -233,7 +248,12 @@ fn a_frame_of_another_length_than_declared_is_refused() -> Result<(), ImageError
     let first = image.owners()[0].2.clone();
     let read = first
         .filter_map(|index| image.entry(index).ok())
-        .find_map(|entry| entry.artifacts().find(|a| !a.is_empty()).map(|a| a.bytes().map(<[u8]>::len)));
+        .find_map(|entry| {
+            entry
+                .artifacts()
+                .find(|a| !a.is_empty())
+                .map(|a| a.bytes().map(<[u8]>::len))
+        });
     match read {
         Some(Err(ReadError::PayloadGroup { group: 0, problem })) => {
             assert!(problem.contains("decompress"), "{problem}");

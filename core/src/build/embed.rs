@@ -213,11 +213,15 @@ mod tests {
     fn small_images_get_no_warning_and_large_ones_name_their_largest_entries() {
         let small = vec![entry("a", 1 << 20), entry("b", 2 << 20)];
         assert!(size_warnings(small, 1 << 20).is_empty());
-        let mut catalogue: Vec<EntrySize> =
-            (0..8).map(|n| entry(&format!("dfa {n}"), n << 20)).collect();
+        let mut catalogue: Vec<EntrySize> = (0..8)
+            .map(|n| entry(&format!("dfa {n}"), n << 20))
+            .collect();
         catalogue.push(entry("huge dfa", 157 << 20));
         let lines = size_warnings(catalogue, 12 << 20);
-        assert!(lines[0].starts_with("1 entries hold more than 16.0 MiB"), "{lines:?}");
+        assert!(
+            lines[0].starts_with("1 entries hold more than 16.0 MiB"),
+            "{lines:?}"
+        );
         assert!(lines[1].contains("compress to 12.0 MiB"), "{lines:?}");
         assert!(lines[2].contains("huge dfa") && lines[2].contains("157.0 MiB"));
         assert!(lines[3].contains("dfa 7"));

@@ -37,7 +37,9 @@ impl Source {
 ///
 /// A hit copies no payload: artifact bytes are borrowed from memory
 /// (entries compiled in this process own their bytes) or from the image
-/// (image-backed entries: no copy).
+/// (image-backed entries: no copy), whatever compiler made them. The bytes
+/// of an image-backed entry can also be had for the cache's lifetime
+/// ([`Hit::image_artifact`]: `&'static [u8]` from the global cache).
 ///
 /// # Alignment
 ///
@@ -65,7 +67,9 @@ impl Source {
 ///
 /// An image-backed hit is served once its entry record matched its checksum;
 /// its payloads are not read then (invariant 7 of ARCHITECTURE.md: an entry
-/// with a CUBIN and a PTX fallback pages in only the one that is used). Each
+/// with several artifacts, such as a CUBIN and a PTX fallback, pages in
+/// only the one that is used; of a compressed image, the group holding it
+/// is decompressed once, on the first such access). Each
 /// payload is checked against its BLAKE3 checksum the first time it is
 /// accessed through [`Hit::artifact`] or [`ArtifactView::bytes`] (the image
 /// remembers a success). A payload that fails is never returned (invariant 9
@@ -220,7 +224,8 @@ impl<'c> Hit<'c> {
         }
     }
 
-    /// The owner's label (e.g. `nvrtc-13.0/sm_90a`).
+    /// The owner's label (compiler, version and target, e.g.
+    /// `regex-dfa-0.4.1/x86_64` or `nvrtc-13.0/sm_90a`).
     pub fn owner_label(&self) -> &str {
         match &self.inner {
             Inner::Memory { instance: i } => &i.owner_label,

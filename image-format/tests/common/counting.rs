@@ -32,8 +32,7 @@ pub const ALLOWED_PER_RAW_BYTE: usize = 4;
 /// compressed payload groups of `bytes` declare.
 pub fn allowed_peak_for(bytes: &[u8]) -> usize {
     let declared = kiln_image::fuzz_support::declared_decompression(bytes);
-    allowed_peak(bytes.len())
-        .saturating_add(ALLOWED_PER_RAW_BYTE.saturating_mul(declared as usize))
+    allowed_peak(bytes.len()).saturating_add(ALLOWED_PER_RAW_BYTE.saturating_mul(declared as usize))
 }
 
 /// The largest peak [`peak_during`] may report for an input of `len` bytes
