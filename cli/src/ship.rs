@@ -12,7 +12,10 @@
 //! change is left as it is.
 //!
 //! - `--check`: writes nothing; exit 1 when a shipped image is missing or no
-//!   longer what the block builds (a library's CI runs this).
+//!   longer what the block builds, or is too large to ship: a shipped file
+//!   past 8 MiB (crates.io refuses packages over 10 MiB) or an entry past
+//!   16 MiB, the largest entries named (a library's CI runs this). Without
+//!   `--check` the same sizes are reported and the file is written.
 //! - `--rebuild`: the blocks ignore the shipped images they would read
 //!   (`KILN_IGNORE_SHIPPED=1`) and key every entry by this machine's
 //!   toolchain: to ship again after a toolchain upgrade.
@@ -75,6 +78,9 @@ struct Shipment {
     entries: usize,
     raw: u64,
     bytes: u64,
+    /// Why it is too large to ship, with its largest entries; empty when
+    /// it is not.
+    too_large: Vec<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -121,7 +127,8 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     let clean = refused.is_empty()
         && shipments
             .iter()
-            .all(|s| !matches!(s.status, Status::Stale | Status::Missing));
+            .all(|s| !matches!(s.status, Status::Stale | Status::Missing))
+        && (!args.check || shipments.iter().all(|s| s.too_large.is_empty()));
     Ok(if clean {
         Outcome::Clean
     } else {
@@ -226,6 +233,7 @@ fn ship_one(
         entries: image.len(),
         raw,
         bytes: existing.as_ref().map_or(0, |b| b.len() as u64),
+        too_large: Vec::new(),
     };
     if check {
         shipment.status = match same {
@@ -234,9 +242,13 @@ fn ship_one(
             None if existing.is_some() => Status::Stale,
             None => Status::Missing,
         };
+        if same == Some(true) {
+            shipment.too_large = too_large(&image, shipment.bytes);
+        }
         return Ok(shipment);
     }
     if same == Some(true) {
+        shipment.too_large = too_large(&image, shipment.bytes);
         return Ok(shipment);
     }
     let mut bytes = shipped
@@ -256,7 +268,54 @@ fn ship_one(
     write_file_atomic(&candidate.shipped, &bytes).map_err(CliError::image(&candidate.shipped))?;
     shipment.status = Status::Written;
     shipment.bytes = bytes.len() as u64;
+    shipment.too_large = too_large(&image, shipment.bytes);
     Ok(shipment)
+}
+
+/// Why the shipped image of `image`, `shipped` bytes long, cannot ship: a
+/// file past `IMAGE_WARN_BYTES`, or entries past `ENTRY_WARN_BYTES`, the
+/// largest five named. Reads no payload (lengths come from the index).
+fn too_large(image: &Image, shipped: u64) -> Vec<String> {
+    use kiln_core::build::{ENTRY_WARN_BYTES, IMAGE_WARN_BYTES};
+    let mut sizes: Vec<(u64, String)> = (0..image.len())
+        .filter_map(|index| image.entry(index).ok())
+        .map(|entry| {
+            let bytes = entry.artifacts().map(|a| a.len() as u64).sum();
+            (bytes, format!("{} ({})", entry.name(), entry.owner_label()))
+        })
+        .collect();
+    let large = sizes
+        .iter()
+        .filter(|(bytes, _)| *bytes > ENTRY_WARN_BYTES)
+        .count();
+    let mut why = Vec::new();
+    if shipped > IMAGE_WARN_BYTES {
+        why.push(format!(
+            "the shipped file is {}, past {} (crates.io refuses packages over 10 MiB)",
+            mib(shipped),
+            mib(IMAGE_WARN_BYTES)
+        ));
+    }
+    if large > 0 {
+        why.push(format!(
+            "{large} entries hold more than {} each",
+            mib(ENTRY_WARN_BYTES)
+        ));
+    }
+    if !why.is_empty() {
+        sizes.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        why.extend(
+            sizes
+                .iter()
+                .take(5)
+                .map(|(bytes, name)| format!("largest: {name}: {}", mib(*bytes))),
+        );
+    }
+    why
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
 }
 
 fn report(
@@ -273,6 +332,7 @@ fn report(
                 "entries": s.entries,
                 "raw_bytes": s.raw,
                 "shipped_bytes": s.bytes,
+                "too_large": s.too_large,
             })).collect::<Vec<_>>(),
             "refused": refused.iter().map(|(name, why)| json!({"name": name, "why": why})).collect::<Vec<_>>(),
         }));
@@ -289,6 +349,9 @@ fn report(
             s.bytes,
             shown(&s.shipped),
         )?;
+        for why in &s.too_large {
+            writeln!(out, "            too large to ship: {}", escape(why))?;
+        }
         if matches!(s.status, Status::Stale | Status::Missing) {
             writeln!(
                 out,
@@ -312,4 +375,48 @@ fn report(
 
 fn shown(path: &Path) -> String {
     escape(&path.display().to_string()).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use kiln_image::{Artifact, ArtifactKind, Digest, EntryData, ImageMeta, ImageWriter};
+
+    use super::*;
+
+    fn image(sizes: &[usize]) -> Image {
+        let mut writer = ImageWriter::new(ImageMeta::new("catalogue", "1"));
+        for (n, &size) in sizes.iter().enumerate() {
+            writer.push(EntryData {
+                owner: Digest::of(b"regex-dfa 1.0"),
+                owner_label: "regex-dfa 1.0".into(),
+                key: Digest::of(&n.to_le_bytes()),
+                name: format!("dfa {n}"),
+                min_world: 1,
+                max_world: u64::MAX,
+                deps: vec![],
+                artifacts: vec![Artifact {
+                    kind: ArtifactKind::Bytes,
+                    entry_points: vec![],
+                    bytes: vec![0; size],
+                }],
+            });
+        }
+        let bytes = writer.to_bytes().expect("valid entries");
+        Image::from_bytes(&bytes, Verification::Full).expect("a valid image")
+    }
+
+    #[test]
+    fn a_shipped_image_too_large_to_ship_names_its_largest_entries() {
+        let small = image(&[1000, 2000]);
+        assert!(too_large(&small, 1 << 20).is_empty());
+        let why = too_large(&small, 9 << 20);
+        assert!(why[0].contains("the shipped file is 9.0 MiB"), "{why:?}");
+        assert_eq!(why[1], "largest: dfa 1 (regex-dfa 1.0): 0.0 MiB");
+
+        let catalogue = image(&[17 << 20, 1 << 20]);
+        let why = too_large(&catalogue, 1 << 20);
+        assert_eq!(why[0], "1 entries hold more than 16.0 MiB each");
+        assert_eq!(why[1], "largest: dfa 0 (regex-dfa 1.0): 17.0 MiB");
+        assert_eq!(why.len(), 3);
+    }
 }

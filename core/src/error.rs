@@ -289,6 +289,16 @@ pub enum Error {
     /// A shipped image's candidate file could not be written.
     #[error(transparent)]
     Ship(#[from] kiln_ship::ShipError),
+    /// A build-time `KILN_*` switch has a value it does not take.
+    #[error("{variable}={value:?} is not understood: use {expected}")]
+    InvalidSwitch {
+        /// The variable.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+        /// What it takes.
+        expected: &'static str,
+    },
     /// The `cargo:` directives of a build script could not be printed.
     #[error("cannot print the build script's cargo directives: {0}")]
     BuildOutput(#[source] std::io::Error),

@@ -12,7 +12,10 @@ use crate::{Digest, Error};
 pub const OWNER_CONTEXT: &str = "kiln 2026-11 owner v1";
 
 /// A compiler configuration: compiler id, its exact version, the exact target
-/// and the canonical options.
+/// and the canonical options. Any compiler: a regex-to-DFA compiler for a
+/// CPU (`regex-dfa`, `0.4.1`, `x86_64`), a shader compiler for a shader
+/// model, NVRTC for a GPU arch (`sm_90a`, the exact one). Whatever changes
+/// the code a compiler generates and is not in the key belongs here.
 ///
 /// # Canonical options
 ///
@@ -28,9 +31,11 @@ pub const OWNER_CONTEXT: &str = "kiln 2026-11 owner v1";
 /// ```
 /// use kiln_core::Owner;
 ///
-/// let owner = Owner::new("nvrtc", "13.0", "sm_90a", [" -O3 ", "", "-std=c++17"]).unwrap();
-/// assert_eq!(owner.options(), ["-O3", "-std=c++17"]);
-/// assert_eq!(owner.label(), "nvrtc-13.0/sm_90a");
+/// let owner = Owner::new("regex-dfa", "0.4.1", "x86_64", [" --dense ", "", "--unicode"]).unwrap();
+/// assert_eq!(owner.options(), ["--dense", "--unicode"]);
+/// assert_eq!(owner.label(), "regex-dfa-0.4.1/x86_64");
+/// let gpu = Owner::new("nvrtc", "13.0", "sm_90a", ["-O3"]).unwrap();
+/// assert_eq!(gpu.label(), "nvrtc-13.0/sm_90a");
 /// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct Owner {

@@ -257,6 +257,22 @@ impl IndexHasher {
         self.0.span(value);
     }
 
+    /// One group of a compressed payload region: its raw and stored spans,
+    /// encoding and flags.
+    pub(crate) fn payload_group(
+        &mut self,
+        raw: (u64, u64),
+        stored: (u64, u64),
+        encoding: u32,
+        flags: u32,
+    ) {
+        for value in [raw.0, raw.1, stored.0, stored.1] {
+            self.0.u64(value);
+        }
+        self.0.u32(encoding);
+        self.0.u32(flags);
+    }
+
     pub(crate) fn finish(self) -> Digest {
         Digest(self.0.finish())
     }

@@ -52,7 +52,7 @@ impl<'a> EntryRef<'a> {
         }
         image
             .blocks
-            .checked(image.index(), image.header.payload_len, index)?;
+            .checked(image.index(), image.raw_payload_len(), index)?;
         EntryRef::check(image, index)
     }
 
@@ -67,7 +67,7 @@ impl<'a> EntryRef<'a> {
                 index,
                 len: tables.entries.len(),
             })?;
-        check_layout(tables, index, record, image.header.payload_len)?;
+        check_layout(tables, index, record, image.raw_payload_len())?;
         if entry_checksum(tables, record) != record.checksum {
             return Err(ReadError::EntryChecksum { index });
         }
@@ -341,15 +341,15 @@ impl<'a> ArtifactRef<'a> {
     }
 
     /// The payload bytes, unchecked; the bounds were checked with the entry.
+    /// For a compressed image, the first access to a payload of a group
+    /// decompresses the group (once per image, see `groups.rs`).
     fn raw(&self) -> Result<&'a [u8], ReadError> {
-        let image = self.image;
-        let start = usize::try_from(self.record.offset.to_native()).ok();
-        let end = start.and_then(|start| start.checked_add(self.len()));
-        let payloads = image.payloads()?;
-        start
-            .zip(end)
-            .and_then(|(start, end)| payloads.get(start..end))
-            .ok_or_else(|| self.corrupt())
+        self.image
+            .raw_payload(self.record.offset.to_native(), self.record.len.to_native())
+            .map_err(|error| match error {
+                ReadError::PayloadRegion { .. } => self.corrupt(),
+                other => other,
+            })
     }
 }
 

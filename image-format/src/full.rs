@@ -35,13 +35,13 @@ impl Image {
         if index.entries.is_empty() {
             check_no_records(index)?;
         }
-        crate::partition::check_block_table(index, self.header.payload_len)?;
+        crate::partition::check_block_table(index, self.raw_payload_len())?;
         self.blocks.table.set(0);
         for group in 0..crate::partition::group_count(index.blocks.len()) {
             self.blocks.groups.set(group);
         }
         for block in 0..index.blocks.len() {
-            crate::partition::check_block(index, block, self.header.payload_len, 0)
+            crate::partition::check_block(index, block, self.raw_payload_len(), 0)
                 .map_err(|(_, error)| error)?;
             self.blocks.blocks.set(block);
         }

@@ -84,6 +84,23 @@ pub fn exercise(bytes: &[u8]) -> Result<Exercised, ReadError> {
     Ok(seen)
 }
 
+/// The raw bytes the compressed payload groups of `bytes` declare, in all:
+/// what decompressing every group may allocate beyond the reading of a
+/// plain image (each at most `MAX_COMPRESSION_RATIO` times its stored
+/// bytes, checked at open). 0 for a plain image or bytes that do not open.
+pub fn declared_decompression(bytes: &[u8]) -> u64 {
+    let Ok(image) = Image::from_bytes(bytes, Verification::Structural) else {
+        return 0;
+    };
+    image
+        .index()
+        .payload_groups
+        .iter()
+        .filter(|group| group.encoding.to_native() == crate::layout::GROUP_ZSTD)
+        .map(|group| group.raw.len.to_native())
+        .sum()
+}
+
 /// Recomputes the index checksum (when the index passes rkyv validation),
 /// the body checksum (up to the signature trailer the header declares, if
 /// it fits) and the header checksum of a possibly mutated image,
@@ -177,7 +194,8 @@ pub fn dep_index_ranges(image: &[u8]) -> Option<(std::ops::Range<usize>, std::op
 pub mod forge {
     pub use crate::layout::{
         ArtifactRecord, BLOCK_ENTRIES, BlockRecord, CUSTOM_KIND, DepGroupRecord, DepRecord,
-        EntryRecord, Index, LabelRecord, OwnerRecord, PayloadSpan, Span, StrRef,
+        EntryRecord, GROUP_STORED, GROUP_ZSTD, Index, LabelRecord, OwnerRecord, PayloadGroupRecord,
+        PayloadSpan, Span, StrRef,
     };
 
     use crate::header::Header;
@@ -190,7 +208,8 @@ pub mod forge {
     pub struct Forge {
         /// Every table of the index.
         pub index: Index,
-        /// The payload region (artifact offsets are relative to its start).
+        /// The stored payload region (artifact offsets are relative to its
+        /// start, or for a compressed image to the region its groups tile).
         pub payloads: Vec<u8>,
         /// The producer string of the header.
         pub producer: String,

@@ -40,7 +40,7 @@ use crate::{Digest, ReadError};
 /// Magic bytes every image starts with.
 pub const MAGIC: [u8; 8] = *b"KILNIMG\0";
 /// The image format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 /// Length of the header in bytes.
 pub const HEADER_LEN: usize = 256;
 /// Alignment of the index and of every payload, relative to the image start.

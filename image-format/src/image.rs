@@ -70,6 +70,9 @@ pub struct Image {
     pub(crate) batch: Option<crate::signature::BatchPath>,
     /// The digest signatures sign, computed on first use.
     pub(crate) signed_digest: std::sync::OnceLock<Digest>,
+    /// How the payload region is stored, and the decompressed groups of a
+    /// compressed image (see `groups.rs`).
+    pub(crate) groups: crate::groups::Groups,
 }
 
 /// Payload checksum checks run in this process ([`Image::payload_checks`]).
@@ -213,6 +216,14 @@ impl Image {
             crate::verify::check_index(index_bytes, &header)?
         };
         let trusted = mode == Mode::Trusted;
+        let groups = {
+            // SAFETY: the index bytes passed rkyv validation just above
+            // (`check_index`) or, for a trusted image, the caller of
+            // `from_static_trusted` guaranteed that they did earlier; the
+            // storage is owned and not written.
+            let index = unsafe { rkyv::access_unchecked::<ArchivedIndex>(index_bytes) };
+            crate::groups::Groups::check(index, &header)?
+        };
         let image = Image {
             entry_state: CheckState::new(entry_count, trusted),
             artifact_state: CheckState::new(artifact_count, trusted),
@@ -228,6 +239,7 @@ impl Image {
             signatures,
             batch,
             signed_digest: std::sync::OnceLock::new(),
+            groups,
         };
         if mode == Mode::Full {
             image.verify_full()?;
@@ -254,7 +266,9 @@ impl Image {
         unsafe { rkyv::access_unchecked::<ArchivedIndex>(self.index_bytes()) }
     }
 
-    /// The payload region (mapped on first use for a mapped file).
+    /// The stored payload region (mapped on first use for a mapped file):
+    /// for a compressed image, the stored groups, not what entries see
+    /// ([`Image::raw_payload`]).
     pub(crate) fn payloads(&self) -> Result<&[u8], ReadError> {
         self.storage.payloads(&self.payload_range)
     }

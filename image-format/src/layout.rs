@@ -28,6 +28,11 @@
 //!   index is returned. Each dep record names the group and the position in
 //!   it that list its entry, so an entry's check confirms in O(1) per dep
 //!   that the index lists it (see `entry.rs`).
+//! - `payload_groups`: empty when the payload region is stored as entries
+//!   see it (a plain image); otherwise how it is stored: groups that tile
+//!   the region entries see (offsets in every record above are in it), each
+//!   stored as is or as one zstd frame (see `groups.rs`). Covered by the
+//!   index checksum and checked at open, in O(groups).
 //! - `labels`, `producer_*`: the image metadata.
 //! - `strings`: the entries' text (names, dep names, custom kinds, entry
 //!   points), one region per entry; `group_names`: one name per group, in
@@ -187,7 +192,7 @@ pub struct DepRecord {
 
 /// Kind tag of a custom artifact kind; built-in kinds use their position in
 /// [`crate::ArtifactKind::BUILT_IN`].
-pub const CUSTOM_KIND: u32 = 5;
+pub const CUSTOM_KIND: u32 = 6;
 
 /// One artifact: where its payload lies in the payload region (relative to
 /// the region start) and the payload's BLAKE3.
@@ -223,6 +228,28 @@ pub struct DepGroupRecord {
     pub name: StrRef,
     /// Its member list in `dep_members`: ascending entry indices.
     pub members: Span,
+}
+
+/// How one group of the payload region is stored: stored as is.
+pub const GROUP_STORED: u32 = 0;
+/// How one group of the payload region is stored: one zstd frame.
+pub const GROUP_ZSTD: u32 = 1;
+
+/// One group of the payload region of a compressed image: a range of the
+/// region entries see (`raw`), and where its bytes are stored (`stored`, in
+/// the payload region the header describes), as is or compressed.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PayloadGroupRecord {
+    /// Its part of the payload region entries see: starts at a multiple of
+    /// 64, where the previous group's ends.
+    pub raw: PayloadSpan,
+    /// Its bytes in the stored payload region: at a multiple of 64, after
+    /// the previous group's.
+    pub stored: PayloadSpan,
+    /// [`GROUP_STORED`] or [`GROUP_ZSTD`].
+    pub encoding: u32,
+    /// Reserved, zero.
+    pub flags: u32,
 }
 
 /// One metadata label.
@@ -262,6 +289,9 @@ pub struct Index {
     pub dep_members: Vec<u32>,
     /// Metadata labels, sorted by key.
     pub labels: Vec<LabelRecord>,
+    /// How the payload region is stored: empty for a plain image (stored as
+    /// entries see it), else groups that tile it (see `groups.rs`).
+    pub payload_groups: Vec<PayloadGroupRecord>,
     /// The entries' text, one region per entry.
     pub strings: Vec<u8>,
     /// The groups' names, one per group, in group order.
@@ -293,6 +323,7 @@ const _: () = {
     assert!(size_of::<ArchivedArtifactRecord>() == 8 + 8 + 32 + 4 + 8 + 8 + 4);
     assert!(size_of::<ArchivedDepGroupRecord>() == 32 + 32 + 8 + 8);
     assert!(size_of::<ArchivedLabelRecord>() == 8 + 8);
+    assert!(size_of::<ArchivedPayloadGroupRecord>() == 16 + 16 + 4 + 4);
 };
 
 impl ArchivedStrRef {

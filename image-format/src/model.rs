@@ -20,6 +20,10 @@ pub enum ArtifactKind {
     LtoIr,
     /// A host object file.
     Object,
+    /// Plain bytes of any compiler (a serialized automaton, a shader, a
+    /// query plan): the kind for a library that needs no other. Built in,
+    /// so that asking for it allocates nothing, as every built-in kind.
+    Bytes,
     /// A user tag. It must be non-empty and must not spell a built-in kind
     /// (`ptx`, `cubin`, ...), so that [`Display`](fmt::Display) and
     /// [`FromStr`] round-trip.
@@ -28,16 +32,17 @@ pub enum ArtifactKind {
 
 impl ArtifactKind {
     /// The built-in kinds with their names, in tag order.
-    pub const BUILT_IN: [(ArtifactKind, &'static str); 5] = [
+    pub const BUILT_IN: [(ArtifactKind, &'static str); 6] = [
         (ArtifactKind::Ptx, "ptx"),
         (ArtifactKind::Cubin, "cubin"),
         (ArtifactKind::Fatbin, "fatbin"),
         (ArtifactKind::LtoIr, "lto-ir"),
         (ArtifactKind::Object, "object"),
+        (ArtifactKind::Bytes, "bytes"),
     ];
 
     /// The short lowercase name (`ptx`, `cubin`, `fatbin`, `lto-ir`,
-    /// `object`) or the custom tag.
+    /// `object`, `bytes`) or the custom tag.
     pub fn name(&self) -> &str {
         match self {
             ArtifactKind::Ptx => "ptx",
@@ -45,6 +50,7 @@ impl ArtifactKind {
             ArtifactKind::Fatbin => "fatbin",
             ArtifactKind::LtoIr => "lto-ir",
             ArtifactKind::Object => "object",
+            ArtifactKind::Bytes => "bytes",
             ArtifactKind::Custom(tag) => tag,
         }
     }

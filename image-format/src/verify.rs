@@ -136,6 +136,17 @@ pub(crate) fn index_checksum(index_bytes: &[u8], index: &ArchivedIndex) -> Diges
     for label in index.labels.iter() {
         hasher.label(pair(&label.key), pair(&label.value));
     }
+    for group in index.payload_groups.iter() {
+        hasher.payload_group(
+            (group.raw.offset.to_native(), group.raw.len.to_native()),
+            (
+                group.stored.offset.to_native(),
+                group.stored.len.to_native(),
+            ),
+            group.encoding.to_native(),
+            group.flags.to_native(),
+        );
+    }
     hasher.finish()
 }
 

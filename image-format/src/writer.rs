@@ -33,6 +33,63 @@ impl ImageWriter {
         }
     }
 
+    /// The image bytes with the payload region compressed: one group per owner (split at
+    /// entry boundaries past 8 MiB), each a zstd frame at `level` (1 to 22),
+    /// or stored as is where compressing does not pay. The index is written
+    /// as for a plain image, so opening and looking up cost the same; a
+    /// reader decompresses a group on the first access to one of its
+    /// payloads, once per [`Image`](crate::Image), and lends its payloads
+    /// from that buffer (see [`Image::is_compressed`](crate::Image::is_compressed)).
+    /// The image stays deterministic for a given zstd library version.
+    ///
+    /// ```
+    /// use kiln_image::{Artifact, ArtifactKind, Digest, EntryData, Image, ImageMeta, ImageWriter, Verification};
+    ///
+    /// let code: Vec<u8> = (0..100_000u32).flat_map(|i| i.to_le_bytes()).collect();
+    /// let mut writer = ImageWriter::new(ImageMeta::new("doc", "1"));
+    /// writer.push(EntryData {
+    ///     owner: Digest::of(b"compiler 1.0 target-a"),
+    ///     owner_label: "compiler 1.0/target-a".into(),
+    ///     key: Digest::of(b"spec"),
+    ///     name: "spec".into(),
+    ///     min_world: 1,
+    ///     max_world: u64::MAX,
+    ///     deps: vec![],
+    ///     artifacts: vec![Artifact { kind: ArtifactKind::Bytes, entry_points: vec![], bytes: code.clone() }],
+    /// });
+    /// let bytes = writer.to_compressed_bytes(19)?;
+    /// assert!(bytes.len() < code.len() / 2);
+    /// let image = Image::from_bytes(&bytes, Verification::Structural)?;
+    /// assert!(image.is_compressed());
+    /// let entry = image.entry(0)?;
+    /// assert_eq!(entry.artifact(0)?.bytes()?, code); // decompressed once, then borrowed
+    /// # Ok::<(), kiln_image::ImageError>(())
+    /// ```
+    ///
+    /// A method of its own, not a setting of [`to_bytes`](Self::to_bytes),
+    /// so that a program that writes only plain images (a cache's disk
+    /// tier) links no compressor.
+    ///
+    /// # Errors
+    /// The errors of [`ImageWriter::to_bytes`]; [`WriteError::Compress`]
+    /// when zstd fails.
+    #[cfg(feature = "compress")]
+    pub fn to_compressed_bytes(&self, level: i32) -> Result<Vec<u8>, WriteError> {
+        let (mut index, payloads, payload_len, producer) = self.tables()?;
+        let frames = crate::compress::compress(&mut index, &payloads, payload_len, level)?;
+        let stored_len = frames
+            .last()
+            .map_or(0, |(offset, frame)| offset + frame.len() as u64);
+        assemble(
+            &index,
+            frames
+                .iter()
+                .map(|(offset, frame)| (*offset, frame.as_slice())),
+            stored_len,
+            producer,
+        )
+    }
+
     /// Adds an entry. Problems (duplicates, invalid values) are reported by
     /// [`to_bytes`](Self::to_bytes).
     pub fn push(&mut self, entry: EntryData) {
@@ -60,6 +117,14 @@ impl ImageWriter {
     /// [`WriteError::InvalidWorlds`], [`WriteError::InvalidString`] or
     /// [`WriteError::TooLarge`], as listed above.
     pub fn to_bytes(&self) -> Result<Vec<u8>, WriteError> {
+        let (index, payloads, payload_len, producer) = self.tables()?;
+        assemble(&index, payloads, payload_len, producer)
+    }
+
+    /// The index (checksums not yet sealed), the payloads at their offsets,
+    /// the payload region's length and the producer string.
+    #[allow(clippy::type_complexity)]
+    fn tables(&self) -> Result<(Index, Vec<(u64, &[u8])>, u64, String), WriteError> {
         let producer = self.meta.producer();
         if producer.len() > MAX_PRODUCER_LEN {
             return Err(WriteError::TooLarge {
@@ -88,7 +153,7 @@ impl ImageWriter {
             }
         }
         let tables = Tables::build(&order, &self.meta)?;
-        assemble(&tables.index, tables.payloads, tables.payload_len, producer)
+        Ok((tables.index, tables.payloads, tables.payload_len, producer))
     }
 
     /// Writes the image to `path` atomically: a temporary file in the same
@@ -189,7 +254,7 @@ fn fit_u32(value: usize, what: &'static str) -> Result<u32, WriteError> {
     })
 }
 
-fn align_up(value: u64) -> Option<u64> {
+pub(crate) fn align_up(value: u64) -> Option<u64> {
     let align = REGION_ALIGN as u64;
     value.checked_add(align - 1).map(|v| v / align * align)
 }
@@ -370,7 +435,7 @@ impl<'a> Tables<'a> {
     }
 }
 
-fn too_large_payloads() -> WriteError {
+pub(crate) fn too_large_payloads() -> WriteError {
     WriteError::TooLarge {
         what: "the payload region",
         size: u64::MAX,

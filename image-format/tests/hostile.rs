@@ -24,7 +24,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::counting::{Counting, allowed_peak, peak_during};
+use common::counting::{Counting, allowed_peak, allowed_peak_for, peak_during};
 use common::{base_images, mutate};
 use kiln_image::fuzz_support::forge::{Forge, LabelRecord, StrRef};
 use kiln_image::fuzz_support::{exercise, reseal};
@@ -433,11 +433,11 @@ fn every_reader_stays_under_the_memory_bound() {
     let mut classes: BTreeMap<&str, (usize, f64, String, usize)> = BTreeMap::new();
     for (name, bytes) in &cases {
         let (_, peak) = peak_during(|| exercise(bytes));
+        let allowed = allowed_peak_for(bytes);
         assert!(
-            peak <= allowed_peak(bytes.len()),
-            "{name}: {peak} bytes allocated at once reading {} bytes (bound {})",
+            peak <= allowed,
+            "{name}: {peak} bytes allocated at once reading {} bytes (bound {allowed})",
             bytes.len(),
-            allowed_peak(bytes.len())
         );
         let class = if name.contains("mutant") {
             "mutants"

@@ -59,7 +59,7 @@ pub struct RemoteConfig {
     /// After a failure, how long the tier answers "miss" without trying the
     /// server. Default 30 s.
     pub backoff: Duration,
-    /// The first part of every Redis key (`<namespace>:v2:<owner>:<key>`),
+    /// The first part of every Redis key (`<namespace>:v3:<owner>:<key>`),
     /// to share one server among unrelated users. Default `kiln`.
     pub namespace: String,
     /// The largest value stored or fetched: larger entries are not stored,

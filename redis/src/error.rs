@@ -52,7 +52,7 @@ pub enum Error {
     RemoteUnavailable {
         /// The server's URL, password removed.
         server: String,
-        /// What was being done, e.g. "connect" or "GET kiln:v2:..".
+        /// What was being done, e.g. "connect" or "GET kiln:v3:..".
         action: String,
         /// What the client reported.
         source: Box<redis::RedisError>,

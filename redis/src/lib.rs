@@ -20,7 +20,7 @@
 //!
 //! # Values
 //!
-//! Each entry is stored under `<namespace>:v2:<owner hex>:<key hex>` as a
+//! Each entry is stored under `<namespace>:v3:<owner hex>:<key hex>` as a
 //! one-entry kiln image (the format of `kiln-image`, deterministic bytes).
 //! The server is **untrusted**: a value is used only after full
 //! verification (header, structure, every payload checksum) and only if it

@@ -1,16 +1,16 @@
-//! Redis key names: `<namespace>:v2:<owner hex>:<key hex>`.
+//! Redis key names: `<namespace>:v3:<owner hex>:<key hex>`.
 //!
 //! The owner digest comes first so that one owner's entries share a prefix
-//! (`SCAN MATCH kiln:v2:<owner>:*` lists them, `UNLINK` clears them after a
-//! compiler upgrade). `v2` is the layout of the value (a one-entry kiln
-//! image of format 4, whose signature may be a batch signature; `v1` held
-//! format 3); a change of layout changes it, so old and new clients sharing
+//! (`SCAN MATCH kiln:v3:<owner>:*` lists them, `UNLINK` clears them after a
+//! compiler upgrade). `v3` is the layout of the value (a one-entry kiln
+//! image of format 5, whose signature may be a batch signature; `v2` held
+//! format 4, `v1` format 3); a change of layout changes it, so old and new clients sharing
 //! a server never read, refuse and overwrite each other's values.
 
 use kiln_image::Digest;
 
 /// The version of the value layout, part of every key name.
-const LAYOUT: &str = "v2";
+const LAYOUT: &str = "v3";
 
 /// The Redis key of the entry `(owner, key)`.
 pub(super) fn entry_key(namespace: &str, owner: &Digest, key: &Digest) -> String {
@@ -27,7 +27,7 @@ mod tests {
         let key = Digest([0x01; 32]);
         assert_eq!(
             entry_key("kiln", &owner, &key),
-            format!("kiln:v2:{}:{}", "ab".repeat(32), "01".repeat(32))
+            format!("kiln:v3:{}:{}", "ab".repeat(32), "01".repeat(32))
         );
     }
 

@@ -24,28 +24,37 @@ pub fn nvrtc_available() -> bool {
 /// default targets); its executable.
 pub fn demo_app() -> &'static Path {
     static APP: OnceLock<PathBuf> = OnceLock::new();
-    APP.get_or_init(|| {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let output = Command::new(cargo)
-            .args([
-                "build",
-                "-p",
-                "kiln-demo-app",
-                "--message-format=json-render-diagnostics",
-            ])
-            .env_remove("KILN_DEMO_ARCHS")
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("cargo runs");
-        assert!(output.status.success(), "building kiln-demo-app failed");
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .filter(|message| message["target"]["name"] == "kiln-demo-app")
-            .find_map(|message| message["executable"].as_str().map(PathBuf::from))
-            .expect("cargo reports the kiln-demo-app executable")
-    })
+    APP.get_or_init(|| build_demo_app(&[]))
+}
+
+/// Builds the demo application with the libraries' default targets and the
+/// variables `vars` set (the binary cargo writes is overwritten by the next
+/// build: copy it to keep it); its executable.
+pub fn build_demo_app(vars: &[(&str, &str)]) -> PathBuf {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command
+        .args([
+            "build",
+            "-p",
+            "kiln-demo-app",
+            "--message-format=json-render-diagnostics",
+        ])
+        .env_remove("KILN_DEMO_ARCHS")
+        .env_remove("KILN_EMBED")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stderr(Stdio::inherit());
+    for (name, value) in vars {
+        command.env(name, value);
+    }
+    let output = command.output().expect("cargo runs");
+    assert!(output.status.success(), "building kiln-demo-app failed");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|message| message["target"]["name"] == "kiln-demo-app")
+        .find_map(|message| message["executable"].as_str().map(PathBuf::from))
+        .expect("cargo reports the kiln-demo-app executable")
 }
 
 /// One run of the application: its exit status, JSON lines and stderr.

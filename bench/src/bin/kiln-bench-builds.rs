@@ -231,16 +231,24 @@ fn shipped_sizes(repo: &Path) -> Result<Vec<ShippedSize>, String> {
         .collect()
 }
 
-/// The demo application's stripped size with everything shipped embedded,
-/// and with `KILN_CUDA_ARCHS=sm_90` (one GPU generation).
+/// The demo application's stripped size with everything shipped embedded
+/// (compressed, the default, and plain), and with `KILN_CUDA_ARCHS=sm_90`
+/// (one GPU generation).
 fn binary_sizes(demo: &Build, scratch: &Path) -> Result<Vec<(String, u64)>, String> {
     let mut sizes = Vec::new();
-    for (what, archs) in [
-        ("every shipped arch (7 + PTX)", None),
-        ("KILN_CUDA_ARCHS=sm_90", Some("sm_90")),
+    for (what, var) in [
+        ("every shipped arch (7 + PTX), compressed", None),
+        (
+            "every shipped arch (7 + PTX), KILN_EMBED=plain",
+            Some(("KILN_EMBED", "plain")),
+        ),
+        (
+            "KILN_CUDA_ARCHS=sm_90, compressed",
+            Some(("KILN_CUDA_ARCHS", "sm_90")),
+        ),
     ] {
-        let build = match archs {
-            Some(archs) => demo.clone().var("KILN_CUDA_ARCHS", archs),
+        let build = match var {
+            Some((name, value)) => demo.clone().var(name, value),
             None => demo.clone(),
         };
         build.measure()?;

@@ -145,6 +145,7 @@
 //!   libraries' kernels can check `kiln::init()`'s report, or the library's
 //!   own error, at run time.)
 
+mod embed;
 mod output;
 mod session;
 mod shipped;
@@ -158,6 +159,8 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+pub use embed::{EMBED, EMBED_LEVEL, ENTRY_WARN_BYTES, Embedding, IMAGE_WARN_BYTES};
 use std::time::{Duration, Instant};
 
 use kiln_image::{ImageMeta, PublicKey, TrustedKeys};
@@ -351,6 +354,7 @@ impl<'out> Precompile<'out> {
             ..
         } = self;
         let target = target.or_else(Target::from_env);
+        let embedding = Embedding::from_lookup(&*lookup)?;
         let started = Instant::now();
         let mut out = Printer::new(output);
 
@@ -438,12 +442,16 @@ impl<'out> Precompile<'out> {
                 Ok(whole)
             })
             .transpose()?;
+        let mut sizes = Vec::new();
         let writer = delta.to_writer_with(meta, |entry| {
             if let Some(kinds) = dropped.get(&(entry.owner, entry.key)) {
                 entry.artifacts.retain(|a| !kinds.contains(&a.kind));
             }
+            sizes.push(embed::EntrySize::of(entry));
         });
-        let bytes = crate::trust::sign_if_configured_with(&*lookup, writer.to_bytes()?)?;
+        let unsigned = embed::write(&writer, embedding)?;
+        let size_warnings = embed::size_warnings_for(&writer, sizes, &unsigned, embedding)?;
+        let bytes = crate::trust::sign_if_configured_with(&*lookup, unsigned)?;
         kiln_image::write_file_atomic(&path, &bytes)?;
 
         let sources_now = shipped::source_digests(&library, &sources);
@@ -486,6 +494,7 @@ impl<'out> Precompile<'out> {
         env.insert(crate::trust::SIGNING_KEY.to_owned());
         env.insert(IGNORE_SHIPPED.to_owned());
         env.insert(SHIP_CANDIDATE.to_owned());
+        env.insert(embed::EMBED.to_owned());
         for var in rerun_env_vars(env, set) {
             out.line(format_args!("cargo:rerun-if-env-changed={var}"));
         }
@@ -516,6 +525,9 @@ impl<'out> Precompile<'out> {
             ));
         }
 
+        for line in &size_warnings {
+            out.line(format_args!("cargo:warning=kiln: {name}: {line}"));
+        }
         let from_tiers = cache.tier_hits();
         let compiles = cache.stats().compiles;
         let summary = Summary {

@@ -146,10 +146,11 @@ impl<'a> Session<'a> {
         self.env.insert(name.into());
     }
 
-    /// The record backend `backend` left in the library's shipped image
-    /// (kiln-cuda's: the NVRTC release and header digests its entries were
-    /// compiled with), so that the block derives the shipped entries' keys
-    /// without a compiler; `None` when nothing is shipped or the backend
+    /// The record backend `backend` left in the library's shipped image:
+    /// what the block needs to derive the shipped entries' owners and keys
+    /// without running the compiler (a compiler's version, the digests of
+    /// the headers or grammar it read; kiln-cuda's holds the NVRTC release
+    /// and header digests). `None` when nothing is shipped or the backend
     /// recorded nothing.
     pub fn shipped_record(&self, backend: &str) -> Option<&'a str> {
         self.shipped?.records.get(backend).map(String::as_str)

@@ -7,7 +7,10 @@
 ///
 /// In a build script `cfg!(target_arch = ..)` describes the host the script
 /// runs on; this describes the target, which is what the library's
-/// `cfg!(target_arch = ..)` sees.
+/// `cfg!(target_arch = ..)` sees. A compiler whose code depends on the CPU
+/// it runs on (a JIT to machine code, a DFA laid out for the pointer width)
+/// builds its owner or key from this; one whose target is a device (a GPU
+/// arch, a shader model) names that device instead.
 ///
 /// ```
 /// use kiln_core::build::Target;

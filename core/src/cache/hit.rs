@@ -37,7 +37,9 @@ impl Source {
 ///
 /// A hit copies no payload: artifact bytes are borrowed from memory
 /// (entries compiled in this process own their bytes) or from the image
-/// (image-backed entries: no copy).
+/// (image-backed entries: no copy), whatever compiler made them. The bytes
+/// of an image-backed entry can also be had for the cache's lifetime
+/// ([`Hit::image_artifact`]: `&'static [u8]` from the global cache).
 ///
 /// # Alignment
 ///
@@ -65,7 +67,9 @@ impl Source {
 ///
 /// An image-backed hit is served once its entry record matched its checksum;
 /// its payloads are not read then (invariant 7 of ARCHITECTURE.md: an entry
-/// with a CUBIN and a PTX fallback pages in only the one that is used). Each
+/// with several artifacts, such as a CUBIN and a PTX fallback, pages in
+/// only the one that is used; of a compressed image, the group holding it
+/// is decompressed once, on the first such access). Each
 /// payload is checked against its BLAKE3 checksum the first time it is
 /// accessed through [`Hit::artifact`] or [`ArtifactView::bytes`] (the image
 /// remembers a success). A payload that fails is never returned (invariant 9
@@ -220,7 +224,8 @@ impl<'c> Hit<'c> {
         }
     }
 
-    /// The owner's label (e.g. `nvrtc-13.0/sm_90a`).
+    /// The owner's label (compiler, version and target, e.g.
+    /// `regex-dfa-0.4.1/x86_64` or `nvrtc-13.0/sm_90a`).
     pub fn owner_label(&self) -> &str {
         match &self.inner {
             Inner::Memory { instance: i } => &i.owner_label,
@@ -354,20 +359,68 @@ impl<'c> Hit<'c> {
             Inner::Memory { instance } => match &instance.body.artifacts {
                 Artifacts::Owned(list) => list
                     .iter()
-                    .find(|a| &a.kind == kind)
+                    .find(|a| a.kind.name() == kind.name())
                     .map(|a| a.bytes.as_slice()),
                 Artifacts::Image { .. } => {
                     let entry = instance.body.artifacts.image_entry()?;
-                    (0..entry.artifact_count())
-                        .filter_map(|n| entry.artifact(n).ok())
-                        .find(|a| &a.kind() == kind)
-                        .and_then(|a| tier_payload(instance, &a))
+                    let artifact = entry.artifact_of_kind(kind)?;
+                    tier_payload(instance, &artifact)
                 }
             },
-            Inner::Image { layer, entry } => (0..entry.artifact_count())
-                .filter_map(|n| entry.artifact(n).ok())
-                .find(|a| &a.kind() == kind)
-                .and_then(|a| layer.payload(entry, &a)),
+            Inner::Image { .. } => self.image_artifact(kind),
+        }
+    }
+
+    /// The bytes of the first artifact of `kind` of an entry served from an
+    /// image, borrowed from the cache rather than from the hit: they live
+    /// as long as the cache, whatever happens to the hit. Images are never
+    /// unmerged, and their bytes (embedded in the binary, mapped from a
+    /// file, or a compressed group decompressed once) stay where they are
+    /// for as long as the cache lives. So from [`global()`](crate::global()),
+    /// a `&'static Cache`, an image-backed entry's code is a
+    /// `&'static [u8]`: a library can keep a zero-copy view of it (a
+    /// deserialized automaton, a shader) in a `static` without keeping the
+    /// hit.
+    ///
+    /// `None` when the entry is not image-backed ([`Hit::source`] is not
+    /// [`Source::Image`]: entries compiled in this process or loaded from a
+    /// tier may be evicted, and are lent by [`Hit::artifact`] only), has no
+    /// artifact of `kind`, or its payload fails its checksum (see [`Hit`]).
+    /// Like [`Hit::artifact`], it allocates nothing.
+    ///
+    /// ```
+    /// use kiln_core::{Artifact, ArtifactKind, Cache, Compiled, KeyBuilder, Owner, Source};
+    /// use kiln_image::{Image, ImageMeta, Verification};
+    ///
+    /// let owner = Owner::new("regex-dfa", "1.0", "x86_64", ["--dense"])?;
+    /// let key = KeyBuilder::new("my-regexes", 1).str("pattern", "[a-z]+@[a-z]+").finish();
+    /// // An image holding one entry (a build script writes it; here, a cache).
+    /// let build = Cache::new();
+    /// let snapshot = build.snapshot();
+    /// build.insert(&owner, &key, Compiled::new("email").artifact(Artifact {
+    ///     kind: ArtifactKind::Bytes,
+    ///     entry_points: vec![],
+    ///     bytes: vec![1, 2, 3],
+    /// }));
+    /// let image = build.delta(&snapshot).to_bytes(ImageMeta::new("my-regexes", "1"))?;
+    ///
+    /// // A cache that lives as long as the program, as `kiln::global()`'s.
+    /// let cache: &'static Cache = Box::leak(Box::new(Cache::new()));
+    /// cache.merge_image(Image::from_bytes(&image, Verification::Full)?);
+    /// let hit = cache.lookup(&owner.digest(), &key).expect("in the merged image");
+    /// assert_eq!(hit.source(), Source::Image);
+    /// let dfa: &'static [u8] = hit.image_artifact(&ArtifactKind::Bytes).expect("its bytes");
+    /// drop(hit);
+    /// assert_eq!(dfa, [1, 2, 3]); // still borrowed, from the image
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn image_artifact(&self, kind: &ArtifactKind) -> Option<&'c [u8]> {
+        match &self.inner {
+            Inner::Image { layer, entry } => {
+                let artifact = entry.artifact_of_kind(kind)?;
+                layer.payload(entry, &artifact)
+            }
+            Inner::Memory { .. } => None,
         }
     }
 

@@ -171,6 +171,9 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
                         outcome,
                         selection: kernel_served.selection(),
                         target: kernel_served.target(),
+                        code: hit
+                            .artifact(&kernel_served.artifact().kind)
+                            .map(|code| (code.len(), kiln::image::Digest::of(code))),
                     },
                     elapsed,
                 );

@@ -45,6 +45,9 @@ pub struct Kernel<'a> {
     pub selection: Selection,
     /// The arch the code was compiled for.
     pub target: Arch,
+    /// The length and BLAKE3 of the code served (the artifact a loader
+    /// would load), when it could be read.
+    pub code: Option<(usize, kiln::image::Digest)>,
 }
 
 /// The counts of the summary line.
@@ -185,6 +188,7 @@ impl Output {
             outcome,
             selection,
             target,
+            code,
         } = kernel;
         if self.json {
             println!(
@@ -196,6 +200,8 @@ impl Output {
                     "outcome": outcome.as_str(),
                     "selection": selection.as_str(),
                     "target": target.to_string(),
+                    "code_bytes": code.map(|(len, _)| len),
+                    "code_blake3": code.map(|(_, digest)| digest.to_string()),
                     "micros": micros(elapsed),
                 })
             );

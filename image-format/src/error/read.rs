@@ -204,6 +204,16 @@ pub enum ReadError {
         artifact: usize,
     },
 
+    /// A group of a compressed payload region is malformed or does not
+    /// decompress: its payloads are never returned.
+    #[error("payload group {group} of the image is corrupt: {problem}")]
+    PayloadGroup {
+        /// The group's position in the group table.
+        group: usize,
+        /// What is wrong with it.
+        problem: String,
+    },
+
     /// The dependency index does not match its checksum or is malformed.
     #[error("image dependency index is corrupt: {0}")]
     DepIndex(String),
@@ -375,6 +385,7 @@ impl ReadError {
             ReadError::EntryChecksum { .. } => "entry.checksum",
             ReadError::EntryMalformed { .. } => "entry.structure",
             ReadError::PayloadChecksum { .. } => "payload.checksum",
+            ReadError::PayloadGroup { .. } => "payload.group",
             ReadError::DepIndex(_) => "deps.index",
             ReadError::DuplicateKey { .. } => "index.duplicate_key",
             ReadError::KeysOutOfOrder { .. } => "index.key_order",

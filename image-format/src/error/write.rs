@@ -94,6 +94,16 @@ pub enum WriteError {
         /// Bytes of the payload region.
         available: u64,
     },
+
+    /// zstd failed to compress a payload group (see
+    /// [`ImageWriter::to_compressed_bytes`](crate::ImageWriter)).
+    #[error("cannot compress payload group {group}: {message}")]
+    Compress {
+        /// The group's position in the group table.
+        group: usize,
+        /// What zstd said.
+        message: String,
+    },
 }
 
 impl WriteError {
@@ -109,6 +119,7 @@ impl WriteError {
             WriteError::TooLarge { .. } => "writer.input",
             WriteError::Serialize(_) => "writer.input",
             WriteError::PayloadRegion { .. } => "payload.region",
+            WriteError::Compress { .. } => "writer.compress",
         }
     }
 }

@@ -9,7 +9,10 @@
 //!
 //! The bound the tests assert: a reader of an image of `n` bytes never has
 //! more than [`ALLOWED_FACTOR`]` × n + `[`ALLOWED_EXTRA`] bytes allocated at
-//! once (the copy `Image::from_bytes` makes included).
+//! once (the copy `Image::from_bytes` makes included), plus, for a
+//! compressed image, [`ALLOWED_PER_RAW_BYTE`] per raw byte its compressed
+//! groups declare (each at most 1024 per stored byte, checked at open):
+//! [`allowed_peak_for`].
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -19,7 +22,21 @@ pub const ALLOWED_FACTOR: usize = 8;
 /// Peak bytes a reader may allocate beyond [`ALLOWED_FACTOR`] per input byte.
 pub const ALLOWED_EXTRA: usize = 64 << 10;
 
-/// The largest peak [`peak_during`] may report for an input of `len` bytes.
+/// Peak bytes per declared raw byte of a compressed group: the group's
+/// buffer, and the decoder's window (at most the raw length rounded up to
+/// a power of two) with a block beside it.
+pub const ALLOWED_PER_RAW_BYTE: usize = 4;
+
+/// The largest peak [`peak_during`] may report reading `bytes`: that of
+/// [`allowed_peak`], plus [`ALLOWED_PER_RAW_BYTE`] per raw byte the
+/// compressed payload groups of `bytes` declare.
+pub fn allowed_peak_for(bytes: &[u8]) -> usize {
+    let declared = kiln_image::fuzz_support::declared_decompression(bytes);
+    allowed_peak(bytes.len()).saturating_add(ALLOWED_PER_RAW_BYTE.saturating_mul(declared as usize))
+}
+
+/// The largest peak [`peak_during`] may report for an input of `len` bytes
+/// that declares no compressed group.
 pub fn allowed_peak(len: usize) -> usize {
     ALLOWED_FACTOR * len + ALLOWED_EXTRA
 }

@@ -13,19 +13,35 @@ use kiln_image::{
 };
 use kiln_test_support::Rng;
 
-/// The valid images the corpus is mutated from: 0, 1, 12 and 40 entries.
+/// The valid images the corpus is mutated from: 0, 1, 12 and 40 entries,
+/// then 12 and 40 entries with their payloads compressed.
 pub fn base_images() -> Vec<Vec<u8>> {
     let mut images = Vec::new();
-    for (count, seed) in [(0, 0), (1, 41), (12, 42), (40, 43)] {
+    for (count, seed, compressed) in [
+        (0, 0, false),
+        (1, 41, false),
+        (12, 42, false),
+        (40, 43, false),
+        (12, 44, true),
+        (40, 45, true),
+    ] {
         let mut writer = ImageWriter::new(if count == 0 {
             ImageMeta::default()
         } else {
             meta()
         });
-        for entry in sample_entries(count, seed) {
+        let mut entries = sample_entries(count, seed);
+        if compressed {
+            compressible(&mut entries);
+        }
+        for entry in entries {
             writer.push(entry);
         }
-        images.push(writer.to_bytes().unwrap());
+        images.push(if compressed {
+            writer.to_compressed_bytes(3).unwrap()
+        } else {
+            writer.to_bytes().unwrap()
+        });
     }
     images
 }
@@ -89,6 +105,20 @@ pub fn meta() -> ImageMeta {
     meta.labels.insert("crate".into(), "kernels".into());
     meta.labels.insert("profile".into(), "release".into());
     meta
+}
+
+/// Replaces every payload with bytes of the same length that compress as
+/// code does (repeated text with a varying byte), so that a compressed
+/// image of them holds zstd groups, not groups stored as is.
+pub fn compressible(entries: &mut [EntryData]) {
+    for (i, entry) in entries.iter_mut().enumerate() {
+        for artifact in &mut entry.artifacts {
+            let text = b"ld.global.f32 %f1, [%rd4]; ";
+            artifact.bytes = (0..artifact.bytes.len())
+                .map(|j| text[j % text.len()] ^ ((i + j / 97) % 7) as u8)
+                .collect();
+        }
+    }
 }
 
 /// Two owners, `count` entries with varied deps, artifact kinds, entry

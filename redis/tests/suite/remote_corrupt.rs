@@ -23,7 +23,7 @@ fn stored_value(server: &RedisServer, i: u64) -> Vec<u8> {
 }
 
 fn name(i: u64) -> String {
-    format!("kiln:v2:{}:{}", owner().digest(), key(i).digest())
+    format!("kiln:v3:{}:{}", owner().digest(), key(i).digest())
 }
 
 /// Plants `value` as kernel `target`'s entry; a fresh cache must reject

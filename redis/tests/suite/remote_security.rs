@@ -31,7 +31,7 @@ fn password_user_and_database_pass_through() {
     let writer = Cache::new();
     writer.add_tier(Box::new(remote(&with_password)));
     get(&writer, 7, &compiles);
-    let name = format!("kiln:v2:{}:{}", owner().digest(), key(7).digest());
+    let name = format!("kiln:v3:{}:{}", owner().digest(), key(7).digest());
     let mut con = redis::Client::open(with_password.as_str())
         .and_then(|client| client.get_connection())
         .expect("connects with the password");

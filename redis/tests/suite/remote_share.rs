@@ -91,7 +91,7 @@ fn values_are_one_entry_images_under_namespaced_keys() {
     let (cache, _) = cache_with(dir.path(), remote(&server.url()));
     get(&cache, 42, &AtomicUsize::new(0));
 
-    let name = format!("kiln:v2:{}:{}", owner().digest(), key(42).digest());
+    let name = format!("kiln:v3:{}:{}", owner().digest(), key(42).digest());
     let mut con = server.connection().expect("connects");
     let names: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).expect("KEYS");
     assert_eq!(names, std::slice::from_ref(&name));

@@ -68,7 +68,7 @@ fn cache(dir: &Path, remote: &RemoteTier, trusted: Option<TrustedKeys>) -> Cache
 
 /// The Redis key of test kernel `i`.
 pub(crate) fn redis_key(i: u64) -> String {
-    format!("kiln:v2:{}:{}", owner().digest(), key(i).digest())
+    format!("kiln:v3:{}:{}", owner().digest(), key(i).digest())
 }
 
 pub(crate) fn set(server: &RedisServer, name: &str, value: &[u8]) {

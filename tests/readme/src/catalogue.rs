@@ -50,7 +50,7 @@ pub fn compile<'c>(
     cache.get_or_compile(&owner, &key, || {
         let code = toy_compiler(spec)?; // `?` takes any std::error::Error
         Ok(Compiled::new(spec.label()).artifact(Artifact {
-            kind: ArtifactKind::Object,
+            kind: ArtifactKind::Bytes,
             entry_points: vec!["scale".into()],
             bytes: code,
         }))

@@ -1,0 +1,230 @@
+//! How the image a precompile block writes is embedded (`KILN_EMBED`), and
+//! the sizes that cannot ship.
+//!
+//! # Compressed or plain
+//!
+//! `include_image!` embeds the image the block writes to `OUT_DIR` as it
+//! is. By default its payloads are compressed, in one group per owner (for
+//! a library built for several targets, one group per target): a binary
+//! carries every target a library ships at about the size of its shipped
+//! image, and a process decompresses, on the first use of a target's
+//! entries, that target's group only, once, into an aligned buffer its
+//! lookups then borrow from. `KILN_EMBED=plain` embeds the payloads as they
+//! are: a larger binary, no decompression, and pages of payloads made
+//! resident only as they are read. The application chooses, for every
+//! library it builds: the variable reruns every precompile block when it
+//! changes (set it in the application's `.cargo/config.toml` `[env]` table
+//! to make it the project's). BENCHMARKS.md, *Embedded images*, has the
+//! figures behind the default.
+//!
+//! # Sizes that cannot ship
+//!
+//! A library's package carries its shipped image, and crates.io refuses a
+//! package over 10 MiB; an entry of tens of MB is a sign of a catalogue
+//! gone wrong. So the block warns, naming the largest entries, when one
+//! entry's payloads pass [`ENTRY_WARN_BYTES`] or the image's payloads,
+//! compressed, pass [`IMAGE_WARN_BYTES`] (`kiln ship --check` fails on the
+//! same limits, measured on the shipped file itself).
+
+use crate::Error;
+
+/// `KILN_EMBED`: `compressed` (the default) or `plain`: how every precompile
+/// block writes the image its library embeds.
+pub const EMBED: &str = "KILN_EMBED";
+
+/// The zstd level a compressed embedding is written at.
+pub const EMBED_LEVEL: i32 = 12;
+
+/// Payload bytes of one entry past which a precompile block warns.
+pub const ENTRY_WARN_BYTES: u64 = 16 << 20;
+
+/// Compressed payload bytes of an image past which a precompile block
+/// warns: its shipped form would come near crates.io's 10 MiB package
+/// limit.
+pub const IMAGE_WARN_BYTES: u64 = 8 << 20;
+
+/// How many of the largest entries a size warning names.
+const LARGEST_SHOWN: usize = 5;
+
+/// How the image a precompile block writes is embedded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Embedding {
+    /// Payloads compressed, one group per owner, decompressed on first use.
+    Compressed,
+    /// Payloads as they are.
+    Plain,
+}
+
+impl Embedding {
+    /// The embedding `KILN_EMBED` asks for (`compressed` when unset or
+    /// empty).
+    ///
+    /// # Errors
+    /// [`Error::InvalidSwitch`] for any other value than `compressed` or
+    /// `plain`.
+    pub fn from_lookup(
+        lookup: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> Result<Embedding, Error> {
+        let value = lookup(EMBED).map(|value| value.to_string_lossy().trim().to_owned());
+        match value.as_deref() {
+            None | Some("") | Some("compressed") => Ok(Embedding::Compressed),
+            Some("plain") => Ok(Embedding::Plain),
+            Some(other) => Err(Error::InvalidSwitch {
+                variable: EMBED,
+                value: other.to_owned(),
+                expected: "`compressed` (the default) or `plain`",
+            }),
+        }
+    }
+}
+
+/// One entry's size, for the warnings.
+pub(crate) struct EntrySize {
+    pub(crate) name: String,
+    pub(crate) owner_label: String,
+    pub(crate) bytes: u64,
+}
+
+impl EntrySize {
+    /// The size of `entry`'s payloads.
+    pub(crate) fn of(entry: &kiln_image::EntryData) -> EntrySize {
+        EntrySize {
+            name: entry.name.clone(),
+            owner_label: entry.owner_label.clone(),
+            bytes: entry.artifacts.iter().map(|a| a.bytes.len() as u64).sum(),
+        }
+    }
+}
+
+/// The image `writer` holds, written as `embedding` asks.
+pub(crate) fn write(
+    writer: &kiln_image::ImageWriter,
+    embedding: Embedding,
+) -> Result<Vec<u8>, Error> {
+    Ok(match embedding {
+        Embedding::Compressed => writer.to_compressed_bytes(EMBED_LEVEL)?,
+        Embedding::Plain => writer.to_bytes()?,
+    })
+}
+
+/// The size warnings of the image `written` (from `writer`, as `embedding`
+/// asks) with entries of `sizes`. A plain image whose payloads could pass
+/// the limit is compressed once more, quickly, to estimate its compressed
+/// size.
+pub(crate) fn size_warnings_for(
+    writer: &kiln_image::ImageWriter,
+    sizes: Vec<EntrySize>,
+    written: &[u8],
+    embedding: Embedding,
+) -> Result<Vec<String>, Error> {
+    let stored = kiln_image::Header::parse(written, written.len() as u64)
+        .map(|header| header.payload_len)
+        .unwrap_or(written.len() as u64);
+    let compressed = if embedding == Embedding::Plain && stored > IMAGE_WARN_BYTES {
+        let estimate = writer.to_compressed_bytes(3)?;
+        kiln_image::Header::parse(&estimate, estimate.len() as u64)
+            .map(|header| header.payload_len)
+            .unwrap_or(stored)
+    } else {
+        stored
+    };
+    Ok(size_warnings(sizes, compressed))
+}
+
+/// The `cargo:warning` lines (without the prefix) for entries and an image
+/// that cannot ship: `entries` are the image's entries, `compressed` the
+/// image's payload bytes once compressed (or, when it was not compressed,
+/// its raw payload bytes).
+pub(crate) fn size_warnings(mut entries: Vec<EntrySize>, compressed: u64) -> Vec<String> {
+    let mut lines = Vec::new();
+    let too_large = entries
+        .iter()
+        .filter(|entry| entry.bytes > ENTRY_WARN_BYTES)
+        .count();
+    if too_large == 0 && compressed <= IMAGE_WARN_BYTES {
+        return lines;
+    }
+    let total: u64 = entries.iter().map(|entry| entry.bytes).sum();
+    if too_large > 0 {
+        lines.push(format!(
+            "{too_large} entries hold more than {} each: an entry that large is rarely meant \
+             (a catalogue grown by mistake?) and makes the image hard to ship",
+            mib(ENTRY_WARN_BYTES)
+        ));
+    }
+    if compressed > IMAGE_WARN_BYTES {
+        lines.push(format!(
+            "the image's {} of payloads compress to {}: its shipped form would come near \
+             crates.io's 10 MiB package limit (`kiln ship --check` fails past {}); ship \
+             fewer specializations or targets",
+            mib(total),
+            mib(compressed),
+            mib(IMAGE_WARN_BYTES)
+        ));
+    }
+    entries.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.name.cmp(&b.name)));
+    for entry in entries.iter().take(LARGEST_SHOWN) {
+        lines.push(format!(
+            "  largest: {} ({}): {}",
+            entry.name,
+            entry.owner_label,
+            mib(entry.bytes)
+        ));
+    }
+    lines
+}
+
+/// `bytes` in MiB, for messages.
+pub(crate) fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(name: &str, bytes: u64) -> EntrySize {
+        EntrySize {
+            name: name.into(),
+            owner_label: "compiler 1/target".into(),
+            bytes,
+        }
+    }
+
+    #[test]
+    fn the_switch_reads_compressed_by_default_and_refuses_typos() {
+        let read = |value: Option<&str>| {
+            let value = value.map(std::ffi::OsString::from);
+            Embedding::from_lookup(&move |_: &str| value.clone())
+        };
+        assert_eq!(read(None).ok(), Some(Embedding::Compressed));
+        assert_eq!(read(Some("")).ok(), Some(Embedding::Compressed));
+        assert_eq!(read(Some("plain")).ok(), Some(Embedding::Plain));
+        let error = read(Some("plane")).err().map(|e| e.to_string());
+        assert!(
+            error
+                .as_deref()
+                .is_some_and(|e| e.contains("KILN_EMBED") && e.contains("plain")),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn small_images_get_no_warning_and_large_ones_name_their_largest_entries() {
+        let small = vec![entry("a", 1 << 20), entry("b", 2 << 20)];
+        assert!(size_warnings(small, 1 << 20).is_empty());
+        let mut catalogue: Vec<EntrySize> = (0..8)
+            .map(|n| entry(&format!("dfa {n}"), n << 20))
+            .collect();
+        catalogue.push(entry("huge dfa", 157 << 20));
+        let lines = size_warnings(catalogue, 12 << 20);
+        assert!(
+            lines[0].starts_with("1 entries hold more than 16.0 MiB"),
+            "{lines:?}"
+        );
+        assert!(lines[1].contains("compress to 12.0 MiB"), "{lines:?}");
+        assert!(lines[2].contains("huge dfa") && lines[2].contains("157.0 MiB"));
+        assert!(lines[3].contains("dfa 7"));
+        assert_eq!(lines.len(), 2 + LARGEST_SHOWN);
+    }
+}
