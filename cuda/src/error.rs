@@ -78,19 +78,6 @@ pub enum Error {
         /// Every candidate tried, in order.
         searched: SearchLog,
     },
-    /// cudarc resolves `libnvrtc` by name and would bind a different library than the
-    /// one Kiln located (and reports the version of).
-    #[error(
-        "NVRTC located at {located} but cudarc binds {bound} instead; put the located \
-         library's folder first on LD_LIBRARY_PATH or point KILN_NVRTC at the library \
-         the loader finds"
-    )]
-    NvrtcShadowed {
-        /// The library Kiln located and probed.
-        located: PathBuf,
-        /// What cudarc's by-name lookup resolves to.
-        bound: String,
-    },
     /// A compile was needed, but this process has no NVRTC: its owners name a
     /// compiler recorded when the images were built.
     #[error(
@@ -388,6 +375,55 @@ pub enum Error {
         #[source]
         cause: std::sync::Arc<Error>,
     },
+    /// The local NVRTC makes code the device's driver cannot load (a newer CUDA
+    /// major), or cannot compile for its arch, and no NVRTC of a major that fits is
+    /// installed.
+    #[error(
+        "the local NVRTC {found} makes code for CUDA {} drivers and GPUs from sm_75, and \
+         {device} needs NVRTC {wanted}.x, which is not found ({cause}); install it (CUDA 12: \
+         `pip install nvidia-cuda-nvrtc-cu12`) or set KILN_NVRTC_{wanted} to its library",
+        found.major
+    )]
+    NoLocalToolchainFor {
+        /// The local NVRTC.
+        found: crate::nvrtc::NvrtcVersion,
+        /// The CUDA major the device needs.
+        wanted: u32,
+        /// The device (`sm_70 with a driver for CUDA 12.8`).
+        device: String,
+        /// Why no NVRTC of that major was found.
+        #[source]
+        cause: std::sync::Arc<Error>,
+    },
+    /// A plan leaves GPUs it serves without code on drivers it says it serves.
+    #[error("{gaps}")]
+    DriverGaps {
+        /// Each gap, with what would close it.
+        gaps: String,
+    },
+    /// `KILN_ALWAYS_COMPILE` asks for every entry compiled here, and a toolchain of
+    /// the plan is missing.
+    #[error(
+        "KILN_ALWAYS_COMPILE compiles every entry with this machine's toolchains, and one \
+         of the plan's is missing: {cause}"
+    )]
+    AlwaysCompileWithout {
+        /// Why the toolchain is missing.
+        #[source]
+        cause: std::sync::Arc<Error>,
+    },
+    /// `KILN_CUDA_DRIVERS` holds something that is not a CUDA version.
+    #[error(
+        "KILN_CUDA_DRIVERS={given:?}: {item:?} is not a CUDA version; give the drivers the \
+         application runs on as CUDA versions, each from that one on within its major: \
+         `13` (R580 and newer), `12.2` (R535 to R575), `12,13` (both)"
+    )]
+    InvalidDriverList {
+        /// The whole value.
+        given: String,
+        /// The item that is not a version.
+        item: String,
+    },
     /// An error found once and given to every caller since (locating the headers of
     /// a toolchain, or the toolchain itself).
     #[error(transparent)]
@@ -490,8 +526,8 @@ impl Error {
         match self {
             Error::NvrtcNotFound { .. }
             | Error::CcclNotFound { .. }
-            | Error::NvrtcShadowed { .. }
             | Error::NoNvrtc { .. }
+            | Error::NoLocalToolchainFor { .. }
             | Error::UnknownHeaderSet { .. }
             | Error::RecordedIncludeDir { .. } => true,
             Error::Shared(inner) => inner.is_missing_toolchain(),
