@@ -47,6 +47,6 @@ fi
 
 # The demo libraries' shipped images match what their blocks build today
 # (the check the README's author guide gives library authors for their CI).
-cargo run --locked -q -p kiln-tool -- ship --check -p kiln-kernels-demo -p kiln-activations-demo
+cargo run --locked -q -p kiln-tool -- ship --check -p kiln-kernels-demo -p kiln-activations-demo -p kiln-nvcc-style
 
 cargo test --workspace --all-features --locked "$@"

@@ -185,17 +185,46 @@ pub enum Error {
         /// The library names tried.
         tried: Vec<String>,
     },
-    /// The CUDA driver is older than the code Kiln loads needs: NVRTC 13 output
-    /// (CUBIN and PTX) needs a driver for CUDA 13.0, R580 or newer.
+    /// The CUDA driver is older than every driver Kiln serves (CUDA 12.0, R525).
     #[error(
-        "the CUDA driver supports CUDA {found}, but code compiled by NVRTC 13 needs a \
-         driver for CUDA {needed} or newer (R580+); update the GPU driver"
+        "the CUDA driver supports CUDA {found} (cuDriverGetVersion), older than every \
+         driver Kiln serves (CUDA {needed} or newer, R525+); update the GPU driver"
     )]
     DriverTooOld {
         /// The driver's version (`cuDriverGetVersion`, 12080 for 12.8).
         found: i32,
         /// The version needed.
         needed: i32,
+    },
+    /// [`limit_driver_version`](crate::loader::limit_driver_version) was asked for
+    /// a newer driver than the installed one.
+    #[error(
+        "cannot serve this process as a driver for CUDA {limit} (cuDriverGetVersion form): \
+         the installed driver supports CUDA {installed} only, and would be handed code it \
+         cannot load; limit it to an older version"
+    )]
+    DriverLimitAbove {
+        /// The version asked for.
+        limit: i32,
+        /// The installed driver's.
+        installed: i32,
+    },
+    /// The driver cannot load an artifact chosen for it (a CUBIN of a newer CUDA
+    /// major than the driver's).
+    #[error(
+        "the {kind} of {name} was built by NVRTC {nvrtc}, which a driver for CUDA {driver} \
+         (cuDriverGetVersion) cannot load; get the kernel for this driver \
+         (kiln_cuda::loader::device(&ctx)) and load that, or ship code this driver loads"
+    )]
+    ChosenArtifactDoesNotLoad {
+        /// The entry's name.
+        name: String,
+        /// The artifact (`cubin`, `ptx`).
+        kind: String,
+        /// The NVRTC release that built it.
+        nvrtc: String,
+        /// The driver's CUDA version.
+        driver: i32,
     },
     /// A CUDA driver call made before cudarc is involved failed.
     #[error("CUDA driver call {call} returned status {status}")]

@@ -183,7 +183,7 @@ impl NvrtcIdentity {
                 version: self.version.release.clone(),
             });
         };
-        let nvrtc = Nvrtc::load_with(&self.config, &self.memo)?;
+        let nvrtc = Nvrtc::load_located(located.clone(), &self.memo)?;
         let same_file = same_file(&nvrtc.location().path, &located.path);
         if !same_file || nvrtc.version() != &self.version {
             return Err(self.changed(nvrtc, &nvrtc.version().release));
