@@ -22,12 +22,25 @@ use kiln::cuda::loader::{DRIVER_FUNCTIONS, OLDEST_DRIVER_VERSION};
 /// the source cargo built it from.
 fn cudarc_functions() -> BTreeMap<String, Option<String>> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    // This platform's dependencies only (the others' are not downloaded).
+    let platform = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
     let output = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--offline"])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--offline",
+            "--filter-platform",
+        ])
+        .arg(platform)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo metadata runs");
-    assert!(output.status.success(), "cargo metadata failed");
+    assert!(
+        output.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let metadata: serde_json::Value =
         serde_json::from_slice(&output.stdout).expect("cargo metadata prints JSON");
     let manifest = metadata["packages"]
@@ -75,9 +88,8 @@ fn names_in(binary: &[u8], known: &BTreeMap<String, Option<String>>) -> Vec<Stri
     let mut found = std::collections::BTreeSet::new();
     let mut at = 0;
     while at + 3 <= binary.len() {
-        let is_start = binary[at] == b'c'
-            && binary[at + 1] == b'u'
-            && binary[at + 2].is_ascii_uppercase();
+        let is_start =
+            binary[at] == b'c' && binary[at + 1] == b'u' && binary[at + 2].is_ascii_uppercase();
         if !is_start {
             at += 1;
             continue;
@@ -147,6 +159,9 @@ fn every_driver_function_kiln_calls_is_in_the_oldest_driver_it_serves() {
         "cuLinkComplete",
         "cuMemcpyHtoDAsync_v2",
     ] {
-        assert!(called.iter().any(|c| c == needed), "{needed} not found in {called:?}");
+        assert!(
+            called.iter().any(|c| c == needed),
+            "{needed} not found in {called:?}"
+        );
     }
 }

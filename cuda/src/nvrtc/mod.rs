@@ -156,10 +156,7 @@ impl Nvrtc {
 
     /// Loads the library `located` names (or returns it, when this process loaded
     /// that file already).
-    pub(crate) fn load_located(
-        located: Located,
-        memo: &MemoDir,
-    ) -> Result<&'static Nvrtc, Error> {
+    pub(crate) fn load_located(located: Located, memo: &MemoDir) -> Result<&'static Nvrtc, Error> {
         let canonical = canonical_file(&located.path);
         // A poisoned lock only means another loader panicked; the list is intact.
         let mut loaded = LOADED.lock().unwrap_or_else(|p| p.into_inner());

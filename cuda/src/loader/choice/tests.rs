@@ -77,8 +77,14 @@ fn a_chosen_artifact_loads_only_on_a_driver_that_loads_its_toolchain() {
         "{refused}"
     );
     assert!(loads(&built(Cubin, "13.5.37"), 13000).is_ok(), "same major");
-    assert!(loads(&built(Cubin, "12.9.86"), 13000).is_ok(), "an older major");
-    assert!(loads(&built(Cubin, "12.9.86"), 12000).is_ok(), "minor-version compatibility");
+    assert!(
+        loads(&built(Cubin, "12.9.86"), 13000).is_ok(),
+        "an older major"
+    );
+    assert!(
+        loads(&built(Cubin, "12.9.86"), 12000).is_ok(),
+        "minor-version compatibility"
+    );
     // PTX of NVRTC 13.5 on a 13.0 driver.
     let refused = loads(&built(Ptx, "13.5.37"), 13000).unwrap_err();
     assert!(
