@@ -446,7 +446,6 @@ impl ShipPlan {
             .into_iter()
             .filter_map(|name| session.env(&name).map(|value| (name, value)))
             .collect();
-        let lookup = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
         let always = session
             .env(kiln_core::env::ALWAYS_COMPILE)
             .is_some_and(|v| kiln_core::env::is_on(&v));
@@ -462,17 +461,12 @@ impl ShipPlan {
 
         // Each toolchain: the shipped record's of its major, else this machine's.
         let main = self.main_family();
-        let search = SearchConfig::from_lookup(&lookup);
         let mut claimed = vec![false; shipped.as_ref().map_or(0, |r| r.toolchains().len())];
         let mut toolchains: Vec<PlanToolchain> = Vec::new();
         for (index, family) in self.families.iter().enumerate() {
             let recorded = shipped
                 .as_ref()
                 .and_then(|record| match_record(record, family, self.families.len(), &mut claimed));
-            let config = match family.cuda {
-                Some(major) => search.clone().of_cuda(major, index == main, &lookup),
-                None => search.clone(),
-            };
             let given = self.local.clone().filter(|given| match given {
                 Ok(toolchain) => family.cuda.is_none_or(|m| toolchain.nvrtc().major == m),
                 Err(_) => true,
@@ -480,7 +474,9 @@ impl ShipPlan {
             toolchains.push(PlanToolchain {
                 family: family.clone(),
                 recorded: recorded.map(|r| Arc::new(Toolchain::from_record(&r))),
-                config,
+                env: env.clone(),
+                main: index == main,
+                config: OnceLock::new(),
                 given,
                 local: OnceLock::new(),
                 not_found: AtomicBool::new(false),
@@ -666,7 +662,7 @@ impl ShipPlan {
                 declare_local_sources(session, local, &record);
             }
             if toolchain.not_found.load(Ordering::Relaxed) {
-                for place in toolchain.config.watched_places() {
+                for place in toolchain.config().watched_places() {
                     session.uses_source(place);
                 }
                 for variable in SEARCH_VARIABLES {
@@ -760,7 +756,14 @@ impl ShipPlan {
 struct PlanToolchain {
     family: Family,
     recorded: Option<Arc<Toolchain>>,
-    config: SearchConfig,
+    /// The variables a search reads, as the build sees them.
+    env: Vec<(String, std::ffi::OsString)>,
+    /// Whether this is the plan's main toolchain.
+    main: bool,
+    /// Where its local toolchain is looked for: made only when needed (making
+    /// it lists the site-packages folders, which a build whose entries all come
+    /// from the shipped image never touches).
+    config: OnceLock<SearchConfig>,
     given: Option<LocalToolchain>,
     local: OnceLock<LocalToolchain>,
     /// Whether an entry was left out because the toolchain or a header set was
@@ -774,11 +777,28 @@ impl PlanToolchain {
         self.local
             .get_or_init(|| match &self.given {
                 Some(given) => given.clone(),
-                None => Toolchain::located(self.config.clone())
+                None => Toolchain::located(self.config().clone())
                     .map(Arc::new)
                     .map_err(Arc::new),
             })
             .clone()
+    }
+
+    /// Where the local toolchain is looked for.
+    fn config(&self) -> &SearchConfig {
+        self.config.get_or_init(|| {
+            let lookup = |name: &str| {
+                self.env
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.clone())
+            };
+            let search = SearchConfig::from_lookup(&lookup);
+            match self.family.cuda {
+                Some(major) => search.of_cuda(major, self.main, &lookup),
+                None => search,
+            }
+        })
     }
 }
 
