@@ -165,3 +165,23 @@ fn every_driver_function_kiln_calls_is_in_the_oldest_driver_it_serves() {
         );
     }
 }
+
+/// The README's table of the drivers and GPUs the example libraries' default
+/// plan serves is what `kiln::cuda::select::coverage` computes for it.
+#[test]
+fn the_readme_table_of_drivers_and_gpus_is_the_computed_coverage() {
+    let record: kiln::cuda::toolchain::BuildRecord = "kiln-cuda-build/2 \
+        nvrtc=13.0.88 cubin=sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120 ptx=sm_75 \
+        nvrtc=12.9.86 cubin=sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120 ptx=sm_50"
+        .parse()
+        .expect("a record");
+    let coverage = kiln::cuda::select::coverage::coverage(&record);
+    assert!(coverage.check().is_ok());
+    assert!(coverage.unserved().is_empty());
+    let table = coverage.table();
+    let readme = include_str!("../README.md");
+    assert!(
+        readme.contains(&table),
+        "README.md's table is not the computed one; it should read:\n{table}"
+    );
+}
