@@ -123,3 +123,129 @@ fn both_toolchains_ship_and_each_cubin_names_the_arch_it_was_built_for() {
     assert_ne!(cccl[0], cccl[1], "each toolchain keys with its own headers");
     assert_eq!(record.oldest_driver(), 12000);
 }
+
+/// NVRTC 13.5, installed apart by `scripts/install-cuda-wheels.sh --nvrtc-into
+/// target/nvrtc-13.5 13.5.37` (`scripts/test.sh` does it).
+fn nvrtc_13_5() -> Option<PathBuf> {
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("the target folder")
+        .to_path_buf();
+    let library = target.join("nvrtc-13.5/nvidia/cu13/lib/libnvrtc.so.13");
+    kiln_test_support::ci::required(
+        if library.is_file() {
+            Ok(library)
+        } else {
+            Err(format!("no {}", library.display()))
+        },
+        "NVRTC 13.5 (scripts/install-cuda-wheels.sh --nvrtc-into target/nvrtc-13.5 13.5.37)",
+    )
+}
+
+/// `cargo build -p kiln-activations-demo` with `vars`: its exit status, stderr and
+/// its block's output.
+fn build_activations(vars: &[(&str, &std::ffi::OsStr)]) -> (bool, String, String) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = std::process::Command::new(cargo);
+    command
+        .args(["build", "--offline", "-p", "kiln-activations-demo"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    for name in [
+        "KILN_NVRTC",
+        "KILN_DEMO_ARCHS",
+        "KILN_DEMO_OLDEST_DRIVER",
+        "KILN_IGNORE_SHIPPED",
+        "KILN_ALWAYS_COMPILE",
+        "KILN_CUDA_ARCHS",
+        "KILN_CUDA_DRIVERS",
+        "KILN_SHIP_CANDIDATE",
+    ] {
+        command.env_remove(name);
+    }
+    for (name, value) in vars {
+        command.env(name, value);
+    }
+    let output = command.output().expect("cargo runs");
+    let app = demo_app::demo_app();
+    let build = app.parent().expect("the profile folder").join("build");
+    let log = kiln_test_support::library::build_script_output(&build, "kiln-activations-demo")
+        .unwrap_or_default();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+        log,
+    )
+}
+
+/// The author on today's NVRTC (13.5): PTX that an R580 driver cannot JIT fails
+/// the build, before anything compiles, saying how to fix it; stating 13.5 as the
+/// oldest driver served builds. `KILN_ALWAYS_COMPILE` with that NVRTC compiles
+/// every entry under its own identity (never an empty image).
+#[test]
+fn ptx_newer_than_the_oldest_driver_fails_the_build_and_always_compile_uses_the_local_nvrtc() {
+    if !demo_app::nvrtc_available() {
+        return;
+    }
+    let Some(nvrtc) = nvrtc_13_5() else { return };
+    let nvrtc = nvrtc.as_os_str();
+    let yes = std::ffi::OsStr::new("1");
+    let archs = std::ffi::OsStr::new("sm_80,sm_86");
+    let (ok, stderr, _) = build_activations(&[
+        ("KILN_NVRTC", nvrtc),
+        ("KILN_IGNORE_SHIPPED", yes),
+        ("KILN_DEMO_ARCHS", archs),
+    ]);
+    assert!(!ok, "the build succeeded");
+    for needed in [
+        "the build states it serves drivers from CUDA 13.0 (R580)",
+        "sm_90 on drivers for CUDA 13.0, 13.1, 13.2, 13.3, 13.4",
+        "produced by NVRTC 13.5.37",
+        "ship a CUBIN for sm_90",
+        "ShipPlan::with_oldest_driver",
+    ] {
+        assert!(
+            stderr.contains(needed),
+            "{needed:?} missing from:\n{stderr}"
+        );
+    }
+    assert!(
+        !stderr.contains("ready in"),
+        "it compiled before failing:\n{stderr}"
+    );
+
+    let (ok, stderr, log) = build_activations(&[
+        ("KILN_NVRTC", nvrtc),
+        ("KILN_IGNORE_SHIPPED", yes),
+        ("KILN_DEMO_ARCHS", archs),
+        ("KILN_DEMO_OLDEST_DRIVER", std::ffi::OsStr::new("13.5")),
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(
+        log.contains("16 entries (") && log.contains("0 missing, 0 failed)"),
+        "{log}"
+    );
+    assert!(log.contains("serves drivers from CUDA 13.5"), "{log}");
+
+    // The shipped image was built by 13.0.88 and 12.9.86; KILN_ALWAYS_COMPILE
+    // compiles every entry with this machine's NVRTC 13.5 (and 12.9).
+    let (ok, stderr, log) =
+        build_activations(&[("KILN_NVRTC", nvrtc), ("KILN_ALWAYS_COMPILE", yes)]);
+    assert!(ok, "{stderr}");
+    assert!(
+        log.contains(
+            "136 entries (0 from shipped, 0 from disk, 136 compiled, 0 missing, 0 failed)"
+        ),
+        "{log}"
+    );
+    let record = log
+        .lines()
+        .find_map(|line| line.strip_prefix("cargo:rustc-env=KILN_CUDA_BUILD="))
+        .expect("a record");
+    assert!(
+        record.contains("nvrtc=13.5.37") && record.contains("nvrtc=12.9.86"),
+        "{record}"
+    );
+    // Back to the shipped build for the other tests.
+    let (ok, stderr, _) = build_activations(&[]);
+    assert!(ok, "{stderr}");
+}
