@@ -9,7 +9,7 @@
 //! its `libnvrtc-builtins` neighbour (NVRTC opens that one by name at the first
 //! compile, which fails when the wheel's folder is not on the loader path), and
 //! resolves the functions a compile calls from that handle into a table of its own
-//! ([`Api`]). So a process can hold several NVRTC releases at once, NVRTC 12 and
+//! (`Api`). So a process can hold several NVRTC releases at once, NVRTC 12 and
 //! NVRTC 13 side by side (a build that ships code for both driver families), each
 //! compile going to exactly the library its owner names; another NVRTC earlier on
 //! the loader path changes nothing.
