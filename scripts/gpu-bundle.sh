@@ -10,8 +10,15 @@
 # network. The bundle holds, stripped, under 64 MiB:
 #
 #   bin/demo-exact, demo-compatible, demo-ptx   kiln-demo-app --gpu, its images
-#       built for the default targets, for sm_80,sm_90a (a compatible CUBIN on
-#       sm_90) and for sm_80,sm_86 (no CUBIN for sm_90: PTX);
+#       built for the default targets (NVRTC 13 and NVRTC 12 entries), for
+#       sm_80,sm_90a (a compatible CUBIN on sm_90) and for sm_80,sm_86 (no CUBIN
+#       for sm_90: PTX);
+#   bin/demo-nvrtc135, demo-nvrtc135-ptx   kiln-demo-app with images built by
+#       NVRTC 13.5 (installed apart, scripts/install-cuda-wheels.sh --nvrtc-into)
+#       for sm_80,sm_90 and for sm_80,sm_86, stating 13.5 as their oldest driver:
+#       on an R580 driver the first one's CUBINs load and run, the second one's
+#       PTX is refused with Kiln's own error (src/drivers.py checks both, and the
+#       default demo's CUDA 12 and CUDA 13 entries);
 #   bin/kiln-bench, bin/cudarc-alone (the sm_90 CUBIN of kiln_axpy<float>
 #       that Kiln serves, embedded), bin/cuda_gpu (the GPU tests, built with
 #       --no-run);
@@ -103,6 +110,16 @@ for pair in demo-compatible:sm_80,sm_90a demo-ptx:sm_80,sm_86; do
   cp "$(echo "$JSON" | executable kiln-demo-app)" "$BUNDLE/bin/${pair%%:*}"
 done
 
+# 3b. Images built by NVRTC 13.5, a newer NVRTC than the GPU machine's driver.
+NVRTC_135=$(scripts/install-cuda-wheels.sh --nvrtc-into "$TARGET/nvrtc-13.5" 13.5.37) ||
+  die "NVRTC 13.5 could not be installed"
+for pair in demo-nvrtc135:sm_80,sm_90 demo-nvrtc135-ptx:sm_80,sm_86; do
+  say "kiln-demo-app by NVRTC 13.5 for ${pair#*:} -> bin/${pair%%:*}"
+  JSON=$(release KILN_NVRTC="$NVRTC_135" KILN_IGNORE_SHIPPED=1 KILN_DEMO_ARCHS="${pair#*:}" \
+    KILN_DEMO_OLDEST_DRIVER=13.5 CUDARC_ALONE_CUBIN="$BUNDLE/fixture/axpy_sm90.cubin" CUDARC_ALONE_ENTRY="$ENTRY")
+  cp "$(echo "$JSON" | executable kiln-demo-app)" "$BUNDLE/bin/${pair%%:*}"
+done
+
 # 4. The GPU tests, built, not run.
 say "the GPU tests (cargo test --no-run)"
 TESTS=$(cargo test --locked -p kiln-kernel-set --test cuda_gpu --no-run --message-format=json | executable cuda_gpu)
@@ -153,7 +170,7 @@ EOF
 chmod 755 "$BUNDLE/redis/redis-server"
 
 # 9. The sources run there.
-cp bench/gpu/floor.cu bench/gpu/peers.py bench/gpu/compare.py bench/gpu/report.py "$BUNDLE/src/"
+cp bench/gpu/floor.cu bench/gpu/peers.py bench/gpu/compare.py bench/gpu/report.py bench/gpu/drivers.py "$BUNDLE/src/"
 cp bench/gpu/run.sh "$BUNDLE/run.sh"
 chmod 755 "$BUNDLE/run.sh"
 

@@ -26,7 +26,10 @@ esac
 # What the build and the suite need. First, because clippy runs the build
 # scripts too, and the example libraries' build scripts compile their kernels
 # with NVRTC.
-scripts/install-cuda-wheels.sh      # NVRTC, CUB and CUDA runtime headers from PyPI wheels
+scripts/install-cuda-wheels.sh      # NVRTC, CUB and CUDA runtime headers from PyPI wheels (CUDA 13 and 12)
+# A newer NVRTC than the drivers' in the field, for the test of a plan whose
+# PTX needs a newer driver than it says it serves (tests/e2e_toolchains.rs).
+scripts/install-cuda-wheels.sh --nvrtc-into target/nvrtc-13.5 13.5.37 >/dev/null
 scripts/start-redis.sh --install    # redis-server (+ openssl for the TLS test)
 scripts/install-strace.sh           # strace, for tests/e2e_stripped.rs
 
@@ -47,6 +50,6 @@ fi
 
 # The demo libraries' shipped images match what their blocks build today
 # (the check the README's author guide gives library authors for their CI).
-cargo run --locked -q -p kiln-tool -- ship --check -p kiln-kernels-demo -p kiln-activations-demo
+cargo run --locked -q -p kiln-tool -- ship --check -p kiln-kernels-demo -p kiln-activations-demo -p kiln-nvcc-style
 
 cargo test --workspace --all-features --locked "$@"

@@ -46,8 +46,9 @@ const PACKAGES: [&str; 10] = [
     "kiln-activations-demo",
 ];
 
-/// The two libraries with shipped images, and their entries (7 targets).
-const LIBRARIES: [(&str, usize); 2] = [("kiln-kernels-demo", 77), ("kiln-activations-demo", 56)];
+/// The two libraries with shipped images, and their entries (7 NVRTC 13
+/// targets and 10 NVRTC 12 ones).
+const LIBRARIES: [(&str, usize); 2] = [("kiln-kernels-demo", 187), ("kiln-activations-demo", 136)];
 
 /// The packages, unpacked once per test process, and the scratch folder
 /// they live in (kept between runs under cargo's target folder, so that the
@@ -203,6 +204,17 @@ enum Machine {
 /// `cargo build` of the application in `app` on `machine`; with `trace`,
 /// under `strace -f`, whose log it returns.
 fn build(packaged: &Packaged, app: &Path, machine: Machine, trace: Option<&Path>) -> Output {
+    build_with(packaged, app, machine, trace, &[])
+}
+
+/// [`build`] with more variables set.
+fn build_with(
+    packaged: &Packaged,
+    app: &Path,
+    machine: Machine,
+    trace: Option<&Path>,
+    vars: &[(&str, &Path)],
+) -> Output {
     let cargo = PathBuf::from(cargo());
     let mut command = match trace {
         Some(log) => {
@@ -249,6 +261,9 @@ fn build(packaged: &Packaged, app: &Path, machine: Machine, trace: Option<&Path>
                 .env_remove("KILN_IGNORE_SHIPPED")
                 .env_remove("KILN_SHIP_CANDIDATE");
         }
+    }
+    for (name, value) in vars {
+        command.env(name, value);
     }
     command.output().expect("cargo runs")
 }
@@ -441,15 +456,7 @@ fn a_specialization_changed_after_shipping_compiles_alone_or_is_named_as_missing
     };
     let edited = packaged.edited("kiln-activations-demo", "edited", leaky_relu);
     let app = packaged.app("app-edited", &[("kiln-activations-demo", &edited)]);
-    // 2 specializations x 7 targets changed; 6 x 7 still shipped.
-    let changed: Vec<String> = ["f32", "f64"]
-        .iter()
-        .flat_map(|float| {
-            stripped::SHIPPED
-                .iter()
-                .map(move |target| format!("kiln_relu_{float} {target}"))
-        })
-        .collect();
+    let changed = changed_relu();
 
     let output = build(packaged, &app, Machine::Stripped, None);
     assert!(
@@ -460,14 +467,20 @@ fn a_specialization_changed_after_shipping_compiles_alone_or_is_named_as_missing
     let log = build_output(packaged, "kiln-activations-demo");
     assert!(
         summary(&log).starts_with(
-            "cargo:warning=kiln: kiln-activations-demo: 42 entries (42 from shipped, 0 from disk, 0 compiled, 14 missing, 0 failed)"
+            "cargo:warning=kiln: kiln-activations-demo: 102 entries (102 from shipped, 0 from disk, 0 compiled, 34 missing, 0 failed)"
         ),
         "{log}"
     );
-    let warning = log
+    // One warning per reason (the NVRTC of each CUDA major was searched for).
+    let warning: String = log
         .lines()
-        .find(|l| l.starts_with("cargo:warning=kiln: kiln-activations-demo: not precompiled (14)"))
-        .unwrap_or_else(|| panic!("no warning naming the missing kernels:\n{log}"));
+        .filter(|l| l.starts_with("cargo:warning=kiln: kiln-activations-demo: not precompiled ("))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        !warning.is_empty(),
+        "no warning naming the missing kernels:\n{log}"
+    );
     for label in &changed {
         assert!(
             warning.contains(label.as_str()),
@@ -490,8 +503,98 @@ fn a_specialization_changed_after_shipping_compiles_alone_or_is_named_as_missing
     let log = build_output(packaged, "kiln-activations-demo");
     assert!(
         summary(&log).starts_with(
-            "kiln: kiln-activations-demo: 56 entries (42 from shipped, 0 from disk, 14 compiled, 0 missing, 0 failed)"
+            "kiln: kiln-activations-demo: 136 entries (102 from shipped, 0 from disk, 34 compiled, 0 missing, 0 failed)"
         ),
+        "{log}"
+    );
+}
+
+/// The relu kernels' (f32 and f64) entries: 2 specializations × (7 NVRTC 13
+/// targets + 10 NVRTC 12 ones), as the block labels them.
+fn changed_relu() -> Vec<String> {
+    ["f32", "f64"]
+        .iter()
+        .flat_map(|float| {
+            let thirteen = stripped::SHIPPED
+                .iter()
+                .map(move |target| format!("kiln_relu_{float} {target} cuda13"));
+            let twelve = stripped::SHIPPED_CUDA_12
+                .iter()
+                .map(move |target| format!("kiln_relu_{float} {target} cuda12"));
+            thirteen.chain(twelve)
+        })
+        .collect()
+}
+
+/// The site-packages folder whose `nvidia/` holds this machine's NVRTC wheels
+/// (CUDA 13's and CUDA 12's).
+fn wheels_site() -> Option<PathBuf> {
+    kiln::cuda::locate::SearchConfig::from_env()
+        .site_packages
+        .into_iter()
+        .find(|site| {
+            site.join("nvidia/cu13/lib").is_dir() && site.join("nvidia/cuda_nvrtc/lib").is_dir()
+        })
+}
+
+#[test]
+fn a_toolchain_appearing_reruns_the_block_without_clean_or_a_variable() {
+    let Some((_lock, packaged)) = packaged() else {
+        return;
+    };
+    let Some(site) = kiln_test_support::ci::required(
+        wheels_site().ok_or("no site-packages folder holds nvidia/cu13 and nvidia/cuda_nvrtc"),
+        "the NVRTC wheels (run scripts/install-cuda-wheels.sh)",
+    ) else {
+        return;
+    };
+    let edited = packaged.edited("kiln-activations-demo", "rerun", leaky_relu);
+    let app = packaged.app("app-rerun", &[("kiln-activations-demo", &edited)]);
+    // A fresh virtualenv, found by the search through VIRTUAL_ENV, without the
+    // wheels yet.
+    let venv = packaged.root.join("venv-rerun");
+    let _ = std::fs::remove_dir_all(&venv);
+    let venv_site = venv.join("lib/python3.11/site-packages");
+    std::fs::create_dir_all(&venv_site).expect("site-packages");
+    let vars: [(&str, &Path); 1] = [("VIRTUAL_ENV", &venv)];
+
+    let output = build_with(packaged, &app, Machine::Stripped, None, &vars);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let log = build_output(packaged, "kiln-activations-demo");
+    assert!(
+        summary(&log).contains(
+            "102 entries (102 from shipped, 0 from disk, 0 compiled, 34 missing, 0 failed)"
+        ),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("cargo:rerun-if-changed={}", venv_site.display())),
+        "the block watches where NVRTC would appear:\n{log}"
+    );
+
+    // The wheels installed into the virtualenv; the same build again: the block
+    // reruns by itself and compiles what was missing.
+    std::os::unix::fs::symlink(site.join("nvidia"), venv_site.join("nvidia")).expect("install");
+    let output = build_with(packaged, &app, Machine::Stripped, None, &vars);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let log = build_output(packaged, "kiln-activations-demo");
+    assert!(
+        summary(&log).contains(
+            "136 entries (102 from shipped, 0 from disk, 34 compiled, 0 missing, 0 failed)"
+        ),
+        "the block did not rerun, or did not compile:\n{log}"
+    );
+    // Nothing missing any more: nothing watched but the toolchain used.
+    assert!(
+        !log.contains(&format!("cargo:rerun-if-changed={}\n", venv_site.display())),
         "{log}"
     );
 }
@@ -514,7 +617,7 @@ fn an_option_nvrtc_refuses_fails_the_build_with_its_message() {
     assert!(!output.status.success(), "the build succeeded");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("kiln: kiln-activations-demo: kiln_relu_f32 sm_75 does not compile"),
+        stderr.contains("kiln: kiln-activations-demo: kiln_relu_f32 sm_75 cuda13 does not compile"),
         "{stderr}"
     );
     assert!(

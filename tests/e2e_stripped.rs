@@ -22,7 +22,10 @@ mod stripped;
 use std::process::Command;
 
 use demo_app::Run;
-use stripped::{KERNELS, PTX_TARGET, SHIPPED, Stripped, setup, stripped, system_nvrtc};
+use stripped::{
+    KERNELS, NVRTC_12, NVRTC_13, PTX_TARGET, SHIPPED, SHIPPED_CUDA_12, Stripped, setup, stripped,
+    system_nvrtc,
+};
 
 #[test]
 fn every_kernel_comes_from_an_image_with_no_toolchain_at_all() {
@@ -33,6 +36,56 @@ fn every_kernel_comes_from_an_image_with_no_toolchain_at_all() {
     for library in ["kiln-kernels-demo", "kiln-activations-demo"] {
         assert_eq!(stripped.run.targets(library), SHIPPED, "{library}");
         assert_eq!(stripped.run.library(library)["ptx_target"], PTX_TARGET);
+    }
+}
+
+#[test]
+fn a_cuda_12_driver_gets_nvrtc_12_code_and_a_cuda_13_driver_nvrtc_13_code() {
+    let Some((strace, app)) = setup() else { return };
+    // A V100 on R570: NVRTC 13 cannot compile for it, and a 12.8 driver loads
+    // no 13.x code: the NVRTC 12 CUBINs.
+    let volta = stripped(&strace, app, &["--arch", "sm_70", "--driver", "12.8"]);
+    volta.assert_clean(app);
+    volta.assert_all_built_by("exact-cubin", "sm_70", NVRTC_12);
+    // An H100 on R580: the NVRTC 13 CUBINs, the newest toolchain the driver loads.
+    let hopper = stripped(&strace, app, &["--arch", "sm_90", "--driver", "13.0"]);
+    hopper.assert_clean(app);
+    hopper.assert_all_built_by("exact-cubin", "sm_90", NVRTC_13);
+    // The same H100 on R535 gets the NVRTC 12 CUBINs.
+    let old = stripped(&strace, app, &["--arch", "sm_90", "--driver", "12.2"]);
+    old.assert_clean(app);
+    old.assert_all_built_by("exact-cubin", "sm_90", NVRTC_12);
+    // A GPU newer than every CUBIN on R575 gets NVRTC 12.9's PTX (13.0's would
+    // need R580); on R570 nothing loads, and Kiln says so itself.
+    let newer = stripped(&strace, app, &["--arch", "sm_130", "--driver", "12.9"]);
+    newer.assert_clean(app);
+    newer.assert_all_built_by("ptx", "sm_50", NVRTC_12);
+    let none = stripped(
+        &strace,
+        app,
+        &["--arch", "sm_130", "--driver", "12.8", "--only", "relu_f32"],
+    );
+    assert!(!none.run.success, "nothing loads, yet it succeeded");
+    let failed = none.run.events("kernel");
+    let error = failed[0]["error"].as_str().unwrap_or_default();
+    for needed in [
+        "kernel kiln_relu_f32 for sm_130 with a driver for CUDA 12.8",
+        "nothing shipped loads on sm_130 with a driver for CUDA 12.8",
+        "NVRTC 13.0.88: PTX sm_75 (13.0+)",
+        "NVRTC 12.9.86: PTX sm_50 (12.9+)",
+        "could add a CUBIN for sm_130",
+    ] {
+        assert!(error.contains(needed), "{needed:?} missing from: {error}");
+    }
+    assert!(!error.contains("CUDA_ERROR"), "{error}");
+    for library in ["kiln-kernels-demo", "kiln-activations-demo"] {
+        let toolchains = volta.run.library(library)["toolchains"].clone();
+        let cuda_12 = toolchains[1]["cubin_targets"]
+            .as_array()
+            .map(|t| t.iter().filter_map(|a| a.as_str()).collect::<Vec<_>>())
+            .unwrap_or_default();
+        assert_eq!(cuda_12, SHIPPED_CUDA_12, "{library}");
+        assert_eq!(toolchains[1]["nvrtc"], NVRTC_12, "{library}");
     }
 }
 

@@ -10,7 +10,10 @@
 #
 # Steps: the demo application --gpu served
 # exact CUBINs, a compatible CUBIN (sm_90a on an sm_90 device) and PTX, each
-# normal and stripped (env -i, fresh HOME, PATH=/usr/bin:/bin); the JIT cache
+# normal and stripped (env -i, fresh HOME, PATH=/usr/bin:/bin); both driver
+# families (src/drivers.py: the NVRTC 12 entries with the driver served as
+# CUDA 12.8, the NVRTC 13 ones, an NVRTC 13.5 image's CUBINs loaded and its PTX
+# refused by Kiln); the JIT cache
 # figures (kiln-bench jit: first process, second process, second machine
 # through a loopback redis-server); kiln-bench --gpu; and side by side, 9
 # interleaved rounds of fresh processes: the nvcc floor (built here), cudarc
@@ -129,6 +132,11 @@ step demo-compatible-stripped 60 "${STRIPPED[@]}" HOME="$(mktemp -d)" "$BIN/demo
 step demo-ptx 90 env CUDA_CACHE_DISABLE=1 KILN_CACHE_DIR="$WORK/cache-ptx" "$BIN/demo-ptx" --gpu --json
 step demo-ptx-second-process 60 env CUDA_CACHE_DISABLE=1 KILN_CACHE_DIR="$WORK/cache-ptx" "$BIN/demo-ptx" --gpu --json
 step demo-ptx-stripped 90 "${STRIPPED[@]}" HOME="$(mktemp -d)" CUDA_CACHE_DISABLE=1 "$BIN/demo-ptx" --gpu --json
+
+# --- Both driver families from one image; a too new NVRTC's PTX refused -------
+# CUDA 12 entries (the driver served as 12.8), CUDA 13 entries, NVRTC 13.5
+# CUBINs that load and PTX that Kiln refuses: src/drivers.py (PASS/FAIL lines).
+step drivers 120 python3 "$BUNDLE/src/drivers.py" "$BIN" "$WORK/drivers.json"
 
 # --- The driver's JIT once per fleet -----------------------------------------
 mkdir -p "$WORK/jit"

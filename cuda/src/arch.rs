@@ -92,6 +92,16 @@ impl Arch {
         Self::new(convert(major)?, convert(minor)?, ArchSuffix::None)
     }
 
+    /// The plain arch of a capability of Kiln's own tables (`select::KNOWN_GPUS`,
+    /// whose unit test checks each against [`Arch::new`]).
+    pub(crate) const fn known(major: u32, minor: u32) -> Self {
+        Self {
+            major,
+            minor,
+            suffix: ArchSuffix::None,
+        }
+    }
+
     /// The same capability with another suffix: `sm_90` → `sm_90a`.
     pub fn with_suffix(self, suffix: ArchSuffix) -> Self {
         Self { suffix, ..self }

@@ -107,9 +107,8 @@ impl Compiler {
         })
     }
 
-    /// A compiler on the NVRTC `config` locates. cudarc binds a single NVRTC per
-    /// process: compiling fails with [`Error::NvrtcIdentityChanged`] when the process
-    /// has already loaded another one.
+    /// A compiler on the NVRTC `config` locates (several releases can compile in
+    /// one process: each compiler calls its own library).
     ///
     /// # Errors
     /// [`Error::NvrtcNotFound`] when `config` locates no NVRTC library, or the
@@ -163,7 +162,7 @@ impl Compiler {
     /// # Errors
     /// [`Error::NoNvrtc`] when the owners name a recorded NVRTC and none is
     /// installed; the errors of locating and loading NVRTC
-    /// ([`Error::NvrtcShadowed`], [`Error::NvrtcIdentityChanged`]).
+    /// ([`Error::NvrtcIdentityChanged`]).
     pub fn nvrtc(&self) -> Result<&'static Nvrtc, Error> {
         self.identity.load()
     }

@@ -78,19 +78,6 @@ pub enum Error {
         /// Every candidate tried, in order.
         searched: SearchLog,
     },
-    /// cudarc resolves `libnvrtc` by name and would bind a different library than the
-    /// one Kiln located (and reports the version of).
-    #[error(
-        "NVRTC located at {located} but cudarc binds {bound} instead; put the located \
-         library's folder first on LD_LIBRARY_PATH or point KILN_NVRTC at the library \
-         the loader finds"
-    )]
-    NvrtcShadowed {
-        /// The library Kiln located and probed.
-        located: PathBuf,
-        /// What cudarc's by-name lookup resolves to.
-        bound: String,
-    },
     /// A compile was needed, but this process has no NVRTC: its owners name a
     /// compiler recorded when the images were built.
     #[error(
@@ -198,17 +185,46 @@ pub enum Error {
         /// The library names tried.
         tried: Vec<String>,
     },
-    /// The CUDA driver is older than the code Kiln loads needs: NVRTC 13 output
-    /// (CUBIN and PTX) needs a driver for CUDA 13.0, R580 or newer.
+    /// The CUDA driver is older than every driver Kiln serves (CUDA 12.0, R525).
     #[error(
-        "the CUDA driver supports CUDA {found}, but code compiled by NVRTC 13 needs a \
-         driver for CUDA {needed} or newer (R580+); update the GPU driver"
+        "the CUDA driver supports CUDA {found} (cuDriverGetVersion), older than every \
+         driver Kiln serves (CUDA {needed} or newer, R525+); update the GPU driver"
     )]
     DriverTooOld {
         /// The driver's version (`cuDriverGetVersion`, 12080 for 12.8).
         found: i32,
         /// The version needed.
         needed: i32,
+    },
+    /// [`limit_driver_version`](crate::loader::limit_driver_version) was asked for
+    /// a newer driver than the installed one.
+    #[error(
+        "cannot serve this process as a driver for CUDA {limit} (cuDriverGetVersion form): \
+         the installed driver supports CUDA {installed} only, and would be handed code it \
+         cannot load; limit it to an older version"
+    )]
+    DriverLimitAbove {
+        /// The version asked for.
+        limit: i32,
+        /// The installed driver's.
+        installed: i32,
+    },
+    /// The driver cannot load an artifact chosen for it (a CUBIN of a newer CUDA
+    /// major than the driver's).
+    #[error(
+        "the {kind} of {name} was built by NVRTC {nvrtc}, which a driver for CUDA {driver} \
+         (cuDriverGetVersion) cannot load; get the kernel for this driver \
+         (kiln_cuda::loader::device(&ctx)) and load that, or ship code this driver loads"
+    )]
+    ChosenArtifactDoesNotLoad {
+        /// The entry's name.
+        name: String,
+        /// The artifact (`cubin`, `ptx`).
+        kind: String,
+        /// The NVRTC release that built it.
+        nvrtc: String,
+        /// The driver's CUDA version.
+        driver: i32,
     },
     /// A CUDA driver call made before cudarc is involved failed.
     #[error("CUDA driver call {call} returned status {status}")]
@@ -388,6 +404,55 @@ pub enum Error {
         #[source]
         cause: std::sync::Arc<Error>,
     },
+    /// The local NVRTC makes code the device's driver cannot load (a newer CUDA
+    /// major), or cannot compile for its arch, and no NVRTC of a major that fits is
+    /// installed.
+    #[error(
+        "the local NVRTC {found} makes code for CUDA {} drivers and GPUs from sm_75, and \
+         {device} needs NVRTC {wanted}.x, which is not found ({cause}); install it (CUDA 12: \
+         `pip install nvidia-cuda-nvrtc-cu12`) or set KILN_NVRTC_{wanted} to its library",
+        found.major
+    )]
+    NoLocalToolchainFor {
+        /// The local NVRTC.
+        found: crate::nvrtc::NvrtcVersion,
+        /// The CUDA major the device needs.
+        wanted: u32,
+        /// The device (`sm_70 with a driver for CUDA 12.8`).
+        device: String,
+        /// Why no NVRTC of that major was found.
+        #[source]
+        cause: std::sync::Arc<Error>,
+    },
+    /// A plan leaves GPUs it serves without code on drivers it says it serves.
+    #[error("{gaps}")]
+    DriverGaps {
+        /// Each gap, with what would close it.
+        gaps: String,
+    },
+    /// `KILN_ALWAYS_COMPILE` asks for every entry compiled here, and a toolchain of
+    /// the plan is missing.
+    #[error(
+        "KILN_ALWAYS_COMPILE compiles every entry with this machine's toolchains, and one \
+         of the plan's is missing: {cause}"
+    )]
+    AlwaysCompileWithout {
+        /// Why the toolchain is missing.
+        #[source]
+        cause: std::sync::Arc<Error>,
+    },
+    /// `KILN_CUDA_DRIVERS` holds something that is not a CUDA version.
+    #[error(
+        "KILN_CUDA_DRIVERS={given:?}: {item:?} is not a CUDA version; give the drivers the \
+         application runs on as CUDA versions, each from that one on within its major: \
+         `13` (R580 and newer), `12.2` (R535 to R575), `12,13` (both)"
+    )]
+    InvalidDriverList {
+        /// The whole value.
+        given: String,
+        /// The item that is not a version.
+        item: String,
+    },
     /// An error found once and given to every caller since (locating the headers of
     /// a toolchain, or the toolchain itself).
     #[error(transparent)]
@@ -490,8 +555,8 @@ impl Error {
         match self {
             Error::NvrtcNotFound { .. }
             | Error::CcclNotFound { .. }
-            | Error::NvrtcShadowed { .. }
             | Error::NoNvrtc { .. }
+            | Error::NoLocalToolchainFor { .. }
             | Error::UnknownHeaderSet { .. }
             | Error::RecordedIncludeDir { .. } => true,
             Error::Shared(inner) => inner.is_missing_toolchain(),

@@ -112,8 +112,7 @@ impl NvrtcIdentity {
     ///
     /// # Errors
     /// [`Error::NvrtcNotFound`] when `config` locates no NVRTC library; the
-    /// errors of loading it ([`Error::NvrtcShadowed`], [`Error::Nvrtc`]) when
-    /// no memo names its release.
+    /// errors of loading it ([`Error::Nvrtc`]) when no memo names its release.
     pub fn resolve(config: &SearchConfig, memo: &MemoDir) -> Result<NvrtcIdentity, Error> {
         if let Some(identity) = Self::from_memo(config, memo) {
             return Ok(identity);
@@ -145,6 +144,14 @@ impl NvrtcIdentity {
         let located = locate_nvrtc_file(config)?;
         let files = LibraryFiles::stamp(&located.path)?;
         let version = files.remembered(memo, None)?;
+        // A file of another CUDA major than the one searched for (`KILN_NVRTC` in a
+        // search for another major): the full search passes over it.
+        if config
+            .cuda_major
+            .is_some_and(|major| major != version.major)
+        {
+            return None;
+        }
         Some(NvrtcIdentity {
             version,
             origin: IdentityOrigin::Memo,
@@ -176,7 +183,7 @@ impl NvrtcIdentity {
                 version: self.version.release.clone(),
             });
         };
-        let nvrtc = Nvrtc::load_with(&self.config, &self.memo)?;
+        let nvrtc = Nvrtc::load_located(located.clone(), &self.memo)?;
         let same_file = same_file(&nvrtc.location().path, &located.path);
         if !same_file || nvrtc.version() != &self.version {
             return Err(self.changed(nvrtc, &nvrtc.version().release));

@@ -66,7 +66,7 @@
 //! and the header sets, with every place tried), [`nvrtc`], [`identity`] and
 //! [`memo`] (which NVRTC the owners name, learnt without loading it when a memo
 //! allows), [`ptx`] (a PTX module read far enough to JIT-compile one kernel alone),
-//! [`compiler`], [`arch`], [`error`].
+//! [`compiler`], [`arch`], [`cubin`] (the arch a CUBIN's ELF header names), [`error`].
 //!
 //! Compiling needs no GPU, only NVRTC; loading needs a GPU and its driver. Serving
 //! shipped kernels needs neither NVRTC nor headers. The loader hands out cudarc's
@@ -80,6 +80,7 @@
 pub mod arch;
 pub mod c_headers;
 pub mod compiler;
+pub mod cubin;
 pub mod error;
 pub mod identity;
 mod include_tree;

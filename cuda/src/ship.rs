@@ -1,6 +1,7 @@
-//! The build side of a kernel library: every specialization for every target arch,
-//! taken from the library's shipped image (or the disk and remote tiers) or compiled,
-//! in parallel, into the precompile block's cache; and the toolchain they are keyed by.
+//! The build side of a kernel library: every specialization for every target arch of
+//! every toolchain, taken from the library's shipped image (or the disk and remote
+//! tiers) or compiled, in parallel, into the precompile block's cache; and the
+//! toolchains they are keyed by.
 //!
 //! ```no_run
 //! // build.rs of a kernel library; `catalogue.rs` is shared with the library by #[path]
@@ -16,7 +17,12 @@
 //! use kiln_cuda::ShipPlan;
 //!
 //! fn main() -> Result<(), kiln_cuda::Error> {
-//!     let mut plan = ShipPlan::parse("sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120")?;
+//!     // NVRTC 13 for Turing to Blackwell (CUDA 13 drivers, R580+); NVRTC 12 for
+//!     // Maxwell to Volta and for CUDA 12 drivers (R525 to R575) on every GPU.
+//!     let mut plan = ShipPlan::parse("sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120")?
+//!         .for_cuda(13)
+//!         .and(ShipPlan::parse("sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120")?
+//!             .for_cuda(12));
 //!     Precompile::new("my-kernels").run(|session| {
 //!         session.uses_source("src/catalogue.rs");
 //!         Ok(plan.precompile(session, &catalogue::common(), catalogue::request)?)
@@ -28,72 +34,125 @@
 //! }
 //! ```
 //!
-//! Each (specialization, target) is one entry under the owner of that target: a CUBIN
-//! for the target, plus, for the PTX targets ([`ShipPlan::ptx_targets`]: the lowest by
-//! default), its PTX, which the driver can JIT for any newer arch. A program whose
-//! kernels differ by arch (`#if __CUDA_ARCH__ >= 800` around its bf16 kernels) ships
-//! the newest target's PTX too ([`ShipPlan::with_ptx_targets`]), so that a GPU newer
+//! A plan is one or more *toolchains* ([`Family`]: a CUDA major, or whatever NVRTC
+//! the machine has, with its targets). Each (specialization, toolchain, target) is
+//! one entry under the owner of that toolchain and target: a CUBIN for the target,
+//! plus, for the PTX targets ([`ShipPlan::ptx_targets`]: the lowest by default),
+//! its PTX, which the driver can JIT for any newer arch. A program whose kernels
+//! differ by arch (`#if __CUDA_ARCH__ >= 800` around its bf16 kernels) ships the
+//! newest target's PTX too ([`ShipPlan::with_ptx_targets`]), so that a GPU newer
 //! than every CUBIN gets every kernel. Entries record their toolchain as deps
 //! (`cuda.nvrtc`, `cuda.headers.<set>`, see
 //! [`KernelRequest::entry_deps`](super::KernelRequest::entry_deps)).
 //!
+//! # Drivers: why two toolchains, and the oldest driver a plan serves
+//!
+//! A driver loads CUBINs of its own CUDA major or an older one (12.x CUBINs on R525
+//! and newer, 13.x on R580 and newer), and JITs PTX only from an NVRTC no newer than
+//! itself. NVRTC 13 cannot compile for sm_50 to sm_72. So a plan of NVRTC 13 alone
+//! serves CUDA 13 drivers and GPUs from sm_75; a CUDA 12 toolchain beside it
+//! ([`ShipPlan::and`], [`ShipPlan::for_cuda`]) serves R525 to R575 drivers and the
+//! older GPUs, from the same image (the run time picks per device and driver:
+//! [`select`](super::select)). `KILN_NVRTC_12`, `KILN_CCCL_INCLUDE_12`... name a
+//! CUDA 12 toolchain explicitly (see [`locate`](super::locate)).
+//!
+//! A plan states the oldest driver it serves ([`ShipPlan::with_oldest_driver`];
+//! by default the oldest its toolchains' CUBINs load on). The block checks, before
+//! it compiles, that every GPU the plan serves is served on every driver from that
+//! one on ([`coverage`](super::select::coverage)): PTX from NVRTC 13.5 for a GPU
+//! with no CUBIN needs a 13.5 driver, and an R580 driver would get nothing. A
+//! plan that fails the check fails the build where its entries are compiled (the
+//! author's), saying how to close each gap; a build keyed by a shipped image warns
+//! and marks its image not for shipping (`kiln ship --check` then fails). The
+//! block's summary line says which drivers the code serves and which GPUs none of it
+//! reaches.
+//!
 //! # Which toolchain keys the entries
 //!
-//! When the library ships an image ([`kiln_core::build`]), its build record (NVRTC
-//! release, header-set digests) keys every request: owners and keys come from the
-//! record, no file is read, NVRTC is not opened, and each entry is looked up in the
-//! shipped image, then the disk and remote tiers. Only an entry none holds is
-//! compiled, and only by a local toolchain that gives the same owner and key (the
-//! same NVRTC release and headers); otherwise it is *missing*: a `cargo:warning`
-//! names it, and the library compiles it at run time where it can. Without a shipped
-//! image the local toolchain keys and compiles everything (still reusing the disk and
-//! remote tiers); without one either, every entry is missing.
+//! When the library ships an image ([`kiln_core::build`]), its build record (per
+//! toolchain: NVRTC release, header-set digests) keys every request: owners and keys
+//! come from the record, no file is read, NVRTC is not opened, and each entry is
+//! looked up in the shipped image, then the disk and remote tiers. Only an entry none
+//! holds is compiled, and only by a local toolchain of that CUDA major that gives the
+//! same owner and key (the same NVRTC release and headers); otherwise it is
+//! *missing*: a `cargo:warning` names it, and the library compiles it at run time
+//! where it can. A build with only one of a plan's toolchains compiles only that
+//! toolchain's missing entries. Without a shipped image the local toolchains key
+//! and compile everything (still reusing the disk and remote tiers); a toolchain
+//! with neither leaves its entries missing.
+//!
+//! `KILN_ALWAYS_COMPILE=1` compiles every entry with the local toolchains, under
+//! their own identity (never the shipped record's); a toolchain missing then
+//! fails the build rather than write an image without its entries.
+//!
+//! A block that left entries missing because a toolchain or header set was not
+//! found watches where it would appear ([`SearchConfig::watched_places`]:
+//! site-packages folders, a toolkit's library folders, the OS loader's cache, and
+//! the variables `CUDA_HOME`, `CUDA_PATH`, `VIRTUAL_ENV`, `LD_LIBRARY_PATH`), so
+//! that installing it reruns the block without `cargo clean`.
 //!
 //! A compile error, or an option NVRTC refuses, fails the build with NVRTC's log.
 //!
-//! # The application chooses the GPU generations it embeds
+//! # The application chooses the GPU generations and drivers it embeds
 //!
 //! `KILN_CUDA_ARCHS=sm_86,sm_90` (a build-time variable, e.g. in the
 //! application's `.cargo/config.toml` `[env]`) names the GPUs an application runs
-//! on: every kernel library's plan then keeps, per named GPU, the one CUBIN target
-//! that runs best on it (its own arch, else the newest compatible one), and PTX
-//! only when a named GPU has no CUBIN; the rest is not embedded. Such a build is
-//! not for shipping. Unset (the default), everything the plan ships is embedded.
+//! on: every kernel library's plan then keeps, per named GPU and per driver, the
+//! entry that serves it best (its own CUBIN, else the newest compatible one, else
+//! PTX), and nothing else. Add `ptx` to the list (`KILN_CUDA_ARCHS=sm_86,sm_90,ptx`)
+//! to keep the plan's PTX as well, for every other GPU. `KILN_CUDA_DRIVERS=13`
+//! (or `12.2`, or `12,13`) names the drivers it runs on: a version keeps what
+//! drivers of its major from it on load (`13`: R580 and newer; `12.2`: R535 to
+//! R575), so `13` leaves out the CUDA 12 toolchain's code except where it is the
+//! only code for a GPU (sm_50 to sm_72 on R580). Such a build is not for shipping,
+//! and when what it keeps leaves known GPUs with no code at all, every block's
+//! summary line names them. Unset (the default), everything the plan ships is
+//! embedded.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use kiln_core::build::{Session, Unavailable, jobs};
 use kiln_core::{ArtifactKind, BoxError, Cache};
 
 use super::library::RequestFn;
-use super::locate::{CCCL_INCLUDE, CUDA_RUNTIME_INCLUDE};
+use super::locate::{CCCL_INCLUDE, CUDA_RUNTIME_INCLUDE, NVRTC, SearchConfig, per_major};
+use super::select::coverage::{coverage, generations};
+use super::select::{Device, KNOWN_DRIVERS, KNOWN_GPUS, Selection, parse_cuda_version, select};
+use super::toolchain::ToolchainRecord;
 use super::{Arch, ArchSuffix, BuildRecord, Error, Toolchain};
 
-/// `KILN_CUDA_ARCHS`: the GPUs an application runs on (`sm_86,sm_90`); every
-/// kernel library's [`ShipPlan`] embeds only what serves them. A build-time
-/// variable: changing it reruns the build scripts.
+/// `KILN_CUDA_ARCHS`: the GPUs an application runs on (`sm_86,sm_90`, and `ptx`
+/// to keep the plans' PTX for every other GPU); every kernel library's
+/// [`ShipPlan`] embeds only what serves them. A build-time variable: changing it
+/// reruns the build scripts.
 pub const CUDA_ARCHS: &str = "KILN_CUDA_ARCHS";
+
+/// `KILN_CUDA_DRIVERS`: the drivers an application runs on, as CUDA versions
+/// (`13`, `12.2`, `12,13`: each from that version on, within its major); every
+/// kernel library's [`ShipPlan`] embeds only what they load. A build-time
+/// variable.
+pub const CUDA_DRIVERS: &str = "KILN_CUDA_DRIVERS";
 
 /// The backend name under which a plan keeps its [`BuildRecord`] in a shipped
 /// image's manifest ([`Session::record`]).
 pub const RECORD_BACKEND: &str = "kiln-cuda";
 
-/// What a kernel library's build ships: CUBIN targets and those whose entries also
-/// carry PTX; after [`ShipPlan::precompile`], the [`BuildRecord`] of what it used.
-#[derive(Clone, Debug)]
-pub struct ShipPlan {
+/// Variables that change where a toolchain is found: watched when a block left
+/// entries missing for lack of one.
+const SEARCH_VARIABLES: [&str; 4] = ["CUDA_HOME", "CUDA_PATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH"];
+
+/// One toolchain of a plan: the CUDA major its NVRTC must be of (`None`: the
+/// NVRTC this machine has), its CUBIN targets and its PTX targets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Family {
+    cuda: Option<u32>,
     targets: Vec<Arch>,
     ptx: Vec<Arch>,
-    record: BuildRecord,
-    /// The local toolchain to compile with, instead of locating this
-    /// machine's (tests, or a build script that finds NVRTC its own way).
-    local: Option<Result<Arc<Toolchain>, Arc<Error>>>,
 }
 
-impl ShipPlan {
-    /// CUBINs for `targets` (sorted, duplicates dropped), PTX with the lowest plain
-    /// target (the lowest target when none is plain).
-    pub fn new(targets: impl IntoIterator<Item = Arch>) -> ShipPlan {
+impl Family {
+    fn new(targets: impl IntoIterator<Item = Arch>) -> Family {
         let mut targets: Vec<Arch> = targets.into_iter().collect();
         targets.sort();
         targets.dedup();
@@ -105,9 +164,63 @@ impl ShipPlan {
                 .copied()
         };
         let ptx = lowest(true).or_else(|| lowest(false));
-        ShipPlan {
+        Family {
+            cuda: None,
             targets,
             ptx: ptx.into_iter().collect(),
+        }
+    }
+
+    /// The CUDA major its NVRTC must be of; `None`: the NVRTC this machine has.
+    pub fn cuda(&self) -> Option<u32> {
+        self.cuda
+    }
+
+    /// The CUBIN targets, sorted.
+    pub fn targets(&self) -> &[Arch] {
+        &self.targets
+    }
+
+    /// Every target whose entries also carry PTX, sorted.
+    pub fn ptx_targets(&self) -> &[Arch] {
+        &self.ptx
+    }
+
+    fn with_ptx(mut self, targets: impl IntoIterator<Item = Arch>) -> Family {
+        let mut ptx: Vec<Arch> = targets
+            .into_iter()
+            .filter(|t| self.targets.contains(t))
+            .collect();
+        ptx.sort();
+        ptx.dedup();
+        self.ptx = ptx;
+        self
+    }
+}
+
+type LocalToolchain = Result<Arc<Toolchain>, Arc<Error>>;
+
+/// What a kernel library's build ships: one or more toolchains ([`Family`]), each
+/// with CUBIN targets and those whose entries also carry PTX, and the oldest driver
+/// it serves; after [`ShipPlan::precompile`], the [`BuildRecord`] of what it used.
+#[derive(Clone, Debug)]
+pub struct ShipPlan {
+    families: Vec<Family>,
+    oldest_driver: Option<i32>,
+    record: BuildRecord,
+    /// The local toolchain to compile with, instead of locating this
+    /// machine's (tests, or a build script that finds NVRTC its own way).
+    local: Option<LocalToolchain>,
+}
+
+impl ShipPlan {
+    /// CUBINs for `targets` (sorted, duplicates dropped), PTX with the lowest plain
+    /// target (the lowest target when none is plain), built by the NVRTC this
+    /// machine has.
+    pub fn new(targets: impl IntoIterator<Item = Arch>) -> ShipPlan {
+        ShipPlan {
+            families: vec![Family::new(targets)],
+            oldest_driver: None,
             record: BuildRecord::default(),
             local: None,
         }
@@ -121,15 +234,46 @@ impl ShipPlan {
         Ok(ShipPlan::new(parse_archs(list)?))
     }
 
+    /// The same plan built by NVRTC of CUDA major `major` (12: NVRTC 12.x, for CUDA
+    /// 12 drivers and sm_50 to sm_72) rather than whatever NVRTC the machine has.
+    pub fn for_cuda(mut self, major: u32) -> ShipPlan {
+        for family in &mut self.families {
+            family.cuda.get_or_insert(major);
+        }
+        self
+    }
+
+    /// This plan and the toolchains of `other`, in one image: what serves both
+    /// driver families (see the module documentation).
+    pub fn and(mut self, other: ShipPlan) -> ShipPlan {
+        self.families.extend(other.families);
+        self.oldest_driver = match (self.oldest_driver, other.oldest_driver) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self
+    }
+
+    /// The same plan stating that it serves drivers for CUDA `version`
+    /// (`cuDriverGetVersion` form: 12080 for 12.8) and newer; the default is the
+    /// oldest its toolchains' CUBINs load on (12.0 with a CUDA 12 toolchain, 13.0
+    /// with CUDA 13 alone). The build fails when a GPU the plan serves gets no code
+    /// on a driver from that one on (see the module documentation).
+    pub fn with_oldest_driver(mut self, version: i32) -> ShipPlan {
+        self.oldest_driver = Some(version);
+        self
+    }
+
     /// The same plan with PTX carried by the entries of `target` (one of the
-    /// targets) alone, or by none.
+    /// targets) alone, or by none, in each toolchain.
     pub fn with_ptx_target(self, target: Option<Arch>) -> ShipPlan {
         self.with_ptx_targets(target)
     }
 
     /// The same plan with PTX carried by the entries of each of `targets` (those
-    /// that are CUBIN targets; sorted, duplicates dropped). A GPU no CUBIN runs on
-    /// gets the newest PTX that runs on it and holds the kernel asked for.
+    /// that are CUBIN targets of a toolchain; sorted, duplicates dropped). A GPU no
+    /// CUBIN runs on gets the newest PTX that runs on it and holds the kernel asked
+    /// for.
     ///
     /// ```
     /// use kiln_cuda::ShipPlan;
@@ -140,56 +284,74 @@ impl ShipPlan {
     /// # Ok::<(), kiln_cuda::Error>(())
     /// ```
     pub fn with_ptx_targets(mut self, targets: impl IntoIterator<Item = Arch>) -> ShipPlan {
-        let mut ptx: Vec<Arch> = targets
+        let targets: Vec<Arch> = targets.into_iter().collect();
+        self.families = self
+            .families
             .into_iter()
-            .filter(|t| self.targets.contains(t))
+            .map(|f| f.with_ptx(targets.iter().copied()))
             .collect();
-        ptx.sort();
-        ptx.dedup();
-        self.ptx = ptx;
         self
     }
 
-    /// The same plan with PTX for its lowest and its newest plain target (the
-    /// lowest and newest target when none is plain): what a kernel set whose
-    /// members differ by arch needs for every GPU newer than its targets.
-    pub fn with_lowest_and_newest_ptx(self) -> ShipPlan {
-        let plain: Vec<Arch> = self
-            .targets
-            .iter()
-            .copied()
-            .filter(|t| t.suffix() == ArchSuffix::None)
+    /// The same plan with PTX for the lowest and the newest plain target of each
+    /// toolchain (the lowest and newest target when none is plain): what a kernel
+    /// set whose members differ by arch needs for every GPU newer than its targets.
+    pub fn with_lowest_and_newest_ptx(mut self) -> ShipPlan {
+        self.families = self
+            .families
+            .into_iter()
+            .map(|family| {
+                let plain: Vec<Arch> = family
+                    .targets
+                    .iter()
+                    .copied()
+                    .filter(|t| t.suffix() == ArchSuffix::None)
+                    .collect();
+                let pool = if plain.is_empty() {
+                    family.targets.clone()
+                } else {
+                    plain
+                };
+                let ends = [pool.first().copied(), pool.last().copied()];
+                family.with_ptx(ends.into_iter().flatten())
+            })
             .collect();
-        let pool = if plain.is_empty() {
-            &self.targets
-        } else {
-            &plain
-        };
-        let ends = [pool.first().copied(), pool.last().copied()];
-        self.with_ptx_targets(ends.into_iter().flatten())
+        self
     }
 
-    /// The same plan compiling with `local` (or, given an error, with no
-    /// toolchain: a machine without NVRTC) instead of locating this machine's
-    /// toolchain ([`Toolchain::local`]) when an entry must be compiled.
+    /// The same plan compiling with `local` instead of locating this machine's
+    /// toolchain ([`Toolchain::local`]) for the toolchains it fits (those of its
+    /// CUDA major, or of none named); given an error, with no toolchain at all (a
+    /// machine without NVRTC).
     pub fn with_local_toolchain(mut self, local: Result<Toolchain, Error>) -> ShipPlan {
         self.local = Some(local.map(Arc::new).map_err(Arc::new));
         self
     }
 
-    /// The CUBIN targets, sorted.
+    /// Every toolchain of the plan, in the order given.
+    pub fn families(&self) -> &[Family] {
+        &self.families
+    }
+
+    /// The CUBIN targets of the first toolchain, sorted ([`ShipPlan::families`]
+    /// has each toolchain's).
     pub fn targets(&self) -> &[Arch] {
-        &self.targets
+        self.families.first().map_or(&[], |f| &f.targets)
     }
 
-    /// The lowest target whose entries also carry PTX.
+    /// The lowest target of the first toolchain whose entries also carry PTX.
     pub fn ptx_target(&self) -> Option<Arch> {
-        self.ptx.first().copied()
+        self.ptx_targets().first().copied()
     }
 
-    /// Every target whose entries also carry PTX, sorted.
+    /// Every target of the first toolchain whose entries also carry PTX, sorted.
     pub fn ptx_targets(&self) -> &[Arch] {
-        &self.ptx
+        self.families.first().map_or(&[], |f| &f.ptx)
+    }
+
+    /// The oldest driver the plan states it serves, when stated.
+    pub fn oldest_driver(&self) -> Option<i32> {
+        self.oldest_driver
     }
 
     /// What the last [`ShipPlan::precompile`] keyed its entries by (empty before it,
@@ -200,144 +362,269 @@ impl ShipPlan {
     }
 
     /// The plan for an application whose GPUs are `devices` (see the module
-    /// documentation): per device the CUBIN target that runs best on it; for a device
-    /// no CUBIN runs on, the newest PTX target that can be JIT-compiled for it (with
-    /// its CUBIN).
+    /// documentation), for a build of one toolchain whose NVRTC is not known:
+    /// per device the CUBIN target that runs best on it; for a device no CUBIN runs
+    /// on, the newest PTX target that can be JIT-compiled for it (with its CUBIN).
+    /// [`ShipPlan::precompile`] does this for every toolchain and driver, from the
+    /// toolchains' records.
     pub fn for_devices(&self, devices: &[Arch]) -> ShipPlan {
-        let mut keep: Vec<Arch> = Vec::new();
-        let mut ptx: Vec<Arch> = Vec::new();
-        for device in devices {
-            let (major, minor) = (device.major(), device.minor());
-            let best = self.targets.iter().find(|t| *t == device).or_else(|| {
-                self.targets
-                    .iter()
-                    .filter(|t| t.cubin_runs_on(major, minor))
-                    .max_by_key(|t| (t.major(), t.minor()))
-            });
-            match best {
-                Some(target) => keep.push(*target),
-                None => ptx.extend(
-                    self.ptx
-                        .iter()
-                        .filter(|t| t.ptx_runs_on(major, minor))
-                        .max_by_key(|t| (t.major(), t.minor())),
-                ),
-            }
-        }
-        keep.extend(&ptx);
+        let families = self
+            .families
+            .iter()
+            .map(|family| {
+                let mut keep: Vec<Arch> = Vec::new();
+                let mut ptx: Vec<Arch> = Vec::new();
+                for device in devices {
+                    let (major, minor) = (device.major(), device.minor());
+                    let best = family.targets.iter().find(|t| *t == device).or_else(|| {
+                        family
+                            .targets
+                            .iter()
+                            .filter(|t| t.cubin_runs_on(major, minor))
+                            .max_by_key(|t| (t.major(), t.minor()))
+                    });
+                    match best {
+                        Some(target) => keep.push(*target),
+                        None => ptx.extend(
+                            family
+                                .ptx
+                                .iter()
+                                .filter(|t| t.ptx_runs_on(major, minor))
+                                .max_by_key(|t| (t.major(), t.minor())),
+                        ),
+                    }
+                }
+                keep.extend(&ptx);
+                Family {
+                    cuda: family.cuda,
+                    ..Family::new(keep)
+                }
+                .with_ptx(ptx)
+            })
+            .collect();
         ShipPlan {
+            families,
+            oldest_driver: self.oldest_driver,
+            record: BuildRecord::default(),
             local: self.local.clone(),
-            ..ShipPlan::new(keep)
         }
-        .with_ptx_targets(ptx)
     }
 
-    /// Gets every spec for every target into the session's cache, on [`jobs`]
-    /// threads, and records the toolchain they are keyed by (see the module
-    /// documentation): from the library's shipped image, the disk or the remote
-    /// tier, else compiled by the local toolchain ([`Toolchain::local`], located only
-    /// then) when it gives the same keys. Declares what the images depend on: the
-    /// NVRTC library file and the header sets' folders when it compiled,
-    /// `KILN_NVRTC`, `KILN_CCCL_INCLUDE`, `KILN_CUDA_RUNTIME_INCLUDE` and
-    /// `KILN_CUDA_ARCHS`.
+    /// Gets every spec for every target of every toolchain into the session's
+    /// cache, on [`jobs`] threads, and records the toolchains they are keyed by (see
+    /// the module documentation): from the library's shipped image, the disk or the
+    /// remote tier, else compiled by the local toolchain of that CUDA major
+    /// ([`Toolchain::located`], located only then) when it gives the same keys.
+    /// Checks the drivers the plan serves before compiling anything. Declares what
+    /// the images depend on: the NVRTC library files and the header sets' folders
+    /// when it compiled, the variables that name them (`KILN_NVRTC`,
+    /// `KILN_CCCL_INCLUDE`, `KILN_CUDA_RUNTIME_INCLUDE` and their per-major
+    /// forms), `KILN_CUDA_ARCHS`, `KILN_CUDA_DRIVERS`, and where a missing
+    /// toolchain would appear.
     ///
     /// # Errors
     /// An error of the library's request function other than a missing toolchain
-    /// (a refused option, say); [`Error::InvalidArch`] in `KILN_CUDA_ARCHS`. A
-    /// specialization that does not compile fails the build through the session.
+    /// (a refused option, say); [`Error::InvalidArch`] in `KILN_CUDA_ARCHS`,
+    /// [`Error::InvalidDriverList`] in `KILN_CUDA_DRIVERS`;
+    /// [`Error::DriverGaps`] when the plan, keyed by this machine's toolchains,
+    /// leaves a GPU it serves without code on a driver it says it serves;
+    /// [`Error::AlwaysCompileWithout`] under `KILN_ALWAYS_COMPILE` without a
+    /// toolchain. A specialization that does not compile fails the build through
+    /// the session.
     pub fn precompile<S: Sync>(
         &mut self,
         session: &mut Session<'_>,
         specs: &[S],
         request: RequestFn<S>,
     ) -> Result<(), crate::Error> {
-        session.uses_env("KILN_NVRTC");
-        session.uses_env(CCCL_INCLUDE);
-        session.uses_env(CUDA_RUNTIME_INCLUDE);
-        session.uses_env(CUDA_ARCHS);
+        self.declare_variables(session);
         self.record = BuildRecord::default();
-        let plan = match session.env(CUDA_ARCHS).and_then(|v| v.into_string().ok()) {
-            Some(list) if !list.trim().is_empty() => {
-                session.not_for_shipping(format!(
-                    "{CUDA_ARCHS}={list} limits the targets to those GPUs"
-                ));
-                self.for_devices(&parse_archs(&list)?)
-            }
-            _ => self.clone(),
+        let archs_text = session.env(CUDA_ARCHS);
+        let drivers_text = session.env(CUDA_DRIVERS);
+        let env: Vec<(String, std::ffi::OsString)> = self
+            .search_variables()
+            .into_iter()
+            .filter_map(|name| session.env(&name).map(|value| (name, value)))
+            .collect();
+        let always = session
+            .env(kiln_core::env::ALWAYS_COMPILE)
+            .is_some_and(|v| kiln_core::env::is_on(&v));
+        let shipped: Option<BuildRecord> = if always {
+            None
+        } else {
+            session
+                .shipped_record(RECORD_BACKEND)
+                .and_then(|text| text.parse::<BuildRecord>().ok())
         };
-        let shipped = session.shipped_record(RECORD_BACKEND).and_then(|text| {
-            text.parse::<BuildRecord>()
-                .ok()
-                .and_then(|record| Toolchain::recorded(&record))
-        });
-        let local: OnceLock<Result<Arc<Toolchain>, Arc<Error>>> = OnceLock::new();
-        let given = plan.local.clone();
-        let local_toolchain = || {
-            local
-                .get_or_init(|| {
-                    given
-                        .clone()
-                        .unwrap_or_else(|| Toolchain::local().map(Arc::new).map_err(Arc::new))
-                })
-                .clone()
-        };
-        // The toolchain that keys the entries: the shipped record's, else this
-        // machine's; without either, each entry is missing, named.
-        let keying: Result<Arc<Toolchain>, Arc<Error>> = match shipped {
-            Some(recorded) => Ok(Arc::new(recorded)),
-            None => local_toolchain(),
-        };
+        let archs = parse_arch_switch(archs_text.clone())?;
+        let drivers = parse_driver_switch(drivers_text.clone())?;
+
+        // Each toolchain: the shipped record's of its major, else this machine's.
+        let main = self.main_family();
+        let mut claimed = vec![false; shipped.as_ref().map_or(0, |r| r.toolchains().len())];
+        let mut toolchains: Vec<PlanToolchain> = Vec::new();
+        for (index, family) in self.families.iter().enumerate() {
+            let recorded = shipped
+                .as_ref()
+                .and_then(|record| match_record(record, family, self.families.len(), &mut claimed));
+            let given = self.local.clone().filter(|given| match given {
+                Ok(toolchain) => family.cuda.is_none_or(|m| toolchain.nvrtc().major == m),
+                Err(_) => true,
+            });
+            toolchains.push(PlanToolchain {
+                family: family.clone(),
+                recorded: recorded.map(|r| Arc::new(Toolchain::from_record(&r))),
+                env: env.clone(),
+                main: index == main,
+                config: OnceLock::new(),
+                given,
+                local: OnceLock::new(),
+                not_found: AtomicBool::new(false),
+            });
+        }
+        let keyings: Vec<LocalToolchain> = toolchains
+            .iter()
+            .map(|t| match &t.recorded {
+                Some(recorded) => Ok(Arc::clone(recorded)),
+                None => t.local(),
+            })
+            .collect();
+        if always && let Some(why) = keyings.iter().find_map(|k| k.as_ref().err()) {
+            return Err(Error::AlwaysCompileWithout {
+                cause: Arc::clone(why),
+            });
+        }
+
+        // The record of every toolchain that keys entries, its header sets filled
+        // in as requests are built.
         let names = Toolchain::names_only();
-        let mut record = keying.as_ref().ok().map(|keying| {
-            BuildRecord::new(keying.nvrtc().clone())
-                .with_cubin_targets(plan.targets.iter().copied())
-                .with_ptx_targets(plan.ptx.iter().copied())
-        });
-        let mut work = Vec::new();
-        for spec in specs {
-            for &target in &plan.targets {
-                let keyed = match &keying {
-                    Ok(keying) => request(spec, keying, target),
-                    Err(why) => Err(Error::Shared(Arc::clone(why))),
-                };
-                let built = match keyed {
-                    Ok(built) => built,
-                    Err(error) if error.is_missing_toolchain() => {
-                        let name = request(spec, &names, target)
-                            .map(|r| r.name().to_owned())
-                            .unwrap_or_else(|_| "a specialization".to_owned());
-                        let why = Unavailable::new(missing_toolchain(&error));
-                        work.push((format!("{name} {target}"), Job::Missing(why)));
-                        continue;
-                    }
-                    Err(error) => return Err(error),
-                };
-                if let Some(record) = &mut record {
-                    for dir in built.include_dirs() {
-                        if let Some(set) = dir.set() {
-                            *record = record.clone().with_header_set(set, dir.digest());
+        let mut records: Vec<Option<ToolchainRecord>> = keyings
+            .iter()
+            .zip(&toolchains)
+            .map(|(keying, t)| {
+                keying.as_ref().ok().map(|k| {
+                    ToolchainRecord::new(k.nvrtc().clone())
+                        .with_cubin_targets(t.family.targets.iter().copied())
+                        .with_ptx_targets(t.family.ptx.iter().copied())
+                })
+            })
+            .collect();
+        for ((keying, record), toolchain) in keyings.iter().zip(&mut records).zip(&toolchains) {
+            let (Ok(keying), Some(record)) = (keying, record) else {
+                continue;
+            };
+            // Header sets, from one request per spec (the same for every target).
+            if let Some(target) = toolchain.family.targets.first() {
+                for spec in specs {
+                    if let Ok(built) = request(spec, keying, *target) {
+                        for dir in built.include_dirs() {
+                            if let Some(set) = dir.set() {
+                                *record = record.clone().with_header_set(set, dir.digest());
+                            }
                         }
                     }
                 }
-                let owner = built.owner(built_nvrtc(&keying)?)?;
-                let key = built.key()?;
-                if !plan.ptx.contains(&target) {
-                    session.leave_out(owner.digest(), &key, ArtifactKind::Ptx);
-                }
-                let label = format!("{} {target}", built.name());
-                work.push((
-                    label,
-                    Job::Get {
-                        spec,
-                        target,
-                        owner,
-                        key,
-                    },
-                ));
             }
         }
-        let local_toolchain = &local_toolchain;
-        let keying = keying.as_ref().ok();
+        let full =
+            merge_records(records.iter().flatten().cloned()).with_oldest_driver(self.oldest_driver);
+
+        // The drivers the plan serves: checked before anything compiles.
+        let narrowed = archs.is_some() || drivers.is_some();
+        if !narrowed
+            && !full.toolchains().is_empty()
+            && let Err(gaps) = coverage(&full).check()
+        {
+            let keyed_here = toolchains.iter().any(|t| t.recorded.is_none());
+            if keyed_here {
+                return Err(Error::DriverGaps { gaps });
+            }
+            session.not_for_shipping(gaps.clone());
+            session.warn(format!(
+                "the shipped image does not serve every driver it states: {}",
+                one_line(&gaps)
+            ));
+        }
+
+        // What the application embeds (KILN_CUDA_ARCHS, KILN_CUDA_DRIVERS).
+        let keep = match (&archs, &drivers) {
+            (None, None) => None,
+            _ => {
+                let why = [
+                    archs_text
+                        .as_ref()
+                        .map(|v| format!("{CUDA_ARCHS}={}", v.to_string_lossy())),
+                    drivers_text
+                        .as_ref()
+                        .map(|v| format!("{CUDA_DRIVERS}={}", v.to_string_lossy())),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(" ");
+                session
+                    .not_for_shipping(format!("{why} limits the code to those GPUs and drivers"));
+                Some(embedded(&full, archs.as_ref(), drivers.as_deref()))
+            }
+        };
+
+        let mut work = Vec::new();
+        let mut kept_records = Vec::new();
+        for (index, (toolchain, keying)) in toolchains.iter().zip(&keyings).enumerate() {
+            let family = &toolchain.family;
+            let (targets, ptx) = match (&keep, keying) {
+                (Some(keep), Ok(keying)) => keep.of(keying.nvrtc()),
+                _ => (family.targets.clone(), family.ptx.clone()),
+            };
+            if let (Some(record), true) = (&records[index], keep.is_some())
+                && !targets.is_empty()
+            {
+                kept_records.push(
+                    record
+                        .clone()
+                        .with_cubin_targets(targets.iter().copied())
+                        .with_ptx_targets(ptx.iter().copied()),
+                );
+            }
+            for spec in specs {
+                for &target in &targets {
+                    let keyed = match keying {
+                        Ok(keying) => request(spec, keying, target),
+                        Err(why) => Err(Error::Shared(Arc::clone(why))),
+                    };
+                    let built = match keyed {
+                        Ok(built) => built,
+                        Err(error) if error.is_missing_toolchain() => {
+                            let name = request(spec, &names, target)
+                                .map(|r| r.name().to_owned())
+                                .unwrap_or_else(|_| "a specialization".to_owned());
+                            toolchain.not_found.store(true, Ordering::Relaxed);
+                            let why = Unavailable::new(missing_toolchain(&error));
+                            work.push((label(&name, target, family), Job::Missing(why)));
+                            continue;
+                        }
+                        Err(error) => return Err(error),
+                    };
+                    let Ok(keying) = keying else { continue };
+                    let owner = built.owner(keying.nvrtc())?;
+                    let key = built.key()?;
+                    if !ptx.contains(&target) {
+                        session.leave_out(owner.digest(), &key, ArtifactKind::Ptx);
+                    }
+                    work.push((
+                        label(built.name(), target, family),
+                        Job::Get {
+                            spec,
+                            target,
+                            owner,
+                            key,
+                            toolchain,
+                            keying,
+                        },
+                    ));
+                }
+            }
+        }
         let work = work
             .into_iter()
             .map(|(label, job)| {
@@ -349,22 +636,14 @@ impl ShipPlan {
                             target,
                             owner,
                             key,
+                            toolchain,
+                            keying,
                         } => {
-                            if cache.get_cached(&owner, &key).is_some() {
+                            if !always && cache.get_cached(&owner, &key).is_some() {
                                 return Ok(());
                             }
-                            let Some(keying) = keying else {
-                                return Err(Unavailable::new("no toolchain keys it").into());
-                            };
                             compile_here(
-                                cache,
-                                local_toolchain,
-                                keying,
-                                spec,
-                                request,
-                                target,
-                                &owner,
-                                &key,
+                                cache, toolchain, keying, spec, request, target, &owner, &key,
                             )
                         }
                     }
@@ -373,17 +652,352 @@ impl ShipPlan {
             })
             .collect();
         session.specialize_all(jobs(), work);
-        let record = record.unwrap_or_default();
-        if let Some(Ok(local)) = local.get() {
-            declare_local_sources(session, local, &record);
+
+        let record = match keep {
+            Some(_) => merge_records(kept_records).with_oldest_driver(self.oldest_driver),
+            None => full,
+        };
+        for toolchain in &toolchains {
+            if let Some(Ok(local)) = toolchain.local.get() {
+                declare_local_sources(session, local, &record);
+            }
+            if toolchain.not_found.load(Ordering::Relaxed) {
+                for place in toolchain.config().watched_places() {
+                    session.uses_source(place);
+                }
+                for variable in SEARCH_VARIABLES {
+                    session.uses_env(variable);
+                }
+            }
+        }
+        let reach = coverage(&record);
+        let mut note = reach.summary();
+        if keep.is_some() {
+            note = match reach.unserved() {
+                unserved if unserved.is_empty() => note,
+                unserved => format!(
+                    "{note} (what {} keeps; known GPUs with no code: {})",
+                    [(CUDA_ARCHS, &archs_text), (CUDA_DRIVERS, &drivers_text)]
+                        .into_iter()
+                        .filter(|(_, v)| v.is_some())
+                        .map(|(name, _)| name)
+                        .collect::<Vec<_>>()
+                        .join(" and "),
+                    generations(&unserved)
+                ),
+            };
+        }
+        if !record.toolchains().is_empty() {
+            session.summary_note(note);
         }
         session.record(RECORD_BACKEND, record.to_string());
         self.record = record;
         Ok(())
     }
+
+    /// The index of the plan's main toolchain: the one of no stated major, else the
+    /// newest major (the unsuffixed header variables name its headers).
+    fn main_family(&self) -> usize {
+        self.families
+            .iter()
+            .position(|f| f.cuda.is_none())
+            .or_else(|| {
+                self.families
+                    .iter()
+                    .enumerate()
+                    .max_by_key(|(_, f)| f.cuda)
+                    .map(|(i, _)| i)
+            })
+            .unwrap_or(0)
+    }
+
+    /// The variables a toolchain search reads.
+    fn search_variables(&self) -> Vec<String> {
+        let mut names: Vec<String> = [
+            NVRTC,
+            CCCL_INCLUDE,
+            CUDA_RUNTIME_INCLUDE,
+            "CUDA_HOME",
+            "CUDA_PATH",
+            "LD_LIBRARY_PATH",
+            "VIRTUAL_ENV",
+            "HOME",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+        for family in &self.families {
+            if let Some(major) = family.cuda {
+                for variable in [NVRTC, CCCL_INCLUDE, CUDA_RUNTIME_INCLUDE] {
+                    names.push(per_major(variable, major));
+                }
+            }
+        }
+        names
+    }
+
+    /// Declares the variables that change what the block compiles.
+    fn declare_variables(&self, session: &mut Session<'_>) {
+        for variable in [NVRTC, CCCL_INCLUDE, CUDA_RUNTIME_INCLUDE] {
+            session.uses_env(variable);
+            for family in &self.families {
+                if let Some(major) = family.cuda {
+                    session.uses_env(per_major(variable, major));
+                }
+            }
+        }
+        session.uses_env(CUDA_ARCHS);
+        session.uses_env(CUDA_DRIVERS);
+    }
 }
 
-/// One (spec, target) of the block.
+/// One toolchain of a plan as a build sees it: what keys its entries and how its
+/// local toolchain is found.
+struct PlanToolchain {
+    family: Family,
+    recorded: Option<Arc<Toolchain>>,
+    /// The variables a search reads, as the build sees them.
+    env: Vec<(String, std::ffi::OsString)>,
+    /// Whether this is the plan's main toolchain.
+    main: bool,
+    /// Where its local toolchain is looked for: made only when needed (making
+    /// it lists the site-packages folders, which a build whose entries all come
+    /// from the shipped image never touches).
+    config: OnceLock<SearchConfig>,
+    given: Option<LocalToolchain>,
+    local: OnceLock<LocalToolchain>,
+    /// Whether an entry was left out because the toolchain or a header set was
+    /// not found.
+    not_found: AtomicBool,
+}
+
+impl PlanToolchain {
+    /// The local toolchain, located once.
+    fn local(&self) -> LocalToolchain {
+        self.local
+            .get_or_init(|| match &self.given {
+                Some(given) => given.clone(),
+                None => Toolchain::located(self.config().clone())
+                    .map(Arc::new)
+                    .map_err(Arc::new),
+            })
+            .clone()
+    }
+
+    /// Where the local toolchain is looked for.
+    fn config(&self) -> &SearchConfig {
+        self.config.get_or_init(|| {
+            let lookup = |name: &str| {
+                self.env
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.clone())
+            };
+            let search = SearchConfig::from_lookup(&lookup);
+            match self.family.cuda {
+                Some(major) => search.of_cuda(major, self.main, &lookup),
+                None => search,
+            }
+        })
+    }
+}
+
+/// The shipped record's toolchain for `family`: the one of its CUDA major, or, for
+/// a plan of one toolchain of none named, the shipped record's newest; each record
+/// toolchain keys one family at most.
+fn match_record(
+    record: &BuildRecord,
+    family: &Family,
+    families: usize,
+    claimed: &mut [bool],
+) -> Option<ToolchainRecord> {
+    let found = record
+        .toolchains()
+        .iter()
+        .enumerate()
+        .find(|(i, t)| {
+            !claimed[*i]
+                && match family.cuda {
+                    Some(major) => t.nvrtc().major == major,
+                    None => families == 1 || *i == 0,
+                }
+        })
+        .map(|(i, t)| (i, t.clone()));
+    let (index, toolchain) = found?;
+    claimed[index] = true;
+    Some(toolchain)
+}
+
+/// One record of toolchains; two families keyed by the same NVRTC release share
+/// one toolchain record, their targets and header sets joined.
+fn merge_records(records: impl IntoIterator<Item = ToolchainRecord>) -> BuildRecord {
+    let mut merged: Vec<ToolchainRecord> = Vec::new();
+    for record in records {
+        match merged.iter_mut().find(|m| m.nvrtc() == record.nvrtc()) {
+            Some(same) => {
+                let mut joined = same
+                    .clone()
+                    .with_cubin_targets(
+                        same.cubin_targets()
+                            .iter()
+                            .chain(record.cubin_targets())
+                            .copied()
+                            .collect::<Vec<_>>(),
+                    )
+                    .with_ptx_targets(
+                        same.ptx_targets()
+                            .iter()
+                            .chain(record.ptx_targets())
+                            .copied()
+                            .collect::<Vec<_>>(),
+                    );
+                for (set, digest) in record.header_sets() {
+                    joined = joined.with_header_set(set, digest);
+                }
+                *same = joined;
+            }
+            None => merged.push(record),
+        }
+    }
+    BuildRecord::from_toolchains(merged)
+}
+
+/// What an application keeps of a full record: per toolchain (by NVRTC release),
+/// the CUBIN and PTX targets.
+struct Keep(Vec<(crate::NvrtcVersion, Vec<Arch>, Vec<Arch>)>);
+
+impl Keep {
+    fn of(&self, nvrtc: &crate::NvrtcVersion) -> (Vec<Arch>, Vec<Arch>) {
+        self.0
+            .iter()
+            .find(|(v, ..)| v == nvrtc)
+            .map(|(_, cubins, ptx)| (cubins.clone(), ptx.clone()))
+            .unwrap_or_default()
+    }
+}
+
+/// The parsed `KILN_CUDA_ARCHS`: the GPUs named, and whether `ptx` was.
+struct ArchSwitch {
+    devices: Vec<Arch>,
+    ptx: bool,
+}
+
+/// What `full` must keep so that every named GPU (every known GPU when none is
+/// named) gets its best entry on every named driver (every driver from the
+/// record's oldest when none is named), plus, with `ptx` or when no GPU is named,
+/// the PTX of every toolchain a named driver loads.
+fn embedded(full: &BuildRecord, archs: Option<&ArchSwitch>, drivers: Option<&[i32]>) -> Keep {
+    let mut all_drivers: Vec<i32> = KNOWN_DRIVERS.to_vec();
+    for toolchain in full.toolchains() {
+        all_drivers.push(toolchain.ptx_driver());
+    }
+    all_drivers.sort_unstable();
+    all_drivers.dedup();
+    let in_range = |driver: i32| match drivers {
+        None => driver >= full.oldest_driver(),
+        Some(named) => named
+            .iter()
+            .any(|from| driver >= *from && driver / 1000 == from / 1000),
+    };
+    let driver_list: Vec<i32> = all_drivers.into_iter().filter(|d| in_range(*d)).collect();
+    let devices: Vec<Arch> = match archs {
+        Some(switch) => switch.devices.clone(),
+        None => KNOWN_GPUS.iter().map(|g| g.arch()).collect(),
+    };
+    let mut keep: Vec<(crate::NvrtcVersion, Vec<Arch>, Vec<Arch>)> = full
+        .toolchains()
+        .iter()
+        .map(|t| (t.nvrtc().clone(), Vec::new(), Vec::new()))
+        .collect();
+    for device in &devices {
+        for driver in &driver_list {
+            let known = super::select::known_gpu(*device);
+            if archs.is_none() && known.is_some_and(|g| !g.supported_by(*driver)) {
+                continue;
+            }
+            let at = Device::new(*device).with_driver(*driver);
+            let Some(best) = select(&at, full).list.first().copied() else {
+                continue;
+            };
+            let (_, cubins, ptx) = &mut keep[best.toolchain];
+            cubins.push(best.target);
+            if best.selection == Selection::Ptx {
+                ptx.push(best.target);
+            }
+        }
+    }
+    let keep_ptx = archs.is_none_or(|switch| switch.ptx);
+    if keep_ptx {
+        for (index, toolchain) in full.toolchains().iter().enumerate() {
+            if driver_list.iter().any(|d| *d >= toolchain.ptx_driver()) {
+                let (_, cubins, ptx) = &mut keep[index];
+                cubins.extend(toolchain.ptx_targets());
+                ptx.extend(toolchain.ptx_targets());
+            }
+        }
+    }
+    for (_, cubins, ptx) in &mut keep {
+        cubins.sort();
+        cubins.dedup();
+        ptx.sort();
+        ptx.dedup();
+    }
+    Keep(keep)
+}
+
+/// `KILN_CUDA_ARCHS`: unset or empty is `None`.
+fn parse_arch_switch(value: Option<std::ffi::OsString>) -> Result<Option<ArchSwitch>, Error> {
+    let Some(text) = value.and_then(|v| v.into_string().ok()) else {
+        return Ok(None);
+    };
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    let mut switch = ArchSwitch {
+        devices: Vec::new(),
+        ptx: false,
+    };
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if item.eq_ignore_ascii_case("ptx") || item.eq_ignore_ascii_case("+ptx") {
+            switch.ptx = true;
+        } else {
+            switch.devices.push(item.parse()?);
+        }
+    }
+    Ok(Some(switch))
+}
+
+/// `KILN_CUDA_DRIVERS`: unset or empty is `None`.
+fn parse_driver_switch(value: Option<std::ffi::OsString>) -> Result<Option<Vec<i32>>, Error> {
+    let Some(text) = value.and_then(|v| v.into_string().ok()) else {
+        return Ok(None);
+    };
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    let drivers = text
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|item| {
+            parse_cuda_version(item).ok_or_else(|| Error::InvalidDriverList {
+                given: text.clone(),
+                item: item.to_owned(),
+            })
+        })
+        .collect::<Result<Vec<i32>, Error>>()?;
+    Ok(Some(drivers))
+}
+
+/// A job's label: `name target`, and the CUDA major when the plan names one.
+fn label(name: &str, target: Arch, family: &Family) -> String {
+    match family.cuda {
+        Some(major) => format!("{name} {target} cuda{major}"),
+        None => format!("{name} {target}"),
+    }
+}
+
+/// One (spec, toolchain, target) of the block.
 enum Job<'s, S> {
     /// Cannot even be keyed here.
     Missing(Unavailable),
@@ -393,16 +1007,19 @@ enum Job<'s, S> {
         target: Arch,
         owner: kiln_core::Owner,
         key: kiln_core::Key,
+        toolchain: &'s PlanToolchain,
+        keying: &'s Arc<Toolchain>,
     },
 }
 
 /// Compiles the entry `(owner, key)` of `spec` for `target` with the local
-/// toolchain, when it derives the same owner and key as `keying` (the shipped
-/// record's toolchain, or itself); otherwise the entry is [`Unavailable`].
+/// toolchain of `toolchain`, when it derives the same owner and key as `keying`
+/// (the shipped record's toolchain, or itself); otherwise the entry is
+/// [`Unavailable`].
 #[allow(clippy::too_many_arguments)]
 fn compile_here<S>(
     cache: &Cache,
-    local: &dyn Fn() -> Result<Arc<Toolchain>, Arc<Error>>,
+    toolchain: &PlanToolchain,
     keying: &Toolchain,
     spec: &S,
     request: RequestFn<S>,
@@ -410,15 +1027,17 @@ fn compile_here<S>(
     owner: &kiln_core::Owner,
     key: &kiln_core::Key,
 ) -> Result<(), BoxError> {
-    let local = local().map_err(|why| Unavailable::new(missing_toolchain(&why)))?;
+    let not_found = |why: &Error| {
+        toolchain.not_found.store(true, Ordering::Relaxed);
+        Unavailable::new(missing_toolchain(why))
+    };
+    let local = toolchain.local().map_err(|why| not_found(&why))?;
     let Some(compiler) = local.compiler() else {
         return Err(Unavailable::new("no NVRTC in this process").into());
     };
     let here = match request(spec, &local, target) {
         Ok(here) => here,
-        Err(error) if error.is_missing_toolchain() => {
-            return Err(Unavailable::new(missing_toolchain(&error)).into());
-        }
+        Err(error) if error.is_missing_toolchain() => return Err(not_found(&error).into()),
         Err(error) => return Err(error.into()),
     };
     if compiler.owner(&here)?.digest() != owner.digest() || here.key()? != *key {
@@ -433,9 +1052,7 @@ fn compile_here<S>(
     }
     // NVRTC is loaded on the first compile: a library that cannot be loaded is a
     // missing toolchain, a source that does not compile is the library's error.
-    compiler
-        .nvrtc()
-        .map_err(|why| Unavailable::new(missing_toolchain(&why)))?;
+    compiler.nvrtc().map_err(|why| not_found(&why))?;
     compiler.compile_cached(cache, &here)?;
     Ok(())
 }
@@ -443,13 +1060,22 @@ fn compile_here<S>(
 /// Declares what the local toolchain's compiles depend on: the NVRTC library file and
 /// the folders of the header sets the record names.
 fn declare_local_sources(session: &mut Session<'_>, local: &Toolchain, record: &BuildRecord) {
-    if let Some(compiler) = local.compiler()
-        && let Ok(nvrtc) = compiler.nvrtc()
+    let Some(compiler) = local.compiler() else {
+        return;
+    };
+    if let Ok(nvrtc) = compiler.nvrtc()
         && nvrtc.location().path.is_absolute()
     {
         session.uses_source(&nvrtc.location().path);
     }
-    for (set, _) in record.header_sets() {
+    let Some(recorded) = record
+        .toolchains()
+        .iter()
+        .find(|t| t.nvrtc() == local.nvrtc())
+    else {
+        return;
+    };
+    for (set, _) in recorded.header_sets() {
         if let Ok(dir) = local.header_set(set)
             && let Some(path) = dir.path()
         {
@@ -466,13 +1092,9 @@ fn missing_toolchain(why: &Error) -> String {
     )
 }
 
-/// The NVRTC release of the toolchain that keys the entries (only called once a
-/// request was built with it).
-fn built_nvrtc(keying: &Result<Arc<Toolchain>, Arc<Error>>) -> Result<&super::NvrtcVersion, Error> {
-    keying
-        .as_ref()
-        .map(|keying| keying.nvrtc())
-        .map_err(|why| Error::Shared(Arc::clone(why)))
+/// `text` on one line.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 fn parse_archs(list: &str) -> Result<Vec<Arch>, Error> {

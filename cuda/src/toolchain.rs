@@ -69,87 +69,62 @@ type Locate = fn(&SearchConfig) -> Result<std::path::PathBuf, Error>;
 const STANDARD_SETS: [(&str, Locate); 2] =
     [(CCCL, locate_cccl), (CUDA_RUNTIME, locate_cuda_runtime)];
 
-/// The first word of every build record; a new layout gets a new version.
+/// The first word of a build record of one toolchain (and the default oldest
+/// driver): what every Kiln release reads.
 const RECORD_MAGIC: &str = "kiln-cuda-build/1";
+/// The first word of a build record of several toolchains, or one that states
+/// its oldest driver.
+const RECORD_MAGIC_2: &str = "kiln-cuda-build/2";
 
-/// What a kernel library's build compiled its shipped entries with, and for which
-/// targets: NVRTC's exact release, the digest of each named header set, the CUBIN
-/// targets and the targets whose entries also carry PTX.
-///
-/// Its text form is one line (a `cargo:rustc-env` value); `ptx=` lists one target
-/// or several, comma-separated (a record of one PTX target reads as it always has):
-///
-/// ```
-/// use kiln_cuda::toolchain::BuildRecord;
-/// let record: BuildRecord = "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_80,sm_90 ptx=sm_80".parse()?;
-/// assert_eq!(record.nvrtc().map(|v| v.release.as_str()), Some("13.0.88"));
-/// assert_eq!(record.cubin_targets().len(), 2);
-/// assert_eq!(record.to_string().parse::<BuildRecord>()?, record);
-/// let two: BuildRecord = "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_80,sm_90 ptx=sm_80,sm_90".parse()?;
-/// assert_eq!(two.ptx_targets().len(), 2);
-/// // A build that found no NVRTC shipped nothing:
-/// assert!("kiln-cuda-build/1".parse::<BuildRecord>()?.nvrtc().is_none());
-/// # Ok::<(), kiln_cuda::Error>(())
-/// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct BuildRecord {
-    nvrtc: Option<NvrtcVersion>,
+/// What one toolchain of a build compiled: NVRTC's exact release, the digest of
+/// each named header set, the CUBIN targets and the targets whose entries also
+/// carry PTX.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolchainRecord {
+    nvrtc: NvrtcVersion,
     cubins: Vec<Arch>,
     ptx: Vec<Arch>,
     headers: BTreeMap<String, Digest>,
 }
 
-impl BuildRecord {
-    /// A record of a build that compiled with NVRTC `nvrtc` (no target yet).
-    pub fn new(nvrtc: NvrtcVersion) -> BuildRecord {
-        BuildRecord {
-            nvrtc: Some(nvrtc),
-            ..BuildRecord::default()
+impl ToolchainRecord {
+    /// A toolchain of NVRTC `nvrtc` (no target yet).
+    pub fn new(nvrtc: NvrtcVersion) -> ToolchainRecord {
+        ToolchainRecord {
+            nvrtc,
+            cubins: Vec::new(),
+            ptx: Vec::new(),
+            headers: BTreeMap::new(),
         }
     }
 
-    /// The record with these CUBIN targets (sorted, duplicates dropped).
+    /// The same toolchain with these CUBIN targets (sorted, duplicates dropped).
     pub fn with_cubin_targets(mut self, targets: impl IntoIterator<Item = Arch>) -> Self {
-        self.cubins = targets.into_iter().collect();
-        self.cubins.sort();
-        self.cubins.dedup();
+        self.cubins = sorted(targets);
         self
     }
 
-    /// The record with the entries of `target` (alone) carrying PTX, or none.
-    pub fn with_ptx_target(self, target: Option<Arch>) -> Self {
-        self.with_ptx_targets(target)
-    }
-
-    /// The record with the entries of `targets` carrying PTX (sorted, duplicates
-    /// dropped).
+    /// The same toolchain with the entries of `targets` carrying PTX (sorted,
+    /// duplicates dropped).
     pub fn with_ptx_targets(mut self, targets: impl IntoIterator<Item = Arch>) -> Self {
-        self.ptx = targets.into_iter().collect();
-        self.ptx.sort();
-        self.ptx.dedup();
+        self.ptx = sorted(targets);
         self
     }
 
-    /// The record with header set `set` at `digest`.
+    /// The same toolchain with header set `set` at `digest`.
     pub fn with_header_set(mut self, set: impl Into<String>, digest: Digest) -> Self {
         self.headers.insert(set.into(), digest);
         self
     }
 
-    /// The NVRTC release the shipped entries were compiled by; `None` when the build
-    /// had no NVRTC (nothing was shipped).
-    pub fn nvrtc(&self) -> Option<&NvrtcVersion> {
-        self.nvrtc.as_ref()
+    /// The NVRTC release its entries were compiled by.
+    pub fn nvrtc(&self) -> &NvrtcVersion {
+        &self.nvrtc
     }
 
     /// The archs shipped as CUBINs, sorted.
     pub fn cubin_targets(&self) -> &[Arch] {
         &self.cubins
-    }
-
-    /// The lowest target whose entries also carry PTX.
-    pub fn ptx_target(&self) -> Option<Arch> {
-        self.ptx.first().copied()
     }
 
     /// Every target whose entries also carry PTX, sorted.
@@ -167,18 +142,21 @@ impl BuildRecord {
         self.headers.iter().map(|(name, d)| (name.as_str(), *d))
     }
 
-    /// The `cargo:rustc-env` line a build script prints for this record.
-    pub fn cargo_directive(&self) -> String {
-        format!("cargo:rustc-env={BUILD_RECORD_VAR}={self}")
+    /// The oldest driver (CUDA version, `cuDriverGetVersion` form) that loads
+    /// this toolchain's CUBINs: the first of its major (`12000` for NVRTC 12.x,
+    /// an R525 driver; `13000` for 13.x, R580).
+    pub fn cubin_driver(&self) -> i32 {
+        crate::select::driver_needed_for_cubin(&self.nvrtc)
     }
-}
 
-impl fmt::Display for BuildRecord {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(RECORD_MAGIC)?;
-        if let Some(nvrtc) = &self.nvrtc {
-            write!(f, " nvrtc={nvrtc}")?;
-        }
+    /// The oldest driver that JIT-compiles this toolchain's PTX: the one of its
+    /// exact CUDA release (`12090` for NVRTC 12.9).
+    pub fn ptx_driver(&self) -> i32 {
+        crate::select::driver_needed_for_ptx(&self.nvrtc)
+    }
+
+    fn write(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, " nvrtc={}", self.nvrtc)?;
         if !self.cubins.is_empty() {
             let list: Vec<String> = self.cubins.iter().map(Arch::to_string).collect();
             write!(f, " cubin={}", list.join(","))?;
@@ -194,6 +172,205 @@ impl fmt::Display for BuildRecord {
     }
 }
 
+fn sorted(targets: impl IntoIterator<Item = Arch>) -> Vec<Arch> {
+    let mut targets: Vec<Arch> = targets.into_iter().collect();
+    targets.sort();
+    targets.dedup();
+    targets
+}
+
+/// What a kernel library's build compiled its shipped entries with, and for which
+/// targets: one [`ToolchainRecord`] per toolchain (an NVRTC 13 one for CUDA 13
+/// drivers and an NVRTC 12 one for CUDA 12 drivers and older GPUs, say), newest
+/// first, and the oldest driver the build states it serves.
+///
+/// Its text form is one line (a `cargo:rustc-env` value); each `nvrtc=` starts a
+/// toolchain, `ptx=` lists one target or several, comma-separated. A record of one
+/// toolchain at the default oldest driver reads as it always has
+/// (`kiln-cuda-build/1`); several toolchains, or a stated oldest driver
+/// (`driver=12.8`), make a `kiln-cuda-build/2` record:
+///
+/// ```
+/// use kiln_cuda::toolchain::BuildRecord;
+/// let record: BuildRecord = "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_80,sm_90 ptx=sm_80".parse()?;
+/// assert_eq!(record.nvrtc().map(|v| v.release.as_str()), Some("13.0.88"));
+/// assert_eq!(record.cubin_targets().len(), 2);
+/// assert_eq!(record.to_string().parse::<BuildRecord>()?, record);
+/// let two: BuildRecord = "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_80,sm_90 ptx=sm_80,sm_90".parse()?;
+/// assert_eq!(two.ptx_targets().len(), 2);
+/// // Two toolchains: CUDA 13 for Turing and newer, CUDA 12 down to Maxwell.
+/// let both: BuildRecord = "kiln-cuda-build/2 nvrtc=13.0.88 cubin=sm_75,sm_90 ptx=sm_75 \
+///     nvrtc=12.9.86 cubin=sm_50,sm_70,sm_90 ptx=sm_50".parse()?;
+/// assert_eq!(both.toolchains().len(), 2);
+/// assert_eq!(both.oldest_driver(), 12000); // what NVRTC 12's CUBINs reach (R525)
+/// // A build that found no NVRTC shipped nothing:
+/// assert!("kiln-cuda-build/1".parse::<BuildRecord>()?.nvrtc().is_none());
+/// # Ok::<(), kiln_cuda::Error>(())
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BuildRecord {
+    toolchains: Vec<ToolchainRecord>,
+    oldest_driver: Option<i32>,
+}
+
+impl BuildRecord {
+    /// A record of a build that compiled with NVRTC `nvrtc` (no target yet).
+    pub fn new(nvrtc: NvrtcVersion) -> BuildRecord {
+        BuildRecord::from_toolchains([ToolchainRecord::new(nvrtc)])
+    }
+
+    /// A record of these toolchains (ordered newest NVRTC first; one per release).
+    pub fn from_toolchains(toolchains: impl IntoIterator<Item = ToolchainRecord>) -> BuildRecord {
+        let mut record = BuildRecord::default();
+        for toolchain in toolchains {
+            record = record.with_toolchain(toolchain);
+        }
+        record
+    }
+
+    /// The record with `toolchain` too (it replaces one of the same NVRTC release).
+    pub fn with_toolchain(mut self, toolchain: ToolchainRecord) -> BuildRecord {
+        self.toolchains.retain(|t| t.nvrtc != toolchain.nvrtc);
+        self.toolchains.push(toolchain);
+        self.toolchains
+            .sort_by(|a, b| newest_first(&a.nvrtc, &b.nvrtc));
+        self
+    }
+
+    /// The record stating that its build serves drivers from CUDA `version`
+    /// (`cuDriverGetVersion` form: 12080 for 12.8) on; `None`: the default, the
+    /// oldest driver its toolchains' CUBINs reach.
+    pub fn with_oldest_driver(mut self, version: Option<i32>) -> BuildRecord {
+        self.oldest_driver = version;
+        self
+    }
+
+    /// The toolchain the single-toolchain builders change: the newest.
+    fn first_mut(&mut self) -> Option<&mut ToolchainRecord> {
+        self.toolchains.first_mut()
+    }
+
+    /// The record with these CUBIN targets for its newest toolchain (sorted,
+    /// duplicates dropped).
+    pub fn with_cubin_targets(mut self, targets: impl IntoIterator<Item = Arch>) -> Self {
+        if let Some(first) = self.first_mut() {
+            first.cubins = sorted(targets);
+        }
+        self
+    }
+
+    /// The record with the entries of `target` (alone) carrying PTX, or none, for
+    /// its newest toolchain.
+    pub fn with_ptx_target(self, target: Option<Arch>) -> Self {
+        self.with_ptx_targets(target)
+    }
+
+    /// The record with the entries of `targets` carrying PTX (sorted, duplicates
+    /// dropped), for its newest toolchain.
+    pub fn with_ptx_targets(mut self, targets: impl IntoIterator<Item = Arch>) -> Self {
+        if let Some(first) = self.first_mut() {
+            first.ptx = sorted(targets);
+        }
+        self
+    }
+
+    /// The record with header set `set` at `digest`, for its newest toolchain.
+    pub fn with_header_set(mut self, set: impl Into<String>, digest: Digest) -> Self {
+        if let Some(first) = self.first_mut() {
+            first.headers.insert(set.into(), digest);
+        }
+        self
+    }
+
+    /// Every toolchain, newest NVRTC first.
+    pub fn toolchains(&self) -> &[ToolchainRecord] {
+        &self.toolchains
+    }
+
+    /// The NVRTC release of the newest toolchain; `None` when the build had no
+    /// NVRTC (nothing was shipped).
+    pub fn nvrtc(&self) -> Option<&NvrtcVersion> {
+        self.toolchains.first().map(|t| &t.nvrtc)
+    }
+
+    /// The archs the newest toolchain shipped as CUBINs, sorted
+    /// ([`BuildRecord::toolchains`] has each toolchain's).
+    pub fn cubin_targets(&self) -> &[Arch] {
+        self.toolchains.first().map_or(&[], |t| &t.cubins)
+    }
+
+    /// The lowest target of the newest toolchain whose entries also carry PTX.
+    pub fn ptx_target(&self) -> Option<Arch> {
+        self.ptx_targets().first().copied()
+    }
+
+    /// Every target of the newest toolchain whose entries also carry PTX, sorted.
+    pub fn ptx_targets(&self) -> &[Arch] {
+        self.toolchains.first().map_or(&[], |t| &t.ptx)
+    }
+
+    /// The digest of header set `set` the newest toolchain compiled with.
+    pub fn header_set(&self, set: &str) -> Option<Digest> {
+        self.toolchains.first()?.header_set(set)
+    }
+
+    /// Every header set of the newest toolchain and its digest, by name.
+    pub fn header_sets(&self) -> impl Iterator<Item = (&str, Digest)> {
+        self.toolchains.iter().take(1).flat_map(|t| t.header_sets())
+    }
+
+    /// The oldest driver (CUDA version, `cuDriverGetVersion` form) the build
+    /// states it serves: as stated, else the oldest its toolchains' CUBINs reach
+    /// ([`ToolchainRecord::cubin_driver`]); `i32::MAX` when nothing was shipped.
+    pub fn oldest_driver(&self) -> i32 {
+        self.oldest_driver.unwrap_or_else(|| {
+            self.toolchains
+                .iter()
+                .map(ToolchainRecord::cubin_driver)
+                .min()
+                .unwrap_or(i32::MAX)
+        })
+    }
+
+    /// The oldest driver as stated, `None` when it is the default.
+    pub fn stated_oldest_driver(&self) -> Option<i32> {
+        self.oldest_driver
+    }
+
+    /// The `cargo:rustc-env` line a build script prints for this record.
+    pub fn cargo_directive(&self) -> String {
+        format!("cargo:rustc-env={BUILD_RECORD_VAR}={self}")
+    }
+}
+
+/// Orders NVRTC releases newest first.
+fn newest_first(a: &NvrtcVersion, b: &NvrtcVersion) -> std::cmp::Ordering {
+    (b.major, b.minor, patch(b)).cmp(&(a.major, a.minor, patch(a)))
+}
+
+fn patch(version: &NvrtcVersion) -> u32 {
+    version
+        .release
+        .rsplit('.')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0)
+}
+
+impl fmt::Display for BuildRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let second = self.toolchains.len() > 1 || self.oldest_driver.is_some();
+        f.write_str(if second { RECORD_MAGIC_2 } else { RECORD_MAGIC })?;
+        if let Some(driver) = self.oldest_driver {
+            write!(f, " driver={}", crate::select::cuda_version_text(driver))?;
+        }
+        for toolchain in &self.toolchains {
+            toolchain.write(f)?;
+        }
+        Ok(())
+    }
+}
+
 impl FromStr for BuildRecord {
     type Err = Error;
 
@@ -204,30 +381,51 @@ impl FromStr for BuildRecord {
             why,
         };
         let mut words = text.split_whitespace();
-        if words.next() != Some(RECORD_MAGIC) {
-            return Err(bad(format!("it does not start with {RECORD_MAGIC}")));
-        }
-        let mut record = BuildRecord::default();
+        let second = match words.next() {
+            Some(RECORD_MAGIC) => false,
+            Some(RECORD_MAGIC_2) => true,
+            _ => {
+                return Err(bad(format!(
+                    "it does not start with {RECORD_MAGIC} or {RECORD_MAGIC_2}"
+                )));
+            }
+        };
+        let mut toolchains: Vec<ToolchainRecord> = Vec::new();
+        let mut oldest_driver = None;
         for word in words {
             let (field, value) = word
                 .split_once('=')
                 .ok_or_else(|| bad(format!("{word:?} is not field=value")))?;
             let arch = |s: &str| s.parse::<Arch>().map_err(|e| bad(e.to_string()));
-            match field {
-                "nvrtc" => {
-                    record.nvrtc = Some(
-                        value
-                            .parse::<NvrtcVersion>()
-                            .map_err(|e| bad(e.to_string()))?,
-                    )
+            if field == "nvrtc" {
+                let nvrtc = value
+                    .parse::<NvrtcVersion>()
+                    .map_err(|e| bad(e.to_string()))?;
+                if toolchains.iter().any(|t| t.nvrtc == nvrtc) {
+                    return Err(bad(format!("NVRTC {nvrtc} is recorded twice")));
                 }
+                toolchains.push(ToolchainRecord::new(nvrtc));
+                continue;
+            }
+            if field == "driver" && second {
+                let version = crate::select::parse_cuda_version(value)
+                    .ok_or_else(|| bad(format!("driver={value} is not a CUDA version")))?;
+                oldest_driver = Some(version);
+                continue;
+            }
+            let Some(toolchain) = toolchains.last_mut() else {
+                return Err(bad(format!(
+                    "{field} without the NVRTC release it was built by"
+                )));
+            };
+            match field {
                 "cubin" => {
                     let targets = value.split(',').map(arch).collect::<Result<Vec<_>, _>>()?;
-                    record = record.with_cubin_targets(targets);
+                    toolchain.cubins = sorted(targets);
                 }
                 "ptx" => {
                     let targets = value.split(',').map(arch).collect::<Result<Vec<_>, _>>()?;
-                    record = record.with_ptx_targets(targets);
+                    toolchain.ptx = sorted(targets);
                 }
                 _ => {
                     let Some(set) = field.strip_prefix("headers.").filter(|s| !s.is_empty()) else {
@@ -235,16 +433,16 @@ impl FromStr for BuildRecord {
                     };
                     let digest = Digest::from_hex(value)
                         .map_err(|_| bad(format!("the digest of {set} is not 64 hex digits")))?;
-                    record.headers.insert(set.to_owned(), digest);
+                    toolchain.headers.insert(set.to_owned(), digest);
                 }
             }
         }
-        if record.nvrtc.is_none() && !(record.cubins.is_empty() && record.ptx.is_empty()) {
-            return Err(bad(
-                "targets without the NVRTC release they were built by".into()
-            ));
+        if !second && toolchains.len() > 1 {
+            return Err(bad(format!(
+                "several toolchains need a {RECORD_MAGIC_2} record"
+            )));
         }
-        Ok(record)
+        Ok(BuildRecord::from_toolchains(toolchains).with_oldest_driver(oldest_driver))
     }
 }
 
@@ -313,13 +511,18 @@ pub struct Toolchain {
 }
 
 impl Toolchain {
-    /// The toolchain `record` names; `None` when its build had no NVRTC.
+    /// The newest toolchain `record` names; `None` when its build had no NVRTC.
     pub fn recorded(record: &BuildRecord) -> Option<Toolchain> {
-        Some(Toolchain {
-            nvrtc: record.nvrtc()?.clone(),
+        record.toolchains().first().map(Toolchain::from_record)
+    }
+
+    /// The toolchain `record` names: its NVRTC release and header digests.
+    pub fn from_record(record: &ToolchainRecord) -> Toolchain {
+        Toolchain {
+            nvrtc: record.nvrtc.clone(),
             compiler: None,
             headers: Headers::Recorded(record.headers.clone()),
-        })
+        }
     }
 
     /// A toolchain that only names requests: no compiler and no header set, so a
@@ -345,10 +548,34 @@ impl Toolchain {
     /// [`Error::NvrtcNotFound`] (listing every place searched) and the errors of
     /// loading NVRTC to read its release.
     pub fn local() -> Result<Toolchain, Error> {
-        Ok(Self::with_compiler(
-            Compiler::new()?,
-            SearchConfig::from_env(),
-        ))
+        let compiler = Compiler::new()?;
+        let major = compiler.version().major;
+        let headers = SearchConfig::from_env().of_cuda(major, true, &|name| std::env::var_os(name));
+        Ok(Self::with_compiler(compiler, headers))
+    }
+
+    /// This machine's toolchain of CUDA major `major` ([`SearchConfig::for_cuda`]:
+    /// NVRTC `major`.x and that major's header sets; with `main`, the unsuffixed
+    /// header variables name its headers).
+    ///
+    /// # Errors
+    /// As [`Toolchain::located`].
+    pub fn local_of_major(major: u32, main: bool) -> Result<Toolchain, Error> {
+        Self::located(SearchConfig::for_cuda(major, main))
+    }
+
+    /// The toolchain `config` finds: its NVRTC ([`Compiler::with_config`]) and,
+    /// when first asked for, its header sets, searched for the NVRTC's CUDA major
+    /// when `config` names none.
+    ///
+    /// # Errors
+    /// [`Error::NvrtcNotFound`] (listing every place searched) and the errors of
+    /// loading NVRTC to read its release.
+    pub fn located(config: SearchConfig) -> Result<Toolchain, Error> {
+        let compiler = Compiler::with_config(&config)?;
+        let mut headers = config;
+        headers.cuda_major = headers.cuda_major.or(Some(compiler.version().major));
+        Ok(Self::with_compiler(compiler, headers))
     }
 
     /// A local toolchain on `compiler`, finding header sets through `search`.
@@ -534,7 +761,11 @@ mod tests {
         for bad in [
             "",
             "kiln-cuda-build/1 nvrtc=13.0.88 ptx=sm_75,",
-            "kiln-cuda-build/2 nvrtc=13.0.88",
+            "kiln-cuda-build/3 nvrtc=13.0.88",
+            "kiln-cuda-build/1 nvrtc=13.0.88 nvrtc=12.9.86",
+            "kiln-cuda-build/1 driver=12.0 nvrtc=13.0.88",
+            "kiln-cuda-build/2 driver=twelve nvrtc=13.0.88",
+            "kiln-cuda-build/2 nvrtc=13.0.88 nvrtc=13.0.88",
             "kiln-cuda-build/1 nvrtc=13",
             "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_75,compute_80",
             "kiln-cuda-build/1 nvrtc=13.0.88 arch=sm_75",
@@ -551,6 +782,48 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn records_of_two_toolchains_keep_each_one_newest_first() {
+        let digest = Digest::of(b"cccl 12");
+        let text = format!(
+            "kiln-cuda-build/2 driver=12.2 nvrtc=12.9.86 cubin=sm_70,sm_50 ptx=sm_50 \
+             headers.cccl={} nvrtc=13.0.88 cubin=sm_75 ptx=sm_75",
+            digest.to_hex()
+        );
+        let record: BuildRecord = text.parse().unwrap();
+        let releases: Vec<&str> = record
+            .toolchains()
+            .iter()
+            .map(|t| t.nvrtc().release.as_str())
+            .collect();
+        assert_eq!(releases, ["13.0.88", "12.9.86"]);
+        assert_eq!(record.toolchains()[1].header_set(CCCL), Some(digest));
+        assert_eq!(record.toolchains()[0].header_set(CCCL), None);
+        assert_eq!(record.oldest_driver(), 12020);
+        assert_eq!(record.nvrtc().map(|v| v.release.as_str()), Some("13.0.88"));
+        let again: BuildRecord = record.to_string().parse().unwrap();
+        assert_eq!(again, record);
+        assert!(
+            record
+                .to_string()
+                .starts_with("kiln-cuda-build/2 driver=12.2 nvrtc=13.0.88 ")
+        );
+        // The default oldest driver: what the oldest toolchain's CUBINs load on.
+        let default = record.clone().with_oldest_driver(None);
+        assert_eq!(default.oldest_driver(), 12000);
+        let one = BuildRecord::from_toolchains([record.toolchains()[0].clone()]);
+        assert_eq!(one.oldest_driver(), 13000);
+        assert!(one.to_string().starts_with("kiln-cuda-build/1 "));
+        // Every toolchain keys with its own recorded header sets.
+        let twelve = Toolchain::from_record(&record.toolchains()[1]);
+        assert_eq!(twelve.cccl().unwrap().digest(), digest);
+        assert!(
+            Toolchain::from_record(&record.toolchains()[0])
+                .cccl()
+                .is_err()
+        );
     }
 
     #[test]

@@ -9,14 +9,17 @@ use kiln::build::Precompile;
 use kiln::cuda::ShipPlan;
 
 fn main() -> Result<(), kiln::cuda::Error> {
-    let targets = std::env::var(catalogue::TARGETS_VARIABLE)
-        .unwrap_or_else(|_| catalogue::TARGETS.to_owned());
-    let mut plan = ShipPlan::parse(&targets)?;
+    let targets = std::env::var(catalogue::TARGETS_VARIABLE).ok();
+    let oldest = std::env::var(catalogue::OLDEST_DRIVER_VARIABLE).ok();
+    // NVRTC 13 and NVRTC 12 (CUDA 12 drivers, Maxwell to Volta), one image.
+    let mut plan: ShipPlan = catalogue::plan(targets.as_deref(), oldest.as_deref())?;
     Precompile::new("kiln-kernels-demo").run(|session| {
         session.uses_source("src/catalogue.rs");
         session.uses_env(catalogue::TARGETS_VARIABLE);
-        // Every (kernel, target) on NUM_JOBS threads; declares NVRTC's file and
-        // the CCCL folder, so a new NVRTC or new headers precompile again.
+        session.uses_env(catalogue::OLDEST_DRIVER_VARIABLE);
+        // Every (kernel, toolchain, target) on NUM_JOBS threads; declares NVRTC's
+        // files and the CCCL folders, so a new NVRTC or new headers precompile
+        // again.
         Ok(plan.precompile(session, &catalogue::common(), catalogue::request)?)
     })?;
     // Printed even when no NVRTC was found (then the library ships nothing and

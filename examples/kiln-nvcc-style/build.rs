@@ -12,8 +12,12 @@ use kiln::cuda::ShipPlan;
 
 fn main() -> Result<(), kiln::cuda::Error> {
     // PTX for the lowest target (every GPU from Turing) and the newest (its
-    // kernel set has the bf16 and fp8 kernels).
-    let mut plan = ShipPlan::parse(catalogue::TARGETS)?.with_lowest_and_newest_ptx();
+    // kernel set has the bf16 and fp8 kernels); NVRTC 13 for CUDA 13 drivers,
+    // NVRTC 12 for CUDA 12 drivers and Pascal and Volta.
+    let mut plan = ShipPlan::parse(catalogue::TARGETS)?
+        .for_cuda(13)
+        .and(ShipPlan::parse(catalogue::TARGETS_CUDA_12)?.for_cuda(12))
+        .with_lowest_and_newest_ptx();
     Precompile::new("kiln-nvcc-style").run(|session| {
         session.uses_source("src/catalogue.rs");
         for program in catalogue::Program::ALL {

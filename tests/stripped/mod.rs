@@ -12,11 +12,22 @@ use crate::demo_app::{Run, demo_app, nvrtc_available};
 /// Kernels of `kiln-kernels-demo` (11) and `kiln-activations-demo` (8).
 pub const KERNELS: usize = 19;
 
-/// The libraries' CUBIN targets (`catalogue::TARGETS`), and the one with PTX.
+/// The libraries' NVRTC 13 CUBIN targets (`catalogue::TARGETS`), and the one
+/// with PTX.
 pub const SHIPPED: [&str; 7] = [
     "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120",
 ];
 pub const PTX_TARGET: &str = "sm_75";
+
+/// The libraries' NVRTC 12 CUBIN targets (`catalogue::TARGETS_CUDA_12`).
+pub const SHIPPED_CUDA_12: [&str; 10] = [
+    "sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120",
+];
+
+/// The NVRTC releases that built the libraries' shipped entries: CUDA 13's and
+/// CUDA 12's.
+pub const NVRTC_13: &str = "13.0.88";
+pub const NVRTC_12: &str = "12.9.86";
 
 /// Path fragments the process must never touch when the images serve every
 /// kernel: NVRTC, Python, include trees (CCCL, CUB), a CUDA toolkit, the
@@ -89,6 +100,15 @@ impl Stripped {
             executed[0].contains(&format!("execve(\"{}\"", app.display())),
             "{executed:?}"
         );
+    }
+
+    /// Asserts every kernel came from an image as `selection` of `target`, built
+    /// by NVRTC `nvrtc`.
+    pub fn assert_all_built_by(&self, selection: &str, target: &str, nvrtc: &str) {
+        self.assert_all_from_images(selection, target);
+        for kernel in self.run.events("kernel") {
+            assert_eq!(kernel["nvrtc"], nvrtc, "{}", kernel["name"]);
+        }
     }
 
     /// Asserts every kernel came from an image as `selection` of `target`.

@@ -136,7 +136,9 @@
 //!   what a build script compiles, so toggling them never rebuilds an image;
 //! - one plain line per specialization with its time, and one summary line
 //!   that says how many entries came from the shipped image and from each
-//!   tier, how many were compiled, missing or failed (cargo keeps these in
+//!   tier, how many were compiled, missing or failed, then what the backends
+//!   add ([`Session::summary_note`]: kiln-cuda says which drivers and GPUs the
+//!   code reaches) (cargo keeps these in
 //!   the build script's output; `cargo build -vv` shows them). The summary
 //!   is a `cargo:warning` when something is missing or the image is empty
 //!   while the block asked for entries: a build that ships nothing never
@@ -409,6 +411,8 @@ impl<'out> Precompile<'out> {
             failed: Vec::new(),
             dropped: Default::default(),
             not_shippable: None,
+            notes: Vec::new(),
+            warnings: Vec::new(),
         };
         match block(&mut session).err().map(NotDone::of) {
             None => {}
@@ -429,6 +433,8 @@ impl<'out> Precompile<'out> {
             failed,
             dropped,
             not_shippable,
+            notes,
+            warnings,
             ..
         } = session;
 
@@ -504,6 +510,12 @@ impl<'out> Precompile<'out> {
             .filter(|_| !missing.is_empty())
             .map(|found| shipped::changed_since(&found.shipped.manifest, &sources_now))
             .unwrap_or_default();
+        for warning in &warnings {
+            out.line(format_args!(
+                "cargo:warning=kiln: {name}: {}",
+                one_line(warning)
+            ));
+        }
         for line in missing_lines(
             &missing,
             shipped.as_ref().map(|s| s.path.as_path()),
@@ -538,8 +550,9 @@ impl<'out> Precompile<'out> {
             failed: failed.len(),
         };
         let warn = !missing.is_empty() || (entries == 0 && !labels.is_empty());
+        let notes: String = notes.iter().map(|n| format!("; {}", one_line(n))).collect();
         out.line(format_args!(
-            "{}kiln: {name}: {summary} into {} in {:.1?}",
+            "{}kiln: {name}: {summary} into {} in {:.1?}{notes}",
             if warn { "cargo:warning=" } else { "" },
             path.display(),
             started.elapsed(),

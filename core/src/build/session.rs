@@ -101,6 +101,8 @@ pub struct Session<'a> {
     pub(super) failed: Vec<(String, String)>,
     pub(super) dropped: HashMap<(Digest, Digest), Vec<ArtifactKind>>,
     pub(super) not_shippable: Option<String>,
+    pub(super) notes: Vec<String>,
+    pub(super) warnings: Vec<String>,
 }
 
 impl<'a> Session<'a> {
@@ -178,6 +180,18 @@ impl<'a> Session<'a> {
     /// because `why`: say, the application limited the targets.
     pub fn not_for_shipping(&mut self, why: impl Into<String>) {
         self.not_shippable.get_or_insert_with(|| why.into());
+    }
+
+    /// Adds `note` to the block's summary line (after its counts, `; `
+    /// separated): what the backend wants every build to say, such as which
+    /// drivers and GPUs the code reaches.
+    pub fn summary_note(&mut self, note: impl Into<String>) {
+        self.notes.push(note.into());
+    }
+
+    /// Prints `text` as a `cargo:warning` of the block (`kiln: <name>: text`).
+    pub fn warn(&mut self, text: impl Into<String>) {
+        self.warnings.push(text.into());
     }
 
     /// Gets one specialization, called `label` in progress lines.

@@ -45,6 +45,21 @@ pub enum Attempt {
         /// The CUBIN targets shipped.
         shipped: Vec<Arch>,
     },
+    /// Nothing shipped both runs on the device's arch and loads on its driver.
+    NothingLoads {
+        /// The device: its arch and driver (`sm_70 with a driver for CUDA 12.8`).
+        device: String,
+        /// What the images hold for its arch, per toolchain, and what each needs.
+        holds: String,
+        /// What the library's author could ship to serve it.
+        advice: String,
+    },
+    /// Shipped CUBINs would run on the device's arch, but were built by a newer
+    /// CUDA major than its driver loads.
+    CubinRefused {
+        /// Why (the driver's and the compiler's versions).
+        why: String,
+    },
     /// The kernel compiled for the device's arch by the recorded toolchain is in
     /// none of the cache's tiers.
     NotCompiledElsewhere {
@@ -82,6 +97,16 @@ impl fmt::Display for Attempt {
                     list.join(", ")
                 )
             }
+            Attempt::NothingLoads {
+                device,
+                holds,
+                advice,
+            } => write!(
+                f,
+                "nothing shipped loads on {device}: the images hold {holds}; the library's \
+                 author could add {advice}"
+            ),
+            Attempt::CubinRefused { why } => f.write_str(why),
             Attempt::NotCompiledElsewhere { nvrtc } => {
                 write!(f, "compiled by {nvrtc}: not in the cache's tiers")
             }

@@ -9,7 +9,7 @@ use kiln_core::{Cache, Hit, World};
 
 use super::attempt::{Attempt, Attempts};
 use super::served::{ChosenArtifact, Served, artifact_kind};
-use crate::select::{Selection, select};
+use crate::select::{Selection, advice, cuda_version_text, holdings, select};
 use crate::{Arch, BuildRecord, Device, Error, KernelRequest, Toolchain, ToolchainPolicy};
 
 /// How many entry points an [`Error::NoSuchKernel`] lists.
@@ -25,12 +25,16 @@ pub(super) trait Library<S> {
 
     /// This machine's toolchain, located once (a failure too).
     fn local(&self) -> Result<Arc<Toolchain>, Arc<Error>>;
+
+    /// This machine's toolchain of CUDA major `major`, located once per major.
+    fn local_of_major(&self, major: u32) -> Result<Arc<Toolchain>, Arc<Error>>;
 }
 
-/// Which toolchain a request was built under.
+/// Which toolchain a request was built under: a recorded one (its index in the
+/// record) or the local one.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Under {
-    Recorded,
+    Recorded(usize),
     Local,
 }
 
@@ -45,7 +49,7 @@ pub(super) struct Derivation<'a, 'c, S> {
     kernel: Option<&'a str>,
     world: World,
     record: &'a BuildRecord,
-    recorded: Option<&'a Toolchain>,
+    recorded: &'a [Toolchain],
     requests: Vec<(Under, Arch, Arc<KernelRequest>)>,
     tried: Vec<Attempt>,
 }
@@ -60,7 +64,7 @@ where
 {
     /// A derivation of `spec` (and `kernel`, if named) for `device` in `cache`,
     /// at the cache's current world, by a library whose build recorded `record`
-    /// (and `recorded`, the toolchain it names, when its build had one).
+    /// (and `recorded`, the toolchains it names, in its order).
     pub(super) fn new(
         library: &'a dyn Library<S>,
         cache: &'c Cache,
@@ -68,7 +72,7 @@ where
         spec: &'a S,
         kernel: Option<&'a str>,
         record: &'a BuildRecord,
-        recorded: Option<&'a Toolchain>,
+        recorded: &'a [Toolchain],
     ) -> Self {
         Derivation {
             library,
@@ -95,7 +99,7 @@ where
         if let Some(served) = self.shipped_entry()? {
             return Ok(served);
         }
-        let local = match self.library.local() {
+        let local = match self.local_for_device() {
             Ok(local) => local,
             Err(cause) => return self.cannot_compile(cause),
         };
@@ -111,15 +115,50 @@ where
             return self.cannot_compile(cause);
         };
         let hit = compiler.compile_cached(self.cache, &request)?;
-        self.exact(hit, Selection::Compiled, request)
+        let nvrtc = local.nvrtc().clone();
+        self.exact(hit, Selection::Compiled, request, &nvrtc)
     }
 
-    /// Step 1: the shipped candidates for the device, under the recorded toolchain.
+    /// The local toolchain whose code runs on the device and loads on its driver:
+    /// the process's, unless its CUDA major is newer than the driver loads (or than
+    /// compiles for the arch: CUDA 13 dropped sm_50 to sm_72), then the local one
+    /// of the newest major that does.
+    fn local_for_device(&self) -> Result<Arc<Toolchain>, Arc<Error>> {
+        let arch = self.device.arch();
+        let limit = match (
+            self.device.driver(),
+            crate::select::support::newest_major_for(arch),
+        ) {
+            (Some(driver), Some(newest)) => {
+                Some((driver / 1000).max(0) as u32).map(|d| d.min(newest))
+            }
+            (Some(driver), None) => Some((driver / 1000).max(0) as u32),
+            (None, newest) => newest,
+        };
+        let local = self.library.local();
+        match (limit, &local) {
+            (Some(limit), Ok(found)) if found.nvrtc().major > limit => {
+                self.library.local_of_major(limit).map_err(|cause| {
+                    Arc::new(Error::NoLocalToolchainFor {
+                        found: found.nvrtc().clone(),
+                        wanted: limit,
+                        device: describe(self.device),
+                        cause,
+                    })
+                })
+            }
+            (Some(limit), Err(_)) => self.library.local_of_major(limit).or(local),
+            _ => local,
+        }
+    }
+
+    /// Step 1: the shipped candidates for the device, each under the recorded
+    /// toolchain that built it.
     fn shipped_entry(&mut self) -> Step<'c> {
-        let Some(recorded) = self.recorded else {
+        if self.recorded.is_empty() {
             self.tried.push(Attempt::NothingShipped);
             return Ok(None);
-        };
+        }
         let strict = match self.library.policy() {
             ToolchainPolicy::Strict => self.library.local().ok(),
             ToolchainPolicy::Shipped => None,
@@ -132,13 +171,24 @@ where
             self.tried.push(Attempt::AlwaysCompile);
             return Ok(None);
         }
+        let mut strict_skipped = false;
         for candidate in &candidates.list {
-            let request = self.request(Under::Recorded, recorded, candidate.target)?;
+            let Some(recorded) = self.recorded.get(candidate.toolchain) else {
+                continue;
+            };
+            let request = self.request(
+                Under::Recorded(candidate.toolchain),
+                recorded,
+                candidate.target,
+            )?;
             if let Some(local) = &strict
                 && let Some(why) = differs(local, recorded, &request)
             {
-                self.tried.push(Attempt::StrictToolchain { why });
-                return Ok(None);
+                if !strict_skipped {
+                    self.tried.push(Attempt::StrictToolchain { why });
+                }
+                strict_skipped = true;
+                continue;
             }
             let owner = request.owner(recorded.nvrtc())?;
             let key = request.key()?;
@@ -149,23 +199,31 @@ where
                 });
                 continue;
             };
+            let nvrtc = recorded.nvrtc().clone();
             if candidate.selection == Selection::ExactCubin {
-                return self.exact(hit, Selection::ExactCubin, request).map(Some);
+                return self
+                    .exact(hit, Selection::ExactCubin, request, &nvrtc)
+                    .map(Some);
             }
             if self.holds_kernel(&hit, candidate.selection) {
-                return Ok(Some(self.served(hit, candidate.selection, request)));
+                return Ok(Some(self.served(hit, candidate.selection, request, &nvrtc)));
             }
             self.tried.push(Attempt::LacksKernel {
                 target: candidate.target,
                 selection: candidate.selection,
             });
         }
+        if let Some(why) = candidates.cubin_refused {
+            self.tried.push(Attempt::CubinRefused { why });
+        }
         if let Some(why) = candidates.ptx_refused {
             self.tried.push(Attempt::PtxRefused { why });
         }
         if candidates.list.is_empty() {
-            self.tried.push(Attempt::NoneRuns {
-                shipped: self.record.cubin_targets().to_vec(),
+            self.tried.push(Attempt::NothingLoads {
+                device: describe(self.device),
+                holds: holdings(self.device, self.record),
+                advice: advice(self.device),
             });
         }
         Ok(None)
@@ -178,30 +236,37 @@ where
     fn cannot_compile(&mut self, cause: Arc<Error>) -> Result<Served<'c>, crate::Error> {
         // Under KILN_STRICT_TOOLCHAIN a process that has a toolchain serves only
         // what that toolchain built.
-        if let Some(recorded) = self.recorded
-            && !self.cache.config().always_compile
-            && !self.strict_here()
-        {
-            match self.request(Under::Recorded, recorded, self.device.arch()) {
-                Ok(request) => {
-                    let owner = request.owner(recorded.nvrtc())?;
-                    let key = request.key()?;
-                    match self.cache.get_cached(&owner, &key) {
-                        Some(hit) => return self.exact(hit, Selection::Compiled, request),
-                        None => self.tried.push(Attempt::NotCompiledElsewhere {
-                            nvrtc: recorded.nvrtc().clone(),
-                        }),
-                    }
+        if !self.cache.config().always_compile && !self.strict_here() {
+            let driver = self.device.driver();
+            for (index, recorded) in self.recorded.iter().enumerate() {
+                let cubin_driver = crate::select::driver_needed_for_cubin(recorded.nvrtc());
+                if driver.is_some_and(|driver| driver < cubin_driver) {
+                    continue;
                 }
-                Err(Error::Cache(other)) => return Err(Error::Cache(other)),
-                Err(why) => self.tried.push(Attempt::NoRecordedRequest {
-                    why: why.to_string(),
-                }),
+                match self.request(Under::Recorded(index), recorded, self.device.arch()) {
+                    Ok(request) => {
+                        let owner = request.owner(recorded.nvrtc())?;
+                        let key = request.key()?;
+                        match self.cache.get_cached(&owner, &key) {
+                            Some(hit) => {
+                                let nvrtc = recorded.nvrtc().clone();
+                                return self.exact(hit, Selection::Compiled, request, &nvrtc);
+                            }
+                            None => self.tried.push(Attempt::NotCompiledElsewhere {
+                                nvrtc: recorded.nvrtc().clone(),
+                            }),
+                        }
+                    }
+                    Err(Error::Cache(other)) => return Err(Error::Cache(other)),
+                    Err(why) => self.tried.push(Attempt::NoRecordedRequest {
+                        why: why.to_string(),
+                    }),
+                }
             }
         }
         Err(Error::NotShipped {
             kernel: self.kernel_label(),
-            arch: self.device.arch().to_string(),
+            arch: describe(self.device),
             tried: Attempts(std::mem::take(&mut self.tried)),
             cause,
         })
@@ -214,9 +279,10 @@ where
         hit: Hit<'c>,
         selection: Selection,
         request: Arc<KernelRequest>,
+        nvrtc: &crate::NvrtcVersion,
     ) -> Result<Served<'c>, crate::Error> {
         if self.holds_kernel(&hit, selection) {
-            return Ok(self.served(hit, selection, request));
+            return Ok(self.served(hit, selection, request, nvrtc));
         }
         let kernels = kernels_of(&hit, selection);
         Err(Error::NoSuchKernel {
@@ -233,9 +299,10 @@ where
         hit: Hit<'c>,
         selection: Selection,
         request: Arc<KernelRequest>,
+        nvrtc: &crate::NvrtcVersion,
     ) -> Served<'c> {
         Served {
-            artifact: ChosenArtifact::of(selection, request.arch()),
+            artifact: ChosenArtifact::of(selection, request.arch(), nvrtc),
             hit,
             selection,
             request,
@@ -288,7 +355,7 @@ where
             .first()
             .map(|(.., request)| request.name().to_owned())
             .or_else(|| {
-                let recorded = self.recorded?;
+                let recorded = self.recorded.first()?;
                 let request = self
                     .library
                     .request(self.spec, recorded, self.device.arch());
@@ -299,6 +366,18 @@ where
             Some(kernel) => format!("{kernel} (of {program})"),
             None => program,
         }
+    }
+}
+
+/// A device for people: `sm_70 with a driver for CUDA 12.8`.
+fn describe(device: &Device) -> String {
+    match device.driver() {
+        Some(driver) => format!(
+            "{} with a driver for CUDA {}",
+            device.arch(),
+            cuda_version_text(driver)
+        ),
+        None => device.arch().to_string(),
     }
 }
 

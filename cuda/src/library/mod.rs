@@ -84,7 +84,7 @@ mod stats;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
-use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
 use kiln_core::{Cache, Digest, Key, World};
 
@@ -104,10 +104,10 @@ use stats::{Counts, PROCESS_COUNTS};
 /// gives the same keys as the one the build used.
 pub type RequestFn<S> = fn(&S, &Toolchain, Arch) -> Result<KernelRequest, crate::Error>;
 
-/// What a library's record says, parsed once.
+/// What a library's record says, parsed once: the record and its toolchains.
 struct Shipped {
     record: BuildRecord,
-    recorded: Option<Toolchain>,
+    recorded: Vec<Toolchain>,
 }
 
 enum RecordSource {
@@ -147,6 +147,7 @@ pub struct KernelLibrary<S> {
     policy: Option<ToolchainPolicy>,
     shipped: OnceLock<Result<Shipped, Arc<Error>>>,
     local: OnceLock<LocalToolchain>,
+    given_local: bool,
     memo: OnceLock<RwLock<HashMap<S, SpecMemos>>>,
     counts: Counts,
 }
@@ -178,6 +179,7 @@ where
             policy: None,
             shipped: OnceLock::new(),
             local: OnceLock::new(),
+            given_local: false,
             memo: OnceLock::new(),
             counts: Counts::new(),
         }
@@ -203,6 +205,7 @@ where
     pub fn with_local_toolchain(self, local: Result<Toolchain, Error>) -> KernelLibrary<S> {
         KernelLibrary {
             local: OnceLock::from(local.map(Arc::new).map_err(Arc::new)),
+            given_local: true,
             ..self
         }
     }
@@ -282,7 +285,7 @@ where
             spec,
             kernel,
             &shipped.record,
-            shipped.recorded.as_ref(),
+            &shipped.recorded,
         );
         let served = derivation.run()?;
         Ok(self.remember(cache, derivation.world(), device, spec, kernel, served))
@@ -366,7 +369,11 @@ where
                 RecordSource::Text(text) => text.parse::<BuildRecord>().map_err(Arc::new)?,
                 RecordSource::Parsed(record) => record.clone(),
             };
-            let recorded = Toolchain::recorded(&record);
+            let recorded = record
+                .toolchains()
+                .iter()
+                .map(Toolchain::from_record)
+                .collect();
             Ok(Shipped { record, recorded })
         });
         parsed.as_ref().map_err(|e| Error::Shared(Arc::clone(e)))
@@ -388,6 +395,14 @@ where
     fn local(&self) -> LocalToolchain {
         self.local.get_or_init(process_local).clone()
     }
+
+    fn local_of_major(&self, major: u32) -> LocalToolchain {
+        // A library given its local toolchain compiles with that one only.
+        if self.given_local {
+            return self.local();
+        }
+        process_local_of_major(major)
+    }
 }
 
 /// The process's local toolchain, located once (a failure too: a process without
@@ -397,6 +412,20 @@ fn process_local() -> LocalToolchain {
     LOCAL
         .get_or_init(|| Toolchain::local().map(Arc::new).map_err(Arc::new))
         .clone()
+}
+
+/// The process's local toolchain of CUDA major `major`, located once per major.
+fn process_local_of_major(major: u32) -> LocalToolchain {
+    static LOCAL: Mutex<Vec<(u32, LocalToolchain)>> = Mutex::new(Vec::new());
+    let mut all = LOCAL.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, found)) = all.iter().find(|(m, _)| *m == major) {
+        return found.clone();
+    }
+    let found = Toolchain::local_of_major(major, false)
+        .map(Arc::new)
+        .map_err(Arc::new);
+    all.push((major, found.clone()));
+    found
 }
 
 /// A cache's identity for the memo: its address. A cache dropped and another made at

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use kiln_core::{ArtifactKind, Hit};
 
+use crate::nvrtc::NvrtcVersion;
 use crate::select::Selection;
 use crate::{Arch, KernelRequest};
 
@@ -22,17 +23,28 @@ pub struct ChosenArtifact {
     pub kind: ArtifactKind,
     /// The arch the entry was built for (its owner's target).
     pub target: Arch,
+    /// The NVRTC release that built it, when known: the loader checks that the
+    /// driver loads its code (a CUBIN of a newer CUDA major, or PTX of a newer
+    /// release, never reaches the driver).
+    pub nvrtc: Option<NvrtcVersion>,
 }
 
 impl ChosenArtifact {
-    pub(super) fn of(selection: Selection, target: Arch) -> ChosenArtifact {
-        ChosenArtifact::new(artifact_kind(selection), target)
+    pub(super) fn of(selection: Selection, target: Arch, nvrtc: &NvrtcVersion) -> ChosenArtifact {
+        ChosenArtifact {
+            nvrtc: Some(nvrtc.clone()),
+            ..ChosenArtifact::new(artifact_kind(selection), target)
+        }
     }
 
     /// The `kind` artifact of an entry built for `target` (the loader's own choice
     /// for an entry no library chose for).
     pub(crate) fn new(kind: ArtifactKind, target: Arch) -> ChosenArtifact {
-        ChosenArtifact { kind, target }
+        ChosenArtifact {
+            kind,
+            target,
+            nvrtc: None,
+        }
     }
 }
 
@@ -85,6 +97,12 @@ impl<'c> Served<'c> {
     /// The arch the entry was compiled for.
     pub fn target(&self) -> Arch {
         self.artifact.target
+    }
+
+    /// The NVRTC release that compiled the entry (the recorded toolchain's for a
+    /// shipped one, the local one's for one compiled here).
+    pub fn nvrtc(&self) -> Option<&NvrtcVersion> {
+        self.artifact.nvrtc.as_ref()
     }
 }
 

@@ -12,13 +12,50 @@ use kiln_core::{ArtifactKind, Hit};
 use crate::library::ChosenArtifact;
 use crate::{Arch, Error};
 
-/// Checks that `chosen` runs on a device of arch `device`: a CUBIN whose target's
-/// CUBINs run there ([`Arch::cubin_runs_on`]), or PTX whose target's PTX runs
-/// there ([`Arch::ptx_runs_on`]). Any other kind is no code for a device.
+/// Checks that `chosen` runs on a device of arch `device` whose driver supports
+/// CUDA `driver`: a CUBIN whose target's CUBINs run there ([`Arch::cubin_runs_on`])
+/// and, when its NVRTC is known, of a CUDA major the driver loads; or PTX whose
+/// target's PTX runs there ([`Arch::ptx_runs_on`]) and, when its NVRTC is known,
+/// no newer than the driver. Any other kind is no code for a device.
 ///
 /// # Errors
-/// [`Error::ChosenArtifactDoesNotRun`] when it does not.
-pub(super) fn check_runs(name: &str, chosen: &ChosenArtifact, device: Arch) -> Result<(), Error> {
+/// [`Error::ChosenArtifactDoesNotRun`] when it does not run on the arch;
+/// [`Error::ChosenArtifactDoesNotLoad`] or [`Error::DriverTooOldForPtx`] when the
+/// driver cannot load it.
+pub(super) fn check_runs(
+    name: &str,
+    chosen: &ChosenArtifact,
+    device: Arch,
+    driver: Option<i32>,
+) -> Result<(), Error> {
+    check_arch(name, chosen, device)?;
+    let (Some(nvrtc), Some(driver)) = (&chosen.nvrtc, driver) else {
+        return Ok(());
+    };
+    match chosen.kind {
+        ArtifactKind::Ptx if driver < crate::select::driver_needed_for_ptx(nvrtc) => {
+            Err(Error::DriverTooOldForPtx {
+                name: name.to_owned(),
+                ptx_release: crate::select::cuda_version_text(
+                    crate::select::driver_needed_for_ptx(nvrtc),
+                ),
+                driver,
+            })
+        }
+        ArtifactKind::Cubin if driver < crate::select::driver_needed_for_cubin(nvrtc) => {
+            Err(Error::ChosenArtifactDoesNotLoad {
+                name: name.to_owned(),
+                kind: chosen.kind.to_string(),
+                nvrtc: nvrtc.release.clone(),
+                driver,
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Checks that `chosen` runs on a device of arch `device`.
+fn check_arch(name: &str, chosen: &ChosenArtifact, device: Arch) -> Result<(), Error> {
     let (major, minor) = (device.major(), device.minor());
     let runs = match chosen.kind {
         ArtifactKind::Cubin => chosen.target.cubin_runs_on(major, minor),

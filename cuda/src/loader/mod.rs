@@ -68,9 +68,11 @@ use crate::jit::{JitSource, JitTarget};
 use crate::library::ChosenArtifact;
 use crate::{Arch, Error, KernelRequest, Served};
 
+#[allow(deprecated)]
+pub use driver::REQUIRED_DRIVER_VERSION;
 pub use driver::{
-    REQUIRED_DRIVER_VERSION, context, device, device_arch, driver_available, driver_release,
-    driver_version,
+    DRIVER_FUNCTIONS, OLDEST_DRIVER_VERSION, context, device, device_arch, driver_available,
+    driver_release, driver_version, limit_driver_version,
 };
 
 use driver::driver;
@@ -406,7 +408,7 @@ impl ModuleCache {
         if let Some(module) = self.lock().get(&id) {
             return Ok(module.clone());
         }
-        choice::check_runs(hit.name(), chosen, device)?;
+        choice::check_runs(hit.name(), chosen, device, driver_version().ok())?;
         let code = match chosen.kind {
             ArtifactKind::Cubin => {
                 let (entry_points, bytes) = choice::cubin(hit, chosen)?;

@@ -1,29 +1,21 @@
-//! The NVRTC library: loading it safely for cudarc, its exact version, and one
-//! compile from source to PTX and CUBIN.
+//! The NVRTC library: loading it, its exact version, and one compile from source
+//! to PTX and CUBIN.
 //!
-//! # How cudarc is pointed at the located library
+//! # Each located library, called through its own table
 //!
-//! cudarc (with `dynamic-loading`) opens NVRTC lazily, by *name*
-//! (`cudarc::get_lib_name_candidates("nvrtc")`: `libnvrtc.so`, ..., `libnvrtc.so.13`,
-//! ...), through the OS loader, and panics when none loads. Kiln never lets it search
-//! blind:
+//! Kiln never lets cudarc open NVRTC (cudarc binds one library per process, by
+//! name, and panics when none loads). [`Nvrtc::load`] opens the file
+//! [`locate_nvrtc`] found, by path, keeps it open for the life of the process with
+//! its `libnvrtc-builtins` neighbour (NVRTC opens that one by name at the first
+//! compile, which fails when the wheel's folder is not on the loader path), and
+//! resolves the functions a compile calls from that handle into a table of its own
+//! (`Api`). So a process can hold several NVRTC releases at once, NVRTC 12 and
+//! NVRTC 13 side by side (a build that ships code for both driver families), each
+//! compile going to exactly the library its owner names; another NVRTC earlier on
+//! the loader path changes nothing.
 //!
-//! 1. [`locate_nvrtc`] finds and probes a library file.
-//! 2. [`Nvrtc::load`] opens that file by path and keeps it open for the life of the
-//!    process, together with its `libnvrtc-builtins` neighbour (NVRTC opens that one
-//!    by name at the first compile, which fails when the wheel's folder is not on the
-//!    loader path).
-//! 3. glibc's `dlopen` answers a by-name request with an already loaded library whose
-//!    `SONAME` matches, so cudarc's candidate `libnvrtc.so.13` resolves to the
-//!    preloaded library. Kiln replays cudarc's candidate list first: the first name
-//!    that loads is the one cudarc will bind, and its `nvrtcVersion` must be the
-//!    preloaded library's. Only then is cudarc's loader touched (it can no longer
-//!    panic: a candidate loads), and the address is checked once more against cudarc's
-//!    own handle. A different NVRTC earlier on the loader path is a
-//!    [`Error::NvrtcShadowed`], not a silently different compiler.
-//!
-//! The one NVRTC of a process is kept in a `OnceLock`: cudarc binds one library per
-//! process, so the first successful [`Nvrtc::load`] wins.
+//! Loaded libraries are kept per canonical file: loading the same file again
+//! returns the same [`Nvrtc`].
 //!
 //! Owners do not need the library loaded: [`NvrtcIdentity`](super::identity::NvrtcIdentity)
 //! names it from a memo when it can, and [`Compiler`](super::Compiler) loads it on
@@ -31,12 +23,10 @@
 
 mod version;
 
-use std::ffi::{CStr, CString, c_char, c_int};
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::ptr;
-use std::sync::{Mutex, OnceLock};
-
-use cudarc::nvrtc::sys::{self, nvrtcProgram, nvrtcResult};
+use std::sync::Mutex;
 
 use super::Error;
 use super::locate::{Located, SearchConfig, canonical_file, locate_nvrtc};
@@ -44,44 +34,114 @@ use super::memo::{FileStamp, FsInstant, MemoDir, StampSet};
 
 pub use version::{InvalidNvrtcVersion, NvrtcVersion};
 
-/// The process's NVRTC, loaded and bound to cudarc.
+/// An NVRTC program handle.
+type Program = *mut c_void;
+/// `nvrtcResult`.
+type Status = c_int;
+/// `NVRTC_SUCCESS`.
+const SUCCESS: Status = 0;
+
+/// The NVRTC functions Kiln calls, resolved from one loaded library.
+#[derive(Clone, Copy)]
+struct Api {
+    version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> Status,
+    error_string: unsafe extern "C" fn(Status) -> *const c_char,
+    create_program: unsafe extern "C" fn(
+        *mut Program,
+        *const c_char,
+        *const c_char,
+        c_int,
+        *const *const c_char,
+        *const *const c_char,
+    ) -> Status,
+    destroy_program: unsafe extern "C" fn(*mut Program) -> Status,
+    add_name_expression: unsafe extern "C" fn(Program, *const c_char) -> Status,
+    compile_program: unsafe extern "C" fn(Program, c_int, *const *const c_char) -> Status,
+    get_lowered_name: unsafe extern "C" fn(Program, *const c_char, *mut *const c_char) -> Status,
+    get_ptx_size: unsafe extern "C" fn(Program, *mut usize) -> Status,
+    get_ptx: unsafe extern "C" fn(Program, *mut c_char) -> Status,
+    get_cubin_size: unsafe extern "C" fn(Program, *mut usize) -> Status,
+    get_cubin: unsafe extern "C" fn(Program, *mut c_char) -> Status,
+    get_log_size: unsafe extern "C" fn(Program, *mut usize) -> Status,
+    get_log: unsafe extern "C" fn(Program, *mut c_char) -> Status,
+}
+
+impl std::fmt::Debug for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Api { .. }")
+    }
+}
+
+impl Api {
+    /// Resolves every function from `library`.
+    ///
+    /// # Safety
+    /// `library` must be an NVRTC library (it exports `nvrtcVersion`), kept loaded
+    /// for as long as the table is used: the function pointers point into it.
+    unsafe fn resolve(library: &libloading::Library) -> Result<Api, String> {
+        macro_rules! get {
+            ($name:literal) => {
+                // SAFETY: the caller's contract: an NVRTC library, whose functions
+                // have the C signatures of NVRTC's header declared in `Api`; the
+                // pointer is copied out and used only while the library stays loaded.
+                *unsafe { library.get(concat!($name, "\0").as_bytes()) }
+                    .map_err(|e| format!("{}: {e}", $name))?
+            };
+        }
+        Ok(Api {
+            version: get!("nvrtcVersion"),
+            error_string: get!("nvrtcGetErrorString"),
+            create_program: get!("nvrtcCreateProgram"),
+            destroy_program: get!("nvrtcDestroyProgram"),
+            add_name_expression: get!("nvrtcAddNameExpression"),
+            compile_program: get!("nvrtcCompileProgram"),
+            get_lowered_name: get!("nvrtcGetLoweredName"),
+            get_ptx_size: get!("nvrtcGetPTXSize"),
+            get_ptx: get!("nvrtcGetPTX"),
+            get_cubin_size: get!("nvrtcGetCUBINSize"),
+            get_cubin: get!("nvrtcGetCUBIN"),
+            get_log_size: get!("nvrtcGetProgramLogSize"),
+            get_log: get!("nvrtcGetProgramLog"),
+        })
+    }
+}
+
+/// One NVRTC library, loaded for the life of the process.
 #[derive(Debug)]
 pub struct Nvrtc {
     located: Located,
+    canonical: Option<PathBuf>,
     version: NvrtcVersion,
-    // Kept open for the life of the process: cudarc's handle resolves to these.
+    api: Api,
+    // Kept open for the life of the process: `api` points into these.
     _library: libloading::Library,
     _builtins: Option<libloading::Library>,
 }
 
-static LOADED: OnceLock<Nvrtc> = OnceLock::new();
-static LOADING: Mutex<()> = Mutex::new(());
+/// Every library loaded so far (each leaked: they stay loaded until the process
+/// ends).
+static LOADED: Mutex<Vec<&'static Nvrtc>> = Mutex::new(Vec::new());
 
 impl Nvrtc {
-    /// The process's NVRTC, located from the environment on first use
-    /// ([`SearchConfig::from_env`]).
+    /// The NVRTC the environment names ([`SearchConfig::from_env`]), loaded on
+    /// first use.
     ///
     /// # Errors
     /// As [`Nvrtc::load`].
     pub fn get() -> Result<&'static Nvrtc, Error> {
-        match LOADED.get() {
-            Some(nvrtc) => Ok(nvrtc),
-            None => Self::load(&SearchConfig::from_env()),
-        }
+        Self::load(&SearchConfig::from_env())
     }
 
-    /// Locates NVRTC with `config`, loads it and binds cudarc to it. When an NVRTC is
-    /// already loaded in this process, that one is returned (cudarc cannot switch).
+    /// Locates NVRTC with `config` and loads it (or returns it, when this process
+    /// loaded that file already).
     ///
     /// The exact release comes from the process's identity memo ([`MemoDir::process`])
     /// when it holds one for exactly this library file, else from the banner of an
     /// empty compile (then memoized).
     ///
     /// # Errors
-    /// [`Error::NvrtcNotFound`] when no library is found;
-    /// [`Error::NvrtcShadowed`] when cudarc would bind another library than
-    /// the one located; [`Error::NvrtcIdentityChanged`] when another NVRTC is
-    /// loaded already; [`Error::Nvrtc`] when its version cannot be read.
+    /// [`Error::NvrtcNotFound`] when no library is found; [`Error::Nvrtc`] when
+    /// it lacks a function Kiln calls or its version cannot be read.
     pub fn load(config: &SearchConfig) -> Result<&'static Nvrtc, Error> {
         Self::load_with(config, MemoDir::process())
     }
@@ -91,13 +151,21 @@ impl Nvrtc {
         config: &SearchConfig,
         memo: &MemoDir,
     ) -> Result<&'static Nvrtc, Error> {
-        // A poisoned lock only means another loader panicked; the OnceLock is intact.
-        let _guard = LOADING.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(nvrtc) = LOADED.get() {
+        Self::load_located(locate_nvrtc(config)?, memo)
+    }
+
+    /// Loads the library `located` names (or returns it, when this process loaded
+    /// that file already).
+    pub(crate) fn load_located(located: Located, memo: &MemoDir) -> Result<&'static Nvrtc, Error> {
+        let canonical = canonical_file(&located.path);
+        // A poisoned lock only means another loader panicked; the list is intact.
+        let mut loaded = LOADED.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(nvrtc) = loaded.iter().find(|n| {
+            n.canonical.is_some() && n.canonical == canonical || n.located.path == located.path
+        }) {
             return Ok(nvrtc);
         }
-        let located = locate_nvrtc(config)?;
-        let load_error = |e: libloading::Error| Error::NvrtcNotFound {
+        let load_error = |e: String| Error::NvrtcNotFound {
             searched: super::error::SearchLog(vec![super::error::Searched {
                 rule: located.rule.clone(),
                 candidate: located.path.clone(),
@@ -112,17 +180,23 @@ impl Nvrtc {
         }
         // SAFETY: the same library was probed by `locate_nvrtc` (it loaded and exports
         // nvrtcVersion); loading it runs NVRTC's own initialisers only.
-        let library =
-            unsafe { libloading::Library::new(located.path.as_os_str()) }.map_err(load_error)?;
+        let library = unsafe { libloading::Library::new(located.path.as_os_str()) }
+            .map_err(|e| load_error(e.to_string()))?;
+        // SAFETY: an NVRTC library (probed), kept in the `Nvrtc` beside the table
+        // for the life of the process (the `Nvrtc` is leaked below).
+        let api = unsafe { Api::resolve(&library) }.map_err(load_error)?;
         let builtins = load_builtins(&located.path);
-        bind_cudarc(&located, &library)?;
-        let version = read_version(files.as_ref(), memo)?;
-        Ok(LOADED.get_or_init(|| Nvrtc {
+        let version = read_version(&api, files.as_ref(), memo)?;
+        let nvrtc: &'static Nvrtc = Box::leak(Box::new(Nvrtc {
             located,
+            canonical,
             version,
+            api,
             _library: library,
             _builtins: builtins,
-        }))
+        }));
+        loaded.push(nvrtc);
+        Ok(nvrtc)
     }
 
     /// Where the library was found.
@@ -135,9 +209,38 @@ impl Nvrtc {
         &self.version
     }
 
+    /// The GPU archs this NVRTC compiles for, as compute capabilities times ten
+    /// (`nvrtcGetSupportedArchs`: `[75, 80, 86, ...]`); `None` when this NVRTC
+    /// does not say.
+    pub fn supported_archs(&self) -> Option<Vec<u32>> {
+        type Count = unsafe extern "C" fn(*mut c_int) -> Status;
+        type List = unsafe extern "C" fn(*mut c_int) -> Status;
+        // SAFETY: both symbols have these C signatures in every NVRTC that exports
+        // them (11.2+); the library stays loaded while `self` lives.
+        let count = unsafe { self._library.get::<Count>(b"nvrtcGetNumSupportedArchs\0") }.ok()?;
+        // SAFETY: as above.
+        let list = unsafe { self._library.get::<List>(b"nvrtcGetSupportedArchs\0") }.ok()?;
+        let mut n: c_int = 0;
+        // SAFETY: the pointer is valid for one write.
+        if unsafe { count(&mut n) } != SUCCESS {
+            return None;
+        }
+        let mut archs: Vec<c_int> = vec![0; usize::try_from(n).ok()?];
+        // SAFETY: NVRTC writes exactly the `n` archs it just reported.
+        if unsafe { list(archs.as_mut_ptr()) } != SUCCESS {
+            return None;
+        }
+        Some(
+            archs
+                .into_iter()
+                .filter_map(|a| u32::try_from(a).ok())
+                .collect(),
+        )
+    }
+
     /// Compiles one program for `arch`: PTX (for the arch's virtual arch) and CUBIN.
     pub(crate) fn compile(&self, input: &CompileInput<'_>) -> Result<CompileOutput, Error> {
-        compile(input)
+        compile(&self.api, input)
     }
 }
 
@@ -163,73 +266,40 @@ fn load_builtins(nvrtc: &Path) -> Option<libloading::Library> {
     unsafe { libloading::Library::new(file.as_os_str()) }.ok()
 }
 
-/// Address of `nvrtcVersion` in `lib`: identifies which NVRTC a handle resolves to.
-fn version_symbol(lib: &libloading::Library) -> Option<usize> {
-    // SAFETY: the symbol is only looked up, its address taken and never called through
-    // this type; the `Symbol` borrow ends within the expression.
-    unsafe { lib.get::<unsafe extern "C" fn()>(b"nvrtcVersion\0") }
-        .ok()
-        .map(|sym| *sym as usize)
+/// NVRTC's name of a status (`NVRTC_ERROR_COMPILATION`).
+fn status(api: &Api, result: Status) -> String {
+    // SAFETY: nvrtcGetErrorString takes any value and returns a pointer to a
+    // static NUL-terminated string (or null), which is copied at once.
+    let text = unsafe { (api.error_string)(result) };
+    if text.is_null() {
+        return format!("status {result}");
+    }
+    // SAFETY: non-null and NUL-terminated, owned by the library (static).
+    unsafe { CStr::from_ptr(text) }
+        .to_string_lossy()
+        .into_owned()
 }
 
-fn bind_cudarc(located: &Located, ours: &libloading::Library) -> Result<(), Error> {
-    let shadowed = |bound: String| Error::NvrtcShadowed {
-        located: located.path.clone(),
-        bound,
-    };
-    let ours = version_symbol(ours).ok_or_else(|| shadowed("nothing: no nvrtcVersion".into()))?;
-    // Replay cudarc's by-name search: the first candidate that loads is what it binds.
-    let mut first = None;
-    for name in cudarc::get_lib_name_candidates("nvrtc") {
-        // SAFETY: as in `locate`: a by-name load of an NVRTC library; with the located
-        // library preloaded, its SONAME resolves to it without running anything new.
-        if let Ok(lib) = unsafe { libloading::Library::new(&name) } {
-            first = Some((name, lib));
-            break;
-        }
+fn check(api: &Api, call: &'static str, result: Status) -> Result<(), Error> {
+    if result == SUCCESS {
+        return Ok(());
     }
-    let Some((name, lib)) = first else {
-        return Err(shadowed(
-            "nothing: none of cudarc's library names resolves to the located file (its \
-             SONAME is not one of them)"
-                .into(),
-        ));
-    };
-    if version_symbol(&lib) != Some(ours) {
-        return Err(shadowed(format!(
-            "{name}, another NVRTC found by the OS loader"
-        )));
-    }
-    // SAFETY: cudarc's loader panics only when no candidate name loads; one just did.
-    let cudarc_lib = unsafe { sys::culib() };
-    if version_symbol(cudarc_lib) != Some(ours) {
-        return Err(shadowed(
-            "an NVRTC cudarc had loaded earlier in this process".into(),
-        ));
-    }
-    Ok(())
+    Err(Error::Nvrtc {
+        call,
+        status: status(api, result),
+    })
 }
 
-fn status(result: nvrtcResult) -> String {
-    format!("{result:?}")
-}
-
-fn check(call: &'static str, result: nvrtcResult) -> Result<(), Error> {
-    match result {
-        nvrtcResult::NVRTC_SUCCESS => Ok(()),
-        other => Err(Error::Nvrtc {
-            call,
-            status: status(other),
-        }),
-    }
-}
-
-fn read_version(files: Option<&LibraryFiles>, memo: &MemoDir) -> Result<NvrtcVersion, Error> {
+fn read_version(
+    api: &Api,
+    files: Option<&LibraryFiles>,
+    memo: &MemoDir,
+) -> Result<NvrtcVersion, Error> {
     let (mut major, mut minor): (c_int, c_int) = (0, 0);
-    // SAFETY: cudarc is bound to the located NVRTC (see `bind_cudarc`); both pointers
-    // are valid for writes of one c_int.
-    check("nvrtcVersion", unsafe {
-        sys::nvrtcVersion(&mut major, &mut minor)
+    // SAFETY: the table's library is loaded; both pointers are valid for writes of
+    // one c_int.
+    check(api, "nvrtcVersion", unsafe {
+        (api.version)(&mut major, &mut minor)
     })?;
     let (major, minor) = (
         u32::try_from(major).unwrap_or_default(),
@@ -251,7 +321,7 @@ fn read_version(files: Option<&LibraryFiles>, memo: &MemoDir) -> Result<NvrtcVer
     };
     // A failing probe means NVRTC cannot compile at all (e.g. its builtins library
     // is missing): report that now rather than at the first real compile.
-    let ptx = compile(&probe)?.ptx;
+    let ptx = compile(api, &probe)?.ptx;
     let release = banner_release(&ptx, major, minor).unwrap_or_else(|| format!("{major}.{minor}"));
     let version = NvrtcVersion {
         major,
@@ -309,13 +379,17 @@ pub(crate) struct CompileOutput {
 }
 
 /// An NVRTC program, destroyed on drop.
-struct Program(nvrtcProgram);
+struct ProgramHandle<'a> {
+    api: &'a Api,
+    raw: Program,
+}
 
-impl Drop for Program {
+impl Drop for ProgramHandle<'_> {
     fn drop(&mut self) {
-        // SAFETY: `self.0` was created by nvrtcCreateProgram and is destroyed once,
-        // here. A failure to free cannot be reported from drop and leaks only memory.
-        let _ = unsafe { sys::nvrtcDestroyProgram(&mut self.0) };
+        // SAFETY: `raw` was created by nvrtcCreateProgram of the same library and is
+        // destroyed once, here. A failure to free cannot be reported from drop and
+        // leaks only memory.
+        let _ = unsafe { (self.api.destroy_program)(&mut self.raw) };
     }
 }
 
@@ -323,7 +397,7 @@ fn cstring(what: impl FnOnce() -> String, s: &str) -> Result<CString, Error> {
     CString::new(s).map_err(|_| Error::InteriorNul { what: what() })
 }
 
-fn compile(input: &CompileInput<'_>) -> Result<CompileOutput, Error> {
+fn compile(api: &Api, input: &CompileInput<'_>) -> Result<CompileOutput, Error> {
     let source = cstring(
         || format!("the source of {}", input.program_name),
         input.source,
@@ -341,12 +415,12 @@ fn compile(input: &CompileInput<'_>) -> Result<CompileOutput, Error> {
         call: "nvrtcCreateProgram",
         status: "too many headers".to_owned(),
     })?;
-    let mut raw: nvrtcProgram = ptr::null_mut();
+    let mut raw: Program = ptr::null_mut();
     // SAFETY: every pointer is to a NUL-terminated string owned by this function and
     // alive until the program is destroyed (NVRTC copies them anyway); the two header
     // arrays both hold `count` entries; `raw` is valid for one write.
-    check("nvrtcCreateProgram", unsafe {
-        sys::nvrtcCreateProgram(
+    check(api, "nvrtcCreateProgram", unsafe {
+        (api.create_program)(
             &mut raw,
             source.as_ptr(),
             name.as_ptr(),
@@ -355,7 +429,7 @@ fn compile(input: &CompileInput<'_>) -> Result<CompileOutput, Error> {
             name_ptrs.as_ptr(),
         )
     })?;
-    let program = Program(raw);
+    let program = ProgramHandle { api, raw };
 
     let expressions: Vec<CString> = input
         .name_expressions
@@ -364,8 +438,8 @@ fn compile(input: &CompileInput<'_>) -> Result<CompileOutput, Error> {
         .collect::<Result<_, _>>()?;
     for expr in &expressions {
         // SAFETY: a live program and a NUL-terminated expression that outlives it.
-        check("nvrtcAddNameExpression", unsafe {
-            sys::nvrtcAddNameExpression(program.0, expr.as_ptr())
+        check(api, "nvrtcAddNameExpression", unsafe {
+            (api.add_name_expression)(program.raw, expr.as_ptr())
         })?;
     }
 
@@ -381,12 +455,12 @@ fn compile(input: &CompileInput<'_>) -> Result<CompileOutput, Error> {
     })?;
     // SAFETY: a live program; `option_ptrs` holds `option_count` NUL-terminated
     // strings that outlive the call.
-    let result = unsafe { sys::nvrtcCompileProgram(program.0, option_count, option_ptrs.as_ptr()) };
-    if result != nvrtcResult::NVRTC_SUCCESS {
+    let result = unsafe { (api.compile_program)(program.raw, option_count, option_ptrs.as_ptr()) };
+    if result != SUCCESS {
         return Err(Error::Compile {
             program: input.program_name.to_owned(),
             arch: input.arch_label.clone(),
-            status: status(result),
+            status: status(api, result),
             log: program_log(&program),
         });
     }
@@ -396,8 +470,8 @@ fn compile(input: &CompileInput<'_>) -> Result<CompileOutput, Error> {
         let mut name: *const c_char = ptr::null();
         // SAFETY: a compiled program and an expression added before compiling; NVRTC
         // writes a pointer to a string it owns, valid until the program is destroyed.
-        check("nvrtcGetLoweredName", unsafe {
-            sys::nvrtcGetLoweredName(program.0, expr.as_ptr(), &mut name)
+        check(api, "nvrtcGetLoweredName", unsafe {
+            (api.get_lowered_name)(program.raw, expr.as_ptr(), &mut name)
         })?;
         if name.is_null() {
             return Err(Error::Nvrtc {
@@ -412,22 +486,12 @@ fn compile(input: &CompileInput<'_>) -> Result<CompileOutput, Error> {
         lowered.push(text);
     }
 
-    let mut ptx = read_sized(
-        &program,
-        "nvrtcGetPTX",
-        sys::nvrtcGetPTXSize,
-        sys::nvrtcGetPTX,
-    )?;
+    let mut ptx = read_sized(&program, "nvrtcGetPTX", api.get_ptx_size, api.get_ptx)?;
     if ptx.last() == Some(&0) {
         ptx.pop();
     }
     let cubin = if input.want_cubin {
-        read_sized(
-            &program,
-            "nvrtcGetCUBIN",
-            sys::nvrtcGetCUBINSize,
-            sys::nvrtcGetCUBIN,
-        )?
+        read_sized(&program, "nvrtcGetCUBIN", api.get_cubin_size, api.get_cubin)?
     } else {
         Vec::new()
     };
@@ -438,33 +502,31 @@ fn compile(input: &CompileInput<'_>) -> Result<CompileOutput, Error> {
     })
 }
 
-type SizeFn = unsafe fn(nvrtcProgram, *mut usize) -> nvrtcResult;
-type ReadFn = unsafe fn(nvrtcProgram, *mut c_char) -> nvrtcResult;
+type SizeFn = unsafe extern "C" fn(Program, *mut usize) -> Status;
+type ReadFn = unsafe extern "C" fn(Program, *mut c_char) -> Status;
 
 /// Reads one of NVRTC's sized outputs (PTX, CUBIN).
 fn read_sized(
-    program: &Program,
+    program: &ProgramHandle<'_>,
     call: &'static str,
     size: SizeFn,
     read: ReadFn,
 ) -> Result<Vec<u8>, Error> {
     let mut len = 0usize;
     // SAFETY: a compiled program; `len` is valid for one write.
-    check(call, unsafe { size(program.0, &mut len) })?;
+    check(program.api, call, unsafe { size(program.raw, &mut len) })?;
     let mut bytes = vec![0u8; len];
     // SAFETY: NVRTC writes exactly the `len` bytes it just reported into a buffer of
     // that length (`c_char` and `u8` have the same size and alignment).
-    check(call, unsafe { read(program.0, bytes.as_mut_ptr().cast()) })?;
+    check(program.api, call, unsafe {
+        read(program.raw, bytes.as_mut_ptr().cast())
+    })?;
     Ok(bytes)
 }
 
-fn program_log(program: &Program) -> String {
-    match read_sized(
-        program,
-        "nvrtcGetProgramLog",
-        sys::nvrtcGetProgramLogSize,
-        sys::nvrtcGetProgramLog,
-    ) {
+fn program_log(program: &ProgramHandle<'_>) -> String {
+    let api = program.api;
+    match read_sized(program, "nvrtcGetProgramLog", api.get_log_size, api.get_log) {
         Ok(mut log) => {
             while log.last() == Some(&0) {
                 log.pop();

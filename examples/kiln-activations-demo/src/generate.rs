@@ -4,12 +4,21 @@
 use kiln::cuda::{Arch, KernelRequest, Toolchain};
 use kiln::image::Digest;
 
-/// The archs shipped as CUBINs (the lowest also as PTX); the same as
+/// The archs shipped as NVRTC 13 CUBINs (the lowest also as PTX); the same as
 /// `kiln-kernels-demo`'s.
 pub const TARGETS: &str = "sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120";
 
-/// Replaces [`TARGETS`] at build time (`KILN_DEMO_ARCHS=sm_90`).
+/// The archs shipped as NVRTC 12 CUBINs (the lowest also as PTX): CUDA 12
+/// drivers on every GPU, and Maxwell to Volta; the same as
+/// `kiln-kernels-demo`'s.
+pub const TARGETS_CUDA_12: &str = "sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120";
+
+/// Replaces [`TARGETS`] at build time (`KILN_DEMO_ARCHS=sm_90`): one toolchain,
+/// whatever NVRTC the machine has.
 pub const TARGETS_VARIABLE: &str = "KILN_DEMO_ARCHS";
+
+/// The oldest driver the plan states it serves (`KILN_DEMO_OLDEST_DRIVER=13.5`).
+pub const OLDEST_DRIVER_VARIABLE: &str = "KILN_DEMO_OLDEST_DRIVER";
 
 /// Version of the generator below: recorded as the fingerprint of the
 /// definition every kernel depends on. Bump it when the generated code changes.

@@ -19,7 +19,8 @@
 mod generate;
 
 pub use generate::{
-    Activation, DEFINITION, Float, GENERATOR_VERSION, Kernel, TARGETS, TARGETS_VARIABLE,
+    Activation, DEFINITION, Float, GENERATOR_VERSION, Kernel, OLDEST_DRIVER_VARIABLE, TARGETS,
+    TARGETS_CUDA_12, TARGETS_VARIABLE,
 };
 
 use kiln::cache::Cache;

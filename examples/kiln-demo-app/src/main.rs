@@ -6,7 +6,9 @@
 //! a compile), which code it is (the CUBIN of the exact arch, a compatible
 //! CUBIN, PTX, or compiled here), and the time until it was in hand; then the
 //! totals. It needs no NVRTC and no CUDA headers when the images serve every
-//! kernel. `--arch` picks the device arch to ask for (no GPU needed);
+//! kernel. `--arch` picks the device arch to ask for (no GPU needed), `--driver`
+//! the CUDA version of its driver (`12.8`: the code a CUDA 12.8 driver loads;
+//! with `--gpu`, the GPU's driver is served as that older version);
 //! `--compare-cold` compiles the same kernels from scratch for comparison;
 //! `--gpu` (or `KILN_DEMO_GPU=1`) also launches each kernel on GPU 0 and checks
 //! it against a CPU reference. `--extra` also asks for a few specializations
@@ -15,6 +17,7 @@
 //! ```text
 //! cargo run -p kiln-demo-app --release -- --compare-cold
 //! cargo run -p kiln-demo-app -- --arch sm_87     # served by the sm_86 CUBINs
+//! cargo run -p kiln-demo-app -- --arch sm_70 --driver 12.8   # NVRTC 12 CUBINs
 //! ```
 
 mod gpu;
@@ -52,6 +55,12 @@ struct Args {
     /// stands for. Default: GPU 0's with `--gpu`, else sm_90.
     #[arg(long)]
     arch: Option<String>,
+    /// The CUDA version of the device's driver (`12.8`, `13.0`): what it loads
+    /// decides which toolchain's code is served. With `--gpu`, the GPU's
+    /// driver is served as this version (it must not be newer). Default: the
+    /// GPU's with `--gpu`, else not known (every toolchain's code is offered).
+    #[arg(long, value_name = "CUDA_VERSION")]
+    driver: Option<String>,
     /// Also ask for a few specializations that the libraries do not ship
     /// (see `Wanted::extras`), as an application's own workload would.
     #[arg(long)]
@@ -106,7 +115,20 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     let cache = kiln::global();
 
     let gpu_wanted = args.gpu || std::env::var_os("KILN_DEMO_GPU").is_some_and(|v| v == "1");
+    let driver = args
+        .driver
+        .as_deref()
+        .map(|text| {
+            kiln::cuda::select::parse_cuda_version(text)
+                .ok_or_else(|| format!("--driver {text:?}: expected a CUDA version such as 12.8"))
+        })
+        .transpose()?;
     let gpu = if gpu_wanted {
+        if let Some(driver) = driver {
+            // The GPU's driver served as an older one: selection and the
+            // loader's checks see that version.
+            kiln::cuda::loader::limit_driver_version(driver)?;
+        }
         Some(gpu::Gpu::open()?)
     } else {
         None
@@ -119,6 +141,10 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         (Some(arch), None) => Device::new(arch),
         (None, Some(gpu)) => gpu.device(),
         (None, None) => Device::new(DEFAULT_ARCH.parse()?),
+    };
+    let device = match (driver, &gpu) {
+        (Some(driver), None) => device.with_driver(driver),
+        _ => device,
     };
     out.device(&device, gpu.is_some());
 
@@ -174,6 +200,7 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
                         code: hit
                             .artifact(&kernel_served.artifact().kind)
                             .map(|code| (code.len(), kiln::image::Digest::of(code))),
+                        nvrtc: kernel_served.nvrtc().map(|v| v.release.clone()),
                     },
                     elapsed,
                 );

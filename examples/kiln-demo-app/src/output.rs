@@ -48,6 +48,8 @@ pub struct Kernel<'a> {
     /// The length and BLAKE3 of the code served (the artifact a loader
     /// would load), when it could be read.
     pub code: Option<(usize, kiln::image::Digest)>,
+    /// The NVRTC release that compiled it.
+    pub nvrtc: Option<String>,
 }
 
 /// The counts of the summary line.
@@ -130,6 +132,22 @@ impl Output {
             ),
             Err(error) => (error.to_string(), None, Vec::new(), None),
         };
+        let toolchains: Vec<serde_json::Value> = record
+            .as_ref()
+            .map(|record| {
+                record
+                    .toolchains()
+                    .iter()
+                    .map(|t| {
+                        json!({
+                            "nvrtc": t.nvrtc().release,
+                            "cubin_targets": t.cubin_targets().iter().map(Arch::to_string).collect::<Vec<_>>(),
+                            "ptx_targets": t.ptx_targets().iter().map(Arch::to_string).collect::<Vec<_>>(),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         if self.json {
             println!(
                 "{}",
@@ -140,16 +158,32 @@ impl Output {
                     "nvrtc": nvrtc,
                     "cubin_targets": targets,
                     "ptx_target": ptx,
+                    "toolchains": toolchains,
                 })
             );
         } else {
-            let shipped = match &nvrtc {
-                Some(nvrtc) => format!(
-                    "CUBINs for {} and PTX for {} by NVRTC {nvrtc}",
-                    targets.join(", "),
-                    ptx.as_deref().unwrap_or("none")
-                ),
-                None => format!("nothing shipped ({text})"),
+            let shipped = match &record {
+                Ok(record) if nvrtc.is_some() => record
+                    .toolchains()
+                    .iter()
+                    .map(|t| {
+                        let list = |archs: &[Arch]| {
+                            archs
+                                .iter()
+                                .map(Arch::to_string)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        };
+                        format!(
+                            "CUBINs for {} and PTX for {} by NVRTC {}",
+                            list(t.cubin_targets()),
+                            list(t.ptx_targets()),
+                            t.nvrtc()
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                _ => format!("nothing shipped ({text})"),
             };
             println!("{name}: {shipped}");
         }
@@ -173,10 +207,19 @@ impl Output {
             } else {
                 "asked for (no GPU used)"
             };
-            println!("device: {arch}, {what}");
+            let driver = device
+                .driver()
+                .map(|d| {
+                    format!(
+                        ", driver for CUDA {}",
+                        kiln::cuda::select::cuda_version_text(d)
+                    )
+                })
+                .unwrap_or_default();
+            println!("device: {arch}{driver}, {what}");
             println!(
-                "{:<28} {:<22} {:<9} {:<17} {:<7} {:>12}",
-                "kernel", "library", "from", "code", "arch", "time"
+                "{:<28} {:<22} {:<9} {:<17} {:<7} {:<8} {:>12}",
+                "kernel", "library", "from", "code", "arch", "nvrtc", "time"
             );
         }
     }
@@ -189,6 +232,7 @@ impl Output {
             selection,
             target,
             code,
+            nvrtc,
         } = kernel;
         if self.json {
             println!(
@@ -202,15 +246,17 @@ impl Output {
                     "target": target.to_string(),
                     "code_bytes": code.map(|(len, _)| len),
                     "code_blake3": code.map(|(_, digest)| digest.to_string()),
+                    "nvrtc": nvrtc,
                     "micros": micros(elapsed),
                 })
             );
         } else {
             println!(
-                "{name:<28} {library:<22} {:<9} {:<17} {:<7} {:>12}",
+                "{name:<28} {library:<22} {:<9} {:<17} {:<7} {:<8} {:>12}",
                 outcome.as_str(),
                 selection.as_str(),
                 target.to_string(),
+                nvrtc.unwrap_or_default(),
                 format!("{elapsed:.1?}")
             );
         }

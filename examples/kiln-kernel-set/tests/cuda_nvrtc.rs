@@ -406,22 +406,24 @@ fn kiln_nvrtc_pointing_nowhere_fails_cleanly_in_a_fresh_process() {
     );
 }
 
-/// cudarc opens NVRTC by name. When the loader path holds a different NVRTC file
-/// that cudarc would pick before the located one, Kiln refuses with a typed error
-/// instead of compiling with a library whose version it did not read.
+/// Kiln calls each located NVRTC through its own table: another NVRTC file earlier
+/// on the loader path (a copy cudarc's by-name search would find first) changes
+/// nothing; the owners and the PTX banner name the located library's release.
 #[test]
-fn a_different_nvrtc_earlier_on_the_loader_path_is_detected() {
+fn a_different_nvrtc_earlier_on_the_loader_path_changes_nothing() {
     const CHILD: &str = "KILN_TEST_SHADOW_CHILD";
     if std::env::var_os(CHILD).is_some() {
-        // Owners may name the located library without loading it (from its memo);
-        // the shadowing shows when the library is loaded, before any compile.
-        match Compiler::new().and_then(|compiler| compiler.nvrtc().map(drop)) {
-            Err(Error::NvrtcShadowed { bound, .. }) => {
-                println!("child: shadowed by {bound}");
-                return;
-            }
-            other => panic!("expected NvrtcShadowed, got {other:?}"),
-        }
+        let compiler = Compiler::new().unwrap();
+        let request = KernelSpec::Axpy { dtype: Dtype::F32 }
+            .request(arch("sm_80"))
+            .unwrap();
+        let kernel = compiler.compile(&request).unwrap();
+        assert_cubin(&kernel.cubin);
+        println!(
+            "child: compiled with {}",
+            compiler.nvrtc().unwrap().location().path.display()
+        );
+        return;
     }
     let Some(compiler) = compiler() else { return };
     let located = compiler.nvrtc().unwrap().location().path.clone();
@@ -438,7 +440,7 @@ fn a_different_nvrtc_earlier_on_the_loader_path_is_detected() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "a_different_nvrtc_earlier_on_the_loader_path_is_detected",
+            "a_different_nvrtc_earlier_on_the_loader_path_changes_nothing",
             "--nocapture",
         ])
         .env(CHILD, "1")
@@ -453,8 +455,88 @@ fn a_different_nvrtc_earlier_on_the_loader_path_is_detected() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        stdout.contains("child: shadowed by libnvrtc.so"),
+        stdout.contains(&format!("child: compiled with {}", located.display())),
         "{stdout}"
+    );
+}
+
+/// NVRTC 12 and NVRTC 13 compile in one process, each through its own library:
+/// each entry's owner names its release, its PTX banner says so, its CUBIN's ELF
+/// header names the arch asked for, and NVRTC 12 compiles for sm_50 to sm_72,
+/// which NVRTC 13 refuses.
+#[test]
+fn nvrtc_12_and_13_compile_side_by_side_in_one_process() {
+    let found = |major: u32| {
+        kiln_test_support::ci::required(
+            kiln_cuda::Toolchain::local_of_major(major, false),
+            &format!("NVRTC {major} and its headers (run scripts/install-cuda-wheels.sh)"),
+        )
+    };
+    let (Some(toolchain_12), Some(toolchain_13)) = (found(12), found(13)) else {
+        return;
+    };
+    let (twelve, thirteen) = (
+        *toolchain_12.compiler().unwrap(),
+        *toolchain_13.compiler().unwrap(),
+    );
+    assert_eq!((twelve.version().major, thirteen.version().major), (12, 13));
+    let cache = Cache::new();
+    let spec = KernelSpec::BlockReduce {
+        dtype: Dtype::F32,
+        op: ReduceOp::Sum,
+        block: 128,
+    };
+    let (cccl_12, cccl_13) = (toolchain_12.cccl().unwrap(), toolchain_13.cccl().unwrap());
+    assert_ne!(cccl_12.digest(), cccl_13.digest(), "each major's own CCCL");
+    for (compiler, target, toolchain) in [
+        (&twelve, "sm_50", &toolchain_12),
+        (&twelve, "sm_70", &toolchain_12),
+        (&thirteen, "sm_75", &toolchain_13),
+        (&twelve, "sm_90", &toolchain_12),
+        (&thirteen, "sm_90", &toolchain_13),
+        (&twelve, "sm_120", &toolchain_12),
+        (&thirteen, "sm_120", &toolchain_13),
+    ] {
+        let request = spec.request_with(toolchain, arch(target)).unwrap();
+        let hit = compiler.compile_cached(&cache, &request).unwrap();
+        let release = &compiler.version().release;
+        assert_eq!(hit.owner_label(), format!("nvrtc-{release}/{target}"));
+        let cubin = hit.artifact(&ArtifactKind::Cubin).unwrap();
+        let target_arch = arch(target);
+        assert_eq!(
+            kiln_cuda::cubin::sm(cubin),
+            Some(target_arch.major() * 10 + target_arch.minor()),
+            "{target} by {release}"
+        );
+        let ptx = String::from_utf8_lossy(hit.artifact(&ArtifactKind::Ptx).unwrap()).into_owned();
+        assert!(
+            ptx.contains(&format!("V{release}")),
+            "{target}: banner of {release}"
+        );
+    }
+    // Two owners for one key: one entry per toolchain.
+    assert_eq!(cache.stats().compiles, 7);
+    let refused = thirteen.compile(
+        &KernelSpec::Axpy { dtype: Dtype::F32 }
+            .request(arch("sm_70"))
+            .unwrap(),
+    );
+    assert!(
+        matches!(refused, Err(Error::Compile { .. })),
+        "NVRTC 13 cannot target sm_70"
+    );
+    let supported = twelve.nvrtc().unwrap().supported_archs().unwrap();
+    assert!(
+        supported.contains(&50) && supported.contains(&120),
+        "{supported:?}"
+    );
+    assert!(
+        !thirteen
+            .nvrtc()
+            .unwrap()
+            .supported_archs()
+            .unwrap()
+            .contains(&70)
     );
 }
 

@@ -5,14 +5,56 @@ use kiln::cuda::{Arch, KernelRequest, Toolchain};
 use kiln::image::Digest;
 use kiln_kernel_set::KernelSpec;
 
-/// The archs the build script ships a CUBIN for: Turing to Blackwell (the
-/// oldest CUDA 13 supports to the newest). The lowest also ships its PTX,
-/// which the driver compiles for any newer GPU.
+/// The archs the build script ships an NVRTC 13 CUBIN for: Turing to Blackwell
+/// (the oldest CUDA 13 supports to the newest), for CUDA 13 drivers (R580+).
+/// The lowest also ships its PTX, which the driver compiles for any newer GPU.
 pub const TARGETS: &str = "sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120";
 
+/// The archs the build script ships an NVRTC 12 CUBIN for: Maxwell to Blackwell,
+/// for CUDA 12 drivers (R525 to R575) on every GPU, and for Maxwell, Pascal and
+/// Volta on any driver (CUDA 13 cannot compile for them). The lowest also ships
+/// its PTX.
+pub const TARGETS_CUDA_12: &str = "sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120";
+
 /// Replaces [`TARGETS`] at build time, e.g. `KILN_DEMO_ARCHS=sm_90` for a
-/// quicker build for one GPU.
+/// quicker build for one GPU: one toolchain, whatever NVRTC the machine has.
 pub const TARGETS_VARIABLE: &str = "KILN_DEMO_ARCHS";
+
+/// The oldest driver the plan states it serves, at build time
+/// (`KILN_DEMO_OLDEST_DRIVER=13.5`); the default is what its CUBINs reach.
+pub const OLDEST_DRIVER_VARIABLE: &str = "KILN_DEMO_OLDEST_DRIVER";
+
+/// The library's plan: [`TARGETS`] by NVRTC 13 and [`TARGETS_CUDA_12`] by NVRTC
+/// 12, or `targets` alone (the value of [`TARGETS_VARIABLE`]) by whatever NVRTC
+/// the build finds; from `oldest_driver` on when given (a CUDA version such as
+/// `13.5`).
+///
+/// # Errors
+/// When a target is not an arch, or the oldest driver not a CUDA version.
+pub fn plan(
+    targets: Option<&str>,
+    oldest_driver: Option<&str>,
+) -> Result<kiln::cuda::ShipPlan, kiln::cuda::Error> {
+    use kiln::cuda::ShipPlan;
+    let plan = match targets {
+        Some(targets) => ShipPlan::parse(targets)?,
+        None => ShipPlan::parse(TARGETS)?
+            .for_cuda(13)
+            .and(ShipPlan::parse(TARGETS_CUDA_12)?.for_cuda(12)),
+    };
+    Ok(match oldest_driver {
+        Some(text) => {
+            let version = kiln::cuda::select::parse_cuda_version(text).ok_or_else(|| {
+                kiln::cuda::Error::InvalidDriverList {
+                    given: text.to_owned(),
+                    item: text.to_owned(),
+                }
+            })?;
+            plan.with_oldest_driver(version)
+        }
+        None => plan,
+    })
+}
 
 /// The specializations the library precompiles: saxpy/daxpy and axpby over
 /// `f32` and `f64`, CUB block reductions over several (dtype, op) pairs and

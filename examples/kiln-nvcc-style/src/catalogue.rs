@@ -9,11 +9,16 @@
 
 use kiln::cuda::{Arch, KernelRequest, Toolchain};
 
-/// The archs the build script ships a CUBIN for: the README's, Turing to
-/// Blackwell. The lowest and the newest also ship their PTX: the newest PTX
+/// The archs the build script ships an NVRTC 13 CUBIN for: the README's, Turing
+/// to Blackwell. The lowest and the newest also ship their PTX: the newest PTX
 /// holds the kernels that exist only on newer GPUs (bf16, fp8), for a GPU
 /// newer than every CUBIN.
 pub const TARGETS: &str = "sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120";
+
+/// The archs the build script ships an NVRTC 12 CUBIN for: CUDA 12 drivers on
+/// every GPU from Pascal (the f16 kernels need sm_53 or newer), and Pascal and
+/// Volta on any driver. The lowest and the newest also ship their PTX.
+pub const TARGETS_CUDA_12: &str = "sm_60,sm_70,sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120";
 
 /// One `.cu` file of the library.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

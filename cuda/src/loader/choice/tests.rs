@@ -35,7 +35,7 @@ fn chosen(kind: ArtifactKind, target: &str) -> ChosenArtifact {
 fn a_chosen_artifact_loads_only_where_it_runs() {
     use ArtifactKind::{Cubin, Ptx};
     let runs = |kind: ArtifactKind, target: &str, device: &str| {
-        check_runs("k", &chosen(kind, target), arch(device)).is_ok()
+        check_runs("k", &chosen(kind, target), arch(device), None).is_ok()
     };
     assert!(runs(Cubin, "sm_80", "sm_80"));
     assert!(runs(Cubin, "sm_80", "sm_86"), "same major, higher minor");
@@ -49,7 +49,7 @@ fn a_chosen_artifact_loads_only_where_it_runs() {
     assert!(runs(Ptx, "sm_80", "sm_90"), "PTX of an older arch");
     assert!(!runs(Ptx, "sm_90", "sm_80"), "PTX of a newer arch");
     assert!(!runs(ArtifactKind::Fatbin, "sm_80", "sm_80"));
-    let refused = check_runs("k", &chosen(Cubin, "sm_80"), arch("sm_90")).unwrap_err();
+    let refused = check_runs("k", &chosen(Cubin, "sm_80"), arch("sm_90"), None).unwrap_err();
     assert!(
         matches!(
             &refused,
@@ -58,6 +58,42 @@ fn a_chosen_artifact_loads_only_where_it_runs() {
         ),
         "{refused}"
     );
+}
+
+#[test]
+fn a_chosen_artifact_loads_only_on_a_driver_that_loads_its_toolchain() {
+    use ArtifactKind::{Cubin, Ptx};
+    let built = |kind: ArtifactKind, nvrtc: &str| ChosenArtifact {
+        nvrtc: Some(nvrtc.parse().unwrap()),
+        ..chosen(kind, "sm_80")
+    };
+    let loads = |artifact: &ChosenArtifact, driver: i32| {
+        check_runs("k", artifact, arch("sm_80"), Some(driver))
+    };
+    // A 13.x CUBIN on a CUDA 12.8 driver: refused by Kiln, not by the driver.
+    let refused = loads(&built(Cubin, "13.0.88"), 12080).unwrap_err();
+    assert!(
+        matches!(&refused, Error::ChosenArtifactDoesNotLoad { driver: 12080, nvrtc, .. } if nvrtc == "13.0.88"),
+        "{refused}"
+    );
+    assert!(loads(&built(Cubin, "13.5.37"), 13000).is_ok(), "same major");
+    assert!(
+        loads(&built(Cubin, "12.9.86"), 13000).is_ok(),
+        "an older major"
+    );
+    assert!(
+        loads(&built(Cubin, "12.9.86"), 12000).is_ok(),
+        "minor-version compatibility"
+    );
+    // PTX of NVRTC 13.5 on a 13.0 driver.
+    let refused = loads(&built(Ptx, "13.5.37"), 13000).unwrap_err();
+    assert!(
+        matches!(&refused, Error::DriverTooOldForPtx { ptx_release, driver: 13000, .. } if ptx_release == "13.5"),
+        "{refused}"
+    );
+    assert!(loads(&built(Ptx, "13.0.88"), 13000).is_ok());
+    // Not known: the arch alone decides (the PTX banner is checked at load).
+    assert!(loads(&chosen(Cubin, "sm_80"), 12000).is_ok());
 }
 
 #[test]
