@@ -2,10 +2,10 @@
 //!
 //! | variable | effect |
 //! | --- | --- |
-//! | `KILN_CACHE=0` | turn the disk cache off (also `false`, `no`, `off`) |
+//! | `KILN_CACHE=0` | turn the disk cache off (also `false`, `no`, `off`; a value that is no boolean leaves it on, with one warning: see [`crate::env::switch`]) |
 //! | `KILN_CACHE_DIR=path` | the cache directory; by default the platform cache directory + `kiln` (`$XDG_CACHE_HOME/kiln` or `~/.cache/kiln` on Linux). The disk tier keeps its files in its subdirectory `images-v<N>/` (see [`DiskConfig::images_dir`]) |
 //! | `KILN_CACHE_MAX_BYTES=size` | the cap on the size of this image format version's subdirectory: bytes, or a number with a `K`, `M`, `G` or `T` suffix (powers of 1024); default 1 GiB |
-//! | `KILN_CACHE_TRUST_DIR=1` | use the cache directory even if another user owns it or other users may write to it (otherwise it is refused with one warning: see [`DiskConfig::trust_dir`]) |
+//! | `KILN_CACHE_TRUST_DIR=1` | use the cache directory even if another user owns it, or it or a directory above it is writable by other users (otherwise it is refused with one warning: see [`DiskConfig::trust_dir`]); only `1`, `true`, `yes` or `on` turn it on, any other value leaves it off (with one warning when it is no boolean) |
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -142,7 +142,7 @@ impl DiskConfig {
     pub fn from_lookup(
         lookup: impl Fn(&str) -> Option<OsString>,
     ) -> Result<Option<DiskConfig>, Error> {
-        if lookup(CACHE).is_some_and(|value| is_off(&value.to_string_lossy())) {
+        if !crate::env::switch(CACHE, lookup(CACHE).as_deref(), true) {
             return Ok(None);
         }
         let dir = match lookup(CACHE_DIR).filter(|dir| !dir.is_empty()) {
@@ -150,8 +150,8 @@ impl DiskConfig {
             None => default_dir().ok_or(Error::DiskNoDir)?,
         };
         let mut config = DiskConfig::new(dir);
-        config.trust_dir = lookup(CACHE_TRUST_DIR)
-            .is_some_and(|value| !value.is_empty() && !is_off(&value.to_string_lossy()));
+        config.trust_dir =
+            crate::env::switch(CACHE_TRUST_DIR, lookup(CACHE_TRUST_DIR).as_deref(), false);
         if let Some(value) = lookup(CACHE_MAX_BYTES) {
             let value = value.to_string_lossy();
             config.max_bytes = parse_size(&value).ok_or_else(|| Error::DiskSize {
@@ -182,15 +182,6 @@ pub fn default_dir() -> Option<PathBuf> {
 /// this build reads: `images-v<N>`.
 pub fn images_subdir() -> String {
     format!("images-v{}", kiln_image::header::FORMAT_VERSION)
-}
-
-/// Whether a `KILN_CACHE` value turns the cache off.
-fn is_off(value: &str) -> bool {
-    let value = value.trim();
-    value == "0"
-        || ["false", "no", "off"]
-            .iter()
-            .any(|off| value.eq_ignore_ascii_case(off))
 }
 
 /// Parses a size: decimal bytes, optionally followed by `K`, `M`, `G` or `T`
@@ -243,8 +234,10 @@ mod tests {
         for off in ["0", "false", "OFF", "no"] {
             assert_eq!(config(&[(CACHE, off), (CACHE_DIR, "/x")]).ok(), Some(None));
         }
-        let on = config(&[(CACHE, "1"), (CACHE_DIR, "/x")]);
-        assert_eq!(on.ok().flatten().map(|c| c.dir), Some(PathBuf::from("/x")));
+        for on in ["1", "", "yes", "maybe"] {
+            let on = config(&[(CACHE, on), (CACHE_DIR, "/x")]);
+            assert_eq!(on.ok().flatten().map(|c| c.dir), Some(PathBuf::from("/x")));
+        }
     }
 
     #[test]
@@ -259,7 +252,7 @@ mod tests {
     fn trusting_the_directory_is_an_explicit_switch() {
         let trusted = |vars: &[(&str, &str)]| config(vars).ok().flatten().map(|c| c.trust_dir);
         assert_eq!(trusted(&[(CACHE_DIR, "/x")]), Some(false));
-        for off in ["", "0", "no", "False"] {
+        for off in ["", " ", "0", "no", "False", "disabled", "N", "2"] {
             assert_eq!(
                 trusted(&[(CACHE_DIR, "/x"), (CACHE_TRUST_DIR, off)]),
                 Some(false)
