@@ -252,6 +252,17 @@ pub enum Error {
          variable; give the path of a key file written by `kiln keygen`, mode 0600)"
     )]
     SigningKeyNotAPath,
+    /// An embedded image's record of the entries its build took unverified
+    /// (`KILN_BUILD_UNVERIFIED`) cannot be read: with trusted keys, none of
+    /// the image is served.
+    #[error(
+        "the image's record of unverified entries cannot be read ({why}): with trusted keys none \
+         of its entries is served; rebuild the library without KILN_BUILD_UNVERIFIED"
+    )]
+    UnverifiedLabel {
+        /// What is wrong with it.
+        why: String,
+    },
 
     // ----- init and build-script helpers (global.rs, registry.rs, build.rs) -----
     /// A directory of `KILN_IMAGE_PATH` could not be listed.

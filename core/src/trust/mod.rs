@@ -64,7 +64,7 @@ pub use key_files::{
     trusted_keys_from_lookup, write_signing_key,
 };
 pub use policy::TrustPolicy;
-pub use provenance::Provenance;
+pub use provenance::{Provenance, unverified_entries, unverified_label};
 
 /// `KILN_TRUSTED_KEYS`: files of trusted public keys, separated like `PATH`.
 pub const TRUSTED_KEYS: &str = "KILN_TRUSTED_KEYS";
