@@ -130,14 +130,16 @@ pub enum Error {
     /// user, or other users may write to it: they could plant or replace
     /// compiled code there, so the disk tier is not used.
     #[error(
-        "disk cache directory {path} is {problem}: another user could plant compiled code \
-         there; point KILN_CACHE_DIR at a directory of your own that only you can write to \
-         (chmod go-w), or set KILN_CACHE_TRUST_DIR=1 to use it anyway"
+        "disk cache directory {path}: {problem}: another user could plant compiled code \
+         there, or put another directory in its place; point KILN_CACHE_DIR at a directory of \
+         your own that only you can write to (chmod go-w), below directories only you or root \
+         can write to, or set KILN_CACHE_TRUST_DIR=1 to use it anyway"
     )]
     DiskDirUntrusted {
         /// The directory.
         path: PathBuf,
-        /// What is wrong: its owner, or its mode.
+        /// What is wrong: its owner or its mode, or those of a directory
+        /// above it.
         problem: String,
     },
     /// `KILN_CACHE_DIR` is unset and the platform has no cache directory.

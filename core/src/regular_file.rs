@@ -253,7 +253,7 @@ impl std::fmt::Display for NotRegular {
 impl std::error::Error for NotRegular {}
 
 /// The error for `path`, which is `what` instead of a regular file.
-fn not_regular(path: &Path, what: &str) -> io::Error {
+pub(crate) fn not_regular(path: &Path, what: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidInput,
         NotRegular(format!(
