@@ -305,7 +305,8 @@ fn a_body_that_compresses_past_the_bound_is_padded_so_that_readers_take_it() {
 #[test]
 fn an_entry_no_image_can_hold_refuses_the_file_where_it_is_read() {
     let base = shipped();
-    let cases: Vec<(&str, Box<dyn Fn(&mut Vec<EntryData>)>)> = vec![
+    type Change = Box<dyn Fn(&mut Vec<EntryData>)>;
+    let cases: Vec<(&str, Change)> = vec![
         (
             "an empty custom artifact kind",
             Box::new(|entries| entries[0].artifacts[0].kind = ArtifactKind::Custom(String::new())),

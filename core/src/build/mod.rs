@@ -422,7 +422,7 @@ impl<'out> Precompile<'out> {
         let read = if flag(IGNORE_SHIPPED) {
             Ok(None)
         } else {
-            let vouch = signs.then(|| vouching.trusted_keys.as_ref()).flatten();
+            let vouch = signs.then_some(vouching.trusted_keys.as_ref()).flatten();
             shipped::read(&shipped_path, &name, key.as_ref(), vouch)
         };
         let mut unvouched_shipped = false;

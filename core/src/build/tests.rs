@@ -984,7 +984,8 @@ fn a_shipped_file_that_is_a_link_a_fifo_or_unwritable_as_an_image_is_set_aside()
         );
         fifo
     };
-    let cases: Vec<(&str, Box<dyn Fn()>)> = vec![
+    type Plant<'a> = Box<dyn Fn() + 'a>;
+    let cases: Vec<(&str, Plant<'_>)> = vec![
         (
             "an unwritable entry",
             Box::new(|| std::fs::write(&shipped, &bad).unwrap()),

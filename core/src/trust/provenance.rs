@@ -207,7 +207,7 @@ mod tests {
         let mut expected = vec![a, b];
         expected.sort();
         assert_eq!(unverified_entries(&labels).unwrap(), expected);
-        for bad in ["zz", "00:11", &format!("{}", a.0.to_hex())] {
+        for bad in ["zz", "00:11", &a.0.to_hex()] {
             let labels =
                 BTreeMap::from([(Provenance::UNVERIFIED_LABEL.to_owned(), bad.to_owned())]);
             assert!(unverified_entries(&labels).is_err(), "{bad:?}");
