@@ -64,12 +64,46 @@
 //! the library's shipped image, the disk tier (`KILN_CACHE_DIR`, on by
 //! default) and the remote tier (`KILN_REMOTE_CACHE`, when the build script
 //! links `kiln-redis`: the `redis` feature of the `kiln` build-dependency),
-//! with the same trust rules as at run time, and compiles only what none
-//! holds; what it compiles is stored into those tiers (flushed before the
-//! run ends). The image written does not depend on where an entry came
-//! from: the same block gives the same bytes. `KILN_ALWAYS_COMPILE=1`
-//! compiles everything. The tiers' switches are run-time switches: turning
-//! them on or off never reruns a build script by itself.
+//! and compiles only what none holds; what it compiles is stored into those
+//! tiers (flushed before the run ends). The image written does not depend
+//! on where an entry came from: the same block gives the same bytes.
+//! `KILN_ALWAYS_COMPILE=1` compiles everything. The tiers' switches
+//! (`KILN_CACHE`, `KILN_CACHE_DIR`, `KILN_REMOTE_CACHE`...) are run-time
+//! switches: turning them on or off never reruns a build script by itself.
+//!
+//! # What a block vouches for
+//!
+//! An embedded image is trusted as the program itself (a process with
+//! `KILN_TRUSTED_KEYS` merges an unsigned embedded image as its own), so a
+//! block embeds only what it can vouch for:
+//!
+//! - what it compiled;
+//! - its own package's shipped image (its digests checked, and its
+//!   signature when the library names its key with
+//!   [`Precompile::shipped_key`]); in a signed build (`KILN_SIGNING_KEY`),
+//!   only when a trusted key signed the shipped file (`KILN_TRUSTED_KEYS`, or
+//!   the signing key itself): otherwise its entries are compiled, and a
+//!   build that cannot compile them fails, since a signature must not vouch
+//!   for what nobody checked;
+//! - from the disk and remote tiers, entries this user's processes compiled
+//!   in a private cache directory, and entries a trusted key signed
+//!   (`KILN_TRUSTED_KEYS`; a signed build also trusts its own key). Without
+//!   trusted keys that is this user's own compiles only. Anything else (a
+//!   remote value received unsigned or signed by another key, an entry the
+//!   disk tier received unsigned, any entry of a directory shared with
+//!   `KILN_CACHE_TRUST_DIR=1`) is refused and compiled; a `cargo:warning`
+//!   says how many, and the summary counts them (`N refused unverified`).
+//!   The block therefore stores into the remote tier only what it signs.
+//!
+//! `KILN_BUILD_UNVERIFIED=1` ([`BUILD_UNVERIFIED`]) takes such entries
+//! instead of compiling them (they count as `from unverified disk` or
+//! `from unverified remote`): the image records which entries those are
+//! ([`Provenance::UNVERIFIED_LABEL`]), a process with `KILN_TRUSTED_KEYS`
+//! refuses them as it would from the tier, and `kiln ship` refuses to ship
+//! the image. A signed build ignores it. The trust variables
+//! (`KILN_TRUSTED_KEYS` and the files it names, `KILN_SIGNING_KEY` and its
+//! file, `KILN_CACHE_TRUST_DIR`, `KILN_BUILD_UNVERIFIED`) rerun the block
+//! when they change.
 //!
 //! A specialization ends one of three ways:
 //!
@@ -118,15 +152,18 @@
 //! # What a run prints
 //!
 //! - `cargo:rerun-if-changed=PATH` for every source the block declared with
-//!   [`Session::uses_source`], for the shipped image (when there is one),
-//!   and for the key file of `KILN_SIGNING_KEY` when it is set (and
-//!   `rerun-if-env-changed=KILN_SIGNING_KEY` always, so that setting it
-//!   later signs the image): the image is then signed with that key (see
+//!   [`Session::uses_source`]; for the shipped image whenever a file has its
+//!   name (used or not: a refused one may be fixed), or else its
+//!   `kiln-shipped/` folder when there is one (a path that does not exist
+//!   would rerun the block on every build); for the key file of
+//!   `KILN_SIGNING_KEY` when it is set, and for each file
+//!   `KILN_TRUSTED_KEYS` names. `KILN_SIGNING_KEY` signs the image (see
 //!   [`trust`](crate::trust); an unusable key fails the build rather than
-//!   write an unsigned image). A signed image vouches for what it holds, so
-//!   the block then takes from the disk and remote tiers only entries this
-//!   user compiled or a trusted key (`KILN_TRUSTED_KEYS`, or the signing key
-//!   itself) signed; anything else is compiled again;
+//!   write an unsigned image);
+//! - `cargo:rerun-if-env-changed` for the trust variables always (so that
+//!   setting one later reruns the block), and `cargo:warning` for a boolean
+//!   switch set to no boolean ([`crate::env::switch`]: it keeps its
+//!   default);
 //! - `cargo:rerun-if-env-changed=VAR` for the variables declared with
 //!   [`Session::uses_env`] and every `KILN_*` variable set now (such as
 //!   `KILN_NVRTC`), except the run-time switches

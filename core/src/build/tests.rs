@@ -790,7 +790,7 @@ fn a_block_takes_no_entry_received_unsigned_from_the_disk_tier_unless_told_and_t
     assert_eq!(
         (
             taken.compiles,
-            taken.from_tier("disk (unverified)"),
+            taken.from_tier("unverified disk"),
             taken.unverified
         ),
         (1, 1, 1),

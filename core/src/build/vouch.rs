@@ -45,7 +45,7 @@ impl Taken {
 /// A tier asked without trusted keys, after the block's vouching tiers:
 /// every entry it gives is noted as unverified. It stores nothing (the
 /// block's compiles go to the vouching tiers), and is named
-/// `<tier> (unverified)` in the block's summary.
+/// `unverified <tier>` in the block's summary.
 pub(super) struct UnverifiedTier {
     inner: Box<dyn Tier>,
     name: String,
@@ -58,7 +58,7 @@ impl UnverifiedTier {
             .active
             .store(true, std::sync::atomic::Ordering::Relaxed);
         UnverifiedTier {
-            name: format!("{} (unverified)", inner.name()),
+            name: format!("unverified {}", inner.name()),
             inner,
             taken,
         }

@@ -61,9 +61,13 @@ pub struct DiskConfig {
     /// (`false`) such a cache directory, or such an
     /// [`images_dir`](DiskConfig::images_dir), is refused
     /// ([`Error::DiskDirUntrusted`]): another user could plant compiled
-    /// code there, which the cache would serve. The check is of the
-    /// directories' owner and mode bits only (group or others write,
-    /// sticky bit or not), on Unix.
+    /// code there, which the cache would serve; so is a cache directory
+    /// below a directory that another user (not root) owns or that others
+    /// may write to without the sticky bit (they could put another
+    /// directory in its place). The check is of the directories' owner and
+    /// mode bits only (group or others write), on Unix. With it, entries
+    /// this user compiled are no longer known to be its own: with trusted
+    /// keys only signed entries are served from such a directory.
     pub trust_dir: bool,
     /// The trust policy's trusted keys (`KILN_TRUSTED_KEYS`, see
     /// [`crate::trust`]): when set, an entry is served only if its
@@ -79,14 +83,16 @@ pub struct DiskConfig {
 impl DiskConfig {
     /// Checks the cache directory as [`DiskCache::open`](super::DiskCache::open)
     /// does, creating it (mode 700) when missing: it must be a directory and,
-    /// unless [`DiskConfig::trust_dir`], owned by this process's user and
-    /// not writable by other users. For other files kept in the directory
-    /// (a backend's memos), which must be refused where the cache is.
+    /// unless [`DiskConfig::trust_dir`], owned by this process's user, not
+    /// writable by other users, and below directories only this user or root
+    /// may change. For other files kept in the directory (a backend's memos),
+    /// which must be refused where the cache is. (The check is of the
+    /// directory the path names now: the cache itself then holds it open.)
     ///
     /// # Errors
     /// [`Error::DiskDirUntrusted`] for a directory another user owns or may
-    /// write to; [`Error::DiskIo`] when it cannot be created or is not a
-    /// directory.
+    /// write to, or below one; [`Error::DiskIo`] when it cannot be created
+    /// or is not a directory.
     pub fn check_dir(&self) -> Result<(), Error> {
         super::dir::check_dir(&self.dir, self.trust_dir)
     }
