@@ -454,6 +454,11 @@ impl<'out> Precompile<'out> {
                 .check_tier_payloads(true),
         );
         let trust = TrustPolicy::from_lookup(&*lookup);
+        // What the trust policy logs goes nowhere in a build script: its
+        // warnings about the trusted keys are the build's.
+        for warning in trusted_keys_warnings(&*lookup) {
+            out.line(format_args!("cargo:warning=kiln: {name}: {warning}"));
+        }
         let signs = trust.signs();
         let vouching = vouching_policy(&trust);
         let read = if flag(IGNORE_SHIPPED) {
@@ -688,11 +693,12 @@ impl<'out> Precompile<'out> {
                 first_line(why)
             ));
         }
-        let errors = unvouchable.len() + failed.len();
-        if errors > ERRORS_SHOWN {
+        let unshown = (unvouchable.len() + failed.len())
+            .saturating_sub(unvouchable.len().min(ERRORS_SHOWN) + failed.len().min(ERRORS_SHOWN));
+        if unshown > 0 {
             out.line(format_args!(
-                "cargo::error=kiln: {name}: and more (every message is on the build script's \
-                 stderr)"
+                "cargo::error=kiln: {name}: and {unshown} more cannot be built (every message is \
+                 on the build script's stderr)"
             ));
         }
 
@@ -714,12 +720,19 @@ impl<'out> Precompile<'out> {
             started.elapsed(),
         ));
         out.finish()?;
-        failed.extend(unvouchable);
-        if !failed.is_empty() {
+        if !failed.is_empty() || !unvouchable.is_empty() {
             let mut details = String::new();
             for (label, why) in &failed {
                 let _ = writeln!(details, "kiln: {name}: {label} does not compile:\n{why}\n");
             }
+            for (label, why) in &unvouchable {
+                let _ = writeln!(
+                    details,
+                    "kiln: {name}: {label} cannot be vouched for (the shipped image carries no \
+                     trusted key's signature) nor compiled here:\n{why}\n"
+                );
+            }
+            failed.extend(unvouchable);
             eprint!("{details}");
             return Err(Error::Precompile {
                 name,
@@ -844,6 +857,26 @@ fn vouching_policy(trust: &TrustPolicy) -> TrustPolicy {
         .map(|key| TrustedKeys::new([key.public_key()]))
         .unwrap_or_default();
     trust.clone().with_trusted_keys(own)
+}
+
+/// What is wrong with `KILN_TRUSTED_KEYS`, one line per problem: set but
+/// naming no file, or a file that cannot be used (each trusts no key: the
+/// block then takes fewer signed entries, never more).
+fn trusted_keys_warnings(lookup: &dyn Fn(&str) -> Option<OsString>) -> Vec<String> {
+    let Some(value) = lookup(crate::trust::TRUSTED_KEYS) else {
+        return Vec::new();
+    };
+    if trusted_key_files(lookup).is_empty() {
+        return vec![format!(
+            "{} is set but names no file: no key is trusted",
+            crate::trust::TRUSTED_KEYS
+        )];
+    }
+    crate::trust::read_trusted_keys(&value)
+        .1
+        .into_iter()
+        .map(|error| one_line(&error.to_string()))
+        .collect()
 }
 
 /// The files `KILN_TRUSTED_KEYS` names: a block reruns when one changes.

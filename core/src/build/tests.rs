@@ -1105,3 +1105,30 @@ fn a_switch_that_is_no_boolean_is_a_warning_and_keeps_its_default() {
     }
     assert!(log.contains("it stays off (its default)"), "{log}");
 }
+
+#[test]
+fn trusted_keys_the_block_cannot_use_are_build_warnings() {
+    let keys = tempfile::tempdir().unwrap();
+    let missing = keys.path().join("missing.pub");
+    for (value, expected) in [
+        (
+            OsString::new(),
+            "KILN_TRUSTED_KEYS is set but names no file".to_owned(),
+        ),
+        (
+            missing.clone().into_os_string(),
+            format!("KILN_TRUSTED_KEYS names {}", missing.display()),
+        ),
+    ] {
+        let mut library = Library::new();
+        library.vars.push((crate::trust::TRUSTED_KEYS, value));
+        let out = tempfile::tempdir().unwrap();
+        let mut log = Vec::new();
+        run_names(&library, out.path(), &["a"], &mut log).unwrap();
+        let log = String::from_utf8(log).unwrap();
+        assert!(
+            log.contains(&format!("cargo:warning=kiln: demo: {expected}")),
+            "{expected} in\n{log}"
+        );
+    }
+}
