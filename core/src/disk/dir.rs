@@ -156,6 +156,9 @@ pub(crate) fn open_checked(path: &Path, trust: bool) -> Result<Dir, Error> {
     Ok(dir)
 }
 
+/// Temporary files (segments or stamps being written) start with this.
+pub(crate) const TEMP_PREFIX: &str = ".tmp-";
+
 /// A process-wide counter for temporary file names.
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
@@ -167,7 +170,7 @@ fn temp_name() -> String {
         .map_or(0, |d| d.subsec_nanos());
     format!(
         "{}{}-{}-{nanos:x}",
-        super::segment::TEMP_PREFIX,
+        TEMP_PREFIX,
         std::process::id(),
         TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
     )

@@ -21,15 +21,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use kiln_image::{Digest, FileAccess, Image, ImageFile, ReadError, Verification};
 
-use super::dir::{Access, Dir};
+use super::dir::{Access, Dir, TEMP_PREFIX};
 use crate::trust::Provenance;
 
 /// Segment file names start with this.
 const SEGMENT_PREFIX: &str = "seg-";
 /// Segment file names end with this.
 const SEGMENT_SUFFIX: &str = ".kimg";
-/// Temporary files (segments or stamps being written) start with this.
-pub(crate) const TEMP_PREFIX: &str = ".tmp-";
 /// The base segment: compaction's output once it merges the base (or when
 /// there is none yet), replaced atomically each time. Its name is known, so
 /// a new process looks there first without listing the directory.
