@@ -10,7 +10,13 @@
 //! - two builders with their own target folders and disk caches share one
 //!   remote cache: the first compiles and stores signed entries, the second
 //!   compiles nothing; an entry planted unsigned, or signed by another key,
-//!   is refused by a builder that trusts the first one's key, and compiled.
+//!   is refused by a builder that trusts the first one's key, and compiled;
+//! - a block embeds only what it can vouch for: code planted in the remote
+//!   cache (unsigned) and in a disk cache others may write (labelled as a
+//!   compile) never reaches the image, with trusted keys at build time or
+//!   only at run time; told to take unverified entries
+//!   (`KILN_BUILD_UNVERIFIED=1`), the image records them and the
+//!   application, run with `KILN_TRUSTED_KEYS`, refuses them.
 //!
 //! Needs NVRTC and `redis-server`; without them the tests skip, except under
 //! `CI=true`, where they fail.
@@ -55,8 +61,10 @@ struct Summary {
     entries: u64,
     from_disk: u64,
     from_remote: u64,
+    unverified: u64,
     compiled: u64,
     missing: u64,
+    refused: u64,
     image: PathBuf,
 }
 
@@ -70,6 +78,17 @@ impl Builder {
         }
     }
 
+    /// A copy of this builder with `name` set to `value`.
+    fn clone_with(&self, name: &'static str, value: impl Into<OsString>) -> Builder {
+        Builder {
+            library: self.library.clone(),
+            target: self.target.clone(),
+            cache: self.cache.clone(),
+            vars: self.vars.clone(),
+        }
+        .var(name, value)
+    }
+
     fn var(mut self, name: &'static str, value: impl Into<OsString>) -> Builder {
         self.vars.retain(|(n, _)| *n != name);
         self.vars.push((name, value.into()));
@@ -78,10 +97,20 @@ impl Builder {
 
     /// `cargo build` of the library; its build script's summary.
     fn build(&self) -> Summary {
+        self.build_with(&[])
+    }
+
+    /// `cargo build` of the library and its examples.
+    fn build_examples(&self) -> Summary {
+        self.build_with(&["--examples"])
+    }
+
+    fn build_with(&self, args: &[&str]) -> Summary {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut command = Command::new(cargo);
         command
             .args(["build", "--offline"])
+            .args(args)
             .current_dir(&self.library)
             .env("CARGO_TARGET_DIR", &self.target)
             .env("KILN_CACHE_DIR", &self.cache);
@@ -94,6 +123,9 @@ impl Builder {
             "KILN_CUDA_ARCHS",
             "KILN_IGNORE_SHIPPED",
             "KILN_SHIP_CANDIDATE",
+            "KILN_BUILD_UNVERIFIED",
+            "KILN_CACHE_TRUST_DIR",
+            "KILN_REMOTE_WRITE",
         ] {
             command.env_remove(name);
         }
@@ -128,7 +160,7 @@ impl Builder {
         let line = library::summary_line(&output, library::NAME)
             .unwrap_or_else(|| panic!("no summary in\n{output}"));
         let count = |what: &str| -> u64 {
-            line.split(['(', ','])
+            line.split(['(', ',', ')'])
                 .map(str::trim)
                 .find_map(|part| part.strip_suffix(what)?.trim().parse().ok())
                 .unwrap_or(0)
@@ -149,8 +181,10 @@ impl Builder {
             entries,
             from_disk: count("from disk"),
             from_remote: count("from remote"),
+            unverified: count("from unverified disk") + count("from unverified remote"),
             compiled: count("compiled"),
             missing: count("missing"),
+            refused: count("refused unverified"),
             image,
         }
     }
@@ -399,4 +433,254 @@ fn redis_get(port: u16, key: &str) -> Vec<u8> {
 fn redis_set(port: u16, key: &str, value: &[u8]) {
     let reply = redis(port, &[b"SET", key.as_bytes(), value]);
     assert_eq!(reply, [b"OK".to_vec()]);
+}
+
+/// What the application run by [`served`] reports.
+#[derive(Debug, PartialEq, Eq)]
+struct Served {
+    /// Entries merged from the library's embedded image.
+    inserted: u64,
+    /// Entries it refused as taken unverified at build time.
+    unverified: u64,
+    /// Per entry asked for: `own` (compiled code), `planted`, `missing`.
+    entries: Vec<String>,
+}
+
+/// The application of the planted tests: it merges the library's embedded
+/// image, says what the merge did, and for each `owner:key` given (hex
+/// digests) whether the image serves it and with which code.
+const SERVED: &str = r#"
+fn main() {
+    let _ = kiln_activations_demo::library();
+    let report = kiln::init();
+    let (mut inserted, mut unverified) = (0, 0);
+    for (_, merge) in report.merged() {
+        inserted += merge.inserted;
+        unverified += merge.unverified;
+    }
+    println!("inserted={inserted} unverified={unverified}");
+    for arg in std::env::args().skip(1) {
+        let (owner, key) = arg.split_once(':').expect("owner:key");
+        let owner: kiln::image::Digest = owner.parse().expect("an owner digest");
+        let key = kiln::Key::from_digest(key.parse().expect("a key digest"));
+        let served = match kiln::global().lookup(&owner, &key) {
+            None => "missing",
+            Some(hit) => {
+                let planted = hit.artifacts().iter().any(|artifact| {
+                    artifact.bytes().is_some_and(|bytes| bytes.windows(4).any(|w| w == b"EVIL"))
+                });
+                if planted { "planted" } else { "own" }
+            }
+        };
+        println!("{served}");
+    }
+}
+"#;
+
+/// Runs the application built by `builder` as on a production machine
+/// (`env -i`, a fresh `HOME`, no disk or remote tier), with `keys` as
+/// `KILN_TRUSTED_KEYS` if given, asking for `entries`.
+fn served(builder: &Builder, keys: Option<&Path>, entries: &[&str]) -> Served {
+    let home = tempfile::tempdir().expect("a home");
+    let mut command = Command::new(builder.target.join("debug/examples/served"));
+    command
+        .env_clear()
+        .env("HOME", home.path())
+        .env("PATH", "/usr/bin:/bin")
+        .env("KILN_CACHE", "0")
+        .args(entries);
+    if let Some(keys) = keys {
+        command.env("KILN_TRUSTED_KEYS", keys);
+    }
+    let output = command.output().expect("the application runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mut lines = stdout.lines();
+    let counts = lines.next().expect("the counts");
+    let field = |name: &str| -> u64 {
+        counts
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {counts}"))
+    };
+    Served {
+        inserted: field("inserted"),
+        unverified: field("unverified"),
+        entries: lines.map(str::to_owned).collect(),
+    }
+}
+
+/// `value`, a remote value (a one-entry image, signed or not), with other
+/// code in every artifact, checksums recomputed and no signature: what an
+/// attacker who can write to the server or to a shared directory plants.
+fn evil(value: &[u8]) -> kiln_image::EntryData {
+    let unsigned = kiln_image::strip_signatures(value).expect("an image");
+    let image =
+        kiln_image::Image::from_bytes(&unsigned, kiln_image::Verification::Full).expect("opens");
+    let mut entry = image
+        .entry(0)
+        .expect("one entry")
+        .to_data()
+        .expect("its data");
+    for artifact in &mut entry.artifacts {
+        artifact.bytes = b"// EVIL code planted by another user\n".to_vec();
+    }
+    entry
+}
+
+/// The `owner:key` hex of a remote key name (`kiln:v2:<owner>:<key>`).
+fn ids_of(redis_key: &str) -> String {
+    let mut parts = redis_key.rsplitn(3, ':');
+    let key = parts.next().expect("a key");
+    let owner = parts.next().expect("an owner");
+    format!("{owner}:{key}")
+}
+
+#[test]
+fn a_block_embeds_no_planted_code_and_a_process_with_keys_refuses_what_it_took_unverified() {
+    if !nvrtc_available() {
+        return;
+    }
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let scratch = scratch("planted");
+    let library = library(&scratch, "library");
+    std::fs::create_dir_all(library.join("examples")).expect("examples");
+    std::fs::write(library.join("examples/served.rs"), SERVED).expect("the application");
+    let writer_key = SigningKey::from_secret_bytes([0x5b; 32]);
+    let secret = scratch.join("writer.key");
+    std::fs::write(&secret, format!("{}\n", hex(&[0x5b; 32]))).expect("key file");
+    set_mode(&secret, 0o600);
+    let trusted = scratch.join("writer.pub");
+    std::fs::write(&trusted, format!("{}\n", writer_key.public_key().to_hex())).expect("key file");
+    let port = redis
+        .url()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .expect("port");
+
+    // The fleet's writer fills the remote cache, signed.
+    let base = Builder::new(library, &scratch, "planted").var("KILN_REMOTE_CACHE", redis.url());
+    let writer_cache = scratch.join("writer-cache");
+    let _ = std::fs::remove_dir_all(&writer_cache);
+    let written = base
+        .clone_with("KILN_CACHE_DIR", &writer_cache)
+        .var("KILN_SIGNING_KEY", &secret)
+        .build();
+    assert_eq!(written.compiled, ENTRIES, "{written:?}");
+
+    // The attacker plants other code for two kernels: one remote value,
+    // unsigned; one segment in a disk cache others may write (used with
+    // KILN_CACHE_TRUST_DIR=1), labelled as a compile.
+    let keys = redis_keys(port);
+    assert_eq!(keys.len() as u64, ENTRIES, "{keys:?}");
+    let (remote_victim, disk_victim) = (&keys[0], &keys[1]);
+    let planted = evil(&redis_get(port, remote_victim));
+    let mut one = kiln_image::ImageWriter::new(kiln_image::ImageMeta::new("kiln-redis", "0"));
+    one.push(planted);
+    redis_set(port, remote_victim, &one.to_bytes().expect("an image"));
+    let shared = scratch.join("shared-cache");
+    let _ = std::fs::remove_dir_all(&shared);
+    std::fs::create_dir_all(&shared).expect("shared");
+    set_mode(&shared, 0o777);
+    let mut config = kiln::disk::DiskConfig::new(&shared);
+    config.trust_dir = true;
+    let disk = kiln::disk::DiskCache::open(config).expect("the shared cache");
+    assert!(disk.put(&evil(&redis_get(port, disk_victim))));
+    drop(disk);
+    let victims = [ids_of(remote_victim), ids_of(disk_victim)];
+    let victims: Vec<&str> = victims.iter().map(String::as_str).collect();
+
+    let reader = base
+        .clone_with("KILN_CACHE_DIR", &shared)
+        .var("KILN_CACHE_TRUST_DIR", "1");
+    let contains_planted = |summary: &Summary| {
+        let image = std::fs::read(&summary.image).expect("image");
+        image.windows(4).any(|w| w == b"EVIL")
+    };
+
+    // Told to take unverified entries, with keys at build time: what the
+    // writer signed comes from the remote cache, and the planted remote
+    // value is taken, recorded as unverified. The application with keys
+    // refuses it; without keys nothing is checked, and it serves it.
+    let keyed = reader.clone_with("KILN_TRUSTED_KEYS", &trusted);
+    let opted = keyed.clone_with("KILN_BUILD_UNVERIFIED", "1");
+    let built = opted.build_examples();
+    assert_eq!(
+        (built.unverified, built.compiled, built.from_remote),
+        (1, 0, ENTRIES - 1),
+        "{built:?}"
+    );
+    assert!(contains_planted(&built));
+    let run = served(&opted, Some(&trusted), &victims);
+    assert_eq!((run.inserted, run.unverified), (ENTRIES - 1, 1), "{run:?}");
+    assert_eq!(run.entries, ["missing", "own"], "{run:?}");
+    let run = served(&opted, None, &victims);
+    assert_eq!((run.inserted, run.unverified), (ENTRIES, 0), "{run:?}");
+    assert_eq!(run.entries, ["planted", "own"], "{run:?}");
+
+    // Told to take unverified entries, keys only at run time: nothing comes
+    // from a tier the block can vouch for (it trusts no key), so every
+    // entry is recorded as unverified, the planted code among them; the
+    // application with keys refuses all of them.
+    let opted = reader.clone_with("KILN_BUILD_UNVERIFIED", "1");
+    let built = opted.build_examples();
+    assert_eq!(
+        (built.unverified, built.compiled),
+        (ENTRIES, 0),
+        "{built:?}"
+    );
+    assert!(contains_planted(&built));
+    let run = served(&opted, Some(&trusted), &victims);
+    assert_eq!((run.inserted, run.unverified), (0, ENTRIES), "{run:?}");
+    assert_eq!(run.entries, ["missing", "missing"], "{run:?}");
+    let run = served(&opted, None, &victims);
+    assert_eq!(run.entries[0], "planted", "{run:?}");
+
+    // Keys only at run time, the default: the block trusts no signature,
+    // so it takes nothing from the remote cache or the shared directory
+    // (planted code, signed values, what earlier builds wrote through),
+    // compiles every kernel and says so; the application serves its own
+    // code, with keys or without.
+    let built = reader.build_examples();
+    assert_eq!(
+        (
+            built.compiled,
+            built.from_remote,
+            built.from_disk,
+            built.unverified
+        ),
+        (ENTRIES, 0, 0, 0),
+        "{built:?}"
+    );
+    assert!(built.refused >= ENTRIES, "{built:?}");
+    assert!(!contains_planted(&built));
+    for keys in [None, Some(trusted.as_path())] {
+        let run = served(&reader, keys, &victims);
+        assert_eq!((run.inserted, run.unverified), (ENTRIES, 0), "{run:?}");
+        assert_eq!(run.entries, ["own", "own"], "{run:?}");
+    }
+
+    // Keys at build time, the default: what the writer signed comes from
+    // the remote cache (or the disk, where an earlier build wrote it
+    // through with its signature); the planted remote value is refused
+    // and compiled, and so is everything else the shared directory holds
+    // unsigned (a directory others may write serves only signed entries).
+    let built = keyed.build_examples();
+    assert_eq!(
+        (built.compiled, built.from_remote + built.from_disk),
+        (1, ENTRIES - 1),
+        "{built:?}"
+    );
+    assert!(!contains_planted(&built));
+    let run = served(&keyed, Some(&trusted), &victims);
+    assert_eq!((run.inserted, run.unverified), (ENTRIES, 0), "{run:?}");
+    assert_eq!(run.entries, ["own", "own"], "{run:?}");
 }

@@ -218,7 +218,20 @@ fn ship_one(
     let image = Image::open(entries, Verification::Full).map_err(CliError::image(entries))?;
     let shipped =
         Shipped::from_image(&image, candidate.manifest.clone()).map_err(CliError::ship(entries))?;
-    let existing = std::fs::read(&candidate.shipped).ok();
+    // The file in the source tree, read as every untrusted file is: no
+    // link, FIFO or device, at most SHIPPED_FILE_MAX bytes. One that cannot
+    // be read is replaced (or, with --check, stale).
+    let existing = match kiln_core::build::read_shipped_file(&candidate.shipped) {
+        Ok(found) => found,
+        Err(error) => {
+            eprintln!(
+                "kiln: the shipped image in place, {}, cannot be read: {}",
+                shown(&candidate.shipped),
+                escape(&error.to_string())
+            );
+            Some(Vec::new())
+        }
+    };
     let same = existing.as_deref().and_then(|bytes| {
         let file = ShippedFile::parse(bytes).ok()?;
         let old = Shipped::unpack(&file).ok()?;

@@ -149,6 +149,35 @@ fn a_library_is_shipped_checked_signed_and_refused_when_built_for_some_gpus() {
         file,
         "left as it was"
     );
+
+    // What sits at the shipped path is read as every untrusted file is: a
+    // FIFO (which would block a read forever) or a link to /dev/zero (an
+    // endless read) is refused at once, and the image is stale.
+    for plant in ["a FIFO", "a link to /dev/zero"] {
+        std::fs::remove_file(&shipped).expect("removed");
+        if plant == "a FIFO" {
+            let made = Command::new("mkfifo")
+                .arg(&shipped)
+                .status()
+                .expect("mkfifo");
+            assert!(made.success());
+        } else {
+            std::os::unix::fs::symlink("/dev/zero", &shipped).expect("link");
+        }
+        let check = ship(&dir, &target, &["--check"], &two_targets);
+        assert_eq!(check.status.code(), Some(1), "{plant}: {}", text(&check));
+        for expected in ["cannot be read", "not a regular file", "stale"] {
+            assert!(text(&check).contains(expected), "{plant}: {}", text(&check));
+        }
+    }
+    // Shipping replaces whatever had the name with the image.
+    let replaced = ship(&dir, &target, &[], &two_targets);
+    assert!(replaced.status.success(), "{}", text(&replaced));
+    assert!(
+        std::fs::symlink_metadata(&shipped)
+            .expect("shipped")
+            .is_file()
+    );
 }
 
 #[test]

@@ -130,14 +130,16 @@ pub enum Error {
     /// user, or other users may write to it: they could plant or replace
     /// compiled code there, so the disk tier is not used.
     #[error(
-        "disk cache directory {path} is {problem}: another user could plant compiled code \
-         there; point KILN_CACHE_DIR at a directory of your own that only you can write to \
-         (chmod go-w), or set KILN_CACHE_TRUST_DIR=1 to use it anyway"
+        "disk cache directory {path}: {problem}: another user could plant compiled code \
+         there, or put another directory in its place; point KILN_CACHE_DIR at a directory of \
+         your own that only you can write to (chmod go-w), below directories only you or root \
+         can write to, or set KILN_CACHE_TRUST_DIR=1 to use it anyway"
     )]
     DiskDirUntrusted {
         /// The directory.
         path: PathBuf,
-        /// What is wrong: its owner, or its mode.
+        /// What is wrong: its owner or its mode, or those of a directory
+        /// above it.
         problem: String,
     },
     /// `KILN_CACHE_DIR` is unset and the platform has no cache directory.
@@ -252,6 +254,17 @@ pub enum Error {
          variable; give the path of a key file written by `kiln keygen`, mode 0600)"
     )]
     SigningKeyNotAPath,
+    /// An embedded image's record of the entries its build took unverified
+    /// (`KILN_BUILD_UNVERIFIED`) cannot be read: with trusted keys, none of
+    /// the image is served.
+    #[error(
+        "the image's record of unverified entries cannot be read ({why}): with trusted keys none \
+         of its entries is served; rebuild the library without KILN_BUILD_UNVERIFIED"
+    )]
+    UnverifiedLabel {
+        /// What is wrong with it.
+        why: String,
+    },
 
     // ----- init and build-script helpers (global.rs, registry.rs, build.rs) -----
     /// A directory of `KILN_IMAGE_PATH` could not be listed.

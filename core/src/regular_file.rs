@@ -16,6 +16,15 @@
 //! whatever it grows to meanwhile: a file larger than the limit is an
 //! error, not a long read.
 //!
+//! What another user could change through a directory is checked as ssh
+//! checks `~/.ssh` ([`shared_ancestor`]): every directory above a path,
+//! and above the path its links lead to, must belong to this user or root
+//! and be writable by no one else, or another user could rename the file
+//! (or a directory above it) away and put their own in its place. One
+//! difference: a directory with the sticky bit, such as `/tmp`, may be
+//! writable by everyone, since there nobody renames or removes what
+//! another user owns, and what lies below it must itself pass the check.
+//!
 //! ```
 //! use kiln_core::regular_file::{self, Links};
 //!
@@ -155,6 +164,75 @@ pub fn read_file(file: File, expected: u64, limit: u64) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// Why another user could replace what `path` names through a directory
+/// above it, if they could (see the [module docs](self)): `Ok(None)` when
+/// every directory above `path` (made absolute), and above the path its
+/// symbolic links resolve to, is owned by this process's effective user or
+/// by root and is not writable by group or others, or carries the sticky
+/// bit. The path itself is not checked (its owner and mode are its
+/// caller's rule).
+///
+/// ```
+/// use kiln_core::regular_file::shared_ancestor;
+/// let dir = tempfile::tempdir()?;
+/// // The test's temporary directory sits in the system's (sticky) one.
+/// assert_eq!(shared_ancestor(&dir.path().join("file"))?, None);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+///
+/// # Errors
+/// When `path`'s real location cannot be resolved or a directory above it
+/// cannot be read (a missing last component is fine: its parent is
+/// resolved instead).
+#[cfg(unix)]
+pub fn shared_ancestor(path: &Path) -> io::Result<Option<String>> {
+    use std::os::unix::fs::MetadataExt;
+    let given = std::path::absolute(path)?;
+    let real = match std::fs::canonicalize(&given) {
+        Ok(real) => real,
+        // Not there yet (a directory about to be created): its parent's.
+        Err(err) if err.kind() == io::ErrorKind::NotFound => match given.parent() {
+            Some(parent) => {
+                std::fs::canonicalize(parent)?.join(given.file_name().unwrap_or_default())
+            }
+            None => given.clone(),
+        },
+        Err(err) => return Err(err),
+    };
+    let me = rustix::process::geteuid().as_raw();
+    let mut seen = std::collections::HashSet::new();
+    for dir in given.ancestors().skip(1).chain(real.ancestors().skip(1)) {
+        if !seen.insert(dir.to_path_buf()) {
+            continue;
+        }
+        let meta = std::fs::metadata(dir)?;
+        let mode = meta.mode() & 0o7777;
+        if meta.uid() != me && meta.uid() != 0 {
+            return Ok(Some(format!(
+                "the directory {} above it is owned by user {} (this process runs as user {me})",
+                dir.display(),
+                meta.uid()
+            )));
+        }
+        if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+            return Ok(Some(format!(
+                "the directory {} above it is writable by other users (mode {mode:o})",
+                dir.display()
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// Ownership and modes are not checked where the platform has none.
+///
+/// # Errors
+/// None.
+#[cfg(not(unix))]
+pub fn shared_ancestor(_path: &Path) -> io::Result<Option<String>> {
+    Ok(None)
+}
+
 /// Whether `err` is [`open`]'s refusal of something that is not a regular
 /// file (a directory, a FIFO, a device, a socket, or a symbolic link with
 /// [`Links::Refuse`]).
@@ -175,7 +253,7 @@ impl std::fmt::Display for NotRegular {
 impl std::error::Error for NotRegular {}
 
 /// The error for `path`, which is `what` instead of a regular file.
-fn not_regular(path: &Path, what: &str) -> io::Error {
+pub(crate) fn not_regular(path: &Path, what: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidInput,
         NotRegular(format!(
@@ -221,5 +299,37 @@ mod tests {
         assert!(is_not_regular(&error), "{error}");
         let error = read(&file, Links::Refuse, 3).unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+    }
+
+    #[test]
+    fn a_directory_above_that_others_may_write_is_named_unless_it_is_sticky() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let chmod = |path: &Path, mode: u32| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        let shared = root.path().join("shared");
+        let below = shared.join("below");
+        std::fs::create_dir_all(&below).unwrap();
+        let file = below.join("keys");
+        assert_eq!(shared_ancestor(&file).unwrap(), None);
+        chmod(&shared, 0o777);
+        let why = shared_ancestor(&file).unwrap().expect("refused");
+        assert!(why.contains("shared") && why.contains("777"), "{why}");
+        chmod(&shared, 0o1777);
+        assert_eq!(shared_ancestor(&file).unwrap(), None, "sticky");
+        chmod(&shared, 0o775);
+        assert!(shared_ancestor(&file).unwrap().is_some(), "group-writable");
+        // Through a link: the directories of the link's target count too.
+        chmod(&shared, 0o755);
+        let elsewhere = root.path().join("elsewhere");
+        let open = elsewhere.join("open");
+        std::fs::create_dir_all(&open).unwrap();
+        chmod(&elsewhere, 0o757);
+        std::os::unix::fs::symlink(&open, below.join("link")).unwrap();
+        let why = shared_ancestor(&below.join("link").join("keys")).unwrap();
+        assert!(why.is_some_and(|why| why.contains("elsewhere")));
+        // A path not there yet is checked through its parent.
+        assert_eq!(shared_ancestor(&below.join("missing")).unwrap(), None);
     }
 }

@@ -446,9 +446,12 @@ impl ShipPlan {
             .into_iter()
             .filter_map(|name| session.env(&name).map(|value| (name, value)))
             .collect();
-        let always = session
-            .env(kiln_core::env::ALWAYS_COMPILE)
-            .is_some_and(|v| kiln_core::env::is_on(&v));
+        // An invalid value is a warning the block prints at its start.
+        let always = kiln_core::env::switch(
+            kiln_core::env::ALWAYS_COMPILE,
+            session.env(kiln_core::env::ALWAYS_COMPILE).as_deref(),
+            false,
+        );
         let shipped: Option<BuildRecord> = if always {
             None
         } else {

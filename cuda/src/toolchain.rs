@@ -466,10 +466,11 @@ impl ToolchainPolicy {
         *PROCESS.get_or_init(|| Self::from_value(std::env::var_os(STRICT_TOOLCHAIN).as_deref()))
     }
 
-    /// The policy a value of `KILN_STRICT_TOOLCHAIN` names (off when unset, empty,
-    /// `0`, `false`, `no`, `off`).
+    /// The policy a value of `KILN_STRICT_TOOLCHAIN` names: strict for `1`, `true`,
+    /// `yes`, `on`; otherwise the default (a value that is no boolean gives one
+    /// warning: [`kiln_core::env::switch`]).
     pub fn from_value(value: Option<&std::ffi::OsStr>) -> ToolchainPolicy {
-        if value.is_some_and(kiln_core::env::is_on) {
+        if kiln_core::env::switch(STRICT_TOOLCHAIN, value, false) {
             ToolchainPolicy::Strict
         } else {
             ToolchainPolicy::Shipped
@@ -855,13 +856,13 @@ mod tests {
     fn the_policy_switch_reads_like_every_kiln_switch() {
         use std::ffi::OsStr;
         assert_eq!(ToolchainPolicy::from_value(None), ToolchainPolicy::Shipped);
-        for off in ["", "0", "false", "No", "off"] {
+        for off in ["", "0", "false", "No", "off", "strict"] {
             assert_eq!(
                 ToolchainPolicy::from_value(Some(OsStr::new(off))),
                 ToolchainPolicy::Shipped
             );
         }
-        for on in ["1", "true", "yes", "strict"] {
+        for on in ["1", "true", "yes", "ON"] {
             assert_eq!(
                 ToolchainPolicy::from_value(Some(OsStr::new(on))),
                 ToolchainPolicy::Strict

@@ -231,4 +231,4 @@ pub use signature::{
     sign_images_batch, strip_signatures,
 };
 pub use storage::{FileAccess, ImageFile};
-pub use writer::{ImageWriter, WRITE_PIECE, write_file_atomic, write_in_pieces};
+pub use writer::{ImageWriter, WRITE_PIECE, check_writable, write_file_atomic, write_in_pieces};

@@ -125,34 +125,7 @@ impl ImageWriter {
     /// the payload region's length and the producer string.
     #[allow(clippy::type_complexity)]
     fn tables(&self) -> Result<(Index, Vec<(u64, &[u8])>, u64, String), WriteError> {
-        let producer = self.meta.producer();
-        if producer.len() > MAX_PRODUCER_LEN {
-            return Err(WriteError::TooLarge {
-                what: "the producer name and version",
-                size: producer.len() as u64,
-                limit: MAX_PRODUCER_LEN as u64,
-            });
-        }
-        if producer.contains('\0') {
-            return Err(WriteError::InvalidString {
-                what: "producer",
-                value: producer,
-                reason: "the header stores it NUL-padded",
-            });
-        }
-        let mut order: Vec<&EntryData> = self.entries.iter().collect();
-        order.sort_by_key(|entry| (entry.owner, entry.key));
-        for pair in order.windows(2) {
-            if (pair[0].owner, pair[0].key) == (pair[1].owner, pair[1].key) {
-                return Err(WriteError::DuplicateEntry {
-                    owner: pair[0].owner,
-                    key: pair[0].key,
-                    first: pair[0].name.clone(),
-                    second: pair[1].name.clone(),
-                });
-            }
-        }
-        let tables = Tables::build(&order, &self.meta)?;
+        let (tables, producer) = prepare(&self.meta, &self.entries)?;
         Ok((tables.index, tables.payloads, tables.payload_len, producer))
     }
 
@@ -168,6 +141,71 @@ impl ImageWriter {
         let bytes = self.to_bytes()?;
         write_file_atomic(path, &bytes)
     }
+}
+
+/// Checks `entries` and `meta` against every rule [`ImageWriter::to_bytes`]
+/// enforces, without writing an image: for readers of another format (a
+/// shipped image) that hand entries on to a writer later, so that an entry
+/// no image can hold is refused where it is read.
+///
+/// ```
+/// use kiln_image::{Artifact, ArtifactKind, Digest, EntryData, ImageMeta, check_writable};
+///
+/// let mut entry = EntryData {
+///     owner: Digest::of(b"owner"),
+///     owner_label: "owner".into(),
+///     key: Digest::of(b"key"),
+///     name: "k".into(),
+///     min_world: 1,
+///     max_world: u64::MAX,
+///     deps: vec![],
+///     artifacts: vec![Artifact { kind: ArtifactKind::Ptx, entry_points: vec![], bytes: vec![1] }],
+/// };
+/// assert!(check_writable(&ImageMeta::default(), std::slice::from_ref(&entry)).is_ok());
+/// entry.artifacts[0].kind = ArtifactKind::Custom(String::new());
+/// assert!(check_writable(&ImageMeta::default(), &[entry]).is_err());
+/// ```
+///
+/// # Errors
+/// As [`ImageWriter::to_bytes`], but for I/O.
+pub fn check_writable(meta: &ImageMeta, entries: &[EntryData]) -> Result<(), WriteError> {
+    prepare(meta, entries).map(|_| ())
+}
+
+/// The tables of an image of `entries` and `meta`, and its producer string,
+/// after every check of [`ImageWriter::to_bytes`].
+fn prepare<'a>(
+    meta: &'a ImageMeta,
+    entries: &'a [EntryData],
+) -> Result<(Tables<'a>, String), WriteError> {
+    let producer = meta.producer();
+    if producer.len() > MAX_PRODUCER_LEN {
+        return Err(WriteError::TooLarge {
+            what: "the producer name and version",
+            size: producer.len() as u64,
+            limit: MAX_PRODUCER_LEN as u64,
+        });
+    }
+    if producer.contains('\0') {
+        return Err(WriteError::InvalidString {
+            what: "producer",
+            value: producer,
+            reason: "the header stores it NUL-padded",
+        });
+    }
+    let mut order: Vec<&EntryData> = entries.iter().collect();
+    order.sort_by_key(|entry| (entry.owner, entry.key));
+    for pair in order.windows(2) {
+        if (pair[0].owner, pair[0].key) == (pair[1].owner, pair[1].key) {
+            return Err(WriteError::DuplicateEntry {
+                owner: pair[0].owner,
+                key: pair[0].key,
+                first: pair[0].name.clone(),
+                second: pair[1].name.clone(),
+            });
+        }
+    }
+    Ok((Tables::build(&order, meta)?, producer))
 }
 
 /// Writes `bytes` to `path` with a temporary file (`.kiln-tmp-*` in the same

@@ -75,6 +75,11 @@ pub enum ShipError {
     /// The index does not decode, or is inconsistent with the payloads.
     #[error("shipped image index: {0}")]
     BadIndex(String),
+    /// An entry no kiln image can hold (the image writer's rules: an empty
+    /// custom artifact kind, one owner under two labels...): the file is
+    /// not used.
+    #[error("shipped image holds what no kiln image can hold: {0}")]
+    Unwritable(#[source] WriteError),
     /// The entries are not sorted by (owner, key), or one is repeated.
     #[error("shipped image entries {0} and {1} are out of order or repeat an (owner, key)")]
     Order(usize, usize),

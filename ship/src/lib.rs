@@ -59,17 +59,28 @@
 //!   (the file's length is exactly header + body + trailer), the signature
 //!   trailer's shape. The declared raw length is at most
 //!   [`MAX_RAW_LEN`](file::MAX_RAW_LEN) and at most
-//!   [`MAX_EXPANSION`](file::MAX_EXPANSION) times the compressed body, so
-//!   unpacking a file costs memory linear in it.
+//!   [`MAX_EXPANSION`](file::MAX_EXPANSION) (256) times the compressed
+//!   body plus [`SLACK`](file::SLACK) (1 MiB): real shipped images compress
+//!   15 to 90 times, so a small file cannot declare a large body.
 //! - [`ShippedFile::check_signed_by`]: an ed25519 signature of the header
 //!   (which names the content digest and every length) by the key the
 //!   library names.
-//! - [`Shipped::unpack`]: decompression stops one byte past the declared
-//!   length; the content digest (BLAKE3 of the index and every payload),
-//!   the index accounting for every payload byte, entries strictly sorted
-//!   by `(owner, key)`.
+//! - [`Shipped::unpack`]: a first pass decompresses without keeping
+//!   anything and must give exactly the declared length (it stops one byte
+//!   past it) and the content digest (BLAKE3 of the index and every
+//!   payload); a second pass decompresses the index, then each artifact
+//!   straight into its own buffer once the index accounts for every payload
+//!   byte; entries strictly sorted by `(owner, key)`; every rule of the
+//!   image writer ([`kiln_image::check_writable`]). Memory: the declared
+//!   length once, plus the zstd window (at most [`MAX_WINDOW`], 16 MiB)
+//!   and the decoded index; a forged body costs the window only.
 //! - [`Shipped::to_image`]: the image writer's checks, then the image's
 //!   structural verification.
+//!
+//! Reading the file itself is the caller's: a precompile block and `kiln
+//! ship` read it as every file someone else may control
+//! (`kiln_core::build::read_shipped_file`: no link, FIFO or device, at most
+//! 512 MiB).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![forbid(unsafe_code)]

@@ -7,14 +7,20 @@ use std::io::Read;
 use kiln_image::{
     Artifact, ArtifactKind, Dep, Digest, EntryData, Image, ImageMeta, ImageWriter, Verification,
 };
+use ruzstd::decoding::{FrameDecoder, StreamingDecoder};
 use serde::{Deserialize, Serialize};
 
 use crate::ShipError;
 use crate::file::{CONTENT_CONTEXT, HEADER_LEN, Header, ShippedFile};
 
-/// The largest zstd window a reader accepts (128 MiB): what `kiln ship`'s
-/// long-distance matching uses at most.
-pub const MAX_WINDOW: u64 = 128 << 20;
+/// The largest zstd window a reader accepts, and the largest `kiln ship`
+/// writes (16 MiB): the decoder keeps up to a window of the body besides
+/// the body itself, so this is what unpacking costs beyond the declared
+/// raw length. The demo libraries' bodies (0.4 and 9.2 MB) fit whole in
+/// it; a body compressed with an 8 MiB window instead of 16 MiB is 0.001 %
+/// larger, with 4 MiB 2 % (`zstd -19 --long=N` of the kernels demo's raw
+/// body), so larger bodies lose little to the bound.
+pub const MAX_WINDOW: u64 = 16 << 20;
 
 /// The entries' world range in an image built from a shipped one: every
 /// world (a merged or tier-loaded entry starts at the loading process's
@@ -149,29 +155,43 @@ impl Shipped {
             .map(|i| &self.entries[i])
     }
 
-    /// Unpacks a shipped file whose frame is checked: decompresses its body
-    /// (at most the declared length), checks the content digest (which
-    /// covers the index and every payload), decodes the index, checks that
-    /// its artifacts account for every payload byte and the entries' order.
-    /// Memory: the declared raw length, at most
-    /// [`MAX_EXPANSION`](crate::file::MAX_EXPANSION) times the file.
+    /// Unpacks a shipped file whose frame is checked, in two passes over
+    /// its compressed body, neither of which keeps a second copy:
+    ///
+    /// 1. decompresses it without keeping anything, hashing as it goes:
+    ///    it must give exactly the declared raw length (decompression stops
+    ///    one byte past it) and the content digest the header names, which
+    ///    covers the index and every payload. A damaged or forged body is
+    ///    refused here, having cost the decoder's window and no more;
+    /// 2. decompresses it again, the index into its own buffer (decoded,
+    ///    then dropped) and each artifact straight into its own buffer,
+    ///    once the index is checked to account for every payload byte.
+    ///
+    /// Then the entries' order, and every rule of the image writer
+    /// ([`kiln_image::check_writable`]), so that an entry no image can hold
+    /// refuses the file here rather than fail a build that embeds it.
+    ///
+    /// Memory: the declared raw length (at most
+    /// [`MAX_EXPANSION`](crate::file::MAX_EXPANSION) times the compressed
+    /// body, plus [`SLACK`](crate::file::SLACK)), the decoded index, and
+    /// the decoder's window (at most [`MAX_WINDOW`], and never more than the
+    /// bytes decompressed): the declared length plus 16 MiB at most, plus
+    /// what the index decodes to.
     ///
     /// # Errors
     /// [`ShipError::Decompress`], [`ShipError::RawLength`],
-    /// [`ShipError::Content`], [`ShipError::BadIndex`], [`ShipError::Order`].
+    /// [`ShipError::Content`], [`ShipError::BadIndex`], [`ShipError::Order`],
+    /// [`ShipError::Unwritable`].
     pub fn unpack(file: &ShippedFile<'_>) -> Result<Shipped, ShipError> {
         let header = file.header();
-        let raw = decompress(file.packed(), header.raw_len)?;
-        let content = content_digest(&raw);
-        if content != header.content {
-            return Err(ShipError::Content {
-                found: content,
-                expected: header.content,
-            });
-        }
-        // The header checked index_len <= raw_len == raw.len().
-        let (index_bytes, mut payloads) = raw.split_at(header.index_len as usize);
-        let (index, unread): (Index, &[u8]) = postcard::take_from_bytes(index_bytes)
+        // One decoder for both passes: the second reuses the first's window.
+        let mut frames = FrameDecoder::new();
+        frames.set_max_window_size(MAX_WINDOW);
+        check_content(&mut frames, file.packed(), header.raw_len, header.content)?;
+        let mut body = decoder(&mut frames, file.packed())?;
+        // The header checked index_len <= raw_len.
+        let index_bytes = read_exact(&mut body, header.index_len)?;
+        let (index, unread): (Index, &[u8]) = postcard::take_from_bytes(&index_bytes)
             .map_err(|error| ShipError::BadIndex(format!("it does not decode ({error})")))?;
         if !unread.is_empty() {
             return Err(ShipError::BadIndex(format!(
@@ -179,27 +199,39 @@ impl Shipped {
                 unread.len()
             )));
         }
-        let mut entries = Vec::with_capacity(index.entries.len());
-        for (position, entry) in index.entries.into_iter().enumerate() {
-            let mut artifacts = Vec::with_capacity(entry.artifacts.len());
-            for (slot, artifact) in entry.artifacts.into_iter().enumerate() {
-                let len = usize::try_from(artifact.len)
-                    .ok()
-                    .filter(|len| *len <= payloads.len())
+        drop(index_bytes);
+        // The artifacts must tile the payloads exactly before any is read.
+        let payload_len = header.raw_len - header.index_len;
+        let mut claimed = 0u64;
+        for (position, entry) in index.entries.iter().enumerate() {
+            for (slot, artifact) in entry.artifacts.iter().enumerate() {
+                claimed = claimed
+                    .checked_add(artifact.len)
+                    .filter(|claimed| *claimed <= payload_len)
                     .ok_or_else(|| {
                         ShipError::BadIndex(format!(
                             "entry {position} artifact {slot} runs past the payloads"
                         ))
                     })?;
-                let (bytes, rest) = payloads.split_at(len);
-                payloads = rest;
+            }
+        }
+        if claimed != payload_len {
+            return Err(ShipError::BadIndex(format!(
+                "{} payload bytes belong to no artifact",
+                payload_len - claimed
+            )));
+        }
+        let mut entries = Vec::with_capacity(index.entries.len());
+        for entry in index.entries {
+            let mut artifacts = Vec::with_capacity(entry.artifacts.len());
+            for artifact in entry.artifacts {
                 artifacts.push(Artifact {
                     kind: artifact
                         .kind
                         .parse::<ArtifactKind>()
                         .unwrap_or_else(|n| match n {}),
                     entry_points: artifact.entry_points,
-                    bytes: bytes.to_vec(),
+                    bytes: read_exact(&mut body, artifact.len)?,
                 });
             }
             entries.push(EntryData {
@@ -217,24 +249,20 @@ impl Shipped {
                 artifacts,
             });
         }
-        if !payloads.is_empty() {
-            return Err(ShipError::BadIndex(format!(
-                "{} payload bytes belong to no artifact",
-                payloads.len()
-            )));
-        }
         for (i, pair) in entries.windows(2).enumerate() {
             if (pair[0].owner, pair[0].key) >= (pair[1].owner, pair[1].key) {
                 return Err(ShipError::Order(i, i + 1));
             }
         }
+        let meta = ImageMeta {
+            producer_name: index.producer_name,
+            producer_version: index.producer_version,
+            labels: index.labels.into_iter().collect(),
+        };
+        kiln_image::check_writable(&meta, &entries).map_err(ShipError::Unwritable)?;
         Ok(Shipped {
             manifest: index.manifest,
-            meta: ImageMeta {
-                producer_name: index.producer_name,
-                producer_version: index.producer_version,
-                labels: index.labels.into_iter().collect(),
-            },
+            meta,
             entries,
         })
     }
@@ -310,7 +338,8 @@ impl Shipped {
     #[cfg(feature = "compress")]
     pub fn encode(&self, level: i32) -> Result<Vec<u8>, ShipError> {
         let (raw, index_len) = self.raw_body()?;
-        let packed = compress(&raw, level)?;
+        let mut packed = compress(&raw, level)?;
+        pad_to_bound(&mut packed, raw.len() as u64);
         let header = Header {
             index_len: index_len as u64,
             raw_len: raw.len() as u64,
@@ -379,27 +408,97 @@ fn content_digest(raw: &[u8]) -> Digest {
     Digest(*hasher.finalize().as_bytes())
 }
 
-/// Decompresses one zstd frame to exactly `expected` bytes: reading stops
-/// one byte past it, so a frame that would expand further costs nothing
-/// more.
-fn decompress(packed: &[u8], expected: u64) -> Result<Vec<u8>, ShipError> {
-    let decoder = ruzstd::decoding::StreamingDecoder::new_with_max_window_size(packed, MAX_WINDOW)
-        .map_err(|error| ShipError::Decompress(error.to_string()))?;
-    // The header bounded `expected` by MAX_RAW_LEN.
-    let capacity =
-        usize::try_from(expected).map_err(|_| ShipError::RawLength { found: 0, expected })?;
-    let mut raw = Vec::with_capacity(capacity);
-    let read = decoder
-        .take(expected.saturating_add(1))
-        .read_to_end(&mut raw)
-        .map_err(|error| ShipError::Decompress(error.to_string()))?;
-    if read as u64 != expected {
+/// A reader of the zstd frame `packed`, decoded by `frames` (whose
+/// buffers it reuses).
+fn decoder<'a>(
+    frames: &'a mut FrameDecoder,
+    packed: &'a [u8],
+) -> Result<impl Read + 'a, ShipError> {
+    StreamingDecoder::new_with_decoder(packed, frames)
+        .map_err(|error| ShipError::Decompress(error.to_string()))
+}
+
+/// Decompresses `packed` without keeping it: it must give exactly
+/// `expected` bytes (reading stops one byte past it, so a frame that would
+/// expand further costs nothing more) whose content digest is `content`.
+fn check_content(
+    frames: &mut FrameDecoder,
+    packed: &[u8],
+    expected: u64,
+    content: Digest,
+) -> Result<(), ShipError> {
+    let mut decoder = decoder(frames, packed)?.take(expected.saturating_add(1));
+    let mut hasher = blake3::Hasher::new_derive_key(CONTENT_CONTEXT);
+    let mut chunk = vec![0u8; 64 << 10];
+    let mut read = 0u64;
+    loop {
+        let n = match decoder.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(ShipError::Decompress(error.to_string())),
+        };
+        hasher.update(&chunk[..n]);
+        read += n as u64;
+    }
+    if read != expected {
         return Err(ShipError::RawLength {
-            found: read as u64,
+            found: read,
             expected,
         });
     }
-    Ok(raw)
+    let found = Digest(*hasher.finalize().as_bytes());
+    if found != content {
+        return Err(ShipError::Content {
+            found,
+            expected: content,
+        });
+    }
+    Ok(())
+}
+
+/// The next `len` bytes of `body`, in a buffer of exactly that capacity
+/// (`len` is within the raw length the first pass read).
+fn read_exact(body: &mut impl Read, len: u64) -> Result<Vec<u8>, ShipError> {
+    let capacity = usize::try_from(len).map_err(|_| ShipError::RawLength {
+        found: 0,
+        expected: len,
+    })?;
+    let mut bytes = Vec::with_capacity(capacity);
+    body.take(len)
+        .read_to_end(&mut bytes)
+        .map_err(|error| ShipError::Decompress(error.to_string()))?;
+    if bytes.len() != capacity {
+        // The first pass read the whole body: only a decoder that changed
+        // its mind gets here.
+        return Err(ShipError::Decompress(format!(
+            "the body ended {} bytes early",
+            capacity - bytes.len()
+        )));
+    }
+    Ok(bytes)
+}
+
+/// Appends a skippable zstd frame to `packed` (which decoders pass over)
+/// when `raw_len` would be more than
+/// [`MAX_EXPANSION`](crate::file::MAX_EXPANSION) times it plus
+/// [`SLACK`](crate::file::SLACK): so that every file written is one every
+/// reader accepts, however well its body compresses.
+#[cfg(feature = "compress")]
+fn pad_to_bound(packed: &mut Vec<u8>, raw_len: u64) {
+    use crate::file::{MAX_EXPANSION, SLACK};
+    /// A skippable frame's magic number (any of 0x184D2A50..=0x184D2A5F).
+    const SKIPPABLE: u32 = 0x184D_2A50;
+    let needed = raw_len.saturating_sub(SLACK).div_ceil(MAX_EXPANSION);
+    let short = needed.saturating_sub(packed.len() as u64);
+    if short == 0 {
+        return;
+    }
+    // The frame's own 8 bytes count towards the length.
+    let content = u32::try_from(short.saturating_sub(8)).unwrap_or(u32::MAX);
+    packed.extend_from_slice(&SKIPPABLE.to_le_bytes());
+    packed.extend_from_slice(&content.to_le_bytes());
+    packed.resize(packed.len() + content as usize, 0);
 }
 
 #[cfg(feature = "compress")]
@@ -407,8 +506,8 @@ fn compress(raw: &[u8], level: i32) -> Result<Vec<u8>, ShipError> {
     use std::io::Write;
     let failed = |error: std::io::Error| ShipError::Compress(error.to_string());
     // A window that covers the whole body, between zstd's minimum (2^10)
-    // and MAX_WINDOW (2^27).
-    let window_log = (usize::BITS - raw.len().max(1).leading_zeros()).clamp(10, 27);
+    // and MAX_WINDOW (2^24).
+    let window_log = (usize::BITS - raw.len().max(1).leading_zeros()).clamp(10, 24);
     let mut encoder = zstd::stream::Encoder::new(Vec::new(), level).map_err(failed)?;
     encoder
         .set_pledged_src_size(Some(raw.len() as u64))

@@ -279,3 +279,88 @@ fn format_1_files_keep_their_meaning() {
 
 /// BLAKE3 of `shipped().encode_stored()` in format 1.
 const GOLDEN_STORED: &str = "ad6cff4fc03685d42cda76c6b071af9d72c5c7f51aee5fc20d019cf550660c9d";
+
+#[test]
+fn a_body_that_compresses_past_the_bound_is_padded_so_that_readers_take_it() {
+    // 4 MiB of one byte compresses thousands of times: `encode` pads the
+    // body with a skippable frame to stay within MAX_EXPANSION.
+    let entries = vec![entry(0, &vec![0x5a; 4 << 20]), entry(1, b"small")];
+    let original = Shipped::new(manifest(), ImageMeta::new("demo", "0.1.0"), entries);
+    let bytes = original.encode(19).unwrap();
+    let file = ShippedFile::parse(&bytes).unwrap();
+    assert!(file.raw_len() <= file.packed_len() * MAX_EXPANSION + SLACK);
+    assert!(
+        file.raw_len() > file.packed_len() * MAX_EXPANSION / 2,
+        "padded no more than needed"
+    );
+    assert_eq!(Shipped::unpack(&file).unwrap(), original);
+    // Signed, the padding is covered like every other byte.
+    let key = SigningKey::from_secret_bytes([5; 32]);
+    let signed = file.signed_with(&key).unwrap();
+    let file = ShippedFile::parse(&signed).unwrap();
+    file.check_signed_by(&key.public_key()).unwrap();
+    assert_eq!(Shipped::unpack(&file).unwrap(), original);
+}
+
+#[test]
+fn an_entry_no_image_can_hold_refuses_the_file_where_it_is_read() {
+    let base = shipped();
+    type Change = Box<dyn Fn(&mut Vec<EntryData>)>;
+    let cases: Vec<(&str, Change)> = vec![
+        (
+            "an empty custom artifact kind",
+            Box::new(|entries| entries[0].artifacts[0].kind = ArtifactKind::Custom(String::new())),
+        ),
+        (
+            "one owner under two labels",
+            // Entries 0 and 2 share an owner (n % 2).
+            Box::new(|entries| {
+                let shared = (1..entries.len())
+                    .find(|&i| entries[i].owner == entries[i - 1].owner)
+                    .unwrap();
+                entries[shared].owner_label = "another label".into();
+            }),
+        ),
+    ];
+    for (case, change) in cases {
+        let mut entries = base.entries().to_vec();
+        change(&mut entries);
+        let bad = Shipped::new(manifest(), ImageMeta::new("demo", "0.1.0"), entries);
+        for bytes in [bad.encode_stored().unwrap(), bad.encode(19).unwrap()] {
+            let error = Shipped::from_bytes(&bytes).expect_err(case);
+            assert!(matches!(error, ShipError::Unwritable(_)), "{case}: {error}");
+            assert!(
+                error.to_string().contains("no kiln image can hold"),
+                "{error}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_body_with_another_digest_is_refused_before_anything_is_kept() {
+    let bytes = shipped().encode_stored().unwrap();
+    let mut forged = bytes.clone();
+    forged[40] ^= 1; // the content digest
+    assert!(matches!(
+        Shipped::from_bytes(&forged),
+        Err(ShipError::Content { .. })
+    ));
+}
+
+/// The demo libraries' shipped images, as `kiln ship` wrote them, read
+/// under today's bounds (window, expansion).
+#[test]
+fn the_committed_demo_images_are_within_the_bounds() {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    for name in ["kiln-kernels-demo", "kiln-activations-demo"] {
+        let path = examples
+            .join(name)
+            .join(format!("kiln-shipped/{name}.kship"));
+        let bytes = std::fs::read(&path).unwrap();
+        let file = ShippedFile::parse(&bytes).unwrap();
+        let shipped = Shipped::unpack(&file).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(shipped.manifest.name, name);
+        assert!(file.raw_len() <= file.packed_len() * MAX_EXPANSION);
+    }
+}

@@ -64,12 +64,46 @@
 //! the library's shipped image, the disk tier (`KILN_CACHE_DIR`, on by
 //! default) and the remote tier (`KILN_REMOTE_CACHE`, when the build script
 //! links `kiln-redis`: the `redis` feature of the `kiln` build-dependency),
-//! with the same trust rules as at run time, and compiles only what none
-//! holds; what it compiles is stored into those tiers (flushed before the
-//! run ends). The image written does not depend on where an entry came
-//! from: the same block gives the same bytes. `KILN_ALWAYS_COMPILE=1`
-//! compiles everything. The tiers' switches are run-time switches: turning
-//! them on or off never reruns a build script by itself.
+//! and compiles only what none holds; what it compiles is stored into those
+//! tiers (flushed before the run ends). The image written does not depend
+//! on where an entry came from: the same block gives the same bytes.
+//! `KILN_ALWAYS_COMPILE=1` compiles everything. The tiers' switches
+//! (`KILN_CACHE`, `KILN_CACHE_DIR`, `KILN_REMOTE_CACHE`...) are run-time
+//! switches: turning them on or off never reruns a build script by itself.
+//!
+//! # What a block vouches for
+//!
+//! An embedded image is trusted as the program itself (a process with
+//! `KILN_TRUSTED_KEYS` merges an unsigned embedded image as its own), so a
+//! block embeds only what it can vouch for:
+//!
+//! - what it compiled;
+//! - its own package's shipped image (its digests checked, and its
+//!   signature when the library names its key with
+//!   [`Precompile::shipped_key`]); in a signed build (`KILN_SIGNING_KEY`),
+//!   only when a trusted key signed the shipped file (`KILN_TRUSTED_KEYS`, or
+//!   the signing key itself): otherwise its entries are compiled, and a
+//!   build that cannot compile them fails, since a signature must not vouch
+//!   for what nobody checked;
+//! - from the disk and remote tiers, entries this user's processes compiled
+//!   in a private cache directory, and entries a trusted key signed
+//!   (`KILN_TRUSTED_KEYS`; a signed build also trusts its own key). Without
+//!   trusted keys that is this user's own compiles only. Anything else (a
+//!   remote value received unsigned or signed by another key, an entry the
+//!   disk tier received unsigned, any entry of a directory shared with
+//!   `KILN_CACHE_TRUST_DIR=1`) is refused and compiled; a `cargo:warning`
+//!   says how many, and the summary counts them (`N refused unverified`).
+//!   The block therefore stores into the remote tier only what it signs.
+//!
+//! `KILN_BUILD_UNVERIFIED=1` ([`BUILD_UNVERIFIED`]) takes such entries
+//! instead of compiling them (they count as `from unverified disk` or
+//! `from unverified remote`): the image records which entries those are
+//! ([`Provenance::UNVERIFIED_LABEL`]), a process with `KILN_TRUSTED_KEYS`
+//! refuses them as it would from the tier, and `kiln ship` refuses to ship
+//! the image. A signed build ignores it. The trust variables
+//! (`KILN_TRUSTED_KEYS` and the files it names, `KILN_SIGNING_KEY` and its
+//! file, `KILN_CACHE_TRUST_DIR`, `KILN_BUILD_UNVERIFIED`) rerun the block
+//! when they change.
 //!
 //! A specialization ends one of three ways:
 //!
@@ -118,15 +152,18 @@
 //! # What a run prints
 //!
 //! - `cargo:rerun-if-changed=PATH` for every source the block declared with
-//!   [`Session::uses_source`], for the shipped image (when there is one),
-//!   and for the key file of `KILN_SIGNING_KEY` when it is set (and
-//!   `rerun-if-env-changed=KILN_SIGNING_KEY` always, so that setting it
-//!   later signs the image): the image is then signed with that key (see
+//!   [`Session::uses_source`]; for the shipped image whenever a file has its
+//!   name (used or not: a refused one may be fixed), or else its
+//!   `kiln-shipped/` folder when there is one (a path that does not exist
+//!   would rerun the block on every build); for the key file of
+//!   `KILN_SIGNING_KEY` when it is set, and for each file
+//!   `KILN_TRUSTED_KEYS` names. `KILN_SIGNING_KEY` signs the image (see
 //!   [`trust`](crate::trust); an unusable key fails the build rather than
-//!   write an unsigned image). A signed image vouches for what it holds, so
-//!   the block then takes from the disk and remote tiers only entries this
-//!   user compiled or a trusted key (`KILN_TRUSTED_KEYS`, or the signing key
-//!   itself) signed; anything else is compiled again;
+//!   write an unsigned image);
+//! - `cargo:rerun-if-env-changed` for the trust variables always (so that
+//!   setting one later reruns the block), and `cargo:warning` for a boolean
+//!   switch set to no boolean ([`crate::env::switch`]: it keeps its
+//!   default);
 //! - `cargo:rerun-if-env-changed=VAR` for the variables declared with
 //!   [`Session::uses_env`] and every `KILN_*` variable set now (such as
 //!   `KILN_NVRTC`), except the run-time switches
@@ -154,6 +191,7 @@ mod shipped;
 mod target;
 #[cfg(test)]
 mod tests;
+mod vouch;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
@@ -165,16 +203,18 @@ use std::sync::Arc;
 pub use embed::{EMBED, EMBED_LEVEL, ENTRY_WARN_BYTES, Embedding, IMAGE_WARN_BYTES};
 use std::time::{Duration, Instant};
 
-use kiln_image::{ImageMeta, PublicKey, TrustedKeys};
+use kiln_image::{Digest, ImageMeta, PublicKey, TrustedKeys};
 use kiln_ship::{CANDIDATE_EXTENSION, Candidate, EXTENSION, Manifest, SHIPPED_DIR};
 
 pub use session::{Session, Unavailable, jobs};
+pub use shipped::{SHIPPED_FILE_MAX, read_shipped_file};
 pub use target::Target;
 
 use self::output::Printer;
 use self::session::NotDone;
+use self::vouch::{Taken, UnverifiedTier};
 use crate::registry::IMAGE_EXTENSION;
-use crate::trust::TrustPolicy;
+use crate::trust::{Provenance, TrustPolicy};
 use crate::{BoxError, Cache, CacheConfig, Error};
 
 /// `KILN_IGNORE_SHIPPED`: a precompile block ignores the library's shipped
@@ -189,6 +229,41 @@ pub const IGNORE_SHIPPED: &str = "KILN_IGNORE_SHIPPED";
 /// out what it does not embed whatever it found them in). A build-time
 /// switch: setting or clearing it reruns the build script.
 pub const SHIP_CANDIDATE: &str = "KILN_SHIP_CANDIDATE";
+
+/// `KILN_BUILD_UNVERIFIED`: a precompile block also takes from the disk
+/// and remote tiers entries it cannot vouch for (received unsigned, or
+/// signed by no key it trusts), instead of compiling them. The image then
+/// records which entries those are
+/// ([`Provenance::UNVERIFIED_LABEL`]), a process with
+/// `KILN_TRUSTED_KEYS` refuses them as it would from a tier, and `kiln
+/// ship` refuses to ship it. Ignored (with a warning) when
+/// `KILN_SIGNING_KEY` is set: a signed image vouches for every entry. A
+/// build-time switch: setting or clearing it reruns the build script.
+pub const BUILD_UNVERIFIED: &str = "KILN_BUILD_UNVERIFIED";
+
+/// The boolean switches a precompile block reads, each checked at the
+/// start of a run: a value that is no boolean is a `cargo:warning` (and
+/// the switch keeps its default; see [`crate::env::switch`]).
+const BLOCK_SWITCHES: [&str; 7] = [
+    crate::env::ALWAYS_COMPILE,
+    IGNORE_SHIPPED,
+    SHIP_CANDIDATE,
+    BUILD_UNVERIFIED,
+    crate::disk::config::CACHE,
+    crate::disk::config::CACHE_TRUST_DIR,
+    crate::trust::REMOTE_WRITE,
+];
+
+/// The variables that decide what a block may embed: changing one reruns
+/// it, whatever [`crate::env::is_run_time`] says of the others.
+const TRUST_VARIABLES: [&str; 6] = [
+    crate::trust::SIGNING_KEY,
+    crate::trust::TRUSTED_KEYS,
+    crate::disk::config::CACHE_TRUST_DIR,
+    BUILD_UNVERIFIED,
+    IGNORE_SHIPPED,
+    SHIP_CANDIDATE,
+];
 
 /// A precompile run: the image's name, where it goes, where its directives go.
 ///
@@ -360,30 +435,53 @@ impl<'out> Precompile<'out> {
         let started = Instant::now();
         let mut out = Printer::new(output);
 
-        let switches = crate::env::Switches::from_lookup(&*lookup);
+        for variable in BLOCK_SWITCHES {
+            if let Err(error) = crate::env::parse_switch(variable, lookup(variable).as_deref()) {
+                let default = if variable == crate::disk::config::CACHE {
+                    "on"
+                } else {
+                    "off"
+                };
+                out.line(format_args!(
+                    "cargo:warning=kiln: {name}: {error}; it stays {default} (its default)"
+                ));
+            }
+        }
+        let flag = |name: &str| crate::env::switch(name, lookup(name).as_deref(), false);
         // No memory cap: every entry the block gets must reach the image
         // (the snapshot would pin them anyway).
         let cache = Cache::with_config(
             CacheConfig::default()
                 .memory_max_bytes(None)
                 .memory_max_entries(None)
-                .always_compile(switches.always_compile)
+                .always_compile(flag(crate::env::ALWAYS_COMPILE))
                 // Every payload goes into the image: a corrupt one found in
                 // a tier is a miss, compiled again.
                 .check_tier_payloads(true),
         );
-        let ignore_shipped = lookup(IGNORE_SHIPPED).is_some_and(|v| crate::env::is_on(&v));
-        let read = if ignore_shipped {
+        let trust = TrustPolicy::from_lookup(&*lookup);
+        // What the trust policy logs goes nowhere in a build script: its
+        // warnings about the trusted keys are the build's.
+        for warning in trusted_keys_warnings(&*lookup) {
+            out.line(format_args!("cargo:warning=kiln: {name}: {warning}"));
+        }
+        let signs = trust.signs();
+        let vouching = vouching_policy(&trust);
+        let read = if flag(IGNORE_SHIPPED) {
             Ok(None)
         } else {
-            shipped::read(&shipped_path, &name, key.as_ref())
+            let vouch = signs.then_some(vouching.trusted_keys.as_ref()).flatten();
+            shipped::read(&shipped_path, &name, key.as_ref(), vouch)
         };
+        let mut unvouched_shipped = false;
         let shipped = match read {
             Ok(found) => found,
-            Err(why) => {
+            Err(not_used) => {
+                unvouched_shipped = not_used.unvouched;
                 out.line(format_args!(
-                    "cargo:warning=kiln: {name}: the shipped image {} is not used: {why}",
-                    shipped_path.display()
+                    "cargo:warning=kiln: {name}: the shipped image {} is not used: {}",
+                    shipped_path.display(),
+                    not_used.why
                 ));
                 None
             }
@@ -393,7 +491,26 @@ impl<'out> Precompile<'out> {
                 &found.shipped,
             ))));
         }
-        crate::add_tiers_with(&cache, &*lookup, &build_trust(&*lookup));
+        // The tiers, admitting only what the block can vouch for: this
+        // user's own compiles and what a trusted key signed.
+        crate::add_tiers_with(&cache, &*lookup, &vouching);
+        let unverified = flag(BUILD_UNVERIFIED);
+        if unverified && signs {
+            out.line(format_args!(
+                "cargo:warning=kiln: {name}: {BUILD_UNVERIFIED} is ignored: KILN_SIGNING_KEY is \
+                 set, and a signed image vouches for every entry it holds"
+            ));
+        }
+        // With KILN_BUILD_UNVERIFIED, then the same tiers unchecked: what
+        // they give is recorded as unverified in the image.
+        let taken = Taken::default();
+        if unverified && !signs {
+            let mut unchecked = trust.clone();
+            unchecked.trusted_keys = None;
+            crate::global::add_tiers_wrapped(&cache, &*lookup, &unchecked, |tier| {
+                Box::new(UnverifiedTier::new(tier, taken.clone()))
+            });
+        }
 
         let snapshot = cache.snapshot();
         let mut session = Session {
@@ -429,19 +546,42 @@ impl<'out> Precompile<'out> {
             records,
             labels,
             done,
-            missing,
-            failed,
+            mut missing,
+            mut failed,
             dropped,
             not_shippable,
             notes,
             warnings,
             ..
         } = session;
+        // A signed build that could not vouch for the shipped image, and
+        // cannot compile what it held, fails rather than ship less signed.
+        let unvouchable: Vec<(String, String)> = if unvouched_shipped {
+            std::mem::take(&mut missing)
+        } else {
+            Vec::new()
+        };
 
         let delta = cache.delta(&snapshot);
         let entries = delta.len();
-        let whole = lookup(SHIP_CANDIDATE)
-            .is_some_and(|v| crate::env::is_on(&v))
+        // The entries taken unverified (KILN_BUILD_UNVERIFIED) that the
+        // image holds, recorded in it.
+        let unverified_entries: Vec<(Digest, Digest)> = {
+            let taken = taken.entries();
+            delta
+                .entries()
+                .map(|(owner, key, _)| (owner, *key.digest()))
+                .filter(|id| taken.contains(id))
+                .collect()
+        };
+        let mut meta = meta;
+        if !unverified_entries.is_empty() {
+            meta.labels.insert(
+                Provenance::UNVERIFIED_LABEL.to_owned(),
+                crate::trust::unverified_label(unverified_entries.iter().copied()),
+            );
+        }
+        let whole = flag(SHIP_CANDIDATE)
             .then(|| -> Result<PathBuf, Error> {
                 let whole = path.with_extension(format!("entries.{IMAGE_EXTENSION}"));
                 kiln_image::write_file_atomic(&whole, &delta.to_bytes(meta.clone())?)?;
@@ -468,38 +608,50 @@ impl<'out> Precompile<'out> {
         manifest.specialization_count = labels.len() as u64;
         let mut candidate = Candidate::new(manifest, path.clone(), shipped_path.clone());
         candidate.entries = whole;
-        candidate.not_shippable = not_shippable.clone().or_else(|| {
-            (!missing.is_empty() || !failed.is_empty()).then(|| {
+        let not_shippable = not_shippable.or_else(|| {
+            (!missing.is_empty() || !failed.is_empty() || !unvouchable.is_empty()).then(|| {
                 format!(
                     "{} specializations are missing and {} failed in this build",
-                    missing.len(),
+                    missing.len() + unvouchable.len(),
                     failed.len()
                 )
             })
         });
+        let not_shippable = not_shippable.or_else(|| {
+            (!unverified_entries.is_empty()).then(|| {
+                format!(
+                    "{} entries were taken unverified from a cache tier ({BUILD_UNVERIFIED})",
+                    unverified_entries.len()
+                )
+            })
+        });
+        candidate.not_shippable = not_shippable.clone();
         candidate.write(&path.with_extension(CANDIDATE_EXTENSION))?;
 
         for source in &sources {
             out.line(format_args!("cargo:rerun-if-changed={}", source.display()));
         }
-        if shipped.is_some() {
-            out.line(format_args!(
-                "cargo:rerun-if-changed={}",
-                shipped_path.display()
-            ));
+        // The shipped image, used or not (a refused one may be fixed), or
+        // its folder while it has none: a shipped image appearing there
+        // later is read. (A path that does not exist would rerun the block
+        // on every build.)
+        if let Some(watched) = shipped::watched_path(&shipped_path) {
+            out.line(format_args!("cargo:rerun-if-changed={}", watched.display()));
         }
+        // The keys' content, not only the variables, changes what the
+        // block may embed and how the image is signed.
         if let Some(key) = crate::trust::signing_key_path(&*lookup) {
-            // The key's content, not only the variable, changes the image.
             out.line(format_args!("cargo:rerun-if-changed={}", key.display()));
+        }
+        for keys in trusted_key_files(&*lookup) {
+            out.line(format_args!("cargo:rerun-if-changed={}", keys.display()));
         }
         let set: Vec<String> = std::env::vars_os()
             .filter_map(|(name, _)| name.into_string().ok())
             .collect();
-        // Watched set or not: setting it later must sign the image.
+        // Watched set or not: setting one later must rerun the block.
         let mut env = env;
-        env.insert(crate::trust::SIGNING_KEY.to_owned());
-        env.insert(IGNORE_SHIPPED.to_owned());
-        env.insert(SHIP_CANDIDATE.to_owned());
+        env.extend(TRUST_VARIABLES.iter().map(|&var| var.to_owned()));
         env.insert(embed::EMBED.to_owned());
         for var in rerun_env_vars(env, set) {
             out.line(format_args!("cargo:rerun-if-env-changed={var}"));
@@ -523,17 +675,51 @@ impl<'out> Precompile<'out> {
         ) {
             out.line(format_args!("cargo:warning=kiln: {name}: {line}"));
         }
+        let stats = cache.stats();
+        let refused = if taken.is_active() {
+            0
+        } else {
+            stats.tier_untrusted
+        };
+        if refused > 0 {
+            out.line(format_args!(
+                "cargo:warning=kiln: {name}: {refused} entries found in the disk or remote tier \
+                 were not used: this user did not compile them and no trusted key signed them (a \
+                 precompile block embeds only what it can vouch for), so they were compiled here; \
+                 set KILN_TRUSTED_KEYS to the keys of the writers to trust, or \
+                 {BUILD_UNVERIFIED}=1 to take them, recorded as unverified in the image"
+            ));
+        }
+        if !unverified_entries.is_empty() {
+            out.line(format_args!(
+                "cargo:warning=kiln: {name}: {} entries were taken from a cache tier without a \
+                 trusted key's signature ({BUILD_UNVERIFIED}): the image records them, and a \
+                 process with KILN_TRUSTED_KEYS refuses them",
+                unverified_entries.len()
+            ));
+        }
+        for (label, why) in unvouchable.iter().take(ERRORS_SHOWN) {
+            out.line(format_args!(
+                "cargo::error=kiln: {name}: {label} cannot be vouched for: the shipped image {} \
+                 carries no trusted key's signature (KILN_SIGNING_KEY is set) and this machine \
+                 cannot compile it ({}); sign the shipped image with a key in KILN_TRUSTED_KEYS \
+                 (`kiln ship --key`) or build where the compiler is",
+                shipped_path.display(),
+                one_line(why)
+            ));
+        }
         for (label, why) in failed.iter().take(ERRORS_SHOWN) {
             out.line(format_args!(
                 "cargo::error=kiln: {name}: {label} does not compile: {}",
                 first_line(why)
             ));
         }
-        if failed.len() > ERRORS_SHOWN {
+        let unshown = (unvouchable.len() + failed.len())
+            .saturating_sub(unvouchable.len().min(ERRORS_SHOWN) + failed.len().min(ERRORS_SHOWN));
+        if unshown > 0 {
             out.line(format_args!(
-                "cargo::error=kiln: {name}: and {} more do not compile (every message is on the \
-                 build script's stderr)",
-                failed.len() - ERRORS_SHOWN
+                "cargo::error=kiln: {name}: and {unshown} more cannot be built (every message is \
+                 on the build script's stderr)"
             ));
         }
 
@@ -541,13 +727,14 @@ impl<'out> Precompile<'out> {
             out.line(format_args!("cargo:warning=kiln: {name}: {line}"));
         }
         let from_tiers = cache.tier_hits();
-        let compiles = cache.stats().compiles;
+        let compiles = stats.compiles;
         let summary = Summary {
             entries,
             from_tiers: &from_tiers,
             compiles,
-            missing: missing.len(),
+            missing: missing.len() + unvouchable.len(),
             failed: failed.len(),
+            refused,
         };
         let warn = !missing.is_empty() || (entries == 0 && !labels.is_empty());
         let notes: String = notes.iter().map(|n| format!("; {}", one_line(n))).collect();
@@ -558,11 +745,19 @@ impl<'out> Precompile<'out> {
             started.elapsed(),
         ));
         out.finish()?;
-        if !failed.is_empty() {
+        if !failed.is_empty() || !unvouchable.is_empty() {
             let mut details = String::new();
             for (label, why) in &failed {
                 let _ = writeln!(details, "kiln: {name}: {label} does not compile:\n{why}\n");
             }
+            for (label, why) in &unvouchable {
+                let _ = writeln!(
+                    details,
+                    "kiln: {name}: {label} cannot be vouched for (the shipped image carries no \
+                     trusted key's signature) nor compiled here:\n{why}\n"
+                );
+            }
+            failed.extend(unvouchable);
             eprint!("{details}");
             return Err(Error::Precompile {
                 name,
@@ -578,6 +773,7 @@ impl<'out> Precompile<'out> {
             missing,
             failed,
             not_shippable,
+            unverified: unverified_entries.len(),
         })
     }
 
@@ -624,6 +820,9 @@ pub struct PrecompileReport {
     pub failed: Vec<(String, String)>,
     /// Why this build's image must not be shipped, if it must not.
     pub not_shippable: Option<String>,
+    /// How many of its entries were taken unverified from a tier
+    /// ([`BUILD_UNVERIFIED`]), recorded as such in the image.
+    pub unverified: usize,
 }
 
 impl PrecompileReport {
@@ -645,6 +844,8 @@ struct Summary<'a> {
     compiles: u64,
     missing: usize,
     failed: usize,
+    /// Tier entries not used because the block could not vouch for them.
+    refused: u64,
 }
 
 impl std::fmt::Display for Summary<'_> {
@@ -655,27 +856,63 @@ impl std::fmt::Display for Summary<'_> {
         }
         write!(
             f,
-            "{} compiled, {} missing, {} failed)",
+            "{} compiled, {} missing, {} failed",
             self.compiles, self.missing, self.failed
-        )
+        )?;
+        if self.refused > 0 {
+            write!(f, ", {} refused unverified", self.refused)?;
+        }
+        f.write_str(")")
     }
 }
 
-/// The trust policy of the block's disk and remote tiers. When the image
-/// is signed (`KILN_SIGNING_KEY`), the signature vouches for every entry in
-/// it, so entries are taken only when this user compiled them or a trusted
-/// key signed them: the signing key's own public key joins the trusted keys,
-/// which makes the tiers refuse what was received unsigned (from a shared
-/// directory, an unsigned remote write, another user).
-fn build_trust(lookup: &dyn Fn(&str) -> Option<OsString>) -> TrustPolicy {
-    let trust = TrustPolicy::from_lookup(lookup);
-    match trust.signing_key() {
-        Some(key) => {
-            let own = TrustedKeys::new([key.public_key()]);
-            trust.with_trusted_keys(own)
-        }
-        None => trust,
+/// The trust policy of the block's disk and remote tiers: what the block
+/// can vouch for. An embedded image is trusted as the program itself, so
+/// the block takes from a tier only entries this user compiled (in a
+/// private cache directory) or a trusted key signed: trusted keys are
+/// always set, `KILN_TRUSTED_KEYS`'s or none, and when the image is signed
+/// (`KILN_SIGNING_KEY`) the signing key's own public key joins them. So the
+/// tiers refuse what was received unsigned (from a shared directory, an
+/// unsigned remote write, another user), and the block compiles it. It
+/// follows that a block stores its compiles into the remote tier only
+/// signed.
+fn vouching_policy(trust: &TrustPolicy) -> TrustPolicy {
+    let own = trust
+        .signing_key()
+        .map(|key| TrustedKeys::new([key.public_key()]))
+        .unwrap_or_default();
+    trust.clone().with_trusted_keys(own)
+}
+
+/// What is wrong with `KILN_TRUSTED_KEYS`, one line per problem: set but
+/// naming no file, or a file that cannot be used (each trusts no key: the
+/// block then takes fewer signed entries, never more).
+fn trusted_keys_warnings(lookup: &dyn Fn(&str) -> Option<OsString>) -> Vec<String> {
+    let Some(value) = lookup(crate::trust::TRUSTED_KEYS) else {
+        return Vec::new();
+    };
+    if trusted_key_files(lookup).is_empty() {
+        return vec![format!(
+            "{} is set but names no file: no key is trusted",
+            crate::trust::TRUSTED_KEYS
+        )];
     }
+    crate::trust::read_trusted_keys(&value)
+        .1
+        .into_iter()
+        .map(|error| one_line(&error.to_string()))
+        .collect()
+}
+
+/// The files `KILN_TRUSTED_KEYS` names: a block reruns when one changes.
+fn trusted_key_files(lookup: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
+    lookup(crate::trust::TRUSTED_KEYS)
+        .map(|value| {
+            std::env::split_paths(&value)
+                .filter(|path| !path.as_os_str().is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The warnings for missing specializations: one line per reason, naming

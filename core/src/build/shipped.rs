@@ -8,17 +8,46 @@ use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
-use kiln_image::{EntryData, PublicKey};
+use kiln_image::{EntryData, PublicKey, TrustedKeys};
 use kiln_ship::{Manifest, Shipped, ShippedFile};
 
 use crate::cache::{Tier, TierEntry};
+use crate::regular_file::{self, Links};
 use crate::{Digest, Error, Key, Owner};
 
 /// The largest shipped file read (a crate package is at most 10 MiB on
 /// crates.io; git and path dependencies are not bound by that).
-const SHIPPED_FILE_MAX: u64 = 512 << 20;
+pub const SHIPPED_FILE_MAX: u64 = 512 << 20;
 /// The largest declared source file hashed into a manifest.
 const SOURCE_FILE_MAX: u64 = 256 << 20;
+
+/// The bytes of the shipped image at `path`, read as every file someone
+/// else may control is ([`crate::regular_file`]): a symbolic link, a FIFO,
+/// a socket or a device under that name is refused without being
+/// followed, waited on or read, and at most [`SHIPPED_FILE_MAX`] bytes are
+/// read. `Ok(None)` when there is no file. What a precompile block and
+/// `kiln ship` read.
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("my-kernels.kship");
+/// assert!(kiln_core::build::read_shipped_file(&path)?.is_none());
+/// std::os::unix::fs::symlink("/dev/zero", &path)?;
+/// assert!(kiln_core::build::read_shipped_file(&path).is_err()); // not followed
+/// # Ok::<(), std::io::Error>(())
+/// ```
+///
+/// # Errors
+/// The open's or read's error; an error saying what the file is when it
+/// is not a regular file; [`std::io::ErrorKind::InvalidData`] when it is
+/// larger than [`SHIPPED_FILE_MAX`].
+pub fn read_shipped_file(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    match regular_file::read(path, Links::Refuse, SHIPPED_FILE_MAX) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error),
+    }
+}
 
 /// A shipped image that passed every check: its manifest and entries.
 pub(super) struct ShippedSource {
@@ -26,37 +55,67 @@ pub(super) struct ShippedSource {
     pub(super) shipped: Arc<Shipped>,
 }
 
+/// Why a shipped image is not used.
+pub(super) struct NotUsed {
+    /// Why, in words.
+    pub(super) why: String,
+    /// The file is sound, but this signed build cannot vouch for it: it
+    /// carries no signature by a trusted key.
+    pub(super) unvouched: bool,
+}
+
+impl NotUsed {
+    fn refused(why: impl Into<String>) -> NotUsed {
+        NotUsed {
+            why: why.into(),
+            unvouched: false,
+        }
+    }
+}
+
 /// Reads the shipped image at `path`: `Ok(None)` when there is none,
-/// `Err(why)` when there is one that must not be used (unreadable, damaged,
-/// not signed by `key` when the library names one, another block's).
+/// `Err` when there is one that must not be used (not a regular file,
+/// unreadable, damaged, holding an entry an image cannot hold, not signed
+/// by `key` when the library names one, another block's), and, for a
+/// signed build (`vouch`: the keys it trusts, its own among them), one
+/// that no key of `vouch` signed.
 pub(super) fn read(
     path: &Path,
     name: &str,
     key: Option<&PublicKey>,
-) -> Result<Option<ShippedSource>, String> {
-    let file = match std::fs::File::open(path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(error) => return Err(format!("it cannot be opened ({error})")),
+    vouch: Option<&TrustedKeys>,
+) -> Result<Option<ShippedSource>, NotUsed> {
+    let bytes = match read_shipped_file(path) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Ok(None),
+        Err(error) => return Err(NotUsed::refused(format!("it cannot be read ({error})"))),
     };
-    let mut bytes = Vec::new();
-    file.take(SHIPPED_FILE_MAX + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|error| format!("it cannot be read ({error})"))?;
-    if bytes.len() as u64 > SHIPPED_FILE_MAX {
-        return Err(format!("it is larger than {SHIPPED_FILE_MAX} bytes"));
-    }
-    let file = ShippedFile::parse(&bytes).map_err(|error| error.to_string())?;
+    let file = ShippedFile::parse(&bytes).map_err(|error| NotUsed::refused(error.to_string()))?;
     if let Some(key) = key {
         file.check_signed_by(key)
-            .map_err(|error| error.to_string())?;
+            .map_err(|error| NotUsed::refused(error.to_string()))?;
     }
-    let shipped = Shipped::unpack(&file).map_err(|error| error.to_string())?;
+    if let Some(trusted) = vouch {
+        let vouched = file
+            .signers()
+            .iter()
+            .any(|signer| trusted.contains(signer) && file.check_signed_by(signer).is_ok());
+        if !vouched {
+            return Err(NotUsed {
+                why: "KILN_SIGNING_KEY is set and no trusted key signed it (KILN_TRUSTED_KEYS, or \
+                      the signing key itself), so this signed build cannot vouch for its entries: \
+                      they are compiled here"
+                    .to_owned(),
+                unvouched: true,
+            });
+        }
+    }
+    let shipped = Shipped::unpack(&file).map_err(|error| NotUsed::refused(error.to_string()))?;
     if shipped.manifest.name != name {
-        return Err(format!(
+        return Err(NotUsed::refused(format!(
             "it holds the image {:?}, this block writes {name:?}",
             shipped.manifest.name
-        ));
+        )));
     }
     Ok(Some(ShippedSource {
         path: path.to_owned(),
@@ -181,4 +240,19 @@ pub(super) fn changed_since(shipped: &Manifest, now: &BTreeMap<String, Digest>) 
         .filter(|(name, digest)| shipped.sources.get(*name) != Some(digest))
         .map(|(name, _)| name.clone())
         .collect()
+}
+
+/// What a block watches for its shipped image: the file when anything is
+/// there (used, refused or ignored: a fixed file is read), else the
+/// `kiln-shipped/` folder when it exists (a file appearing there is read);
+/// `None` when neither exists, since a watched path that does not exist
+/// reruns a build script on every build.
+pub(super) fn watched_path(shipped: &Path) -> Option<PathBuf> {
+    if std::fs::symlink_metadata(shipped).is_ok() {
+        return Some(shipped.to_owned());
+    }
+    shipped
+        .parent()
+        .filter(|dir| std::fs::symlink_metadata(dir).is_ok_and(|meta| meta.is_dir()))
+        .map(Path::to_owned)
 }

@@ -741,33 +741,94 @@ fn object_bytes(path: &Path, name: &str) -> Vec<u8> {
 }
 
 #[test]
-fn a_signed_image_takes_no_entry_received_unsigned_from_the_disk_tier() {
+fn a_block_takes_no_entry_received_unsigned_from_the_disk_tier_unless_told_and_then_says_so() {
     let disk = tempfile::tempdir().unwrap();
     let planted_in =
         crate::disk::DiskCache::open(crate::disk::DiskConfig::new(disk.path())).unwrap();
     assert!(planted_in.put_unsigned(&planted("a"), "remote"));
     drop(planted_in);
 
-    // Unsigned build: nothing is vouched for, the disk entry is served.
+    // No keys at all: the block still embeds only what it can vouch for.
+    // The planted entry is refused, compiled, and the summary says so.
     let library = Library::new().with_disk_cache(disk.path());
     let out = tempfile::tempdir().unwrap();
-    let unsigned = run_names(&library, out.path(), &["a"], &mut Vec::new()).unwrap();
-    assert_eq!((unsigned.compiles, unsigned.from_tier("disk")), (0, 1));
-    assert_eq!(object_bytes(&unsigned.path, "a"), b"planted");
+    let mut log = Vec::new();
+    let unsigned = run_names(&library, out.path(), &["a"], &mut log).unwrap();
+    let log = String::from_utf8(log).unwrap();
+    assert_eq!((unsigned.compiles, unsigned.from_tier("disk")), (1, 0));
+    assert_eq!(object_bytes(&unsigned.path, "a"), b"a");
+    assert_eq!(unsigned.unverified, 0);
+    assert!(log.contains("1 refused unverified"), "{log}");
+    assert!(
+        log.contains(
+            "cargo:warning=kiln: demo: 1 entries found in the disk or remote tier were not used"
+        ),
+        "{log}"
+    );
+    let image = Image::open(&unsigned.path, Verification::Full).unwrap();
+    assert!(
+        !image
+            .meta()
+            .labels
+            .contains_key(Provenance::UNVERIFIED_LABEL)
+    );
+
+    // Opted in: taken from the disk, recorded as unverified in the image,
+    // and not for shipping.
+    let mut opted = Library::new().with_disk_cache(disk.path());
+    opted.vars.push((BUILD_UNVERIFIED, "1".into()));
+    let planted_again = tempfile::tempdir().unwrap();
+    let planted_in =
+        crate::disk::DiskCache::open(crate::disk::DiskConfig::new(planted_again.path())).unwrap();
+    assert!(planted_in.put_unsigned(&planted("a"), "remote"));
+    drop(planted_in);
+    let opted = opted.with_disk_cache(planted_again.path());
+    let out = tempfile::tempdir().unwrap();
+    let mut log = Vec::new();
+    let taken = run_names(&opted, out.path(), &["a", "b"], &mut log).unwrap();
+    let log = String::from_utf8(log).unwrap();
+    assert_eq!(
+        (
+            taken.compiles,
+            taken.from_tier("unverified disk"),
+            taken.unverified
+        ),
+        (1, 1, 1),
+        "{log}"
+    );
+    assert_eq!(object_bytes(&taken.path, "a"), b"planted");
+    let image = Image::open(&taken.path, Verification::Full).unwrap();
+    assert_eq!(
+        crate::trust::unverified_entries(&image.meta().labels).unwrap(),
+        [(owner().digest(), *key("a").digest())]
+    );
+    assert!(
+        taken
+            .not_shippable
+            .as_deref()
+            .is_some_and(|why| why.contains("unverified"))
+    );
+    assert!(log.contains("KILN_TRUSTED_KEYS refuses them"), "{log}");
 
     // Signed build: the signature would vouch for the planted bytes, so the
-    // entry is compiled here instead.
+    // entry is compiled here instead, opted in or not.
     let keys = tempfile::tempdir().unwrap();
     let key_file = keys.path().join("key");
     let key = SigningKey::from_secret_bytes([9; 32]);
     crate::trust::write_signing_key(&key, &key_file).unwrap();
-    let mut library = library;
+    let mut library = opted;
     library
         .vars
         .push((crate::trust::SIGNING_KEY, key_file.into_os_string()));
     let out = tempfile::tempdir().unwrap();
-    let signed = run_names(&library, out.path(), &["a"], &mut Vec::new()).unwrap();
-    assert_eq!((signed.compiles, signed.from_tier("disk")), (1, 0));
+    let mut log = Vec::new();
+    let signed = run_names(&library, out.path(), &["a"], &mut log).unwrap();
+    let log = String::from_utf8(log).unwrap();
+    assert_eq!(
+        (signed.compiles, signed.from_tier("disk"), signed.unverified),
+        (1, 0, 0)
+    );
+    assert!(log.contains("KILN_BUILD_UNVERIFIED is ignored"), "{log}");
     assert_eq!(object_bytes(&signed.path, "a"), b"a");
     let image = Image::open(&signed.path, Verification::Full).unwrap();
     assert!(
@@ -781,4 +842,293 @@ fn a_signed_image_takes_no_entry_received_unsigned_from_the_disk_tier() {
     let again = run_names(&library, out.path(), &["a"], &mut Vec::new()).unwrap();
     assert_eq!((again.compiles, again.from_tier("disk")), (0, 1));
     assert_eq!(object_bytes(&again.path, "a"), b"a");
+}
+
+/// The shipped image `library.ship` wrote.
+fn shipped_file(library: &Library) -> PathBuf {
+    library.root.path().join("kiln-shipped/demo.kship")
+}
+
+/// A block that cannot compile: it finds `names` or leaves them missing.
+fn run_without_compiler(
+    library: &Library,
+    out: &Path,
+    names: &[&str],
+    log: &mut Vec<u8>,
+) -> Result<PrecompileReport, Error> {
+    library.precompile(out, log).run(|session| {
+        for name in names {
+            session.specialize(name, |cache| {
+                cache
+                    .get_cached(&owner(), &key(name))
+                    .map(|_| ())
+                    .ok_or_else(|| Unavailable::new("no compiler here"))
+            });
+        }
+        Ok(())
+    })
+}
+
+#[test]
+fn a_signed_build_signs_shipped_entries_only_when_a_trusted_key_signed_the_shipped_image() {
+    let keys = tempfile::tempdir().unwrap();
+    let fleet = SigningKey::from_secret_bytes([0x21; 32]);
+    let fleet_file = keys.path().join("fleet.key");
+    crate::trust::write_signing_key(&fleet, &fleet_file).unwrap();
+    let author = SigningKey::from_secret_bytes([0x22; 32]);
+    let author_pub = keys.path().join("author.pub");
+    std::fs::write(&author_pub, format!("{}\n", author.public_key())).unwrap();
+
+    for (shipped_by, trusts_author) in [
+        (None, false),
+        (Some(&author), false),
+        (Some(&author), true),
+        (Some(&fleet), false),
+    ] {
+        let mut library = Library::new().shipping();
+        let first = tempfile::tempdir().unwrap();
+        run_names(&library, first.path(), &["a", "b"], &mut Vec::new()).unwrap();
+        library.ship(first.path(), shipped_by);
+        library.vars.retain(|(name, _)| *name != SHIP_CANDIDATE);
+        library.vars.push((
+            crate::trust::SIGNING_KEY,
+            fleet_file.clone().into_os_string(),
+        ));
+        if trusts_author {
+            library.vars.push((
+                crate::trust::TRUSTED_KEYS,
+                author_pub.clone().into_os_string(),
+            ));
+        }
+        let vouched =
+            shipped_by.is_some_and(|k| trusts_author || k.public_key() == fleet.public_key());
+        let case = format!(
+            "shipped by {:?}, author trusted: {trusts_author}",
+            shipped_by.map(SigningKey::public_key)
+        );
+
+        // With a compiler: a vouched shipped image serves, any other is
+        // compiled over.
+        let with = tempfile::tempdir().unwrap();
+        let mut log = Vec::new();
+        let report = run_names(&library, with.path(), &["a", "b"], &mut log).unwrap();
+        let log = String::from_utf8(log).unwrap();
+        if vouched {
+            assert_eq!(
+                (report.compiles, report.from_tier("shipped")),
+                (0, 2),
+                "{case}\n{log}"
+            );
+        } else {
+            assert_eq!(
+                (report.compiles, report.from_tier("shipped")),
+                (2, 0),
+                "{case}\n{log}"
+            );
+            assert!(
+                log.contains("this signed build cannot vouch for its entries"),
+                "{case}\n{log}"
+            );
+        }
+
+        // Without: an unvouched shipped image fails the build, naming why.
+        let without = tempfile::tempdir().unwrap();
+        let mut log = Vec::new();
+        let result = run_without_compiler(&library, without.path(), &["a", "b"], &mut log);
+        let log = String::from_utf8(log).unwrap();
+        if vouched {
+            let report = result.unwrap();
+            assert_eq!(report.from_tier("shipped"), 2, "{case}\n{log}");
+        } else {
+            let Err(Error::Precompile { failed, .. }) = result else {
+                panic!("{case}: the build did not fail:\n{log}")
+            };
+            assert_eq!(failed.len(), 2, "{case}");
+            assert!(
+                log.contains("cargo::error=kiln: demo: a cannot be vouched for: the shipped image"),
+                "{case}\n{log}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_shipped_file_that_is_a_link_a_fifo_or_unwritable_as_an_image_is_set_aside() {
+    let library = Library::new().shipping();
+    let first = tempfile::tempdir().unwrap();
+    run_names(&library, first.path(), &["a"], &mut Vec::new()).unwrap();
+    library.ship(first.path(), None);
+    let shipped = shipped_file(&library);
+    let good = std::fs::read(&shipped).unwrap();
+
+    // An entry the image writer refuses (a custom artifact kind that is
+    // empty), with every digest right: set aside with a warning.
+    let mut entries = Shipped::from_bytes(&good).unwrap().entries().to_vec();
+    entries[0].artifacts[0].kind = ArtifactKind::Custom(String::new());
+    let bad = Shipped::new(
+        Shipped::from_bytes(&good).unwrap().manifest,
+        kiln_image::ImageMeta::default(),
+        entries,
+    )
+    .encode_stored()
+    .unwrap();
+    #[cfg(unix)]
+    let fifo = {
+        let fifo = library.root.path().join("fifo");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        fifo
+    };
+    type Plant<'a> = Box<dyn Fn() + 'a>;
+    let cases: Vec<(&str, Plant<'_>)> = vec![
+        (
+            "an unwritable entry",
+            Box::new(|| std::fs::write(&shipped, &bad).unwrap()),
+        ),
+        #[cfg(unix)]
+        (
+            "a link to /dev/zero",
+            Box::new(|| std::os::unix::fs::symlink("/dev/zero", &shipped).unwrap()),
+        ),
+        #[cfg(unix)]
+        (
+            "a link to the good file",
+            Box::new(|| {
+                let elsewhere = library.root.path().join("good.kship");
+                std::fs::write(&elsewhere, &good).unwrap();
+                std::os::unix::fs::symlink(&elsewhere, &shipped).unwrap()
+            }),
+        ),
+        #[cfg(unix)]
+        (
+            "a FIFO",
+            Box::new(|| std::fs::rename(&fifo, &shipped).unwrap()),
+        ),
+    ];
+    for (case, plant) in cases {
+        let _ = std::fs::remove_file(&shipped);
+        plant();
+        let out = tempfile::tempdir().unwrap();
+        let mut log = Vec::new();
+        let report = run_names(&library, out.path(), &["a"], &mut log).unwrap();
+        let log = String::from_utf8(log).unwrap();
+        assert_eq!(
+            (report.compiles, report.from_tier("shipped")),
+            (1, 0),
+            "{case}\n{log}"
+        );
+        assert!(log.contains("is not used:"), "{case}\n{log}");
+        // Watched all the same: a fixed file is read by the next build.
+        assert!(
+            log.contains(&format!("cargo:rerun-if-changed={}", shipped.display())),
+            "{case}\n{log}"
+        );
+    }
+}
+
+#[test]
+fn the_shipped_path_or_its_folder_is_watched_and_trust_variables_rerun_the_block() {
+    let keys = tempfile::tempdir().unwrap();
+    let trusted = keys.path().join("fleet.pub");
+    std::fs::write(
+        &trusted,
+        format!("{}\n", SigningKey::from_secret_bytes([3; 32]).public_key()),
+    )
+    .unwrap();
+    let mut library = Library::new();
+    library
+        .vars
+        .push((crate::trust::TRUSTED_KEYS, trusted.clone().into_os_string()));
+    let folder = library.root.path().join("kiln-shipped");
+    let watched = |library: &Library| {
+        let out = tempfile::tempdir().unwrap();
+        let mut log = Vec::new();
+        run_names(library, out.path(), &["a"], &mut log).unwrap();
+        let log = String::from_utf8(log).unwrap();
+        log.lines()
+            .filter_map(|l| l.strip_prefix("cargo:rerun-if-"))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    // Nothing shipped, no folder: not watched (a missing path would rerun
+    // every build); the trust variables and the keys' file are.
+    let lines = watched(&library);
+    for expected in [
+        "env-changed=KILN_TRUSTED_KEYS".to_owned(),
+        "env-changed=KILN_BUILD_UNVERIFIED".to_owned(),
+        "env-changed=KILN_CACHE_TRUST_DIR".to_owned(),
+        "env-changed=KILN_SIGNING_KEY".to_owned(),
+        format!("changed={}", trusted.display()),
+    ] {
+        assert!(lines.contains(&expected), "{expected} in {lines:?}");
+    }
+    assert!(
+        !lines.iter().any(|l| l.contains("kiln-shipped")),
+        "{lines:?}"
+    );
+    // The folder, once there: a shipped image appearing in it is read.
+    std::fs::create_dir(&folder).unwrap();
+    let lines = watched(&library);
+    assert!(
+        lines.contains(&format!("changed={}", folder.display())),
+        "{lines:?}"
+    );
+    // Run-time switches still rerun nothing.
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.contains("KILN_DISABLE") || l.contains("KILN_CACHE_DIR"))
+    );
+}
+
+#[test]
+fn a_switch_that_is_no_boolean_is_a_warning_and_keeps_its_default() {
+    let mut library = Library::new();
+    library
+        .vars
+        .push((crate::env::ALWAYS_COMPILE, "yes please".into()));
+    library.vars.push((BUILD_UNVERIFIED, "N".into()));
+    let out = tempfile::tempdir().unwrap();
+    let mut log = Vec::new();
+    run_names(&library, out.path(), &["a"], &mut log).unwrap();
+    let log = String::from_utf8(log).unwrap();
+    for expected in [
+        "cargo:warning=kiln: demo: KILN_ALWAYS_COMPILE=\"yes please\" is not a boolean",
+        "cargo:warning=kiln: demo: KILN_BUILD_UNVERIFIED=\"N\" is not a boolean",
+    ] {
+        assert!(log.contains(expected), "{expected} in\n{log}");
+    }
+    assert!(log.contains("it stays off (its default)"), "{log}");
+}
+
+#[test]
+fn trusted_keys_the_block_cannot_use_are_build_warnings() {
+    let keys = tempfile::tempdir().unwrap();
+    let missing = keys.path().join("missing.pub");
+    for (value, expected) in [
+        (
+            OsString::new(),
+            "KILN_TRUSTED_KEYS is set but names no file".to_owned(),
+        ),
+        (
+            missing.clone().into_os_string(),
+            format!("KILN_TRUSTED_KEYS names {}", missing.display()),
+        ),
+    ] {
+        let mut library = Library::new();
+        library.vars.push((crate::trust::TRUSTED_KEYS, value));
+        let out = tempfile::tempdir().unwrap();
+        let mut log = Vec::new();
+        run_names(&library, out.path(), &["a"], &mut log).unwrap();
+        let log = String::from_utf8(log).unwrap();
+        assert!(
+            log.contains(&format!("cargo:warning=kiln: demo: {expected}")),
+            "{expected} in\n{log}"
+        );
+    }
 }

@@ -17,7 +17,7 @@
 
 use std::fmt;
 
-use kiln_image::Image;
+use kiln_image::{Digest, Image};
 
 use std::sync::Arc;
 
@@ -42,6 +42,10 @@ pub struct MergeReport {
     pub stale: u64,
     /// Entries skipped because their owner is not accepted here.
     pub foreign_owner: u64,
+    /// Entries refused because the image records them as taken unverified
+    /// from a cache tier when it was built (`KILN_BUILD_UNVERIFIED`), in a
+    /// process with trusted keys ([`Cache::merge_image_except`]).
+    pub unverified: u64,
     /// Images (or parts) that could not be merged at all, with the reason.
     pub rejected: Vec<Rejection>,
 }
@@ -64,6 +68,7 @@ impl MergeReport {
         self.duplicate += other.duplicate;
         self.stale += other.stale;
         self.foreign_owner += other.foreign_owner;
+        self.unverified += other.unverified;
         self.rejected.extend(other.rejected);
     }
 
@@ -77,7 +82,7 @@ impl MergeReport {
 
     /// Total entries considered.
     pub fn total(&self) -> u64 {
-        self.inserted + self.duplicate + self.stale + self.foreign_owner
+        self.inserted + self.duplicate + self.stale + self.foreign_owner + self.unverified
     }
 }
 
@@ -92,6 +97,9 @@ impl fmt::Display for MergeReport {
             self.foreign_owner,
             self.rejected.len()
         )?;
+        if self.unverified > 0 {
+            write!(f, ", {} unverified refused", self.unverified)?;
+        }
         for r in &self.rejected {
             write!(f, "; {}: {}", r.source, r.reason)?;
         }
@@ -104,6 +112,16 @@ impl Cache {
     /// except stale, duplicate and foreign-owner ones (see [`MergeReport`]).
     /// Image-backed hits borrow their bytes from the image.
     pub fn merge_image(&self, image: Image) -> MergeReport {
+        self.merge_image_except(image, &[])
+    }
+
+    /// Merges `image` as [`Cache::merge_image`] does, except that its
+    /// entries named in `refused` (`(owner, key)` digests) are never
+    /// served: counted in [`MergeReport::unverified`]. The global cache's
+    /// init passes the entries an embedded image records as taken
+    /// unverified at build time when the process has trusted keys
+    /// ([`crate::trust::unverified_entries`]).
+    pub fn merge_image_except(&self, image: Image, refused: &[(Digest, Digest)]) -> MergeReport {
         let writer = self.writer();
         let now = self.world().0;
         let mut report = MergeReport::default();
@@ -141,6 +159,14 @@ impl Cache {
                 report.stale += 1;
             }
         }
+        for (owner, key) in refused {
+            if let Ok(Some(entry)) = layer.image.find(owner, key)
+                && !layer.is_foreign_index(entry.index())
+                && layer.exclude(entry.index())
+            {
+                report.unverified += 1;
+            }
+        }
 
         for owner in layer.owners.iter().filter(|o| !o.foreign) {
             let memory = writer.residency.of_owner(&owner.digest);
@@ -152,7 +178,8 @@ impl Cache {
             }
         }
 
-        report.inserted = total - report.foreign_owner - report.stale - report.duplicate;
+        report.inserted =
+            total - report.foreign_owner - report.stale - report.unverified - report.duplicate;
         self.layers.push(layer);
         count_merge(&self.counters, &report);
         drop(writer);

@@ -24,12 +24,12 @@ impl DiskCache {
         let listing = self.listing()?;
         self.relist()
             .map_err(|source| self.io_error("list", source))?;
-        let segments = self.view().segments(self.images_dir());
+        let segments = self.view().segments(self.held());
         Ok(DiskStats {
             dir: self.images_dir().to_path_buf(),
             writable: self.is_writable(),
             max_bytes: self.config().max_bytes,
-            bytes: listing.segment_bytes() + stamps::file_len(self.images_dir()),
+            bytes: listing.segment_bytes() + stamps::file_len(self.held()),
             segments: listing.segments.len(),
             entries: compact::distinct_entries(segments.iter().map(|s| &**s)),
             unreadable_segments: listing.segments.len().saturating_sub(segments.len()),
@@ -55,15 +55,15 @@ impl DiskCache {
     pub fn ls(&self) -> Result<Vec<EntryInfo>, Error> {
         self.relist()
             .map_err(|source| self.io_error("list", source))?;
-        let recorded = stamps::read(self.images_dir())
-            .map_err(|source| self.io_error("read stamps in", source))?;
+        let recorded =
+            stamps::read(self.held()).map_err(|source| self.io_error("read stamps in", source))?;
         let published: HashMap<String, u64> = self
             .listing()?
             .segments
             .into_iter()
             .map(|f| (f.name, f.modified_ms))
             .collect();
-        let segments = self.view().segments(self.images_dir());
+        let segments = self.view().segments(self.held());
         let mut seen = HashSet::new();
         let mut entries = Vec::new();
         for s in &segments {
@@ -116,13 +116,13 @@ impl DiskCache {
     /// written.
     pub fn gc(&self) -> Result<GcReport, Error> {
         self.append_stamps();
-        let mut lock = DirLock::open(self.images_dir())
+        let mut lock = DirLock::open(self.held())
             .map_err(|source| self.io_error("open the lock of", source))?;
         let _exclusive = lock
             .exclusive()
             .map_err(|source| self.io_error("lock", source))?;
         let damaged = self.view().damaged.clone();
-        let report = compact::compact(self.images_dir(), self.config(), Scope::All, &damaged)?;
+        let report = compact::compact(self.held(), self.config(), Scope::All, &damaged)?;
         self.after_compaction();
         Ok(report)
     }
@@ -135,7 +135,7 @@ impl DiskCache {
     /// [`Error::DiskIo`] when the lock cannot be taken, or a file cannot be
     /// removed or the directory synced.
     pub fn clear(&self) -> Result<ClearReport, Error> {
-        let mut lock = DirLock::open(self.images_dir())
+        let mut lock = DirLock::open(self.held())
             .map_err(|source| self.io_error("open the lock of", source))?;
         let _exclusive = lock
             .exclusive()
@@ -143,11 +143,14 @@ impl DiskCache {
         let listing = self.listing()?;
         let mut report = ClearReport::default();
         // Whatever has the name (a symbolic link is removed, not followed).
-        let stamps_file = std::fs::symlink_metadata(self.images_dir().join(stamps::STAMPS_FILE))
+        let stamps_file = self
+            .held()
+            .stat(stamps::STAMPS_FILE)
             .ok()
-            .map(|m| FileInfo {
+            .flatten()
+            .map(|stat| FileInfo {
                 name: stamps::STAMPS_FILE.to_owned(),
-                bytes: m.len(),
+                bytes: stat.len,
                 modified_ms: 0,
             });
         for file in listing
@@ -156,12 +159,15 @@ impl DiskCache {
             .chain(&listing.temp_files)
             .chain(&stamps_file)
         {
-            segment::remove(self.images_dir(), &file.name)
+            self.held()
+                .remove(&file.name)
                 .map_err(|source| self.io_error("remove", source))?;
             report.files_removed += 1;
             report.bytes_removed += file.bytes;
         }
-        segment::sync_dir(self.images_dir()).map_err(|source| self.io_error("sync", source))?;
+        self.held()
+            .sync()
+            .map_err(|source| self.io_error("sync", source))?;
         self.recency.forget();
         self.after_compaction();
         Ok(report)
@@ -183,8 +189,7 @@ impl DiskCache {
             .segments
             .iter()
             .map(|file| {
-                let path = segment::path_of(self.images_dir(), &file.name);
-                let checked = segment::open_image(&path)
+                let checked = segment::open_image(self.held(), &file.name)
                     .and_then(|file| {
                         kiln_image::Image::from_file(
                             file,

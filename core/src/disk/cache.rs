@@ -1,6 +1,6 @@
 //! [`DiskCache`]: one process's handle on a cache directory.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::SystemTime;
@@ -9,7 +9,7 @@ use kiln_image::{Digest, EntryData, ImageWriter, SignatureError};
 
 use super::compact::{self, Scope, entry_cost, segment_meta};
 use super::config::DiskConfig;
-use super::dir::{check_dir, warn_unavailable};
+use super::dir::{Dir, open_checked, warn_unavailable};
 use super::hit::{DiskHit, Payloads};
 use super::lock::DirLock;
 use super::recency::Recency;
@@ -25,8 +25,9 @@ use crate::trust::{Admission, Provenance};
 /// `Send + Sync`: share one per process.
 pub struct DiskCache {
     config: DiskConfig,
-    /// [`DiskConfig::images_dir`]: where every file of this cache lies.
-    images: PathBuf,
+    /// [`DiskConfig::images_dir`]: where every file of this cache lies,
+    /// held (opened once; every file is opened relative to it).
+    images: Arc<Dir>,
     view: RwLock<View>,
     /// Uses noted for recency stamps, and whether writing still works.
     pub(super) recency: Arc<Recency>,
@@ -63,13 +64,11 @@ impl DiskCache {
     /// created, or is not a directory; [`Error::DiskDirUntrusted`] when
     /// another user owns one, or other users may write to it.
     pub fn open(config: DiskConfig) -> Result<DiskCache, Error> {
-        let images = config.images_dir();
-        for dir in [&config.dir, &images] {
-            check_dir(dir, config.trust_dir)?;
-        }
-        let base = segment::open_image(&images.join(segment::BASE_SEGMENT)).ok();
+        let root = open_checked(&config.dir, config.trust_dir)?;
+        let images = Arc::new(root.subdir(&super::config::images_subdir(), config.trust_dir)?);
+        let base = segment::open_image(&images, segment::BASE_SEGMENT).ok();
         Ok(DiskCache {
-            recency: Recency::new(&images, segment::now_ms()),
+            recency: Recency::new(Arc::clone(&images), segment::now_ms()),
             images,
             config,
             view: RwLock::new(View::new(base)),
@@ -114,6 +113,11 @@ impl DiskCache {
     /// evicts or clears lies in it; other versions' subdirectories are
     /// never touched.
     pub fn images_dir(&self) -> &Path {
+        self.images.path()
+    }
+
+    /// [`DiskCache::images_dir`], held: every file is opened through it.
+    pub(super) fn held(&self) -> &Dir {
         &self.images
     }
 
@@ -222,9 +226,9 @@ impl DiskCache {
         if self.find(&entry.owner, &entry.key, Payloads::Now).is_some() {
             return false;
         }
-        let published = DirLock::open(self.images_dir()).and_then(|lock| {
+        let published = DirLock::open(self.held()).and_then(|lock| {
             let _shared = lock.shared()?;
-            segment::publish_signed(self.images_dir(), image, &entry.owner, &entry.key)
+            segment::publish_signed(self.held(), image, &entry.owner, &entry.key)
         });
         let file = match published {
             Ok(file) => file,
@@ -292,9 +296,9 @@ impl DiskCache {
                 return Ok(false);
             }
         };
-        let published = DirLock::open(self.images_dir()).and_then(|lock| {
+        let published = DirLock::open(self.held()).and_then(|lock| {
             let _shared = lock.shared()?;
-            segment::publish(self.images_dir(), &bytes, 1, SegmentClass::of(provenance))
+            segment::publish(self.held(), &bytes, 1, SegmentClass::of(provenance))
         });
         let file = match published {
             Ok(file) => file,
@@ -420,7 +424,7 @@ impl DiskCache {
                 {
                     continue; // holds another entry: not even opened
                 }
-                let Some(s) = slot.segment(self.images_dir()) else {
+                let Some(s) = slot.segment(self.held()) else {
                     // An assumed base that does not exist is no damage.
                     if slot.seen && !view.damaged.contains(&slot.name) {
                         damaged.push(slot.name.clone());
@@ -462,7 +466,7 @@ impl DiskCache {
     /// Lists the directory again if it changed since the last listing.
     /// Returns whether segments were added or removed.
     fn refresh(&self) -> bool {
-        let Ok(modified) = std::fs::metadata(self.images_dir()).and_then(|m| m.modified()) else {
+        let Ok(modified) = self.held().modified() else {
             return false;
         };
         {
@@ -487,7 +491,7 @@ impl DiskCache {
     /// segments deleted by compaction dropped. Returns whether anything
     /// changed.
     pub(super) fn relist(&self) -> std::io::Result<bool> {
-        let modified = std::fs::metadata(self.images_dir())?.modified()?;
+        let modified = self.held().modified()?;
         self.relist_at(Some(modified))
     }
 
@@ -495,7 +499,7 @@ impl DiskCache {
     /// (`None`: unknown, so the next miss lists again).
     fn relist_at(&self, modified: Option<SystemTime>) -> std::io::Result<bool> {
         let listed_at = SystemTime::now();
-        let names = segment::segment_names(self.images_dir())?;
+        let names = segment::segment_names(self.held())?;
         let mut view = self.view_mut();
         let changed = view.relisted(names);
         view.dir_modified = modified;
@@ -505,7 +509,7 @@ impl DiskCache {
 
     /// Maps a segment this process just published.
     fn add_segment(&self, file: &FileInfo) {
-        match Segment::open(self.images_dir(), &file.name) {
+        match Segment::open(self.held(), &file.name) {
             Ok(s) => self.view_mut().add(Slot::mapped(s)),
             Err(error) => {
                 tracing::debug!(segment = %file.name, %error, "just-published disk-cache segment does not open");
@@ -521,7 +525,7 @@ impl DiskCache {
         if !self.is_writable() {
             return;
         }
-        let Ok(listing) = Listing::read(self.images_dir()) else {
+        let Ok(listing) = Listing::read(self.held()) else {
             return;
         };
         let base_entries = self
@@ -533,7 +537,7 @@ impl DiskCache {
         let entries = listing.segments.iter().fold(base_entries, |sum, f| {
             sum.saturating_add(segment::entries_in_name(&f.name))
         });
-        let stamps_bytes = stamps::file_len(self.images_dir());
+        let stamps_bytes = stamps::file_len(self.held());
         // Signed segments are never merged: they do not count here.
         // Compiled and received entries are merged apart: each kind counts
         // on its own.
@@ -553,7 +557,7 @@ impl DiskCache {
             return;
         }
         self.append_stamps();
-        let compacted = DirLock::open(self.images_dir())
+        let compacted = DirLock::open(self.held())
             .map_err(|source| self.io_error("open the lock of", source))
             .and_then(|mut lock| {
                 let Some(_exclusive) = lock
@@ -563,7 +567,7 @@ impl DiskCache {
                     return Ok(None); // another process is compacting
                 };
                 let damaged = self.view().damaged.clone();
-                compact::compact(self.images_dir(), &self.config, Scope::Needed, &damaged).map(Some)
+                compact::compact(self.held(), &self.config, Scope::Needed, &damaged).map(Some)
             });
         match compacted {
             Ok(Some(report)) => {
@@ -607,7 +611,7 @@ impl DiskCache {
     }
 
     pub(super) fn listing(&self) -> Result<Listing, Error> {
-        Listing::read(self.images_dir()).map_err(|source| self.io_error("list", source))
+        Listing::read(self.held()).map_err(|source| self.io_error("list", source))
     }
 
     pub(super) fn io_error(&self, action: &'static str, source: std::io::Error) -> Error {
@@ -637,7 +641,7 @@ impl std::fmt::Debug for DiskCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DiskCache")
             .field("dir", &self.config.dir)
-            .field("images_dir", &self.images)
+            .field("images_dir", &self.images.path())
             .field("writable", &self.is_writable())
             .finish_non_exhaustive()
     }

@@ -27,6 +27,8 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
+use super::dir::Dir;
+
 use kiln_image::{EntryData, ImageMeta, ImageWriter};
 
 use super::config::DiskConfig;
@@ -102,13 +104,13 @@ fn small_segments(sizes: &[u64], compact_after: usize) -> Vec<usize> {
 /// ([`SegmentClass`]) are merged apart, each into its own output, so that
 /// no entry changes provenance; signed segments are never merged.
 pub(crate) fn compact(
-    dir: &Path,
+    dir: &Dir,
     config: &DiskConfig,
     scope: Scope,
     damaged: &HashSet<String>,
 ) -> Result<GcReport, Error> {
-    let listing = Listing::read(dir).map_err(io("list", dir))?;
-    let stamps_path = dir.join(stamps::STAMPS_FILE);
+    let listing = Listing::read(dir).map_err(io("list", dir.path()))?;
+    let stamps_path = dir.path_of(stamps::STAMPS_FILE);
     let stamps_bytes = stamps::file_len(dir);
     let mut report = GcReport {
         segments_before: listing.segments.len(),
@@ -117,7 +119,8 @@ pub(crate) fn compact(
     };
 
     for temp in &listing.temp_files {
-        segment::remove(dir, &temp.name).map_err(io("remove", &dir.join(&temp.name)))?;
+        dir.remove(&temp.name)
+            .map_err(io("remove", &dir.path_of(&temp.name)))?;
         report.temp_files_removed += 1;
     }
     // When each segment was published: the recency of entries without a stamp.
@@ -133,7 +136,8 @@ pub(crate) fn compact(
             Ok(segment) => segments.push(segment),
             Err(err) => {
                 tracing::debug!(segment = %file.name, error = %err, "removing unreadable disk-cache segment");
-                segment::remove(dir, &file.name).map_err(io("remove", &dir.join(&file.name)))?;
+                dir.remove(&file.name)
+                    .map_err(io("remove", &dir.path_of(&file.name)))?;
                 report.corrupt_segments_removed += 1;
             }
         }
@@ -148,7 +152,8 @@ pub(crate) fn compact(
     for s in segments {
         match merge_class(&s) {
             None if damaged.contains(&s.name) => {
-                segment::remove(dir, &s.name).map_err(io("remove", &dir.join(&s.name)))?;
+                dir.remove(&s.name)
+                    .map_err(io("remove", &dir.path_of(&s.name)))?;
                 report.corrupt_segments_removed += 1;
             }
             None => signed.push(s),
@@ -179,7 +184,7 @@ pub(crate) fn compact(
     let rewrite_stamps = stamps::bloated(stamps_bytes, entries);
     if !active && !rewrite_stamps && !over_cap {
         if report.temp_files_removed + report.corrupt_segments_removed > 0 {
-            segment::sync_dir(dir).map_err(io("sync", dir))?;
+            dir.sync().map_err(io("sync", dir.path()))?;
         }
         let kept = groups.iter().flatten().chain(&signed);
         report.segments_after = kept.clone().count();
@@ -321,7 +326,7 @@ pub(crate) fn compact(
     if !received_writer.is_empty() {
         let bytes = received_writer.to_bytes()?;
         segment::publish(dir, &bytes, received_writer.len(), SegmentClass::Received)
-            .map_err(io("publish a segment in", dir))?;
+            .map_err(io("publish a segment in", dir.path()))?;
         new_bytes += bytes.len() as u64;
         outputs += 1;
     }
@@ -330,11 +335,11 @@ pub(crate) fn compact(
     if !compiled_writer.is_empty() {
         let bytes = compiled_writer.to_bytes()?;
         if to_base {
-            segment::publish_base(dir, &bytes).map_err(io("publish a segment in", dir))?;
+            segment::publish_base(dir, &bytes).map_err(io("publish a segment in", dir.path()))?;
             replaced_base = true;
         } else {
             segment::publish(dir, &bytes, compiled_writer.len(), SegmentClass::Compiled)
-                .map_err(io("publish a segment in", dir))?;
+                .map_err(io("publish a segment in", dir.path()))?;
         }
         new_bytes += bytes.len() as u64;
         outputs += 1;
@@ -346,13 +351,14 @@ pub(crate) fn compact(
         if replaced_base && s.name == segment::BASE_SEGMENT {
             continue;
         }
-        segment::remove(dir, &s.name).map_err(io("remove", &dir.join(&s.name)))?;
+        dir.remove(&s.name)
+            .map_err(io("remove", &dir.path_of(&s.name)))?;
     }
     for name in &evicted_signed {
-        segment::remove(dir, name).map_err(io("remove", &dir.join(name)))?;
+        dir.remove(name).map_err(io("remove", &dir.path_of(name)))?;
     }
     keeping.retain(|s| !evicted_signed.contains(&s.name));
-    segment::sync_dir(dir).map_err(io("sync", dir))?;
+    dir.sync().map_err(io("sync", dir.path()))?;
     stamps::rewrite(dir, &stamps_after).map_err(io("rewrite", &stamps_path))?;
 
     report.segments_merged = merged;

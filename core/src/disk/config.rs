@@ -2,10 +2,10 @@
 //!
 //! | variable | effect |
 //! | --- | --- |
-//! | `KILN_CACHE=0` | turn the disk cache off (also `false`, `no`, `off`) |
+//! | `KILN_CACHE=0` | turn the disk cache off (also `false`, `no`, `off`; a value that is no boolean leaves it on, with one warning: see [`crate::env::switch`]) |
 //! | `KILN_CACHE_DIR=path` | the cache directory; by default the platform cache directory + `kiln` (`$XDG_CACHE_HOME/kiln` or `~/.cache/kiln` on Linux). The disk tier keeps its files in its subdirectory `images-v<N>/` (see [`DiskConfig::images_dir`]) |
 //! | `KILN_CACHE_MAX_BYTES=size` | the cap on the size of this image format version's subdirectory: bytes, or a number with a `K`, `M`, `G` or `T` suffix (powers of 1024); default 1 GiB |
-//! | `KILN_CACHE_TRUST_DIR=1` | use the cache directory even if another user owns it or other users may write to it (otherwise it is refused with one warning: see [`DiskConfig::trust_dir`]) |
+//! | `KILN_CACHE_TRUST_DIR=1` | use the cache directory even if another user owns it, or it or a directory above it is writable by other users (otherwise it is refused with one warning: see [`DiskConfig::trust_dir`]); only `1`, `true`, `yes` or `on` turn it on, any other value leaves it off (with one warning when it is no boolean) |
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -61,9 +61,13 @@ pub struct DiskConfig {
     /// (`false`) such a cache directory, or such an
     /// [`images_dir`](DiskConfig::images_dir), is refused
     /// ([`Error::DiskDirUntrusted`]): another user could plant compiled
-    /// code there, which the cache would serve. The check is of the
-    /// directories' owner and mode bits only (group or others write,
-    /// sticky bit or not), on Unix.
+    /// code there, which the cache would serve; so is a cache directory
+    /// below a directory that another user (not root) owns or that others
+    /// may write to without the sticky bit (they could put another
+    /// directory in its place). The check is of the directories' owner and
+    /// mode bits only (group or others write), on Unix. With it, entries
+    /// this user compiled are no longer known to be its own: with trusted
+    /// keys only signed entries are served from such a directory.
     pub trust_dir: bool,
     /// The trust policy's trusted keys (`KILN_TRUSTED_KEYS`, see
     /// [`crate::trust`]): when set, an entry is served only if its
@@ -79,14 +83,16 @@ pub struct DiskConfig {
 impl DiskConfig {
     /// Checks the cache directory as [`DiskCache::open`](super::DiskCache::open)
     /// does, creating it (mode 700) when missing: it must be a directory and,
-    /// unless [`DiskConfig::trust_dir`], owned by this process's user and
-    /// not writable by other users. For other files kept in the directory
-    /// (a backend's memos), which must be refused where the cache is.
+    /// unless [`DiskConfig::trust_dir`], owned by this process's user, not
+    /// writable by other users, and below directories only this user or root
+    /// may change. For other files kept in the directory (a backend's memos),
+    /// which must be refused where the cache is. (The check is of the
+    /// directory the path names now: the cache itself then holds it open.)
     ///
     /// # Errors
     /// [`Error::DiskDirUntrusted`] for a directory another user owns or may
-    /// write to; [`Error::DiskIo`] when it cannot be created or is not a
-    /// directory.
+    /// write to, or below one; [`Error::DiskIo`] when it cannot be created
+    /// or is not a directory.
     pub fn check_dir(&self) -> Result<(), Error> {
         super::dir::check_dir(&self.dir, self.trust_dir)
     }
@@ -142,7 +148,7 @@ impl DiskConfig {
     pub fn from_lookup(
         lookup: impl Fn(&str) -> Option<OsString>,
     ) -> Result<Option<DiskConfig>, Error> {
-        if lookup(CACHE).is_some_and(|value| is_off(&value.to_string_lossy())) {
+        if !crate::env::switch(CACHE, lookup(CACHE).as_deref(), true) {
             return Ok(None);
         }
         let dir = match lookup(CACHE_DIR).filter(|dir| !dir.is_empty()) {
@@ -150,8 +156,8 @@ impl DiskConfig {
             None => default_dir().ok_or(Error::DiskNoDir)?,
         };
         let mut config = DiskConfig::new(dir);
-        config.trust_dir = lookup(CACHE_TRUST_DIR)
-            .is_some_and(|value| !value.is_empty() && !is_off(&value.to_string_lossy()));
+        config.trust_dir =
+            crate::env::switch(CACHE_TRUST_DIR, lookup(CACHE_TRUST_DIR).as_deref(), false);
         if let Some(value) = lookup(CACHE_MAX_BYTES) {
             let value = value.to_string_lossy();
             config.max_bytes = parse_size(&value).ok_or_else(|| Error::DiskSize {
@@ -182,15 +188,6 @@ pub fn default_dir() -> Option<PathBuf> {
 /// this build reads: `images-v<N>`.
 pub fn images_subdir() -> String {
     format!("images-v{}", kiln_image::header::FORMAT_VERSION)
-}
-
-/// Whether a `KILN_CACHE` value turns the cache off.
-fn is_off(value: &str) -> bool {
-    let value = value.trim();
-    value == "0"
-        || ["false", "no", "off"]
-            .iter()
-            .any(|off| value.eq_ignore_ascii_case(off))
 }
 
 /// Parses a size: decimal bytes, optionally followed by `K`, `M`, `G` or `T`
@@ -243,8 +240,10 @@ mod tests {
         for off in ["0", "false", "OFF", "no"] {
             assert_eq!(config(&[(CACHE, off), (CACHE_DIR, "/x")]).ok(), Some(None));
         }
-        let on = config(&[(CACHE, "1"), (CACHE_DIR, "/x")]);
-        assert_eq!(on.ok().flatten().map(|c| c.dir), Some(PathBuf::from("/x")));
+        for on in ["1", "", "yes", "maybe"] {
+            let on = config(&[(CACHE, on), (CACHE_DIR, "/x")]);
+            assert_eq!(on.ok().flatten().map(|c| c.dir), Some(PathBuf::from("/x")));
+        }
     }
 
     #[test]
@@ -259,7 +258,7 @@ mod tests {
     fn trusting_the_directory_is_an_explicit_switch() {
         let trusted = |vars: &[(&str, &str)]| config(vars).ok().flatten().map(|c| c.trust_dir);
         assert_eq!(trusted(&[(CACHE_DIR, "/x")]), Some(false));
-        for off in ["", "0", "no", "False"] {
+        for off in ["", " ", "0", "no", "False", "disabled", "N", "2"] {
             assert_eq!(
                 trusted(&[(CACHE_DIR, "/x"), (CACHE_TRUST_DIR, off)]),
                 Some(false)

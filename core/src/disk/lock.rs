@@ -7,18 +7,17 @@
 //! kernel releases the lock when its holder dies, even by SIGKILL.
 //!
 //! The lock file is opened with `O_NOFOLLOW` and checked to be a regular
-//! file ([`segment::open_regular`]): a symbolic link named `lock` is
+//! file ([`Dir::open_file`]): a symbolic link named `lock` is
 //! refused, never followed, so no file is ever created or locked elsewhere;
 //! the operation that needed the lock fails (for a store: one warning, and
 //! the process stops writing).
 
 use std::fs::File;
 use std::io;
-use std::path::Path;
 
 use fd_lock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use super::segment::{self, Access};
+use super::dir::{Access, Dir};
 
 /// The lock file's name inside the cache directory.
 pub(crate) const LOCK_FILE: &str = "lock";
@@ -31,10 +30,10 @@ pub(crate) struct DirLock {
 
 impl DirLock {
     /// Opens (creating when missing, with mode
-    /// [`FILE_MODE`](segment::FILE_MODE)) the lock file of `dir`; an error
-    /// if anything but a regular file has its name.
-    pub(crate) fn open(dir: &Path) -> io::Result<DirLock> {
-        let file = segment::open_regular(&dir.join(LOCK_FILE), Access::ReadWriteCreate)?;
+    /// [`FILE_MODE`](super::dir::FILE_MODE)) the lock file of `dir`; an
+    /// error if anything but a regular file has its name.
+    pub(crate) fn open(dir: &Dir) -> io::Result<DirLock> {
+        let file = dir.open_file(LOCK_FILE, Access::ReadWriteCreate)?;
         Ok(DirLock {
             lock: RwLock::new(file),
         })

@@ -52,9 +52,10 @@
 //!
 //! # Reading
 //!
-//! [`DiskCache::open`] checks the cache directory and its `images-v<N>/`
-//! (one `stat` each, creating them when missing; see *A directory others
-//! could write to* below) and opens the base segment's file, nothing more.
+//! [`DiskCache::open`] opens and checks the cache directory and its
+//! `images-v<N>/` (creating them when missing; one `fstat` each, and one
+//! `stat` per directory above; see *A directory others could write to*
+//! below) and opens the base segment's file, nothing more.
 //! [`DiskCache::get`]
 //! looks in the base segment first; the first miss lists the segments'
 //! names, which are then searched base first, then fullest first (the
@@ -96,10 +97,22 @@
 //! The cache serves what its directory holds, so the directory must be the
 //! user's: [`DiskCache::open`] refuses a cache directory, or an
 //! `images-v<N>/`, that another user owns or that users other than its
-//! owner may write to (group or others write bit, sticky or not), with
+//! owner may write to (group or others write bit, sticky or not), and a
+//! cache directory below a directory that another user (but root) owns or
+//! that others may write to (unless sticky, as `/tmp`), as ssh refuses
+//! `~/.ssh` (whoever can write a directory above could move the cache away
+//! and put their own in its place), with
 //! [`Error::DiskDirUntrusted`](crate::Error::DiskDirUntrusted): the disk
 //! tier is then off, with one warning. `KILN_CACHE_TRUST_DIR=1`
 //! ([`DiskConfig::trust_dir`]) uses such a directory anyway.
+//!
+//! The directory is held, not named: [`DiskCache::open`] opens it once and
+//! checks what it opened; every file is then opened, created, listed,
+//! renamed and removed relative to that handle (`openat`, `fstatat`,
+//! `renameat`, `unlinkat`), never by path again. A directory renamed away
+//! and replaced (by a link to another user's directory, say) while a
+//! process runs is never read or written by that process: it keeps the
+//! directory it checked. A new process checks the path again.
 //!
 //! Permissions: the cache creates its directories with mode 700 and its
 //! files (segments, `stamps`, `lock`, temporary files) with mode 600, the
@@ -204,7 +217,8 @@ pub use tier::DiskTier;
 /// Checks `dir`, a subdirectory a backend keeps in the cache directory,
 /// as [`DiskConfig::check_dir`] checks the cache directory: created with
 /// mode 700 when missing; a directory, and unless `trust`
-/// ([`DiskConfig::trust_dir`]) this user's and not writable by others.
+/// ([`DiskConfig::trust_dir`]) this user's, not writable by others, and
+/// below directories only this user or root may change.
 ///
 /// # Errors
 /// As [`DiskConfig::check_dir`].

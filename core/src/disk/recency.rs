@@ -13,17 +13,17 @@
 //! otherwise let it grow without bound, as no store compacts it.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use super::dir::Dir;
 use super::lock::DirLock;
 use super::stamps::{self, EntryId};
 
 /// The part of a disk cache that the exit hook also reaches.
 pub(crate) struct Recency {
-    /// The cache directory.
-    dir: PathBuf,
+    /// The cache directory (its `images-v<N>/`), held.
+    dir: Arc<Dir>,
     /// Cleared on the first failed write: nothing is written afterwards.
     pub(crate) writable: AtomicBool,
     /// Entries in the segments the cache knows: what the stamps file needs
@@ -44,9 +44,9 @@ struct Notes {
 
 impl Recency {
     /// The recency notes of the cache in `dir`, written at exit too.
-    pub(crate) fn new(dir: &Path, now_ms: u64) -> Arc<Recency> {
+    pub(crate) fn new(dir: Arc<Dir>, now_ms: u64) -> Arc<Recency> {
         let recency = Arc::new(Recency {
-            dir: dir.to_path_buf(),
+            dir,
             writable: AtomicBool::new(true),
             entries: AtomicU64::new(0),
             notes: Mutex::new(Notes {

@@ -6,32 +6,28 @@
 //! deleted by compaction once its entries are in a published successor.
 //!
 //! Every file of the cache directory (segments, `stamps`, `lock`) is opened
-//! through [`open_regular`], kiln's one safe opener
-//! ([`crate::regular_file`]) with links refused: never following a
-//! symbolic link, never waiting on a FIFO or a device, and only a regular
-//! file, so that nothing planted under one of those names can redirect a
-//! write, stall a lookup or feed an unbounded read. Files and
-//! directories are created with [`FILE_MODE`] and [`DIR_MODE`], given at
-//! creation.
+//! relative to the directory's handle ([`Dir::open_file`], with
+//! [`crate::regular_file`]'s rules): never following a symbolic link, never
+//! waiting on a FIFO or a device, and only a regular file, so that nothing
+//! planted under one of those names can redirect a write, stall a lookup or
+//! feed an unbounded read. Files and directories are created with
+//! [`FILE_MODE`](super::dir::FILE_MODE) and
+//! [`DIR_MODE`](super::dir::DIR_MODE), given at creation.
 
-use std::fs::{self, File};
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use kiln_image::{Digest, FileAccess, Image, ImageFile, ReadError, Verification};
 
-use crate::regular_file::{self, Links};
+use super::dir::{Access, Dir, TEMP_PREFIX};
 use crate::trust::Provenance;
 
 /// Segment file names start with this.
 const SEGMENT_PREFIX: &str = "seg-";
 /// Segment file names end with this.
 const SEGMENT_SUFFIX: &str = ".kimg";
-/// Temporary files (segments or stamps being written) start with this.
-pub(crate) const TEMP_PREFIX: &str = ".tmp-";
 /// The base segment: compaction's output once it merges the base (or when
 /// there is none yet), replaced atomically each time. Its name is known, so
 /// a new process looks there first without listing the directory.
@@ -121,8 +117,8 @@ impl Segment {
     /// The base segment is always mapped: the mapping holds its file, so
     /// its inode number, read from the opened file, cannot be reused while
     /// this process may compare it with a listing's.
-    pub(crate) fn open(dir: &Path, name: &str) -> Result<Segment, ReadError> {
-        Segment::from_file(open_image(&dir.join(name))?, name)
+    pub(crate) fn open(dir: &Dir, name: &str) -> Result<Segment, ReadError> {
+        Segment::from_file(open_image(dir, name)?, name)
     }
 
     /// Opens the segment `name` from its file, opened already.
@@ -176,40 +172,25 @@ pub(crate) fn provenance_of(name: &str, image: &Image) -> Provenance {
 /// The names (and file identities, where the platform has them) of the
 /// published segments of `dir`, without reading any file's metadata (the
 /// cheap listing of the lookup path).
-pub(crate) fn segment_names(dir: &Path) -> io::Result<Vec<(String, Option<u64>)>> {
-    let mut names = Vec::new();
-    for dirent in fs::read_dir(dir)? {
-        let dirent = dirent?;
-        let Ok(name) = dirent.file_name().into_string() else {
-            continue;
-        };
-        if is_segment_name(&name) && dirent.file_type().is_ok_and(|t| t.is_file()) {
-            names.push((name, dirent_id(&dirent)));
-        }
-    }
+pub(crate) fn segment_names(dir: &Dir) -> io::Result<Vec<(String, Option<u64>)>> {
+    let mut names: Vec<(String, Option<u64>)> = dir
+        .list()?
+        .into_iter()
+        .filter(|listed| listed.is_file && is_segment_name(&listed.name))
+        .map(|listed| (listed.name, listed.ino))
+        .collect();
     names.sort();
     Ok(names)
 }
 
-/// The inode number of a listed file (from the listing itself).
-#[cfg(unix)]
-fn dirent_id(dirent: &fs::DirEntry) -> Option<u64> {
-    Some(std::os::unix::fs::DirEntryExt::ino(dirent))
-}
-
-#[cfg(not(unix))]
-fn dirent_id(_: &fs::DirEntry) -> Option<u64> {
-    None
-}
-
 /// The inode number of a file, from its metadata.
 #[cfg(unix)]
-fn file_id(meta: &fs::Metadata) -> Option<u64> {
+fn file_id(meta: &std::fs::Metadata) -> Option<u64> {
     Some(std::os::unix::fs::MetadataExt::ino(meta))
 }
 
 #[cfg(not(unix))]
-fn file_id(_: &fs::Metadata) -> Option<u64> {
+fn file_id(_: &std::fs::Metadata) -> Option<u64> {
     None
 }
 
@@ -234,28 +215,26 @@ pub(crate) struct Listing {
 }
 
 impl Listing {
-    /// Lists `dir`; files that vanish while listing are left out.
-    pub(crate) fn read(dir: &Path) -> io::Result<Listing> {
+    /// Lists `dir`; files that vanish while listing are left out, and so is
+    /// anything but a regular file (no link followed).
+    pub(crate) fn read(dir: &Dir) -> io::Result<Listing> {
         let mut listing = Listing::default();
-        for dirent in fs::read_dir(dir)? {
-            let dirent = dirent?;
-            let Ok(name) = dirent.file_name().into_string() else {
-                continue;
-            };
+        for listed in dir.list()? {
+            let name = listed.name;
             let is_segment = is_segment_name(&name);
             if !is_segment && !name.starts_with(TEMP_PREFIX) {
                 continue;
             }
-            let Ok(meta) = dirent.metadata() else {
-                continue; // deleted since read_dir saw it
+            let Ok(Some(stat)) = dir.stat(&name) else {
+                continue; // deleted since the listing saw it
             };
-            if !meta.is_file() {
+            if !stat.is_file {
                 continue;
             }
             let info = FileInfo {
                 name,
-                bytes: meta.len(),
-                modified_ms: meta.modified().map(millis_since_epoch).unwrap_or(0),
+                bytes: stat.len,
+                modified_ms: millis_since_epoch(stat.modified),
             };
             if is_segment {
                 listing.segments.push(info);
@@ -341,7 +320,7 @@ pub(crate) fn entries_in_name(name: &str) -> u64 {
 ///
 /// The caller holds the directory lock (shared or exclusive).
 pub(crate) fn publish(
-    dir: &Path,
+    dir: &Dir,
     bytes: &[u8],
     entries: usize,
     class: SegmentClass,
@@ -355,7 +334,7 @@ pub(crate) fn publish(
 ///
 /// The caller holds the directory lock (shared or exclusive).
 pub(crate) fn publish_signed(
-    dir: &Path,
+    dir: &Dir,
     bytes: &[u8],
     owner: &Digest,
     key: &Digest,
@@ -363,23 +342,15 @@ pub(crate) fn publish_signed(
     publish_named(dir, bytes, || new_signed_name(owner, key))
 }
 
-fn publish_named(dir: &Path, bytes: &[u8], name: impl Fn() -> String) -> io::Result<FileInfo> {
-    let mut temp = write_temp(dir, bytes)?;
-    loop {
-        let name = name();
-        match temp.persist_noclobber(dir.join(&name)) {
-            Ok(_) => {
-                sync_dir(dir)?;
-                return Ok(FileInfo {
-                    name,
-                    bytes: bytes.len() as u64,
-                    modified_ms: now_ms(),
-                });
-            }
-            Err(err) if err.error.kind() == io::ErrorKind::AlreadyExists => temp = err.file,
-            Err(err) => return Err(err.error),
-        }
-    }
+fn publish_named(dir: &Dir, bytes: &[u8], name: impl Fn() -> String) -> io::Result<FileInfo> {
+    let temp = write_temp(dir, bytes)?;
+    let name = temp.persist_noclobber(name)?;
+    dir.sync()?;
+    Ok(FileInfo {
+        name,
+        bytes: bytes.len() as u64,
+        modified_ms: now_ms(),
+    })
 }
 
 /// Publishes `bytes` as the base segment of `dir`, replacing the previous
@@ -388,11 +359,10 @@ fn publish_named(dir: &Path, bytes: &[u8], name: impl Fn() -> String) -> io::Res
 ///
 /// The caller holds the directory lock exclusive (only compaction writes
 /// the base).
-pub(crate) fn publish_base(dir: &Path, bytes: &[u8]) -> io::Result<FileInfo> {
+pub(crate) fn publish_base(dir: &Dir, bytes: &[u8]) -> io::Result<FileInfo> {
     let temp = write_temp(dir, bytes)?;
-    temp.persist(dir.join(BASE_SEGMENT))
-        .map_err(|err| err.error)?;
-    sync_dir(dir)?;
+    temp.persist(BASE_SEGMENT)?;
+    dir.sync()?;
     Ok(FileInfo {
         name: BASE_SEGMENT.to_owned(),
         bytes: bytes.len() as u64,
@@ -403,60 +373,20 @@ pub(crate) fn publish_base(dir: &Path, bytes: &[u8]) -> io::Result<FileInfo> {
 /// Replaces `dir/name` atomically with `bytes`, without waiting for the
 /// disk: for files whose loss in a power cut costs nothing but accuracy
 /// (recency stamps). Readers see the old file or the new one, never a mix.
-pub(crate) fn replace_file_unsynced(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
-    let mut temp = temp_file(dir)?;
-    temp.write_all(bytes)?;
-    temp.persist(dir.join(name)).map_err(|err| err.error)?;
-    Ok(())
+pub(crate) fn replace_file_unsynced(dir: &Dir, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let mut temp = dir.temp_file()?;
+    temp.file.write_all(bytes)?;
+    temp.persist(name)
 }
 
 /// Writes `bytes` into a new temporary file of `dir` and syncs it to disk.
-fn write_temp(dir: &Path, bytes: &[u8]) -> io::Result<tempfile::NamedTempFile> {
-    let mut temp = temp_file(dir)?;
+fn write_temp<'d>(dir: &'d Dir, bytes: &[u8]) -> io::Result<super::dir::TempFile<'d>> {
+    let mut temp = dir.temp_file()?;
     // In pieces, as images are written, so that readers mapping the segment
     // make resident what they touch (see `kiln_image::write_in_pieces`).
-    kiln_image::write_in_pieces(&mut temp, bytes)?;
-    temp.as_file().sync_all()?;
+    kiln_image::write_in_pieces(&mut temp.file, bytes)?;
+    temp.file.sync_all()?;
     Ok(temp)
-}
-
-/// A new temporary file of `dir` (a fresh name, created exclusively, with
-/// [`FILE_MODE`]).
-fn temp_file(dir: &Path) -> io::Result<tempfile::NamedTempFile> {
-    let mut builder = tempfile::Builder::new();
-    builder.prefix(TEMP_PREFIX);
-    #[cfg(unix)]
-    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(FILE_MODE));
-    builder.tempfile_in(dir)
-}
-
-/// Makes renames and deletions in `dir` durable.
-#[cfg(unix)]
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    use rustix::fs::{Mode, OFlags};
-    // O_DIRECTORY: a FIFO or device put in its place fails at once.
-    let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC;
-    let fd = rustix::fs::open(dir, flags, Mode::empty())?;
-    Ok(rustix::fs::fsync(fd)?)
-}
-
-/// Makes renames and deletions in `dir` durable.
-#[cfg(not(unix))]
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
-/// Removes `dir/name`; a file already gone is not an error.
-pub(crate) fn remove(dir: &Path, name: &str) -> io::Result<()> {
-    match fs::remove_file(dir.join(name)) {
-        Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
-        _ => Ok(()),
-    }
-}
-
-/// The path of `name` in `dir`.
-pub(crate) fn path_of(dir: &Path, name: &str) -> PathBuf {
-    dir.join(name)
 }
 
 /// Milliseconds since the Unix epoch, now.
@@ -473,50 +403,21 @@ fn millis_since_epoch(time: SystemTime) -> u64 {
 
 // ----- opening the files of the cache directory -----
 
-/// The mode of the files the disk cache creates (segments, `stamps`,
-/// `lock`, temporary files): read and written by the user alone. Given to
-/// `open` (`O_CREAT`), never set afterwards.
-pub(crate) const FILE_MODE: u32 = 0o600;
-
-/// Opens `path`, a file the cache directory should hold, the one safe way
-/// ([`crate::regular_file::open`]): never through a symbolic link, never
-/// blocking on a FIFO or a device, only a regular file, created with
-/// [`FILE_MODE`].
-pub(crate) fn open_regular(path: &Path, access: Access) -> io::Result<File> {
-    let access = match access {
-        Access::Read => regular_file::Access::Read,
-        Access::ReadWriteCreate => regular_file::Access::ReadWriteCreate(FILE_MODE),
-        Access::AppendCreate => regular_file::Access::AppendCreate(FILE_MODE),
-    };
-    regular_file::open(path, access, Links::Refuse)
-}
-
-/// How [`open_regular`] opens a file of the cache directory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Access {
-    /// Read only; the file must exist (segments, `stamps` when read).
-    Read,
-    /// Read and write, created with [`FILE_MODE`] when missing (`lock`).
-    ReadWriteCreate,
-    /// Append only, created with [`FILE_MODE`] when missing (`stamps`).
-    AppendCreate,
-}
-
-/// Opens the image file at `path` for [`Image::from_file`], through
-/// [`open_regular`]: a symbolic link, FIFO or device named like a segment
+/// Opens the image file `name` of `dir` for [`Image::from_file`], through
+/// [`Dir::open_file`]: a symbolic link, FIFO or device named like a segment
 /// is an error at once, never followed, waited on or read.
-pub(crate) fn open_image(path: &Path) -> Result<ImageFile, ReadError> {
-    let io = |action: &'static str| {
-        move |source| ReadError::Io {
-            action,
-            path: path.to_owned(),
-            source,
-        }
-    };
+pub(crate) fn open_image(dir: &Dir, name: &str) -> Result<ImageFile, ReadError> {
+    let path = dir.path_of(name);
     // The very file checked (`O_NOFOLLOW`, a regular file by `fstat`),
     // never opened again by name.
-    let file = open_regular(path, Access::Read).map_err(io("open"))?;
-    ImageFile::from_file(file, path)
+    let file = dir
+        .open_file(name, Access::Read)
+        .map_err(|source| ReadError::Io {
+            action: "open",
+            path: path.clone(),
+            source,
+        })?;
+    ImageFile::from_file(file, &path)
 }
 
 #[cfg(test)]
@@ -547,10 +448,11 @@ mod tests {
 
     #[test]
     fn small_segments_are_read_and_large_ones_and_the_base_mapped() -> io::Result<()> {
-        let dir = tempfile::tempdir()?;
+        let tmp = tempfile::tempdir()?;
+        let dir = super::super::dir::held(tmp.path());
         let open = |bytes: &[u8], entries: usize| {
-            let file = publish(dir.path(), bytes, entries, SegmentClass::Compiled)?;
-            let segment = Segment::open(dir.path(), &file.name).map_err(io::Error::other)?;
+            let file = publish(&dir, bytes, entries, SegmentClass::Compiled)?;
+            let segment = Segment::open(&dir, &file.name).map_err(io::Error::other)?;
             assert_eq!(segment.bytes, bytes.len() as u64);
             assert_eq!(segment.image.len(), entries);
             Ok::<_, io::Error>(segment.image.storage_kind())
@@ -564,8 +466,8 @@ mod tests {
         );
         assert_eq!(open(&image_of(8, 16 << 10), 8)?, "mapped", "a large one");
         // The base, however small, is mapped, and knows its inode.
-        publish_base(dir.path(), &image_of(1, 16))?;
-        let base = Segment::open(dir.path(), BASE_SEGMENT).map_err(io::Error::other)?;
+        publish_base(&dir, &image_of(1, 16))?;
+        let base = Segment::open(&dir, BASE_SEGMENT).map_err(io::Error::other)?;
         assert_eq!(base.image.storage_kind(), "mapped");
         assert_eq!(base.file_id.is_some(), cfg!(unix));
         Ok(())
@@ -573,20 +475,21 @@ mod tests {
 
     #[test]
     fn published_segments_are_listed_and_temp_files_apart() -> io::Result<()> {
-        let dir = tempfile::tempdir()?;
-        let a = publish(dir.path(), b"first", 1, SegmentClass::Compiled)?;
-        let b = publish(dir.path(), b"second", 42, SegmentClass::Received)?;
+        let tmp = tempfile::tempdir()?;
+        let dir = super::super::dir::held(tmp.path());
+        let a = publish(&dir, b"first", 1, SegmentClass::Compiled)?;
+        let b = publish(&dir, b"second", 42, SegmentClass::Received)?;
         assert_ne!(a.name, b.name);
         assert_eq!(
             (entries_in_name(&a.name), entries_in_name(&b.name)),
             (1, 42)
         );
-        fs::write(dir.path().join(".tmp-orphan"), b"half")?;
-        fs::write(dir.path().join("unrelated.txt"), b"x")?;
-        let listing = Listing::read(dir.path())?;
+        std::fs::write(tmp.path().join(".tmp-orphan"), b"half")?;
+        std::fs::write(tmp.path().join("unrelated.txt"), b"x")?;
+        let listing = Listing::read(&dir)?;
         let names: Vec<_> = listing.segments.iter().map(|f| f.name.clone()).collect();
         assert_eq!(names, [a.name.clone(), b.name.clone()]);
-        let listed: Vec<String> = segment_names(dir.path())?
+        let listed: Vec<String> = segment_names(&dir)?
             .into_iter()
             .map(|(name, _)| name)
             .collect();

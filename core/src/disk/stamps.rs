@@ -12,7 +12,7 @@
 //! record fails its checksum and is skipped.
 //!
 //! The file is opened without following a symbolic link and only if it is
-//! a regular file ([`segment::open_regular`]): an append never lands in
+//! a regular file ([`Dir::open_file`]): an append never lands in
 //! another file. A `stamps` that is anything else is no stamps when read,
 //! and an error when appended to (the process stops writing, with one
 //! warning); compaction replaces it with a regular file. A read takes at
@@ -20,11 +20,11 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::path::Path;
 
 use kiln_image::Digest;
 
-use super::segment::{self, Access};
+use super::dir::{Access, Dir};
+use super::segment;
 
 /// The stamps file's name inside the cache directory.
 pub(crate) const STAMPS_FILE: &str = "stamps";
@@ -79,14 +79,13 @@ fn decode(bytes: &[u8]) -> Option<(EntryId, u64)> {
 /// A missing file, or anything but a regular file under its name, is no
 /// stamps; damaged records are skipped; at most [`READ_AT_MOST`] bytes
 /// (the newest) are read.
-pub(crate) fn read(dir: &Path) -> io::Result<HashMap<EntryId, u64>> {
+pub(crate) fn read(dir: &Dir) -> io::Result<HashMap<EntryId, u64>> {
     read_at_most(dir, READ_AT_MOST)
 }
 
 /// [`read`], taking at most the last `cap` bytes of the file.
-fn read_at_most(dir: &Path, cap: u64) -> io::Result<HashMap<EntryId, u64>> {
-    let path = dir.join(STAMPS_FILE);
-    let mut file = match segment::open_regular(&path, Access::Read) {
+fn read_at_most(dir: &Dir, cap: u64) -> io::Result<HashMap<EntryId, u64>> {
+    let mut file = match dir.open_file(STAMPS_FILE, Access::Read) {
         Ok(file) => file,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(HashMap::new()),
         Err(err) if crate::regular_file::is_not_regular(&err) => {
@@ -121,11 +120,12 @@ fn read_at_most(dir: &Path, cap: u64) -> io::Result<HashMap<EntryId, u64>> {
 
 /// The size of the stamps file of `dir` (0 when missing, or when its name
 /// is not a regular file: a symbolic link is not followed).
-pub(crate) fn file_len(dir: &Path) -> u64 {
-    std::fs::symlink_metadata(dir.join(STAMPS_FILE))
+pub(crate) fn file_len(dir: &Dir) -> u64 {
+    dir.stat(STAMPS_FILE)
         .ok()
-        .filter(std::fs::Metadata::is_file)
-        .map_or(0, |m| m.len())
+        .flatten()
+        .filter(|stat| stat.is_file)
+        .map_or(0, |stat| stat.len)
 }
 
 /// Whether a stamps file of `bytes` for `entries` entries is worth
@@ -137,12 +137,12 @@ pub(crate) fn bloated(bytes: u64, entries: usize) -> bool {
 
 /// Appends `stamps` to the stamps file of `dir` in one write; returns the
 /// file's new size (one more system call).
-pub(crate) fn append(dir: &Path, stamps: &[(EntryId, u64)]) -> io::Result<u64> {
+pub(crate) fn append(dir: &Dir, stamps: &[(EntryId, u64)]) -> io::Result<u64> {
     let mut bytes = Vec::with_capacity(stamps.len() * RECORD_BYTES);
     for (id, stamp) in stamps {
         encode(id, *stamp, &mut bytes);
     }
-    let mut file = segment::open_regular(&dir.join(STAMPS_FILE), Access::AppendCreate)?;
+    let mut file = dir.open_file(STAMPS_FILE, Access::AppendCreate)?;
     file.write_all(&bytes)?;
     // After an append the position is the end of the file: an `lseek`,
     // cheaper than a `stat` (this runs in every process that had a hit).
@@ -152,7 +152,7 @@ pub(crate) fn append(dir: &Path, stamps: &[(EntryId, u64)]) -> io::Result<u64> {
 /// Replaces the stamps file of `dir` with exactly `stamps`.
 ///
 /// The caller holds the directory lock exclusive.
-pub(crate) fn rewrite(dir: &Path, stamps: &HashMap<EntryId, u64>) -> io::Result<()> {
+pub(crate) fn rewrite(dir: &Dir, stamps: &HashMap<EntryId, u64>) -> io::Result<()> {
     let mut sorted: Vec<_> = stamps.iter().collect();
     sorted.sort();
     let mut bytes = Vec::with_capacity(sorted.len() * RECORD_BYTES);
@@ -166,7 +166,7 @@ pub(crate) fn rewrite(dir: &Path, stamps: &HashMap<EntryId, u64>) -> io::Result<
 /// stamp), dropping torn records.
 ///
 /// The caller holds the directory lock exclusive.
-pub(crate) fn compact(dir: &Path) -> io::Result<()> {
+pub(crate) fn compact(dir: &Dir) -> io::Result<()> {
     rewrite(dir, &read(dir)?)
 }
 
@@ -191,53 +191,52 @@ mod tests {
 
     #[test]
     fn latest_stamp_wins_and_torn_records_are_skipped() -> io::Result<()> {
-        let dir = tempfile::tempdir()?;
-        assert_eq!(append(dir.path(), &[(id(1), 10), (id(2), 20)])?, 160);
+        let tmp = tempfile::tempdir()?;
+        let dir = super::super::dir::held(tmp.path());
+        assert_eq!(append(&dir, &[(id(1), 10), (id(2), 20)])?, 160);
         // A crashed writer left half a record, then others appended whole ones.
         let mut torn = Vec::new();
         encode(&id(3), 30, &mut torn);
         OpenOptions::new()
             .append(true)
-            .open(dir.path().join(STAMPS_FILE))?
+            .open(tmp.path().join(STAMPS_FILE))?
             .write_all(&torn[..41])?;
         // The size after the append: the torn half record counts.
-        assert_eq!(
-            append(dir.path(), &[(id(1), 15), (id(2), 5)])?,
-            160 + 41 + 160
-        );
-        let stamps = read(dir.path())?;
+        assert_eq!(append(&dir, &[(id(1), 15), (id(2), 5)])?, 160 + 41 + 160);
+        let stamps = read(&dir)?;
         assert_eq!(stamps.get(&id(1)), Some(&15));
         assert_eq!(stamps.get(&id(2)), Some(&20));
         assert_eq!(stamps.get(&id(3)), None);
         assert_eq!(stamps.len(), 2);
 
-        compact(dir.path())?;
-        assert_eq!(file_len(dir.path()), 2 * RECORD_BYTES as u64);
-        assert_eq!(read(dir.path())?, stamps);
+        compact(&dir)?;
+        assert_eq!(file_len(&dir), 2 * RECORD_BYTES as u64);
+        assert_eq!(read(&dir)?, stamps);
 
-        rewrite(dir.path(), &HashMap::from([(id(2), 7)]))?;
-        assert_eq!(read(dir.path())?, HashMap::from([(id(2), 7)]));
+        rewrite(&dir, &HashMap::from([(id(2), 7)]))?;
+        assert_eq!(read(&dir)?, HashMap::from([(id(2), 7)]));
         Ok(())
     }
 
     #[test]
     fn a_read_takes_only_the_newest_bytes_up_to_the_cap() -> io::Result<()> {
-        let dir = tempfile::tempdir()?;
+        let tmp = tempfile::tempdir()?;
+        let dir = super::super::dir::held(tmp.path());
         let stamps: Vec<_> = (0..10).map(|n| (id(n), u64::from(n))).collect();
-        append(dir.path(), &stamps)?;
+        append(&dir, &stamps)?;
         let cap = 3 * RECORD_BYTES as u64;
-        let newest = read_at_most(dir.path(), cap)?;
+        let newest = read_at_most(&dir, cap)?;
         assert_eq!(
             newest,
             stamps[7..].iter().copied().collect::<HashMap<_, _>>()
         );
         // A cap in the middle of a record: the torn first record is skipped.
-        let newest = read_at_most(dir.path(), cap + 40)?;
+        let newest = read_at_most(&dir, cap + 40)?;
         assert_eq!(
             newest,
             stamps[7..].iter().copied().collect::<HashMap<_, _>>()
         );
-        assert_eq!(read(dir.path())?.len(), 10);
+        assert_eq!(read(&dir)?.len(), 10);
         Ok(())
     }
 
@@ -245,21 +244,22 @@ mod tests {
     #[test]
     fn a_stamps_name_that_is_not_a_regular_file_is_no_stamps_and_never_followed() -> io::Result<()>
     {
-        let dir = tempfile::tempdir()?;
+        let tmp = tempfile::tempdir()?;
+        let dir = super::super::dir::held(tmp.path());
         let elsewhere = tempfile::tempdir()?;
         let target = elsewhere.path().join("profile");
         std::fs::write(&target, b"export PATH=/usr/bin\n")?;
-        std::os::unix::fs::symlink(&target, dir.path().join(STAMPS_FILE))?;
-        assert!(read(dir.path())?.is_empty());
-        assert_eq!(file_len(dir.path()), 0);
-        let err = append(dir.path(), &[(id(1), 1)]).expect_err("refused");
+        std::os::unix::fs::symlink(&target, tmp.path().join(STAMPS_FILE))?;
+        assert!(read(&dir)?.is_empty());
+        assert_eq!(file_len(&dir), 0);
+        let err = append(&dir, &[(id(1), 1)]).expect_err("refused");
         assert!(crate::regular_file::is_not_regular(&err), "{err}");
         assert!(err.to_string().contains("symbolic link"), "{err}");
         assert_eq!(std::fs::read(&target)?, b"export PATH=/usr/bin\n");
 
-        std::fs::remove_file(dir.path().join(STAMPS_FILE))?;
-        std::os::unix::fs::symlink("/dev/zero", dir.path().join(STAMPS_FILE))?;
-        assert!(read(dir.path())?.is_empty(), "not followed, not read");
+        std::fs::remove_file(tmp.path().join(STAMPS_FILE))?;
+        std::os::unix::fs::symlink("/dev/zero", tmp.path().join(STAMPS_FILE))?;
+        assert!(read(&dir)?.is_empty(), "not followed, not read");
         Ok(())
     }
 }

@@ -10,12 +10,12 @@
 //! in the name), and stop at the first hit.
 
 use std::collections::HashSet;
-use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::SystemTime;
 
 use kiln_image::ImageFile;
 
+use super::dir::Dir;
 use super::segment::{self, Segment};
 
 /// A listed segment, mapped on first use.
@@ -87,7 +87,7 @@ impl Slot {
 
     /// The segment, mapped (and structurally checked) on the first call;
     /// `None` when it does not open (deleted since listed, or damaged).
-    pub(crate) fn segment(&self, dir: &Path) -> Option<&Arc<Segment>> {
+    pub(crate) fn segment(&self, dir: &Dir) -> Option<&Arc<Segment>> {
         self.mapped
             .get_or_init(|| {
                 let opened = self
@@ -170,7 +170,7 @@ impl View {
     }
 
     /// Every listed segment that opens, mapping those not mapped yet.
-    pub(crate) fn segments(&self, dir: &Path) -> Vec<Arc<Segment>> {
+    pub(crate) fn segments(&self, dir: &Dir) -> Vec<Arc<Segment>> {
         self.slots
             .iter()
             .filter_map(|slot| slot.segment(dir).cloned())

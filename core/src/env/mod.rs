@@ -9,17 +9,21 @@
 //! | `KILN_RECORD=path` | append one record per distinct entry the process gets from the global cache (and where from: image, disk, remote, compiled) to `path`, for `kiln bake` and `kiln report` (see [`crate::record`]) |
 //! | `KILN_MEMORY_MAX_BYTES=size` | the cap on the payload bytes the global cache holds in memory (bytes, or with a `K`, `M`, `G` or `T` suffix; default `1G`; `off` for no cap): past it, least recently used entries are evicted and come back from the disk tier (borrowed from its mapping), another tier or a compile (see [`CacheConfig::memory_max_bytes`](crate::CacheConfig::memory_max_bytes)) |
 //! | `KILN_CACHE=0`, `KILN_CACHE_DIR`, `KILN_CACHE_MAX_BYTES`, `KILN_CACHE_TRUST_DIR` | the disk tier of the global cache: off, where, how large, whether to use a directory others may write to (see [`crate::disk::config`]) |
-//! | `KILN_TRUSTED_KEYS=file1:file2` | accept image files, and remote and written-through disk entries, only when signed by one of the public keys in these files (see [`crate::trust`]) |
+//! | `KILN_TRUSTED_KEYS=file1:file2` | accept image files, and remote and written-through disk entries, only when signed by one of the public keys in these files (see [`crate::trust`]); set but empty: no key is trusted (one warning), never "no checking" |
 //!
-//! A boolean switch is off when unset, empty, `0`, `false`, `no` or `off`
-//! (any case), and on for any other value. The switches are read once, when
+//! A boolean switch is on when set to `1`, `true`, `yes` or `on`, off when
+//! set to `0`, `false`, `no` or `off` (any case), and at its default when
+//! unset or empty; any other value keeps the default, with one warning that
+//! names the variable and the accepted spellings (one parser for every
+//! boolean `KILN_*` variable of every Kiln crate: [`switch`],
+//! [`parse_switch`]). The switches are read once, when
 //! the global cache is first used ([`crate::global()`]); [`Switches::from_lookup`]
 //! reads them from any source, which keeps tests away from the process
 //! environment.
 
 mod value;
 
-pub use value::is_on;
+pub use value::{InvalidSwitch, OFF, ON, parse_switch, switch};
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -42,30 +46,30 @@ pub const MEMORY_MAX_BYTES: &str = "KILN_MEMORY_MAX_BYTES";
 pub const RECORD: &str = "KILN_RECORD";
 
 /// Every variable that acts at run time only: the switches this module
-/// reads, and those of the disk tier (`KILN_CACHE*`), the remote tier
-/// (`KILN_REMOTE_*`) and signature checks (`KILN_TRUSTED_KEYS`).
-/// `KILN_SIGNING_KEY` is not one: a precompile block signs its image with
-/// it, so changing it rebuilds the image. A build script's precompile block compiles into a fresh
-/// cache that none of them changes (the disk cache directory only holds
-/// memos that speed up deriving the same owners), so [`crate::build`] does
-/// not rerun a build script when they change: `KILN_DISABLE=1 cargo run` or a
-/// new `KILN_CACHE_DIR` does not rebuild the images. Other crates' run-time
-/// switches (a backend's, such as `kiln-cuda`'s `KILN_STRICT_TOOLCHAIN`) are
-/// registered instead ([`RunTimeSwitch`](crate::registry::RunTimeSwitch));
-/// [`is_run_time`] asks both.
-pub const RUN_TIME: [&str; 14] = [
+/// reads, and those of the disk tier (`KILN_CACHE`, `KILN_CACHE_DIR`,
+/// `KILN_CACHE_MAX_BYTES`) and the remote tier (`KILN_REMOTE_*`). A build
+/// script's precompile block takes from those tiers only what it can vouch
+/// for, and the image it writes does not depend on where an entry came
+/// from, so [`crate::build`] does not rerun a build script when they
+/// change: `KILN_DISABLE=1 cargo run` or a new `KILN_CACHE_DIR` does not
+/// rebuild the images. The trust variables are not run-time switches:
+/// `KILN_TRUSTED_KEYS`, `KILN_SIGNING_KEY`, `KILN_CACHE_TRUST_DIR` and
+/// `KILN_BUILD_UNVERIFIED` decide what a block may embed, so changing them
+/// reruns it. Other crates' run-time switches (a backend's, such as
+/// `kiln-cuda`'s `KILN_STRICT_TOOLCHAIN`) are registered instead
+/// ([`RunTimeSwitch`](crate::registry::RunTimeSwitch)); [`is_run_time`]
+/// asks both.
+pub const RUN_TIME: [&str; 12] = [
     DISABLE,
     ALWAYS_COMPILE,
     IMAGE_PATH,
     LOG,
     RECORD,
     MEMORY_MAX_BYTES,
-    crate::trust::TRUSTED_KEYS,
     crate::trust::REMOTE_WRITE,
     crate::disk::config::CACHE,
     crate::disk::config::CACHE_DIR,
     crate::disk::config::CACHE_MAX_BYTES,
-    crate::disk::config::CACHE_TRUST_DIR,
     "KILN_REMOTE_CACHE",
     "KILN_REMOTE_TIMEOUT_MS",
 ];
@@ -133,7 +137,7 @@ impl Switches {
         lookup: impl Fn(&str) -> Option<OsString>,
         trust: crate::trust::TrustPolicy,
     ) -> Switches {
-        let flag = |name: &str| lookup(name).is_some_and(|value| is_on(&value));
+        let flag = |name: &str| switch(name, lookup(name).as_deref(), false);
         let image_path = lookup(IMAGE_PATH)
             .map(|value| {
                 std::env::split_paths(&value)
@@ -218,13 +222,15 @@ mod tests {
 
     #[test]
     fn boolean_values_off_and_on() {
-        for off in ["", "0", "false", "FALSE", "no", "Off", " 0 "] {
+        for off in [
+            "", "0", "false", "FALSE", "no", "Off", " 0 ", "2", "disabled",
+        ] {
             assert!(
                 !switches(&[(DISABLE, off)]).disable,
                 "{off:?} should be off"
             );
         }
-        for on in ["1", "true", "yes", "on", "2"] {
+        for on in ["1", "true", "yes", "on", " YES "] {
             let s = switches(&[(DISABLE, on), (ALWAYS_COMPILE, on)]);
             assert!(s.disable && s.always_compile, "{on:?} should be on");
         }

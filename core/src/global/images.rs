@@ -92,7 +92,37 @@ fn merge(
                 tracing::debug!(image = %source, %key, "kiln image signed by a trusted key");
             }
             let entries = image.len();
-            let merge = cache.merge_image(image);
+            // An embedded image admitted unsigned is the program's own,
+            // except for the entries its precompile block took unverified
+            // from a tier (KILN_BUILD_UNVERIFIED): with trusted keys those
+            // are refused, as they would be from the tier.
+            let refused = match admission {
+                Admission::Own if trust.trusted_keys.is_some() => {
+                    match crate::trust::unverified_entries(&image.meta().labels) {
+                        Ok(refused) => refused,
+                        Err(why) => {
+                            let err = Error::UnverifiedLabel { why };
+                            tracing::warn!(image = %source, "refused kiln image (KILN_TRUSTED_KEYS is set): {err}");
+                            return ImageReport {
+                                source,
+                                outcome: ImageOutcome::Skipped(err),
+                                signer,
+                            };
+                        }
+                    }
+                }
+                _ => Vec::new(),
+            };
+            let merge = cache.merge_image_except(image, &refused);
+            if merge.unverified > 0 {
+                tracing::warn!(
+                    image = %source,
+                    unverified = merge.unverified,
+                    "kiln image entries refused (KILN_TRUSTED_KEYS is set): its build took them \
+                     from a cache tier without a trusted key's signature (KILN_BUILD_UNVERIFIED); \
+                     they compile when asked for"
+                );
+            }
             tracing::info!(
                 image = %source,
                 entries,

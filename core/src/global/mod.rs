@@ -27,6 +27,7 @@ use crate::{Cache, CacheConfig, Error};
 
 pub use images::load_images;
 pub use report::{ImageOutcome, ImageReport, InitReport};
+pub(crate) use tiers::add_tiers_wrapped;
 pub use tiers::{add_tiers, add_tiers_with};
 
 use images::merge_embedded;

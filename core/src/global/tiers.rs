@@ -55,6 +55,18 @@ pub fn add_tiers_with(
     lookup: impl Fn(&str) -> Option<OsString>,
     trust: &TrustPolicy,
 ) -> Vec<String> {
+    add_tiers_wrapped(cache, lookup, trust, |tier| tier)
+}
+
+/// [`add_tiers_with`], each tier passed through `wrap` before it is added
+/// (a precompile block's unverified tiers: `crate::build`). A factory's
+/// tier writes its hits through to the disk tier as it is, unwrapped.
+pub(crate) fn add_tiers_wrapped(
+    cache: &Cache,
+    lookup: impl Fn(&str) -> Option<OsString>,
+    trust: &TrustPolicy,
+    wrap: impl Fn(Box<dyn Tier>) -> Box<dyn Tier>,
+) -> Vec<String> {
     let mut names = Vec::new();
     let config = DiskConfig::from_lookup(&lookup).map(|config| {
         config.map(|mut config| {
@@ -64,13 +76,15 @@ pub fn add_tiers_with(
     });
     let disk = DiskTier::from_config(config).map(|disk| {
         let disk: Arc<dyn Tier> = Arc::new(disk);
-        names.push(disk.name().to_owned());
-        cache.add_tier(Box::new(Arc::clone(&disk)));
+        let wrapped = wrap(Box::new(Arc::clone(&disk)));
+        names.push(wrapped.name().to_owned());
+        cache.add_tier(wrapped);
         disk
     });
     let setup = TierSetup::new(&lookup, disk.map(|disk| cache.background(disk))).trust(trust);
     for factory in registry::tier_factories() {
         if let Some(tier) = factory.build(&setup) {
+            let tier = wrap(tier);
             names.push(tier.name().to_owned());
             cache.add_tier(tier);
         }

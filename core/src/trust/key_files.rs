@@ -24,11 +24,22 @@ const SIGNING_KEY_MAX_BYTES: u64 = 1024;
 const TRUSTED_KEYS_MAX_BYTES: u64 = 1 << 20;
 
 /// The trusted keys `KILN_TRUSTED_KEYS` names, read through `lookup`:
-/// `None` when it is unset or empty (signatures are not required). Files
-/// that cannot be used are left out with one warning each (per process),
-/// so a broken setting trusts fewer keys, never turns checking off.
+/// `None` when it is unset (signatures are not required). Checking fails
+/// closed: set but naming no file (empty, `:`, `KILN_TRUSTED_KEYS=$KEYS`
+/// with `KEYS` unset) trusts no key, with one warning (per process), and
+/// files that cannot be used are left out with one warning each, so a
+/// broken setting trusts fewer keys, never turns checking off.
 pub fn trusted_keys_from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> Option<TrustedKeys> {
-    let value = lookup(super::TRUSTED_KEYS).filter(|value| !value.is_empty())?;
+    let value = lookup(super::TRUSTED_KEYS)?;
+    if std::env::split_paths(&value).all(|path| path.as_os_str().is_empty()) {
+        super::warn_once(
+            "KILN_TRUSTED_KEYS is set but names no file: no key is trusted, so only the \
+             program's own images and this user's own compiles are served (name the files of \
+             the keys to trust, or unset the variable to check no signature)"
+                .to_owned(),
+        );
+        return Some(TrustedKeys::default());
+    }
     let (keys, errors) = read_trusted_keys(&value);
     for error in errors {
         super::warn_once(format!(
@@ -58,17 +69,44 @@ pub fn read_trusted_keys(value: &OsStr) -> (TrustedKeys, Vec<Error>) {
 /// Reads a trusted-keys file ([`TrustedKeys::parse`]: one public key per
 /// line, `#` comments; a `.pub` file written by `kiln keygen` is one).
 ///
+/// Whoever can write a trusted-keys file can add a key, so it is read only
+/// if nobody but this user (or root) can change it: the file must be owned
+/// by this process's effective user or by root and not writable by group
+/// or others, and so must every directory above it (and above where its
+/// links lead), as ssh requires of `authorized_keys`
+/// ([`regular_file::shared_ancestor`]). The error says how to fix it.
+///
 /// # Errors
-/// [`KeyError::Io`] when the file cannot be read, is not a regular file
-/// or is larger than 1 MiB; [`KeyError::Invalid`] naming the file
-/// and the first line that is not a key.
+/// [`KeyError::Io`] when the file cannot be read, is not a regular file,
+/// is larger than 1 MiB, or others may change it (kind
+/// [`std::io::ErrorKind::PermissionDenied`]); [`KeyError::Invalid`]
+/// naming the file and the first line that is not a key.
 pub fn read_trusted_keys_file(path: &Path) -> Result<TrustedKeys, KeyError> {
     let io = |source| KeyError::Io {
         action: "read the trusted keys",
         path: path.to_owned(),
         source,
     };
-    let bytes = regular_file::read(path, Links::Follow, TRUSTED_KEYS_MAX_BYTES).map_err(io)?;
+    let file = regular_file::open(path, Access::Read, Links::Follow).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if let Some(why) = changeable_by_others(path, &meta).map_err(io)? {
+        return Err(io(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            why,
+        )));
+    }
+    let bytes = regular_file::read_file(
+        file,
+        meta.len().min(TRUSTED_KEYS_MAX_BYTES),
+        TRUSTED_KEYS_MAX_BYTES,
+    )
+    .map_err(io)?;
+    if bytes.len() as u64 > TRUSTED_KEYS_MAX_BYTES {
+        return Err(io(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {TRUSTED_KEYS_MAX_BYTES} bytes"),
+        )));
+    }
     let text = String::from_utf8(bytes).map_err(|_| {
         KeyError::Invalid(format!(
             "{}: not text, so not a trusted-keys file",
@@ -77,6 +115,41 @@ pub fn read_trusted_keys_file(path: &Path) -> Result<TrustedKeys, KeyError> {
     })?;
     TrustedKeys::parse(&text)
         .map_err(|error| KeyError::Invalid(format!("{}: {error}", path.display())))
+}
+
+/// Why users other than this one (and root) could change the trusted-keys
+/// file `path` (opened, `meta` from its descriptor), and how to fix it; or
+/// `None`.
+#[cfg(unix)]
+fn changeable_by_others(path: &Path, meta: &std::fs::Metadata) -> std::io::Result<Option<String>> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let mode = meta.mode() & 0o7777;
+    let shown = path.display();
+    if meta.uid() != me && meta.uid() != 0 {
+        return Ok(Some(format!(
+            "owned by user {} (this process runs as user {me}), who could add a key: give it \
+             to this user or root (`chown`), mode 644 or narrower",
+            meta.uid()
+        )));
+    }
+    if mode & 0o022 != 0 {
+        return Ok(Some(format!(
+            "writable by other users (mode {mode:o}), who could add a key: run `chmod go-w {shown}`"
+        )));
+    }
+    Ok(regular_file::shared_ancestor(path)?.map(|why| {
+        format!(
+            "{why}, so another user could replace the file: keep trusted keys in a directory \
+             only this user or root may write"
+        )
+    }))
+}
+
+/// Ownership and modes are not checked where the platform has none.
+#[cfg(not(unix))]
+fn changeable_by_others(_: &Path, _: &std::fs::Metadata) -> std::io::Result<Option<String>> {
+    Ok(None)
 }
 
 /// Reads a secret key file: 64 hex digits (white space around them
@@ -285,10 +358,68 @@ mod tests {
             trusted_keys_from_lookup(lookup(&vars)),
             Some(TrustedKeys::default())
         );
-        // Unset or empty: not required.
+        // Unset: not required.
         assert_eq!(trusted_keys_from_lookup(lookup(&BTreeMap::new())), None);
-        let vars = BTreeMap::from([(TRUSTED_KEYS, OsString::new())]);
-        assert_eq!(trusted_keys_from_lookup(lookup(&vars)), None);
+    }
+
+    #[test]
+    fn set_but_naming_no_file_trusts_no_key_never_nothing_checked() {
+        for empty in ["", ":", "::", if cfg!(windows) { ";" } else { ":" }] {
+            let vars = BTreeMap::from([(TRUSTED_KEYS, OsString::from(empty))]);
+            assert_eq!(
+                trusted_keys_from_lookup(lookup(&vars)),
+                Some(TrustedKeys::default()),
+                "{empty:?}"
+            );
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_trusted_keys_file_others_may_change_is_refused_saying_how_to_fix_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let key = SigningKey::from_secret_bytes([7; 32]).public_key();
+        let path = dir.path().join("fleet.pub");
+        std::fs::write(&path, format!("{key}\n")).unwrap();
+        for fine in [0o644, 0o600, 0o444, 0o640] {
+            set_mode(&path, fine);
+            assert_eq!(
+                read_trusted_keys_file(&path).unwrap(),
+                TrustedKeys::new([key])
+            );
+        }
+        for open in [0o666, 0o664, 0o646, 0o622] {
+            set_mode(&path, open);
+            let error = read_trusted_keys_file(&path).expect_err("others may write it");
+            let text = error.to_string();
+            assert!(
+                text.contains(&format!("chmod go-w {}", path.display())),
+                "{open:o}: {text}"
+            );
+            // Through the variable: no key trusted, checking still on.
+            let vars = BTreeMap::from([(TRUSTED_KEYS, path.clone().into_os_string())]);
+            assert_eq!(
+                trusted_keys_from_lookup(lookup(&vars)),
+                Some(TrustedKeys::default())
+            );
+        }
+        // A directory above it others may write: they could swap the file.
+        set_mode(&path, 0o644);
+        let shared = dir.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        let inside = shared.join("fleet.pub");
+        std::fs::copy(&path, &inside).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let text = read_trusted_keys_file(&inside)
+            .expect_err("shared")
+            .to_string();
+        assert!(
+            text.contains("writable by other users") && text.contains("shared"),
+            "{text}"
+        );
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(read_trusted_keys_file(&inside).is_ok());
     }
 
     #[test]

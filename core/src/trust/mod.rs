@@ -3,7 +3,7 @@
 //!
 //! | variable | effect |
 //! | --- | --- |
-//! | `KILN_TRUSTED_KEYS=file1:file2` | files of trusted public keys (one key, 64 hex digits, per line; `#` comments; a `kiln keygen` `.pub` file is one), separated like `PATH`. When set, image files of `KILN_IMAGE_PATH` and remote-tier entries must carry a valid signature by one of these keys; disk-tier entries are served only if this user's processes compiled them or a trusted key signed them |
+//! | `KILN_TRUSTED_KEYS=file1:file2` | files of trusted public keys (one key, 64 hex digits, per line; `#` comments; a `kiln keygen` `.pub` file is one), separated like `PATH`. When set, image files of `KILN_IMAGE_PATH` and remote-tier entries must carry a valid signature by one of these keys; disk-tier entries are served only if this user's processes compiled them or a trusted key signed them. Set but naming no file (empty): no key is trusted, with one warning. A file that another user owns or may write (or that sits below a directory others may write) is refused, with the fix in the message |
 //! | `KILN_SIGNING_KEY=path` | the secret key file (`kiln keygen`) this process signs with: entries it stores in the remote tier, and images a build script's precompile block or `kiln bake` writes. Always a path, never the key itself; a file others may read (group or other permission bits) is refused: `chmod 600` it |
 //! | `KILN_REMOTE_WRITE=1` | store unsigned entries in the remote tier; only without `KILN_TRUSTED_KEYS` (readers that trust keys would refuse them) |
 //!
@@ -13,15 +13,26 @@
 //! batch roots. Whether an image or an entry is admitted, and why, is
 //! decided in one place: [`admit`], by where it comes from ([`Origin`]).
 //!
-//! Checking fails closed: a `KILN_TRUSTED_KEYS` file that cannot be read
-//! (missing, unreadable, a line that is not a key) gives one warning and
-//! trusts the keys of the other files, never none at all: with no usable
-//! file nothing signed is accepted, and nothing unsigned from elsewhere
-//! either. A `KILN_SIGNING_KEY` that cannot be read gives one warning and
+//! Checking fails closed: a `KILN_TRUSTED_KEYS` file that cannot be used
+//! (missing, unreadable, a line that is not a key, writable by another
+//! user: [`read_trusted_keys_file`]) gives one warning and trusts the keys
+//! of the other files, never none at all: with no usable file, or a
+//! variable set but empty, nothing signed is accepted, and nothing
+//! unsigned from elsewhere either. A `KILN_SIGNING_KEY` that cannot be read gives one warning and
 //! the process signs nothing (so it writes nothing to the remote tier).
 //!
 //! What each tier does with the policy:
 //!
+//! - **a precompile block** (`crate::build`): its image is embedded, and an
+//!   embedded image is trusted as the program itself, so the block takes
+//!   from its disk and remote tiers only what it can vouch for, keys or
+//!   not: this user's own compiles in a private directory, and what a
+//!   trusted key signed (a signed build also trusts its own key); the rest
+//!   is compiled. With `KILN_BUILD_UNVERIFIED=1` it takes the rest too and
+//!   records those entries in the image ([`Provenance::UNVERIFIED_LABEL`]):
+//!   a process with trusted keys then refuses them at init
+//!   ([`Cache::merge_image_except`](crate::Cache::merge_image_except)), as
+//!   it would from the tier.
 //! - **images** (`KILN_IMAGE_PATH`): with trusted keys, an image file is
 //!   merged only if a trusted key signed it; otherwise it is skipped with
 //!   one warning and reported in the [`InitReport`](crate::InitReport)
@@ -36,7 +47,10 @@
 //!   signature, verified once per process: see [`kiln_image::signature`]);
 //!   otherwise it is refused (counted in
 //!   [`Stats::tier_untrusted`](crate::Stats::tier_untrusted), one warning
-//!   per process) and compiled. It writes only entries it can sign
+//!   per process) and compiled. Without trusted keys a well-formed value
+//!   is served as it is, whatever code it holds (GPU code the driver
+//!   JIT-compiled from a process on another machine included: `kiln-cuda`
+//!   stores those as entries like any other). It writes only entries it can sign
 //!   (`KILN_SIGNING_KEY`), or with `KILN_REMOTE_WRITE=1` and no trusted
 //!   keys, unsigned ones: a reader is read-only by default.
 //! - **disk tier**: every entry is stored with its [`Provenance`]: compiled
@@ -64,7 +78,7 @@ pub use key_files::{
     trusted_keys_from_lookup, write_signing_key,
 };
 pub use policy::TrustPolicy;
-pub use provenance::Provenance;
+pub use provenance::{Provenance, unverified_entries, unverified_label};
 
 /// `KILN_TRUSTED_KEYS`: files of trusted public keys, separated like `PATH`.
 pub const TRUSTED_KEYS: &str = "KILN_TRUSTED_KEYS";

@@ -90,8 +90,11 @@ impl TrustPolicy {
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> TrustPolicy {
         TrustPolicy {
             trusted_keys: super::trusted_keys_from_lookup(&lookup),
-            remote_write: lookup(super::REMOTE_WRITE)
-                .is_some_and(|value| crate::env::is_on(&value)),
+            remote_write: crate::env::switch(
+                super::REMOTE_WRITE,
+                lookup(super::REMOTE_WRITE).as_deref(),
+                false,
+            ),
             signing: Arc::new(Signing {
                 path: super::signing_key_path(&lookup),
                 key: OnceLock::new(),

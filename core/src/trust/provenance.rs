@@ -1,7 +1,9 @@
 //! [`Provenance`]: where a stored entry came from, recorded with it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+
+use kiln_image::Digest;
 
 use super::Origin;
 
@@ -39,6 +41,14 @@ impl Provenance {
     /// The image metadata label naming the tier an unsigned entry came
     /// from.
     pub const FROM_LABEL: &'static str = "kiln.from";
+    /// The image metadata label of an image a precompile block wrote with
+    /// `KILN_BUILD_UNVERIFIED=1`, listing the entries it took from a disk
+    /// or remote tier without being able to vouch for them (received
+    /// unsigned, or signed by no key it trusts): `<owner hex>:<key hex>`
+    /// pairs, sorted, separated by spaces ([`unverified_label`]). A process
+    /// with trusted keys refuses those entries of an embedded image
+    /// ([`unverified_entries`]), as it would from a tier.
+    pub const UNVERIFIED_LABEL: &'static str = "kiln.unverified";
 
     /// The provenance image metadata `labels` record (of an unsigned
     /// image: a signed segment is [`Provenance::Signed`] by its
@@ -80,6 +90,60 @@ impl Provenance {
             _ => Origin::Elsewhere,
         }
     }
+}
+
+/// The value of [`Provenance::UNVERIFIED_LABEL`] for `entries` (owner and
+/// key digests): sorted, without repeats, so that the image stays
+/// deterministic.
+pub fn unverified_label(entries: impl IntoIterator<Item = (Digest, Digest)>) -> String {
+    let sorted: BTreeSet<(Digest, Digest)> = entries.into_iter().collect();
+    sorted
+        .iter()
+        .map(|(owner, key)| format!("{}:{}", owner.to_hex(), key.to_hex()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The entries an image's metadata `labels` record as taken unverified
+/// ([`Provenance::UNVERIFIED_LABEL`]): none when the label is absent.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use kiln_core::trust::{Provenance, unverified_entries, unverified_label};
+/// use kiln_image::Digest;
+///
+/// let entry = (Digest::of(b"owner"), Digest::of(b"key"));
+/// let labels = BTreeMap::from([(Provenance::UNVERIFIED_LABEL.to_owned(), unverified_label([entry]))]);
+/// assert_eq!(unverified_entries(&labels)?, [entry]);
+/// assert!(unverified_entries(&BTreeMap::new())?.is_empty());
+/// # Ok::<(), String>(())
+/// ```
+///
+/// # Errors
+/// What is wrong with a label that is not such a list (a reader with
+/// trusted keys then refuses the whole image: it cannot tell which entries
+/// were unverified).
+pub fn unverified_entries(
+    labels: &BTreeMap<String, String>,
+) -> Result<Vec<(Digest, Digest)>, String> {
+    let Some(value) = labels.get(Provenance::UNVERIFIED_LABEL) else {
+        return Ok(Vec::new());
+    };
+    value
+        .split_ascii_whitespace()
+        .map(|pair| {
+            let parsed = pair
+                .split_once(':')
+                .and_then(|(owner, key)| Some((owner.parse().ok()?, key.parse().ok()?)));
+            parsed.ok_or_else(|| {
+                format!(
+                    "its label {} holds {:?}, not an owner and a key digest in hex",
+                    Provenance::UNVERIFIED_LABEL,
+                    pair.chars().take(160).collect::<String>()
+                )
+            })
+        })
+        .collect()
 }
 
 impl fmt::Display for Provenance {
@@ -126,6 +190,27 @@ mod tests {
             },
         ] {
             assert_eq!(other.origin(true), Origin::Elsewhere);
+        }
+    }
+
+    #[test]
+    fn the_unverified_label_round_trips_sorted_and_a_bad_one_is_an_error() {
+        let a = (Digest::of(b"o1"), Digest::of(b"k1"));
+        let b = (Digest::of(b"o0"), Digest::of(b"k2"));
+        let label = unverified_label([a, b, a]);
+        assert_eq!(
+            label,
+            unverified_label([b, a]),
+            "order and repeats do not matter"
+        );
+        let labels = BTreeMap::from([(Provenance::UNVERIFIED_LABEL.to_owned(), label)]);
+        let mut expected = vec![a, b];
+        expected.sort();
+        assert_eq!(unverified_entries(&labels).unwrap(), expected);
+        for bad in ["zz", "00:11", &a.0.to_hex()] {
+            let labels =
+                BTreeMap::from([(Provenance::UNVERIFIED_LABEL.to_owned(), bad.to_owned())]);
+            assert!(unverified_entries(&labels).is_err(), "{bad:?}");
         }
     }
 }

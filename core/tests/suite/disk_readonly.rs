@@ -59,9 +59,11 @@ fn a_directory_that_stops_being_writable_serves_hits_and_compiles_with_one_warni
     for i in 0..3 {
         assert!(disk.put(&entry(i, default_len(i))));
     }
-    // The directory goes away and a regular file takes its path: every write
-    // now fails with ENOTDIR, root or not. Mapped segments stay readable.
+    // The directory the cache holds is deleted (and a regular file takes
+    // its path, which the cache no longer reads): every write now fails,
+    // root or not. Segments already open stay readable.
     std::fs::rename(&dir, root.path().join("moved")).expect("rename");
+    std::fs::remove_dir_all(root.path().join("moved")).expect("remove");
     std::fs::write(&dir, b"not a directory").expect("write");
 
     let warnings = WarnCounter::default();
@@ -172,8 +174,11 @@ fn entries_stored_before_the_failure_are_intact() {
     let dir = root.path().join("cache");
     let disk = DiskCache::open(config(&dir)).expect("open");
     assert!(disk.put(&entry(1, 500)));
-    std::fs::rename(&dir, root.path().join("moved")).expect("rename");
-    std::fs::write(&dir, b"x").expect("write");
+    // A store needs the directory lock: a directory under its name makes
+    // every store fail (root or not), as a broken directory would.
+    let lock = config(&dir).images_dir().join("lock");
+    std::fs::remove_file(&lock).expect("the lock file");
+    std::fs::create_dir(&lock).expect("a directory named lock");
     // Under a subscriber of its own, as the other tests here: `tracing`
     // caches a warning's interest when it is first emitted, from that
     // thread's subscriber alone while only one is in use elsewhere, so a
@@ -185,8 +190,7 @@ fn entries_stored_before_the_failure_are_intact() {
     });
     assert!(!disk.is_writable());
     assert_eq!(warnings.count(), 1, "one warning for the failed store");
-    std::fs::remove_file(&dir).expect("remove");
-    std::fs::rename(root.path().join("moved"), &dir).expect("rename back");
+    std::fs::remove_dir(&lock).expect("the directory named lock");
     let later = DiskCache::open(config(&dir)).expect("open");
     assert!(later.get(&ids(1).0, &ids(1).1).is_some());
     assert!(later.get(&ids(2).0, &ids(2).1).is_none());

@@ -16,7 +16,7 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
-use crate::disk_support::{child_process, entry, run_for_result};
+use crate::disk_support::{child_process, compile, entry, ids, run_for_result};
 use kiln_core::disk::{DiskCache, DiskConfig};
 
 /// The user these tests create and run as.
@@ -212,4 +212,160 @@ fn listing(dir: &Path) -> Vec<(String, u32, u64)> {
         .collect();
     files.sort();
     files
+}
+
+/// The entry of kernel `i` with other bytes than a compile gives: what an
+/// attacker plants.
+fn planted(i: u64) -> kiln_image::EntryData {
+    let mut entry = entry(i, 64);
+    entry.artifacts[0].bytes = b"// EVIL PTX planted by another user".to_vec();
+    entry
+}
+
+/// A cache directory at `path` holding the planted kernel `i` (labelled as
+/// this user's compile, as a cache directory of the attacker's own says),
+/// then given, with everything in it, to `user`.
+fn attackers_cache(path: &Path, user: (u32, u32), i: u64) {
+    let mut config = DiskConfig::new(path);
+    config.trust_dir = true;
+    let cache = DiskCache::open(config).expect("opens");
+    assert!(cache.put(&planted(i)));
+    drop(cache);
+    let status = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{}:{}", user.0, user.1))
+        .arg(path)
+        .status()
+        .expect("chown runs");
+    assert!(status.success());
+}
+
+/// As `user`, in `dir`: renames `cache` away and puts a symbolic link to
+/// `evil` in its place (`mv`, `ln`: the user's own permissions decide).
+fn swap_as(user: (u32, u32), dir: &Path, evil: &Path) {
+    let status = Command::new("sh")
+        .args(["-c", "mv cache moved && ln -s \"$EVIL\" cache"])
+        .env("EVIL", evil)
+        .current_dir(dir)
+        .uid(user.0)
+        .gid(user.1)
+        .status()
+        .expect("sh runs");
+    assert!(status.success(), "the second user swapped the directory");
+}
+
+#[test]
+fn a_cache_directory_swapped_by_another_user_is_never_read_by_a_running_process() {
+    let Some(user) = second_user() else {
+        return;
+    };
+    let root = reachable_root();
+    // The victim's cache, in a directory that is root's when the cache is
+    // opened (so it is accepted), and the second user's afterwards (an
+    // administrator's mistake, a shared project folder).
+    let parent = root.path().join("project");
+    dir(&parent, (0, 0), 0o755);
+    let path = parent.join("cache");
+    let evil = root.path().join("evil");
+    attackers_cache(&evil, user, 1);
+    let mut config = DiskConfig::new(&path);
+    config.trusted_keys = Some(kiln_image::TrustedKeys::default());
+    let victim = DiskCache::open(config.clone()).expect("opens: everything is root's");
+    assert!(victim.put(&entry(0, 64)));
+
+    chown(&parent, Some(user.0), Some(user.1)).expect("chown");
+    swap_as(user, &parent, &evil);
+    assert!(
+        std::fs::symlink_metadata(&path)
+            .expect("the link")
+            .file_type()
+            .is_symlink()
+    );
+
+    // The running process keeps the directory it checked: the planted
+    // kernel is not found (before: served, labelled as its own compile),
+    // its own entry still is, and what it stores goes where it checked.
+    assert!(
+        victim.get(&ids(1).0, &ids(1).1).is_none(),
+        "the planted entry was served"
+    );
+    let own = victim.get(&ids(0).0, &ids(0).1).expect("its own entry");
+    assert_eq!(
+        own.artifact(&kiln_image::ArtifactKind::Ptx).ok().flatten(),
+        Some(&compile(0, 64)[..])
+    );
+    assert!(victim.put(&entry(2, 64)));
+    let evil_images = DiskConfig::new(&evil).images_dir();
+    let moved_images = DiskConfig::new(parent.join("moved")).images_dir();
+    assert!(
+        listing(&evil_images)
+            .iter()
+            .all(|(_, uid, _)| *uid == user.0),
+        "nothing written there"
+    );
+    assert!(victim.stats().expect("stats").entries >= 2);
+    assert!(
+        std::fs::read_dir(&moved_images).expect("lists").count() >= 3,
+        "stores land in the directory checked"
+    );
+
+    // A new process refuses the path now: the parent is another user's,
+    // and so is the directory the link leads to.
+    let error = DiskCache::open(config).expect_err("refused");
+    let text = error.to_string();
+    assert!(
+        text.contains(&format!("owned by user {}", user.0)),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_directory_above_the_cache_that_another_user_owns_or_may_write_refuses_it() {
+    let Some(user) = second_user() else {
+        return;
+    };
+    let root = reachable_root();
+    for (owner, mode, why) in [
+        (user, 0o755, format!("owned by user {}", user.0)),
+        (
+            (0, 0),
+            0o777,
+            "writable by other users (mode 777)".to_owned(),
+        ),
+        (
+            (0, 0),
+            0o775,
+            "writable by other users (mode 775)".to_owned(),
+        ),
+    ] {
+        let parent = root.path().join(format!("parent-{:o}-{}", mode, owner.0));
+        dir(&parent, owner, mode);
+        let cache_dir = parent.join("cache");
+        dir(&cache_dir, (0, 0), 0o700);
+        let error = DiskCache::open(DiskConfig::new(&cache_dir)).expect_err("refused");
+        let text = error.to_string();
+        assert!(
+            text.contains("above it") && text.contains(&why),
+            "{}: {text}",
+            parent.display()
+        );
+        // Nothing was created in a refused directory.
+        assert_eq!(std::fs::read_dir(&cache_dir).expect("lists").count(), 0);
+    }
+    // A sticky directory others may write (as /tmp) is no such way in: the
+    // cache below it is used.
+    let sticky = root.path().join("sticky");
+    dir(&sticky, (0, 0), 0o1777);
+    let cache_dir = sticky.join("cache");
+    dir(&cache_dir, (0, 0), 0o700);
+    assert!(DiskCache::open(DiskConfig::new(&cache_dir)).is_ok());
+    // And as the second user, through the tier: every kernel compiled, one
+    // warning, nothing written.
+    let parent = root.path().join("root-open");
+    dir(&parent, (0, 0), 0o777);
+    let cache_dir = parent.join("mine");
+    dir(&cache_dir, user, 0o700);
+    let result = run_as(user, &cache_dir);
+    assert_eq!(fields(&result), (3, 0, 1), "{result:?}");
+    assert_eq!(std::fs::read_dir(&cache_dir).expect("lists").count(), 0);
 }

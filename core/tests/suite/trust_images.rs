@@ -218,6 +218,80 @@ fn embedded_images_are_the_programs_own_unless_their_signature_says_otherwise() 
     );
 }
 
+/// An embedded image whose build took entries unverified from a tier
+/// (`KILN_BUILD_UNVERIFIED`) records them: a process with trusted keys
+/// refuses those entries, as it would from the tier, and serves the rest;
+/// without keys nothing is checked; a record it cannot read refuses the
+/// whole image under keys.
+#[test]
+fn entries_an_embedded_image_records_as_unverified_are_refused_under_keys() {
+    let labelled = |names: &[&str], unverified: &[&str], label: Option<&str>| -> Vec<u8> {
+        let opened = Image::from_bytes(&image(names), Verification::Full).expect("opens");
+        let mut meta = ImageMeta::new("trust-test", "1");
+        let value = label.map_or_else(
+            || {
+                kiln_core::trust::unverified_label(
+                    unverified
+                        .iter()
+                        .map(|name| (owner().digest(), *key(name).digest())),
+                )
+            },
+            str::to_owned,
+        );
+        meta.labels.insert(
+            kiln_core::trust::Provenance::UNVERIFIED_LABEL.to_owned(),
+            value,
+        );
+        let mut with_label = kiln_image::ImageWriter::new(meta);
+        for entry in opened.entries() {
+            with_label.push(entry.expect("an entry").to_data().expect("its data"));
+        }
+        with_label.to_bytes().expect("an image")
+    };
+    let embedded = |name: &'static str, bytes: Vec<u8>| -> &'static EmbeddedImage {
+        Box::leak(Box::new(EmbeddedImage::new(
+            "lib",
+            name,
+            leak_aligned(&bytes),
+        )))
+    };
+    let built = embedded("built.kimg", labelled(&["own", "taken"], &["taken"], None));
+    let garbled = embedded(
+        "garbled.kimg",
+        labelled(&["other"], &[], Some("not digests")),
+    );
+
+    // With trusted keys (none of which signed anything here).
+    let mut switches = Switches::default();
+    switches.trust = TrustPolicy::default().with_trusted_keys(trusting(&[&signer(9)]));
+    let cache = Cache::new();
+    let report = kiln_core::load_images(&cache, &switches, &[built, garbled]);
+    let merged: Vec<u64> = report.merged().map(|(_, merge)| merge.unverified).collect();
+    assert_eq!(merged, [1]);
+    assert_eq!(report.inserted(), 1);
+    assert!(served(&cache, "own"));
+    assert!(
+        !served(&cache, "taken"),
+        "refused as it would be from the tier"
+    );
+    let skipped: Vec<String> = report.skipped().map(|(_, e)| e.to_string()).collect();
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert!(
+        skipped[0].contains("record of unverified entries"),
+        "{skipped:?}"
+    );
+    assert!(
+        report.to_string().contains("1 unverified refused"),
+        "{report}"
+    );
+
+    // Without keys: nothing is checked, everything served.
+    let cache = Cache::new();
+    let report = kiln_core::load_images(&cache, &Switches::default(), &[built, garbled]);
+    assert_eq!(report.inserted(), 3);
+    assert!(served(&cache, "taken") && served(&cache, "other"));
+}
+
 /// A build script's precompile block with `KILN_SIGNING_KEY` set signs its
 /// image (and asks to rerun when the key file changes); the image verifies
 /// with the key's public half, and is deterministic.

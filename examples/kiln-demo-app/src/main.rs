@@ -114,7 +114,12 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     );
     let cache = kiln::global();
 
-    let gpu_wanted = args.gpu || std::env::var_os("KILN_DEMO_GPU").is_some_and(|v| v == "1");
+    let gpu_wanted = args.gpu
+        || kiln::env::switch(
+            "KILN_DEMO_GPU",
+            std::env::var_os("KILN_DEMO_GPU").as_deref(),
+            false,
+        );
     let driver = args
         .driver
         .as_deref()

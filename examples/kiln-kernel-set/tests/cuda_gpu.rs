@@ -727,7 +727,11 @@ fn a_second_cache_gets_the_jit_compiled_cubin_from_the_disk_tier() {
 /// Whether `KILN_GPU_TESTS` asks for the GPU tests (off when unset, empty, `0`,
 /// `false`, `no` or `off`).
 fn gpu_tests_enabled() -> bool {
-    std::env::var_os("KILN_GPU_TESTS").is_some_and(|v| kiln_core::env::is_on(&v))
+    kiln_core::env::switch(
+        "KILN_GPU_TESTS",
+        std::env::var_os("KILN_GPU_TESTS").as_deref(),
+        false,
+    )
 }
 
 /// Each GPU test twice: all of them in `gpu_tests_with_kiln_gpu_tests`, which
