@@ -601,9 +601,20 @@ fn a_block_embeds_no_planted_code_and_a_process_with_keys_refuses_what_it_took_u
     let reader = base
         .clone_with("KILN_CACHE_DIR", &shared)
         .var("KILN_CACHE_TRUST_DIR", "1");
+    // Payloads are read through the image (they are compressed when
+    // embedded), not searched for in the file's bytes.
     let contains_planted = |summary: &Summary| {
-        let image = std::fs::read(&summary.image).expect("image");
-        image.windows(4).any(|w| w == b"EVIL")
+        let image = kiln_image::Image::open(&summary.image, kiln_image::Verification::Full)
+            .expect("a sound image");
+        image.entries().any(|entry| {
+            entry.expect("an entry").artifacts().any(|artifact| {
+                artifact
+                    .bytes()
+                    .expect("checked bytes")
+                    .windows(4)
+                    .any(|w| w == b"EVIL")
+            })
+        })
     };
 
     // Told to take unverified entries, with keys at build time: what the
