@@ -1,5 +1,8 @@
 //! One derivation of a kernel for a device: shipped entries, compiled here,
-//! compiled elsewhere.
+//! compiled elsewhere. What does not depend on the kernel asked for (requests,
+//! owners, keys, the compiled entry, entry points) is taken from and kept in the
+//! program's memo ([`ProgramMemo`]), shared by the derivations of every kernel of
+//! the program.
 
 use std::fmt;
 use std::hash::Hash;
@@ -8,6 +11,7 @@ use std::sync::Arc;
 use kiln_core::{Cache, Hit, World};
 
 use super::attempt::{Attempt, Attempts};
+use super::program::{Keyed, ProgramMemo, Under};
 use super::served::{ChosenArtifact, Served, artifact_kind};
 use crate::select::{Selection, select};
 use crate::{Arch, BuildRecord, Device, Error, KernelRequest, Toolchain, ToolchainPolicy};
@@ -27,16 +31,9 @@ pub(super) trait Library<S> {
     fn local(&self) -> Result<Arc<Toolchain>, Arc<Error>>;
 }
 
-/// Which toolchain a request was built under.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Under {
-    Recorded,
-    Local,
-}
-
 /// One derivation of a kernel for a device: the steps shipped, compiled here and
-/// compiled elsewhere, sharing the requests they build (once per toolchain and arch)
-/// and the attempts that did not serve.
+/// compiled elsewhere, sharing the requests they build (once per toolchain and arch,
+/// in the program's memo) and the attempts that did not serve.
 pub(super) struct Derivation<'a, 'c, S> {
     library: &'a dyn Library<S>,
     cache: &'c Cache,
@@ -46,7 +43,7 @@ pub(super) struct Derivation<'a, 'c, S> {
     world: World,
     record: &'a BuildRecord,
     recorded: Option<&'a Toolchain>,
-    requests: Vec<(Under, Arch, Arc<KernelRequest>)>,
+    memo: &'a ProgramMemo,
     tried: Vec<Attempt>,
 }
 
@@ -58,9 +55,11 @@ impl<'a, 'c, S> Derivation<'a, 'c, S>
 where
     S: Clone + Eq + Hash + fmt::Debug + Send + Sync,
 {
-    /// A derivation of `spec` (and `kernel`, if named) for `device` in `cache`,
-    /// at the cache's current world, by a library whose build recorded `record`
-    /// (and `recorded`, the toolchain it names, when its build had one).
+    /// A derivation of `spec` (and `kernel`, if named) for `device` in `cache`, at
+    /// the world of `memo` (the program's memo for this cache and device, made at
+    /// the cache's world), by a library whose build recorded `record` (and
+    /// `recorded`, the toolchain it names, when its build had one).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         library: &'a dyn Library<S>,
         cache: &'c Cache,
@@ -69,6 +68,7 @@ where
         kernel: Option<&'a str>,
         record: &'a BuildRecord,
         recorded: Option<&'a Toolchain>,
+        memo: &'a ProgramMemo,
     ) -> Self {
         Derivation {
             library,
@@ -76,10 +76,10 @@ where
             device,
             spec,
             kernel,
-            world: cache.world(),
+            world: memo.world(),
             record,
             recorded,
-            requests: Vec::new(),
+            memo,
             tried: Vec::new(),
         }
     }
@@ -110,7 +110,16 @@ where
             });
             return self.cannot_compile(cause);
         };
+        let request = Arc::clone(request.request());
+        // The entry compiled for another kernel of the program, if the cache still
+        // holds it: what `compile_cached` would find first.
+        if let Some((owner, key)) = self.memo.compiled()
+            && let Some(hit) = self.cache.lookup(&owner, &key)
+        {
+            return self.exact(hit, Selection::Compiled, request);
+        }
         let hit = compiler.compile_cached(self.cache, &request)?;
+        self.memo.set_compiled(&hit);
         self.exact(hit, Selection::Compiled, request)
     }
 
@@ -133,16 +142,17 @@ where
             return Ok(None);
         }
         for candidate in &candidates.list {
-            let request = self.request(Under::Recorded, recorded, candidate.target)?;
+            let keyed = self.request(Under::Recorded, recorded, candidate.target)?;
             if let Some(local) = &strict
-                && let Some(why) = differs(local, recorded, &request)
+                && let Some(why) = differs(local, recorded, keyed.request())
             {
                 self.tried.push(Attempt::StrictToolchain { why });
                 return Ok(None);
             }
-            let owner = request.owner(recorded.nvrtc())?;
-            let key = request.key()?;
-            let Some(hit) = self.cache.lookup(&owner.digest(), &key) else {
+            let owner = keyed.owner(recorded.nvrtc())?.digest();
+            let key = keyed.key()?;
+            let request = Arc::clone(keyed.request());
+            let Some(hit) = self.cache.lookup(&owner, &key) else {
                 self.tried.push(Attempt::NotInImages {
                     target: candidate.target,
                     selection: candidate.selection,
@@ -183,11 +193,14 @@ where
             && !self.strict_here()
         {
             match self.request(Under::Recorded, recorded, self.device.arch()) {
-                Ok(request) => {
-                    let owner = request.owner(recorded.nvrtc())?;
-                    let key = request.key()?;
-                    match self.cache.get_cached(&owner, &key) {
-                        Some(hit) => return self.exact(hit, Selection::Compiled, request),
+                Ok(keyed) => {
+                    let owner = keyed.owner(recorded.nvrtc())?;
+                    let key = keyed.key()?;
+                    match self.cache.get_cached(owner, &key) {
+                        Some(hit) => {
+                            let request = Arc::clone(keyed.request());
+                            return self.exact(hit, Selection::Compiled, request);
+                        }
                         None => self.tried.push(Attempt::NotCompiledElsewhere {
                             nvrtc: recorded.nvrtc().clone(),
                         }),
@@ -243,35 +256,25 @@ where
     }
 
     /// Whether the artifact `selection` loads from `hit` holds the kernel asked
-    /// for (any entry does when none is).
+    /// for (any entry does when none is), from the program memo's index of the
+    /// entry's entry points.
     fn holds_kernel(&self, hit: &Hit<'c>, selection: Selection) -> bool {
         let Some(kernel) = self.kernel else {
             return true;
         };
-        let kind = artifact_kind(selection);
-        hit.artifacts()
-            .iter()
-            .filter(|a| a.kind == kind)
-            .any(|a| a.entry_points.contains(&kernel))
+        self.memo.holds(hit, &artifact_kind(selection), kernel)
     }
 
-    /// The request under `toolchain` for `arch`, built once per derivation.
+    /// The request under `toolchain` for `arch`, built once per program memo.
     fn request(
         &mut self,
         under: Under,
         toolchain: &Toolchain,
         arch: Arch,
-    ) -> Result<Arc<KernelRequest>, crate::Error> {
-        if let Some((.., request)) = self
-            .requests
-            .iter()
-            .find(|(u, a, _)| *u == under && *a == arch)
-        {
-            return Ok(Arc::clone(request));
-        }
-        let request = Arc::new(self.library.request(self.spec, toolchain, arch)?);
-        self.requests.push((under, arch, Arc::clone(&request)));
-        Ok(request)
+    ) -> Result<Arc<Keyed>, crate::Error> {
+        let (library, spec) = (self.library, self.spec);
+        self.memo
+            .keyed(under, arch, || library.request(spec, toolchain, arch))
     }
 
     /// Whether the policy is strict and this process has a toolchain: then it serves
@@ -284,9 +287,8 @@ where
     /// program (the first request's name), else the specialization.
     fn kernel_label(&self) -> String {
         let program = self
-            .requests
-            .first()
-            .map(|(.., request)| request.name().to_owned())
+            .memo
+            .first_request_name()
             .or_else(|| {
                 let recorded = self.recorded?;
                 let request = self
