@@ -74,8 +74,9 @@ fn quick_run_measures_every_mode_and_writes_json_and_svg() {
         assert!(mode["vs_cold"].as_f64().is_some(), "{mode}");
         // No NVRTC in any process: the synthetic set compiles without it.
         assert_eq!(mode["nvrtc_loaded_runs"], 0, "{mode}");
-        // The example library's path is measured on the real set only.
+        // The example libraries' paths are measured on the real set only.
         assert!(mode["library_call_us"].is_null(), "{mode}");
+        assert!(mode["large"].is_null(), "{mode}");
         if mode["stripped"] == true {
             assert_stripped(mode);
         } else {
@@ -146,6 +147,19 @@ fn kiln_modes_serve_the_real_set_through_the_library_without_nvrtc() {
         assert_eq!(mode["nvrtc_loaded_runs"], 0, "{mode}");
         if mode["stripped"] == true {
             assert_stripped(mode);
+        }
+        // The embedded modes also had every kernel of the real-size library
+        // in hand through its KernelLibrary, each checked (the exact CUBIN of
+        // its program, listing it), then derived again for the baseline.
+        let large = &mode["large"];
+        if mode["mode"].as_str().unwrap().starts_with("kiln-embedded") {
+            assert_eq!(large["kernels"], 608, "{mode}");
+            assert_eq!(large["programs"], 11, "{mode}");
+            for field in ["in_hand_ms", "kernel_first_us", "repeat_us", "derived_ms"] {
+                assert!(large[field].as_f64().unwrap() > 0.0, "{field}: {mode}");
+            }
+        } else {
+            assert!(large.is_null(), "{mode}");
         }
     }
     let repeated = report["targets"]
