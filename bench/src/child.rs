@@ -17,9 +17,6 @@
 //!   and key from its build record and looks them up), then
 //!   [`LIBRARY_ROUNDS`] more times (the repeated call: the remembered answer
 //!   and one cache lookup, to the artifact in hand);
-//! - for the real set with the embedded images, every kernel of the real-size
-//!   library (`kiln-large-library`, 608 kernels) through its `KernelLibrary`
-//!   ([`library_large`](crate::library_large));
 //! - whether the process has NVRTC mapped (`/proc/self/maps`), and whether it
 //!   could have found one in its environment (the locator's search, run last).
 
@@ -35,7 +32,6 @@ use crate::baseline::postcard_image::SerdeImage;
 use crate::error::BenchError;
 use crate::fixtures::Fixtures;
 use crate::kernel_set::{IN_HAND, Kernel, REAL_ARCH, Workload};
-use crate::library_large::{self, LargeLibrary};
 use crate::mode::{Env, Mode};
 
 /// Rounds of repeated library calls (every kernel once a round); the mean per
@@ -79,9 +75,6 @@ pub struct Measurement {
     /// One round of repeated `KernelLibrary::get` calls, every kernel to its
     /// artifact in hand, in nanoseconds: the mean of [`LIBRARY_ROUNDS`].
     pub library_repeat_ns: Option<u64>,
-    /// The real-size library's kernels through its `KernelLibrary` (the real
-    /// set with the embedded images only).
-    pub large: Option<LargeLibrary>,
     /// Whether NVRTC was mapped into the process at the end.
     pub nvrtc_loaded: bool,
     /// Where the process could have found NVRTC in its environment (the
@@ -125,15 +118,6 @@ pub fn measure(
         }
         _ => None,
     };
-    let large = match &source {
-        Lookups::Kiln(cache)
-            if workload == Workload::Real
-                && matches!(mode, Mode::KilnEmbedded | Mode::KilnEmbeddedStripped) =>
-        {
-            Some(library_large::measure(cache)?)
-        }
-        _ => None,
-    };
     let nvrtc_loaded = nvrtc_mapped()?;
     // Searched last: the search loads the library it finds.
     let nvrtc_found = (mode.is_warm() && mode.is_kiln())
@@ -163,7 +147,6 @@ pub fn measure(
         repeat_ns: nanos(repeat),
         library_first_ns: library.map(|(first, _)| nanos(first)),
         library_repeat_ns: library.map(|(_, repeat)| nanos(repeat)),
-        large,
         nvrtc_loaded,
         nvrtc_found,
         env_names: (mode.env() == Env::Stripped).then(|| {

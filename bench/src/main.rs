@@ -29,7 +29,6 @@ mod gpu;
 mod jit;
 mod kernel_set;
 mod large;
-mod library_large;
 mod mode;
 mod report;
 mod rss;

@@ -8,7 +8,6 @@ use serde::Serialize;
 use crate::child::Measurement;
 use crate::error::BenchError;
 use crate::gpu::GpuSummary;
-use crate::library_large::LargeLibrary;
 use crate::mode::{Env, Mode};
 use crate::scaling::{Format, RssMeasurement, ScaleMeasurement};
 
@@ -20,10 +19,6 @@ pub const TARGET_EMBEDDED_VS_COLD: f64 = 30_000.0;
 pub const TARGET_FILE_MS: f64 = 1.0;
 /// A repeated `KernelLibrary::get`, spec to artifact in hand, µs (at most).
 pub const TARGET_LIBRARY_CALL_US: f64 = 0.2;
-/// Every kernel of the real-size library in hand (first calls), ms (at most).
-pub const TARGET_LIBRARY_IN_HAND_MS: f64 = 5.0;
-/// A kernel's first call once its program's entry has been found, µs (at most).
-pub const TARGET_KERNEL_FIRST_US: f64 = 5.0;
 /// Earlier target: cold over warm, time to all kernels in hand (at least).
 pub const TARGET_VS_COLD: f64 = 1000.0;
 /// Earlier target: per hit against the directory cache (at least).
@@ -86,9 +81,6 @@ pub struct ModeSummary {
     /// Median repeated `KernelLibrary::get` per call, spec to artifact in
     /// hand, µs (the real set in a Kiln cache only).
     pub library_call_us: Option<f64>,
-    /// The real-size library through its `KernelLibrary` (the real set with
-    /// the embedded images only).
-    pub large: Option<LargeSummary>,
     /// Runs whose process had NVRTC mapped at the end.
     pub nvrtc_loaded_runs: usize,
     /// Where the first run could have found NVRTC in its environment (warm
@@ -107,49 +99,6 @@ pub struct ModeSummary {
     pub hit_vs_dir_cache: Option<f64>,
     /// The directory cache's repeat-hit time over this one.
     pub repeat_vs_dir_cache: Option<f64>,
-}
-
-/// The real-size library's medians in one mode.
-#[derive(Clone, Debug, Serialize)]
-pub struct LargeSummary {
-    /// Programs.
-    pub programs: usize,
-    /// Kernels.
-    pub kernels: usize,
-    /// Every kernel's first call, together: the whole library in hand, ms.
-    pub in_hand_ms: f64,
-    /// A program's first call (its entry found), µs.
-    pub program_first_us: f64,
-    /// A kernel's first call once its program's entry has been found, µs.
-    pub kernel_first_us: f64,
-    /// A repeated call, µs.
-    pub repeat_us: f64,
-    /// The baseline: every kernel from a library that remembers nothing, ms.
-    pub derived_ms: f64,
-    /// The baseline over the whole library in hand.
-    pub derived_vs_in_hand: f64,
-}
-
-impl LargeSummary {
-    fn of(runs: &[&LargeLibrary]) -> Option<LargeSummary> {
-        let first = runs.first()?;
-        let med = |field: fn(&LargeLibrary) -> u64| {
-            median(&runs.iter().map(|m| field(m)).collect::<Vec<_>>()).unwrap_or(0.0)
-        };
-        let in_hand = med(LargeLibrary::all_first_ns);
-        let derived = med(|m| m.derived_ns);
-        let others = first.kernels.saturating_sub(first.programs).max(1) as f64;
-        Some(LargeSummary {
-            programs: first.programs,
-            kernels: first.kernels,
-            in_hand_ms: in_hand / 1e6,
-            program_first_us: med(|m| m.program_first_ns) / 1e3 / first.programs.max(1) as f64,
-            kernel_first_us: med(|m| m.kernel_first_ns) / 1e3 / others,
-            repeat_us: med(|m| m.repeat_ns) / 1e3 / first.kernels.max(1) as f64,
-            derived_ms: derived / 1e6,
-            derived_vs_in_hand: derived / in_hand.max(1.0),
-        })
-    }
 }
 
 /// Summarizes the measurements of each mode, in `Mode::ALL` order.
@@ -191,12 +140,6 @@ pub fn summarize(measurements: &[Measurement]) -> Vec<ModeSummary> {
                 repeat_hit_us: med(|m| m.repeat_ns) / 1e3 / first.kernels.max(1) as f64,
                 library_first_us: per_kernel(|m| m.library_first_ns),
                 library_call_us: per_kernel(|m| m.library_repeat_ns),
-                large: LargeSummary::of(
-                    &runs
-                        .iter()
-                        .filter_map(|m| m.large.as_ref())
-                        .collect::<Vec<_>>(),
-                ),
                 nvrtc_loaded_runs: runs.iter().filter(|m| m.nvrtc_loaded).count(),
                 nvrtc_found: first.nvrtc_found.clone(),
                 env_names: first.env_names.clone(),
@@ -469,31 +412,6 @@ impl Report {
                 s.library_call_us,
             ));
         }
-        for s in modes.iter() {
-            let Some(large) = &s.large else { continue };
-            let name = s.mode.name();
-            checks.push(TargetCheck::at_most(
-                format!(
-                    "{name}: all {} kernels of the real-size library in hand (first calls)",
-                    large.kernels
-                ),
-                TARGET_LIBRARY_IN_HAND_MS,
-                " ms",
-                Some(large.in_hand_ms),
-            ));
-            checks.push(TargetCheck::at_most(
-                format!("{name}: a kernel's first call once its program's entry was found"),
-                TARGET_KERNEL_FIRST_US,
-                " µs",
-                Some(large.kernel_first_us),
-            ));
-            checks.push(TargetCheck::at_most(
-                format!("{name}: repeated get_kernel of the real-size library"),
-                TARGET_LIBRARY_CALL_US,
-                " µs",
-                Some(large.repeat_us),
-            ));
-        }
         for mode in [Mode::KilnEmbedded, Mode::KilnFile] {
             checks.push(TargetCheck::at_least(
                 format!(
@@ -611,39 +529,6 @@ impl Report {
                 ratio(s.hit_vs_dir_cache),
                 ratio(s.repeat_vs_dir_cache),
             );
-        }
-        let large: Vec<(&ModeSummary, &LargeSummary)> = self
-            .modes
-            .iter()
-            .filter_map(|s| Some((s, s.large.as_ref()?)))
-            .collect();
-        if let Some((_, first)) = large.first() {
-            let _ = writeln!(
-                out,
-                "\nA whole library in hand: kiln-large-library ({} kernels in {} programs), get_kernel for {} from kiln::global()\n",
-                first.kernels,
-                first.programs,
-                crate::kernel_set::REAL_ARCH
-            );
-            let _ = writeln!(
-                out,
-                "| mode | runs | all kernels in hand ms | program first call µs | kernel first call µs | repeated call µs | baseline: derived again ms | baseline / in hand |"
-            );
-            let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|--:|--:|");
-            for (s, l) in &large {
-                let _ = writeln!(
-                    out,
-                    "| {} | {} | {:.3} | {:.2} | {:.3} | {:.3} | {:.2} | {:.1}× |",
-                    s.mode.name(),
-                    s.runs,
-                    l.in_hand_ms,
-                    l.program_first_us,
-                    l.kernel_first_us,
-                    l.repeat_us,
-                    l.derived_ms,
-                    l.derived_vs_in_hand
-                );
-            }
         }
         let found: Vec<String> = self
             .modes
@@ -798,7 +683,6 @@ mod tests {
             repeat_ns,
             library_first_ns: None,
             library_repeat_ns: Some(lookup_ns / 100),
-            large: None,
             nvrtc_loaded: false,
             nvrtc_found: None,
             env_names: None,
@@ -863,47 +747,6 @@ mod tests {
             verdict("kiln-file: main → all kernels in hand"),
             Some((None, None))
         );
-    }
-
-    #[test]
-    fn the_real_size_library_is_summarized_per_call_and_checked() {
-        let large = |program_first_ns, kernel_first_ns, derived_ns| LargeLibrary {
-            programs: 10,
-            kernels: 610,
-            program_first_ns,
-            kernel_first_ns,
-            repeat_ns: 61_000,
-            derived_ns,
-        };
-        let mut runs = [
-            run(Mode::KilnEmbedded, 250_000, 5_000),
-            run(Mode::KilnEmbedded, 250_000, 5_000),
-            run(Mode::KilnEmbedded, 250_000, 5_000),
-        ];
-        runs[0].large = Some(large(500_000, 600_000, 30_000_000));
-        runs[1].large = Some(large(400_000, 3_600_000, 24_000_000));
-        runs[2].large = Some(large(600_000, 1_200_000, 27_000_000));
-        let summaries = summarize(&runs);
-        let summary = summaries[0].large.as_ref().unwrap();
-        assert_eq!(summary.in_hand_ms, 1.8); // median of 1.1, 4.0, 1.8 ms
-        assert_eq!(summary.program_first_us, 50.0); // 0.5 ms over 10 programs
-        assert_eq!(summary.kernel_first_us, 2.0); // 1.2 ms over 600 kernels
-        assert_eq!(summary.repeat_us, 0.1); // 61 µs a round of 610
-        assert_eq!(summary.derived_ms, 27.0);
-        assert_eq!(summary.derived_vs_in_hand, 15.0);
-        let checks = Report::check_targets(&summaries, &[]);
-        let met = |prefix: &str| {
-            checks
-                .iter()
-                .find(|c| c.what.starts_with(prefix))
-                .and_then(|c| c.met)
-        };
-        assert_eq!(
-            met("kiln-embedded: all 610 kernels of the real-size library in hand"),
-            Some(true)
-        );
-        assert_eq!(met("kiln-embedded: a kernel's first call"), Some(true));
-        assert_eq!(met("kiln-embedded: repeated get_kernel"), Some(true));
     }
 
     #[test]

@@ -74,9 +74,8 @@ fn quick_run_measures_every_mode_and_writes_json_and_svg() {
         assert!(mode["vs_cold"].as_f64().is_some(), "{mode}");
         // No NVRTC in any process: the synthetic set compiles without it.
         assert_eq!(mode["nvrtc_loaded_runs"], 0, "{mode}");
-        // The example libraries' paths are measured on the real set only.
+        // The example library's path is measured on the real set only.
         assert!(mode["library_call_us"].is_null(), "{mode}");
-        assert!(mode["large"].is_null(), "{mode}");
         if mode["stripped"] == true {
             assert_stripped(mode);
         } else {
@@ -148,19 +147,6 @@ fn kiln_modes_serve_the_real_set_through_the_library_without_nvrtc() {
         if mode["stripped"] == true {
             assert_stripped(mode);
         }
-        // The embedded modes also had every kernel of the real-size library
-        // in hand through its KernelLibrary, each checked (the exact CUBIN of
-        // its program, listing it), then derived again for the baseline.
-        let large = &mode["large"];
-        if mode["mode"].as_str().unwrap().starts_with("kiln-embedded") {
-            assert_eq!(large["kernels"], 608, "{mode}");
-            assert_eq!(large["programs"], 11, "{mode}");
-            for field in ["in_hand_ms", "kernel_first_us", "repeat_us", "derived_ms"] {
-                assert!(large[field].as_f64().unwrap() > 0.0, "{field}: {mode}");
-            }
-        } else {
-            assert!(large.is_null(), "{mode}");
-        }
     }
     let repeated = report["targets"]
         .as_array()
@@ -174,4 +160,43 @@ fn kiln_modes_serve_the_real_set_through_the_library_without_nvrtc() {
         })
         .count();
     assert_eq!(repeated, modes.len(), "one repeated-call check per mode");
+}
+
+#[test]
+fn the_whole_library_bench_gets_every_kernel_in_fresh_processes() {
+    let out = tempfile::tempdir().unwrap();
+    let json = out.path().join("library.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_kiln-bench-library"))
+        .args(["--runs", "1", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "kiln-bench-library failed: {stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("| stripped | 1 |"), "{stdout}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let summaries = report["summaries"].as_array().unwrap();
+    let envs: Vec<&str> = summaries
+        .iter()
+        .map(|s| s["env"].as_str().unwrap())
+        .collect();
+    assert_eq!(envs, ["developer", "stripped"]);
+    for summary in summaries {
+        assert_eq!(summary["kernels"], 608, "{summary}");
+        assert_eq!(summary["programs"], 11, "{summary}");
+        for field in ["in_hand_ms", "kernel_first_us", "repeat_us", "derived_ms"] {
+            assert!(summary[field].as_f64().unwrap() > 0.0, "{field}: {summary}");
+        }
+    }
+    // Each child checked every kernel it was served, compiled nothing and
+    // loaded no NVRTC (the driver refuses a child that did).
+    for child in report["stripped"].as_array().unwrap() {
+        assert_eq!(child["compiles"], 0, "{child}");
+        assert_eq!(child["nvrtc_loaded"], false, "{child}");
+    }
 }
