@@ -141,8 +141,8 @@ struct Memo {
 /// specialization, beyond this many (caches × devices) are dropped oldest first.
 const MEMOS_PER_SPEC: usize = 8;
 
-/// What is remembered, by specialization (foldhash: SipHash took 40 % of a
-/// repeated call).
+/// What is remembered, by specialization (foldhash: SipHash took over a third
+/// of a repeated call).
 type Memos<S> = HashMap<S, SpecMemos, RandomState>;
 
 /// What is remembered of one specialization.
