@@ -161,3 +161,42 @@ fn kiln_modes_serve_the_real_set_through_the_library_without_nvrtc() {
         .count();
     assert_eq!(repeated, modes.len(), "one repeated-call check per mode");
 }
+
+#[test]
+fn the_whole_library_bench_gets_every_kernel_in_fresh_processes() {
+    let out = tempfile::tempdir().unwrap();
+    let json = out.path().join("library.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_kiln-bench-library"))
+        .args(["--runs", "1", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "kiln-bench-library failed: {stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("| stripped | 1 |"), "{stdout}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let summaries = report["summaries"].as_array().unwrap();
+    let envs: Vec<&str> = summaries
+        .iter()
+        .map(|s| s["env"].as_str().unwrap())
+        .collect();
+    assert_eq!(envs, ["developer", "stripped"]);
+    for summary in summaries {
+        assert_eq!(summary["kernels"], 608, "{summary}");
+        assert_eq!(summary["programs"], 11, "{summary}");
+        for field in ["in_hand_ms", "kernel_first_us", "repeat_us", "derived_ms"] {
+            assert!(summary[field].as_f64().unwrap() > 0.0, "{field}: {summary}");
+        }
+    }
+    // Each child checked every kernel it was served, compiled nothing and
+    // loaded no NVRTC (the driver refuses a child that did).
+    for child in report["stripped"].as_array().unwrap() {
+        assert_eq!(child["compiles"], 0, "{child}");
+        assert_eq!(child["nvrtc_loaded"], false, "{child}");
+    }
+}

@@ -260,3 +260,116 @@ fn a_compile_for_the_exact_arch_decides_whether_a_kernel_exists() {
     assert_eq!(again.hit().key(), served.hit().key());
     assert_eq!(library.stats().compiled, 1);
 }
+
+/// Calls of [`counted`], the request function of the memo tests.
+static REQUESTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// [`request`], counted.
+fn counted(program: &Program, toolchain: &Toolchain, arch: Arch) -> Result<KernelRequest, Error> {
+    REQUESTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    request(program, toolchain, arch)
+}
+
+fn requests() -> usize {
+    REQUESTS.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+#[test]
+fn the_first_call_for_another_kernel_of_a_program_builds_no_request_again() {
+    let Some((cache, record, _dir)) = shipped() else {
+        return;
+    };
+    let no_nvrtc = kiln_cuda::locate::locate_nvrtc(&SearchConfig::empty()).unwrap_err();
+    let library = KernelLibrary::with_record(record.clone(), counted)
+        .with_policy(ToolchainPolicy::Shipped)
+        .with_local_toolchain(Err(no_nvrtc));
+    let get = |device: &str, kernel: &str| {
+        library.get_kernel(&cache, &Device::new(arch(device)), &Program, kernel)
+    };
+    let served = get("sm_90", "scale_f32").unwrap();
+    assert_eq!(served.selection(), Selection::ExactCubin);
+    let built = requests();
+    assert!(built >= 1);
+    // Every other kernel of the program, each asked for the first time: served
+    // from the entry found, each an entry point of the artifact served.
+    for kernel in ["sqrt_f64", "neg_f16", "clamp_f32", "neg_bf16"] {
+        let served = get("sm_90", kernel).unwrap();
+        assert_eq!(served.selection(), Selection::ExactCubin, "{kernel}");
+        let listed = served
+            .hit()
+            .artifacts()
+            .iter()
+            .any(|a| a.kind == ArtifactKind::Cubin && a.entry_points.contains(&kernel));
+        assert!(listed, "{kernel}");
+    }
+    // A kernel the exact CUBIN lacks is still proof that it does not exist.
+    assert!(matches!(
+        get("sm_90", "neg_bf17"),
+        Err(Error::NoSuchKernel { .. })
+    ));
+    // The program's answer (any kernel) is remembered apart from the kernels':
+    // no kernel is named "".
+    let any = library
+        .get(&cache, &Device::new(arch("sm_90")), &Program)
+        .unwrap();
+    assert_eq!(any.selection(), Selection::ExactCubin);
+    assert!(matches!(get("sm_90", ""), Err(Error::NoSuchKernel { .. })));
+    assert_eq!(requests(), built, "a request was built again");
+    // On sm_78 the compatible sm_75 CUBIN has scale_f32 but not neg_bf16, and
+    // nothing else runs there: the memo changes no answer.
+    assert_eq!(
+        get("sm_78", "scale_f32").unwrap().selection(),
+        Selection::CompatibleCubin
+    );
+    // The miss also looks for the sm_78 build in the tiers: one more request,
+    // once.
+    assert!(matches!(
+        get("sm_78", "neg_bf16"),
+        Err(Error::NotShipped { .. })
+    ));
+    let built = requests();
+    assert!(matches!(
+        get("sm_78", "neg_bf16"),
+        Err(Error::NotShipped { .. })
+    ));
+    assert_eq!(
+        get("sm_78", "sqrt_f64").unwrap().selection(),
+        Selection::CompatibleCubin
+    );
+    assert_eq!(requests(), built, "a request was built again");
+    // A definition changed: the world moved, so the next first call derives
+    // again, and is answered the same.
+    let before = cache.world();
+    cache.define("an-unrelated-definition", kiln_core::Digest::of(b"v1"));
+    cache.redefine("an-unrelated-definition", kiln_core::Digest::of(b"v2"));
+    assert!(cache.world() > before);
+    let served = get("sm_90", "neg_f16").unwrap();
+    assert_eq!(served.selection(), Selection::ExactCubin);
+    assert!(requests() > built, "the memo outlived its world");
+}
+
+#[test]
+fn the_entry_compiled_for_one_kernel_serves_the_others_of_its_program() {
+    let Some(toolchain) = toolchain() else { return };
+    let library = KernelLibrary::with_record(BuildRecord::default(), request)
+        .with_policy(ToolchainPolicy::Shipped)
+        .with_local_toolchain(Ok(toolchain));
+    let cache = Cache::new();
+    let device = Device::new(arch("sm_86"));
+    let first = library
+        .get_kernel(&cache, &device, &Program, "scale_f32")
+        .unwrap();
+    assert_eq!(first.selection(), Selection::Compiled);
+    for kernel in ["sqrt_f64", "neg_f16", "neg_bf16"] {
+        let served = library
+            .get_kernel(&cache, &device, &Program, kernel)
+            .unwrap();
+        assert_eq!(served.selection(), Selection::Compiled, "{kernel}");
+        assert_eq!(served.hit().key(), first.hit().key(), "{kernel}");
+    }
+    assert!(matches!(
+        library.get_kernel(&cache, &device, &Program, "neg_bf17"),
+        Err(Error::NoSuchKernel { .. })
+    ));
+    assert_eq!(cache.stats().compiles, 1);
+}

@@ -1,5 +1,8 @@
 //! One derivation of a kernel for a device: shipped entries, compiled here,
-//! compiled elsewhere.
+//! compiled elsewhere. What does not depend on the kernel asked for (requests,
+//! owners, keys, the compiled entry, entry points) is taken from and kept in the
+//! program's memo ([`ProgramMemo`]), shared by the derivations of every kernel of
+//! the program.
 
 use std::fmt;
 use std::hash::Hash;
@@ -8,6 +11,7 @@ use std::sync::Arc;
 use kiln_core::{Cache, Hit, World};
 
 use super::attempt::{Attempt, Attempts};
+use super::program::{Keyed, ProgramMemo, Under};
 use super::served::{ChosenArtifact, Served, artifact_kind};
 use crate::select::{Selection, advice, cuda_version_text, holdings, select};
 use crate::{Arch, BuildRecord, Device, Error, KernelRequest, Toolchain, ToolchainPolicy};
@@ -30,17 +34,9 @@ pub(super) trait Library<S> {
     fn local_of_major(&self, major: u32) -> Result<Arc<Toolchain>, Arc<Error>>;
 }
 
-/// Which toolchain a request was built under: a recorded one (its index in the
-/// record) or the local one.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Under {
-    Recorded(usize),
-    Local,
-}
-
 /// One derivation of a kernel for a device: the steps shipped, compiled here and
-/// compiled elsewhere, sharing the requests they build (once per toolchain and arch)
-/// and the attempts that did not serve.
+/// compiled elsewhere, sharing the requests they build (once per toolchain and arch,
+/// in the program's memo) and the attempts that did not serve.
 pub(super) struct Derivation<'a, 'c, S> {
     library: &'a dyn Library<S>,
     cache: &'c Cache,
@@ -50,7 +46,7 @@ pub(super) struct Derivation<'a, 'c, S> {
     world: World,
     record: &'a BuildRecord,
     recorded: &'a [Toolchain],
-    requests: Vec<(Under, Arch, Arc<KernelRequest>)>,
+    memo: &'a ProgramMemo,
     tried: Vec<Attempt>,
 }
 
@@ -62,9 +58,11 @@ impl<'a, 'c, S> Derivation<'a, 'c, S>
 where
     S: Clone + Eq + Hash + fmt::Debug + Send + Sync,
 {
-    /// A derivation of `spec` (and `kernel`, if named) for `device` in `cache`,
-    /// at the cache's current world, by a library whose build recorded `record`
-    /// (and `recorded`, the toolchains it names, in its order).
+    /// A derivation of `spec` (and `kernel`, if named) for `device` in `cache`, at
+    /// the world of `memo` (the program's memo for this cache and device, made at
+    /// the cache's world), by a library whose build recorded `record` (and
+    /// `recorded`, the toolchains it names, in its order).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         library: &'a dyn Library<S>,
         cache: &'c Cache,
@@ -73,6 +71,7 @@ where
         kernel: Option<&'a str>,
         record: &'a BuildRecord,
         recorded: &'a [Toolchain],
+        memo: &'a ProgramMemo,
     ) -> Self {
         Derivation {
             library,
@@ -80,10 +79,10 @@ where
             device,
             spec,
             kernel,
-            world: cache.world(),
+            world: memo.world(),
             record,
             recorded,
-            requests: Vec::new(),
+            memo,
             tried: Vec::new(),
         }
     }
@@ -114,8 +113,17 @@ where
             });
             return self.cannot_compile(cause);
         };
-        let hit = compiler.compile_cached(self.cache, &request)?;
         let nvrtc = local.nvrtc().clone();
+        let request = Arc::clone(request.request());
+        // The entry compiled for another kernel of the program, if the cache still
+        // holds it: what `compile_cached` would find first.
+        if let Some((owner, key)) = self.memo.compiled()
+            && let Some(hit) = self.cache.lookup(&owner, &key)
+        {
+            return self.exact(hit, Selection::Compiled, request, &nvrtc);
+        }
+        let hit = compiler.compile_cached(self.cache, &request)?;
+        self.memo.set_compiled(&hit);
         self.exact(hit, Selection::Compiled, request, &nvrtc)
     }
 
@@ -176,13 +184,13 @@ where
             let Some(recorded) = self.recorded.get(candidate.toolchain) else {
                 continue;
             };
-            let request = self.request(
+            let keyed = self.request(
                 Under::Recorded(candidate.toolchain),
                 recorded,
                 candidate.target,
             )?;
             if let Some(local) = &strict
-                && let Some(why) = differs(local, recorded, &request)
+                && let Some(why) = differs(local, recorded, keyed.request())
             {
                 if !strict_skipped {
                     self.tried.push(Attempt::StrictToolchain { why });
@@ -190,9 +198,10 @@ where
                 strict_skipped = true;
                 continue;
             }
-            let owner = request.owner(recorded.nvrtc())?;
-            let key = request.key()?;
-            let Some(hit) = self.cache.lookup(&owner.digest(), &key) else {
+            let owner = keyed.owner(recorded.nvrtc())?.digest();
+            let key = keyed.key()?;
+            let request = Arc::clone(keyed.request());
+            let Some(hit) = self.cache.lookup(&owner, &key) else {
                 self.tried.push(Attempt::NotInImages {
                     target: candidate.target,
                     selection: candidate.selection,
@@ -244,12 +253,13 @@ where
                     continue;
                 }
                 match self.request(Under::Recorded(index), recorded, self.device.arch()) {
-                    Ok(request) => {
-                        let owner = request.owner(recorded.nvrtc())?;
-                        let key = request.key()?;
-                        match self.cache.get_cached(&owner, &key) {
+                    Ok(keyed) => {
+                        let owner = keyed.owner(recorded.nvrtc())?;
+                        let key = keyed.key()?;
+                        match self.cache.get_cached(owner, &key) {
                             Some(hit) => {
                                 let nvrtc = recorded.nvrtc().clone();
+                                let request = Arc::clone(keyed.request());
                                 return self.exact(hit, Selection::Compiled, request, &nvrtc);
                             }
                             None => self.tried.push(Attempt::NotCompiledElsewhere {
@@ -310,35 +320,25 @@ where
     }
 
     /// Whether the artifact `selection` loads from `hit` holds the kernel asked
-    /// for (any entry does when none is).
+    /// for (any entry does when none is), from the program memo's index of the
+    /// entry's entry points.
     fn holds_kernel(&self, hit: &Hit<'c>, selection: Selection) -> bool {
         let Some(kernel) = self.kernel else {
             return true;
         };
-        let kind = artifact_kind(selection);
-        hit.artifacts()
-            .iter()
-            .filter(|a| a.kind == kind)
-            .any(|a| a.entry_points.contains(&kernel))
+        self.memo.holds(hit, &artifact_kind(selection), kernel)
     }
 
-    /// The request under `toolchain` for `arch`, built once per derivation.
+    /// The request under `toolchain` for `arch`, built once per program memo.
     fn request(
         &mut self,
         under: Under,
         toolchain: &Toolchain,
         arch: Arch,
-    ) -> Result<Arc<KernelRequest>, crate::Error> {
-        if let Some((.., request)) = self
-            .requests
-            .iter()
-            .find(|(u, a, _)| *u == under && *a == arch)
-        {
-            return Ok(Arc::clone(request));
-        }
-        let request = Arc::new(self.library.request(self.spec, toolchain, arch)?);
-        self.requests.push((under, arch, Arc::clone(&request)));
-        Ok(request)
+    ) -> Result<Arc<Keyed>, crate::Error> {
+        let (library, spec) = (self.library, self.spec);
+        self.memo
+            .keyed(under, arch, || library.request(spec, toolchain, arch))
     }
 
     /// Whether the policy is strict and this process has a toolchain: then it serves
@@ -351,9 +351,8 @@ where
     /// program (the first request's name), else the specialization.
     fn kernel_label(&self) -> String {
         let program = self
-            .requests
-            .first()
-            .map(|(.., request)| request.name().to_owned())
+            .memo
+            .first_request_name()
             .or_else(|| {
                 let recorded = self.recorded.first()?;
                 let request = self

@@ -41,9 +41,15 @@
 //! ([`Toolchain::define_in`]) and skips the shipped entries when the local NVRTC or a
 //! header set the kernel uses differs from the recorded one.
 //!
-//! The answer is remembered per (cache, device, specialization): a repeated call is
-//! a hash lookup and one cache lookup, as long as the cache's world has not moved
-//! (a definition changed) and the entry is still valid; otherwise it is derived again.
+//! The answer is remembered per (cache, device, specialization) and kernel: a
+//! repeated call is a hash lookup and one cache lookup, as long as the cache's world
+//! has not moved (a definition changed) and the entry is still valid; otherwise it
+//! is derived again. What a derivation builds that does not depend on the kernel
+//! (the requests, their owners and keys, the entry compiled here, the entry points
+//! of each entry looked in) is remembered per (cache, device, specialization) in
+//! the same world, so the first call for another kernel of a program whose entry
+//! was found looks the kernel's name up in that entry instead of deriving the
+//! requests and keys again.
 //!
 //! ```no_run
 //! use kiln_cuda::{Arch, Device, KernelLibrary, KernelRequest, Toolchain};
@@ -78,10 +84,13 @@
 
 mod attempt;
 mod derive;
+mod program;
 mod served;
 mod stats;
 
 use std::collections::HashMap;
+
+use foldhash::fast::RandomState;
 use std::fmt;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
@@ -96,6 +105,7 @@ pub use served::{ChosenArtifact, Served};
 pub use stats::SelectionStats;
 
 use derive::{Derivation, Library};
+use program::ProgramMemo;
 use stats::{Counts, PROCESS_COUNTS};
 
 /// A library's function from a specialization to its compile request for an arch,
@@ -127,12 +137,24 @@ struct Memo {
     request: Arc<KernelRequest>,
 }
 
-/// Answers remembered per (specialization, kernel) beyond this many (caches ×
-/// devices) are dropped oldest first.
+/// Answers remembered per (specialization, kernel), and program memos per
+/// specialization, beyond this many (caches × devices) are dropped oldest first.
 const MEMOS_PER_SPEC: usize = 8;
 
-/// The answers of one specialization, by kernel name (`""`: any kernel, [`KernelLibrary::get`]).
-type SpecMemos = HashMap<Box<str>, Vec<Memo>>;
+/// What is remembered, by specialization (foldhash: SipHash took over a third
+/// of a repeated call).
+type Memos<S> = HashMap<S, SpecMemos, RandomState>;
+
+/// What is remembered of one specialization.
+#[derive(Default)]
+struct SpecMemos {
+    /// The answers of [`KernelLibrary::get`] (any kernel).
+    any: Vec<Memo>,
+    /// The answers of [`KernelLibrary::get_kernel`], by kernel name.
+    kernels: HashMap<Box<str>, Vec<Memo>, RandomState>,
+    /// The program memos, one per (cache, device).
+    programs: Vec<Arc<ProgramMemo>>,
+}
 
 type LocalToolchain = Result<Arc<Toolchain>, Arc<Error>>;
 
@@ -148,7 +170,7 @@ pub struct KernelLibrary<S> {
     shipped: OnceLock<Result<Shipped, Arc<Error>>>,
     local: OnceLock<LocalToolchain>,
     given_local: bool,
-    memo: OnceLock<RwLock<HashMap<S, SpecMemos>>>,
+    memo: OnceLock<RwLock<Memos<S>>>,
     counts: Counts,
 }
 
@@ -278,6 +300,7 @@ where
             return Ok(served);
         }
         let shipped = self.shipped()?;
+        let memo = self.program_memo(cache, device, spec);
         let mut derivation = Derivation::new(
             self,
             cache,
@@ -286,9 +309,41 @@ where
             kernel,
             &shipped.record,
             &shipped.recorded,
+            &memo,
         );
         let served = derivation.run()?;
         Ok(self.remember(cache, derivation.world(), device, spec, kernel, served))
+    }
+
+    /// The program memo of `spec` for `device` in `cache`: the one remembered, if
+    /// made in the cache's current world; else a new one, remembered.
+    fn program_memo(&self, cache: &Cache, device: &Device, spec: &S) -> Arc<ProgramMemo> {
+        let id = cache_id(cache);
+        let all = self.memo.get_or_init(Default::default);
+        let current = |programs: &[Arc<ProgramMemo>]| {
+            programs
+                .iter()
+                .find(|p| p.is_for(id, device) && p.is_current(cache))
+                .cloned()
+        };
+        {
+            let read = all.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(found) = read.get(spec).and_then(|m| current(&m.programs)) {
+                return found;
+            }
+        }
+        let mut write = all.write().unwrap_or_else(PoisonError::into_inner);
+        let programs = &mut spec_memos(&mut write, spec).programs;
+        if let Some(found) = current(programs) {
+            return found;
+        }
+        let made = Arc::new(ProgramMemo::new(id, *device, cache.world()));
+        programs.retain(|p| !p.is_for(id, device));
+        if programs.len() >= MEMOS_PER_SPEC {
+            programs.remove(0);
+        }
+        programs.push(Arc::clone(&made));
+        made
     }
 
     fn remembered<'c>(
@@ -307,11 +362,13 @@ where
             .get()?
             .read()
             .unwrap_or_else(PoisonError::into_inner);
-        let found = memo
-            .get(spec)?
-            .get(kernel.unwrap_or(""))?
-            .iter()
-            .find(|m| m.cache == id && m.device == *device)?;
+        let memos = memo.get(spec)?;
+        let found = match kernel {
+            None => &memos.any,
+            Some(kernel) => memos.kernels.get(kernel)?,
+        }
+        .iter()
+        .find(|m| m.cache == id && m.device == *device)?;
         if found.world != cache.world() {
             return None;
         }
@@ -350,11 +407,11 @@ where
             .get_or_init(Default::default)
             .write()
             .unwrap_or_else(PoisonError::into_inner);
-        let memos = all
-            .entry(spec.clone())
-            .or_default()
-            .entry(kernel.unwrap_or("").into())
-            .or_default();
+        let spec_memos = spec_memos(&mut all, spec);
+        let memos = match kernel {
+            None => &mut spec_memos.any,
+            Some(kernel) => spec_memos.kernels.entry(kernel.into()).or_default(),
+        };
         memos.retain(|m| !(m.cache == memo.cache && m.device == memo.device));
         if memos.len() >= MEMOS_PER_SPEC {
             memos.remove(0);
@@ -403,6 +460,11 @@ where
         }
         process_local_of_major(major)
     }
+}
+
+/// The memos of `spec` in `all`, made empty if there are none.
+fn spec_memos<'m, S: Clone + Eq + Hash>(all: &'m mut Memos<S>, spec: &S) -> &'m mut SpecMemos {
+    all.entry(spec.clone()).or_default()
 }
 
 /// The process's local toolchain, located once (a failure too: a process without
