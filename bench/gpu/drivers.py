@@ -13,10 +13,13 @@ Runs kiln-demo-app on GPU 0, stripped (env -i, a fresh HOME, PATH=/usr/bin:/bin)
   nvrtc135   bin/demo-nvrtc135 --gpu: an image built by NVRTC 13.5 (CUBINs for
              sm_80 and sm_90, PTX for sm_80): on an sm_90 GPU its CUBINs load and
              run on a 13.0 driver;
-  nvrtc135-ptx  bin/demo-nvrtc135-ptx --gpu: the same toolchain, CUBINs for sm_80
-             and sm_86 only: on an sm_90 GPU only the NVRTC 13.5 PTX runs, which a
-             13.0 driver cannot JIT: every kernel refused with Kiln's own error
-             (never CUDA_ERROR_UNSUPPORTED_PTX_VERSION).
+  nvrtc135-ptx-toolkit  bin/demo-nvrtc135-ptx --gpu: the same toolchain, CUBINs
+             for sm_80 and sm_86 only: on an sm_90 GPU only the NVRTC 13.5 PTX
+             runs, which a 13.0 driver cannot JIT, so the machine's own CUDA 13
+             NVRTC compiles every kernel (Kiln's fallback), launched and checked;
+  nvrtc135-ptx  the same with no NVRTC reachable (KILN_NVRTC names no file, as on
+             a machine with only the driver): every kernel refused with Kiln's
+             own error (never CUDA_ERROR_UNSUPPORTED_PTX_VERSION).
 
 Prints one PASS or FAIL line per run and writes the findings to OUT_JSON; exit
 status 1 when any run fails its check.
@@ -29,9 +32,9 @@ import sys
 import tempfile
 
 
-def run(binary, *args):
+def run(binary, *args, extra=None):
     home = tempfile.mkdtemp()
-    env = {"HOME": home, "PATH": "/usr/bin:/bin"}
+    env = {"HOME": home, "PATH": "/usr/bin:/bin", **(extra or {})}
     done = subprocess.run(
         [binary, "--gpu", "--json", *args],
         env=env,
@@ -74,6 +77,25 @@ def check_served(lines, nvrtc_prefix, selection):
     return problems, {"kernels": len(kernels), "gpu_checked": len(gpu) - len(failed)}
 
 
+def check_compiled(lines, nvrtc_prefix):
+    """Every kernel compiled here by NVRTC nvrtc_prefix*, and every GPU check passed."""
+    problems = []
+    kernels = events(lines, "kernel")
+    if not kernels:
+        problems.append("no kernel served")
+    for kernel in kernels:
+        if kernel.get("outcome") != "compiled":
+            problems.append(f"{kernel.get('name')}: {kernel.get('outcome')} {kernel.get('error', '')}")
+        elif not str(kernel.get("nvrtc", "")).startswith(nvrtc_prefix):
+            problems.append(f"{kernel['name']}: compiled by {kernel.get('nvrtc')}")
+    gpu = events(lines, "gpu")
+    failed = [g for g in gpu if not g.get("ok")]
+    if len(gpu) != len(kernels):
+        problems.append(f"{len(gpu)} GPU checks for {len(kernels)} kernels")
+    problems += [f"gpu {g.get('name')}: {g.get('error')}" for g in failed]
+    return problems, {"kernels": len(kernels), "gpu_checked": len(gpu) - len(failed)}
+
+
 def check_refused(rc, lines):
     """Every kernel refused with Kiln's own error: the driver too old for the PTX."""
     problems = []
@@ -102,8 +124,13 @@ def main():
         ("cuda12", "demo-exact", ["--driver", "12.8"], ("12.9.", "exact-cubin")),
         ("cuda13", "demo-exact", [], ("13.0.", "exact-cubin")),
         ("nvrtc135", "demo-nvrtc135", [], ("13.5.", "exact-cubin")),
+        # A machine with a CUDA toolkit compiles what no shipped code serves
+        # (Kiln's fallback); one with only the driver (no NVRTC reachable)
+        # gets Kiln's own error.
+        ("nvrtc135-ptx-toolkit", "demo-nvrtc135-ptx", [], "13."),
         ("nvrtc135-ptx", "demo-nvrtc135-ptx", [], None),
     ]
+    no_nvrtc = {"KILN_NVRTC": "/nonexistent/libnvrtc.so"}
     for name, binary, args, expected in cases:
         path = os.path.join(bin_dir, binary)
         if not os.path.exists(path):
@@ -111,10 +138,15 @@ def main():
             findings[name] = {"problems": ["missing"]}
             ok = False
             continue
-        rc, lines, stderr = run(path, *args)
+        extra = no_nvrtc if expected is None else None
+        rc, lines, stderr = run(path, *args, extra=extra)
         device = (events(lines, "device") or [{}])[0]
         if expected is None:
             problems, facts = check_refused(rc, lines)
+        elif isinstance(expected, str):
+            problems, facts = check_compiled(lines, expected)
+            if rc != 0:
+                problems.append(f"exit {rc}: {stderr.strip()[-300:]}")
         else:
             problems, facts = check_served(lines, *expected)
             if rc != 0:

@@ -325,12 +325,26 @@ pub fn locate_nvrtc(config: &SearchConfig) -> Result<Located, Error> {
         return probe_file(&rule, file, major, &mut log).ok_or_else(|| not_found(log));
     }
     if let Some(file) = &config.nvrtc_file_if_of_major {
-        let mut tried = Vec::new();
-        if let Some(found) = probe_file(NVRTC, file, major, &mut tried) {
+        // Taken when of the major searched for, passed over (a note, the search
+        // goes on) when it is another NVRTC; a value that names no loadable
+        // NVRTC at all is an error for every search, never a silent fallback.
+        let Some(found) = probe_file(NVRTC, file, None, &mut log) else {
+            return Err(not_found(log));
+        };
+        if major.is_none_or(|wanted| found.major == Some(wanted)) {
             return Ok(found);
         }
-        // Of another major (or not a library): only a note; the search goes on.
-        log.extend(tried);
+        log.push(Searched {
+            rule: NVRTC.to_owned(),
+            candidate: file.clone(),
+            outcome: format!(
+                "is NVRTC {}, not of CUDA {}",
+                found
+                    .major
+                    .map_or_else(|| "of an unknown release".to_owned(), |m| format!("{m}.x")),
+                major.unwrap_or_default()
+            ),
+        });
     }
     let names = nvrtc_file_names(major);
     for (rule, root) in &config.toolkit_roots {
@@ -760,6 +774,22 @@ mod tests {
         };
         assert_eq!(searched.0.len(), 1);
         assert_eq!(searched.0[0].rule, "KILN_NVRTC");
+    }
+
+    #[test]
+    fn a_missing_kiln_nvrtc_is_an_error_in_a_search_for_one_major_too() {
+        let config = SearchConfig {
+            cuda_major: Some(13),
+            nvrtc_file_if_of_major: Some("/nonexistent/libnvrtc.so".into()),
+            toolkit_roots: vec![("CUDA_HOME".into(), "/usr/local/cuda".into())],
+            ..SearchConfig::empty()
+        };
+        let Err(Error::NvrtcNotFound { searched }) = locate_nvrtc(&config) else {
+            panic!("a KILN_NVRTC that names no file must be an error, not a fallback");
+        };
+        assert_eq!(searched.0.len(), 1, "{searched:?}");
+        assert_eq!(searched.0[0].rule, "KILN_NVRTC");
+        assert_eq!(searched.0[0].outcome, "no such file");
     }
 
     #[test]
