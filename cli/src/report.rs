@@ -27,16 +27,15 @@ use kiln_image::{Digest, Image, Verification};
 use serde_json::{Value, json};
 
 use crate::bake::{damage_json, damage_line, read_records, sources};
-use crate::common::{Seq, Table, print_json, short, write_rows};
+use crate::common::{PrintArgs, RecordArgs, Seq, Table, print_json, short, write_rows};
 use crate::escape::{self, escape};
 use crate::{CliError, Outcome};
 
 /// Arguments of `kiln report`.
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// Record files, written by processes run with KILN_RECORD=FILE.
-    #[arg(required = true)]
-    records: Vec<PathBuf>,
+    #[command(flatten)]
+    records: RecordArgs,
     /// A shipped image file: entries it holds are not reported as missing
     /// from every shipped image.
     #[arg(long = "image", value_name = "FILE")]
@@ -48,9 +47,8 @@ pub(crate) struct Args {
     /// Also write a chart (SVG) of the compile time per specialization.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: PrintArgs,
 }
 
 /// Per library: the producer of the images entries came from.
@@ -83,7 +81,7 @@ struct Report<'r> {
 }
 
 pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
-    let recording = read_records(&args.records)?;
+    let recording = read_records(&args.records.records)?;
     let mut images = Vec::new();
     for path in &args.images {
         images.push(Image::open(path, Verification::Structural).map_err(CliError::image(path))?);
@@ -106,7 +104,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
             source,
         })?;
     }
-    if args.json {
+    if args.print.json {
         print_report_json(&recording, &report)?;
     } else {
         print_text(&args, &recording, &report)?;
@@ -197,7 +195,7 @@ fn print_text(args: &Args, recording: &Recording, report: &Report<'_>) -> Result
     writeln!(
         out,
         "{} record files, {} records, {} distinct entries",
-        args.records.len(),
+        args.records.records.len(),
         recording.records(),
         recording.len()
     )?;

@@ -35,7 +35,7 @@ use kiln_image::{Image, SigningKey, Verification, write_file_atomic};
 use kiln_ship::{CANDIDATE_EXTENSION, Candidate, Shipped, ShippedFile};
 use serde_json::json;
 
-use crate::common::print_json;
+use crate::common::{PrintArgs, print_json};
 use crate::escape::escape;
 use crate::{CliError, Outcome};
 
@@ -62,9 +62,8 @@ pub(crate) struct Args {
     /// with this machine's toolchain.
     #[arg(long)]
     rebuild: bool,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: PrintArgs,
     /// More arguments for `cargo build` (after `--`).
     #[arg(last = true)]
     cargo_args: Vec<String>,
@@ -336,7 +335,7 @@ fn report(
     shipments: &[Shipment],
     refused: &[(String, String)],
 ) -> Result<(), CliError> {
-    if args.json {
+    if args.print.json {
         return print_json(&json!({
             "shipped": shipments.iter().map(|s| json!({
                 "name": s.name,
