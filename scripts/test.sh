@@ -49,7 +49,7 @@ if [ "$fuzz_seconds" != 0 ]; then
 fi
 
 # The example libraries' shipped images match what their blocks build today
-# (the check the README's author guide gives library authors for their CI).
+# (the check docs/shipping.md gives library authors for their CI).
 # About 2 s for kiln-large-library's 77 entries from a clean target: its
 # build script only unpacks and checks the shipped image.
 cargo run --locked -q -p kiln-tool -- ship --check -p kiln-kernels-demo -p kiln-activations-demo \

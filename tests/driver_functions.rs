@@ -166,10 +166,11 @@ fn every_driver_function_kiln_calls_is_in_the_oldest_driver_it_serves() {
     }
 }
 
-/// The README's table of the drivers and GPUs the example libraries' default
-/// plan serves is what `kiln::cuda::select::coverage` computes for it.
+/// The library author's guide's table of the drivers and GPUs the example
+/// libraries' default plan serves is what `kiln::cuda::select::coverage`
+/// computes for it.
 #[test]
-fn the_readme_table_of_drivers_and_gpus_is_the_computed_coverage() {
+fn the_guides_table_of_drivers_and_gpus_is_the_computed_coverage() {
     let record: kiln::cuda::toolchain::BuildRecord = "kiln-cuda-build/2 \
         nvrtc=13.0.88 cubin=sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120 ptx=sm_75 \
         nvrtc=12.9.86 cubin=sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_120 ptx=sm_50"
@@ -179,9 +180,9 @@ fn the_readme_table_of_drivers_and_gpus_is_the_computed_coverage() {
     assert!(coverage.check().is_ok());
     assert!(coverage.unserved().is_empty());
     let table = coverage.table();
-    let readme = include_str!("../README.md");
+    let guide = include_str!("../docs/library-author.md");
     assert!(
-        readme.contains(&table),
-        "README.md's table is not the computed one; it should read:\n{table}"
+        guide.contains(&table),
+        "docs/library-author.md's table is not the computed one; it should read:\n{table}"
     );
 }

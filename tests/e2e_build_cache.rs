@@ -303,7 +303,11 @@ fn a_build_farm_shares_signed_compiles_and_refuses_what_its_key_did_not_sign() {
     let library = library(&scratch, "library");
     let writer = SigningKey::from_secret_bytes([0x5a; 32]);
     let secret = scratch.join("writer.key");
-    std::fs::write(&secret, format!("{}\n", hex(&[0x5a; 32]))).expect("key file");
+    std::fs::write(
+        &secret,
+        format!("{}\n", kiln_image::Digest([0x5a; 32]).to_hex()),
+    )
+    .expect("key file");
     set_mode(&secret, 0o600);
     let trusted = scratch.join("writer.pub");
     std::fs::write(&trusted, format!("{}\n", writer.public_key().to_hex())).expect("key file");
@@ -355,10 +359,6 @@ fn a_build_farm_shares_signed_compiles_and_refuses_what_its_key_did_not_sign() {
             (ENTRIES, 1, ENTRIES - 1)
         );
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(unix)]
@@ -554,7 +554,11 @@ fn a_block_embeds_no_planted_code_and_a_process_with_keys_refuses_what_it_took_u
     std::fs::write(library.join("examples/served.rs"), SERVED).expect("the application");
     let writer_key = SigningKey::from_secret_bytes([0x5b; 32]);
     let secret = scratch.join("writer.key");
-    std::fs::write(&secret, format!("{}\n", hex(&[0x5b; 32]))).expect("key file");
+    std::fs::write(
+        &secret,
+        format!("{}\n", kiln_image::Digest([0x5b; 32]).to_hex()),
+    )
+    .expect("key file");
     set_mode(&secret, 0o600);
     let trusted = scratch.join("writer.pub");
     std::fs::write(&trusted, format!("{}\n", writer_key.public_key().to_hex())).expect("key file");

@@ -1,4 +1,4 @@
-//! What the README's *Before Kiln is on crates.io* says about packaging a
+//! What docs/shipping.md's *Before Kiln is on crates.io* says about packaging a
 //! library that depends on Kiln by path (or git, which packaging treats the
 //! same): a library outside Kiln's workspace, with a shipped image, through
 //! the real `cargo package`, offline. Nothing is built: the steps that work

@@ -4,7 +4,9 @@
 # Python for the peers). Every step has its own timeout and all of them end by
 # one deadline (KILN_GPU_BUDGET seconds, default 290), so one hang cannot eat
 # the run. Writes to $OUT (default ./out): gpu-run.json (everything),
-# gpu-run.md (the tables) and logs.tar.gz (every step's output).
+# gpu-run.md (the tables) and logs.tar.gz (every step's output); the
+# repository keeps the last run's gpu-run.json and gpu-run.md in
+# bench/gpu/results/ (BENCHMARKS.md cites them).
 #
 #   OUT=/some/dir bash .gpu/run.sh
 #

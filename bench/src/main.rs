@@ -14,10 +14,15 @@
 //! resident memory around a 256 MiB image, and with `--gpu` the first launch.
 //!
 //! ```text
-//! cargo run --release -p kiln-bench                 # the full run, writes docs/
+//! cargo run --release -p kiln-bench                 # the full run, writes bench/results/
 //! cargo run --release -p kiln-bench -- --quick      # a smoke run, no NVRTC
 //! cargo run --release -p kiln-bench -- --gpu        # also the first launch on GPU 0
 //! ```
+
+/// Where the full run writes its results (from the repository root): beside
+/// the benchmarks, as `kiln-bench-builds` and `kiln-bench-library` are told
+/// to (BENCHMARKS.md gives their commands).
+const RESULTS: &str = "bench/results";
 
 mod baseline;
 mod chart;
@@ -89,7 +94,7 @@ struct RunArgs {
     /// Also measure the first launch on GPU 0 (NVRTC vs cached CUBIN vs PTX JIT).
     #[arg(long)]
     gpu: bool,
-    /// Where ttfk.json and ttfk.svg go (default: docs; a temporary folder
+    /// Where ttfk.json and ttfk.svg go (default: bench/results; a temporary folder
     /// with --quick).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -158,7 +163,7 @@ enum ChildCommand {
         #[arg(long)]
         work: PathBuf,
         /// Where `jit.json` goes.
-        #[arg(long, default_value = "docs")]
+        #[arg(long, default_value = RESULTS)]
         out: PathBuf,
     },
     /// One process of `jit`.
@@ -353,7 +358,7 @@ fn run_driver(args: RunArgs) -> Result<(), BenchError> {
     let out = match args.out {
         Some(out) => out,
         None if quick => std::env::temp_dir().join("kiln-bench-quick"),
-        None => PathBuf::from("docs"),
+        None => PathBuf::from(RESULTS),
     };
     let report = driver::run(&plan)?;
     std::fs::create_dir_all(&out).map_err(BenchError::io(&out))?;

@@ -57,16 +57,15 @@ use kiln_image::{
 use kiln_redis::{RemoteConfig, RemoteTier};
 use serde_json::{Value, json};
 
-use crate::common::{Seq, print_json, short, write_rows};
+use crate::common::{PrintArgs, RecordArgs, Seq, TrustArgs, print_json, short, write_rows};
 use crate::escape;
 use crate::{CliError, Outcome};
 
 /// Arguments of `kiln bake`.
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// Record files, written by processes run with KILN_RECORD=FILE.
-    #[arg(required = true)]
-    records: Vec<PathBuf>,
+    #[command(flatten)]
+    records: RecordArgs,
     /// The image to write.
     #[arg(short, long)]
     output: PathBuf,
@@ -92,14 +91,10 @@ pub(crate) struct Args {
     /// name and version [default: kiln bake <version>].
     #[arg(long, value_name = "TEXT")]
     producer: Option<String>,
-    /// Trust this public key too (hex, or a .pub file from `kiln keygen`;
-    /// repeatable; added to KILN_TRUSTED_KEYS): what it signed may be
-    /// baked into a signed image.
-    #[arg(long = "trusted-key", value_name = "K")]
-    trusted_keys: Vec<String>,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    trust: TrustArgs,
+    #[command(flatten)]
+    print: PrintArgs,
 }
 
 /// Reads and merges the record files at `paths`, each up to
@@ -334,16 +329,52 @@ struct Missing<'r> {
     damaged: Vec<String>,
 }
 
+/// `kiln bake`: opens the stores, selects each recorded entry from the
+/// first store that holds a copy the bake may take, writes the image (not
+/// when a signed bake lacks a vouched copy), then reports; exit 1 when
+/// recorded entries were not found.
 pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
-    let trust = crate::common::trust_policy(&args.trusted_keys)?;
+    let trust = args.trust.policy()?;
     // A key that cannot be used stops the bake before anything is read.
     let signer = kiln_core::trust::signing_key_from_lookup(|name| std::env::var_os(name))?;
-    let signing = signer.is_some();
-    let recording = read_records(&args.records)?;
+    let recording = read_records(&args.records.records)?;
+    let stores = open_stores(&args, &trust, signer.is_some())?;
+    let selection = select(&args, &recording, &stores, &trust, signer.is_some());
+    let producer = args
+        .producer
+        .clone()
+        .unwrap_or_else(|| format!("kiln bake {}", env!("CARGO_PKG_VERSION")));
+    let meta = image_meta(&args.output, &producer, &selection.baked);
+    selection.refuse_unvouched()?;
+    let signed = write_image(&args.output, meta, selection.entries, signer.as_deref())?;
+    let report = BakeReport {
+        args: &args,
+        producer: &producer,
+        recording: &recording,
+        baked: &selection.baked,
+        missing: &selection.missing,
+        left_out: selection.left_out,
+        signed,
+    };
+    if args.print.json {
+        report.print_json()?;
+    } else {
+        report.print_text()?;
+    }
+    Ok(if selection.missing.is_empty() {
+        Outcome::Clean
+    } else {
+        Outcome::Findings
+    })
+}
+
+/// The stores of `args`, in the order they are searched: the `--image`
+/// files, the `--cache-dir` directories, then the `--remote` server.
+fn open_stores(args: &Args, trust: &TrustPolicy, signing: bool) -> Result<Vec<Store>, CliError> {
     let mut stores = Vec::new();
     for path in &args.images {
         let image = Image::open(path, Verification::Structural).map_err(CliError::image(path))?;
-        let vouched = vouch_image(&image, &trust);
+        let vouched = vouch_image(&image, trust);
         stores.push(Store::Image {
             path: path.clone(),
             image,
@@ -358,24 +389,70 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     }
     if let Some(url) = &args.remote {
         stores.push(Store::Remote {
-            tier: open_remote(url, &trust, signing)?,
+            tier: open_remote(url, trust, signing)?,
         });
     }
+    Ok(stores)
+}
 
+/// What the bake takes from the stores: the entries to write, and the
+/// recorded entries it leaves out, misses or may not sign.
+struct Selection<'r, 's> {
+    /// The entries of the image, in record order.
+    entries: Vec<EntryData>,
+    /// One per entry: where it came from.
+    baked: Vec<Baked<'s>>,
+    /// Recorded entries no store holds a copy of the bake may take.
+    missing: Vec<Missing<'r>>,
+    /// While signing: recorded entries found only where nothing vouches
+    /// for them.
+    unvouched: Vec<Unvouched>,
+    /// Entries left out by `--only-compiled`.
+    left_out: usize,
+}
+
+impl Selection<'_, '_> {
+    /// A signed bake stops, writing nothing, when an entry has no vouched
+    /// copy.
+    fn refuse_unvouched(&self) -> Result<(), CliError> {
+        if self.unvouched.is_empty() {
+            return Ok(());
+        }
+        Err(CliError::SigningUnvouched {
+            count: self.unvouched.len(),
+            entries: unvouched_list(&self.unvouched),
+        })
+    }
+}
+
+/// Each recorded entry from the first store holding a copy the bake may
+/// take: while signing, a vouched copy; with trusted keys, one a program
+/// with those keys would serve; otherwise any copy that passes its
+/// checksums. As an image entry, valid from world 1 on, under the first
+/// label found for its owner.
+fn select<'r, 's>(
+    args: &Args,
+    recording: &'r Recording,
+    stores: &'s [Store],
+    trust: &TrustPolicy,
+    signing: bool,
+) -> Selection<'r, 's> {
+    let mut selection = Selection {
+        entries: Vec::new(),
+        baked: Vec::new(),
+        missing: Vec::new(),
+        unvouched: Vec::new(),
+        left_out: 0,
+    };
     let mut owner_labels: HashMap<Digest, String> = HashMap::new();
-    let mut entries = Vec::new();
-    let mut baked = Vec::new();
-    let mut missing = Vec::new();
-    let mut unvouched = Vec::new();
-    let mut left_out = 0usize;
+    let trusted = trust.trusted_keys.as_ref();
     for used in recording.entries() {
         if args.only_compiled && used.from_image() {
-            left_out += 1;
+            selection.left_out += 1;
             continue;
         }
         let mut damaged = Vec::new();
         let mut passed_over = None;
-        let trusted = trust.trusted_keys.as_ref();
         let found =
             stores
                 .iter()
@@ -401,12 +478,12 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
                 });
         let Some((store, mut data)) = found else {
             match passed_over {
-                Some((store, why)) => unvouched.push(Unvouched {
+                Some((store, why)) => selection.unvouched.push(Unvouched {
                     name: used.name.clone(),
                     store,
                     why,
                 }),
-                None => missing.push(Missing { used, damaged }),
+                None => selection.missing.push(Missing { used, damaged }),
             }
             continue;
         };
@@ -418,26 +495,27 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
             .entry(data.owner)
             .or_insert(data.owner_label)
             .clone();
-        baked.push(Baked {
+        selection.baked.push(Baked {
             name: data.name.clone(),
             owner_label: data.owner_label.clone(),
             owner: data.owner,
             key: data.key,
             from: store,
         });
-        entries.push(data);
+        selection.entries.push(data);
     }
+    selection
+}
 
-    let producer = args
-        .producer
-        .clone()
-        .unwrap_or_else(|| format!("kiln bake {}", env!("CARGO_PKG_VERSION")));
-    let mut meta = ImageMeta::new(producer.clone(), "");
-    if let Some(stem) = args.output.file_stem() {
+/// The baked image's header: its producer, the output's stem as its
+/// `image` label, and its provenance (baked, from these kinds of sources,
+/// sorted, once each).
+fn image_meta(output: &Path, producer: &str, baked: &[Baked<'_>]) -> ImageMeta {
+    let mut meta = ImageMeta::new(producer.to_owned(), "");
+    if let Some(stem) = output.file_stem() {
         meta.labels
             .insert("image".to_owned(), stem.to_string_lossy().into_owned());
     }
-    // Provenance: baked, from these kinds of sources (sorted, once each).
     let kinds: std::collections::BTreeSet<&str> = baked.iter().map(|b| b.from.kind()).collect();
     meta.labels
         .insert(Provenance::LABEL.to_owned(), "baked".to_owned());
@@ -445,33 +523,23 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
         BAKED_FROM_LABEL.to_owned(),
         kinds.into_iter().collect::<Vec<_>>().join(","),
     );
-    if !unvouched.is_empty() {
-        return Err(CliError::SigningUnvouched {
-            count: unvouched.len(),
-            entries: unvouched_list(&unvouched),
-        });
-    }
+    meta
+}
+
+/// Writes the image of `entries` to `path` ([`publish`]: signed with
+/// `signer` when there is one); returns whether it was signed.
+fn write_image(
+    path: &Path,
+    meta: ImageMeta,
+    entries: Vec<EntryData>,
+    signer: Option<&SigningKey>,
+) -> Result<bool, CliError> {
     let mut writer = ImageWriter::new(meta);
     for entry in entries {
         writer.push(entry);
     }
-    let bytes = writer.to_bytes().map_err(CliError::image(&args.output))?;
-    let signed = publish(&args.output, bytes, signer.as_deref())?;
-
-    if args.json {
-        print_bake_json(
-            &args, &producer, &recording, &baked, &missing, left_out, signed,
-        )?;
-    } else {
-        print_text(
-            &args, &producer, &recording, &baked, &missing, left_out, signed,
-        )?;
-    }
-    Ok(if missing.is_empty() {
-        Outcome::Clean
-    } else {
-        Outcome::Findings
-    })
+    let bytes = writer.to_bytes().map_err(CliError::image(path))?;
+    publish(path, bytes, signer)
 }
 
 /// The entries a signed bake refused, one per line (at most
@@ -514,117 +582,134 @@ fn publish(path: &Path, bytes: Vec<u8>, signer: Option<&SigningKey>) -> Result<b
     Ok(signer.is_some())
 }
 
-/// The bake's report as JSON (keys in alphabetical order); the lists as
-/// long as the record files are written one element at a time ([`Seq`]).
-fn print_bake_json(
-    args: &Args,
-    producer: &str,
-    recording: &Recording,
-    baked: &[Baked<'_>],
-    missing: &[Missing<'_>],
+/// What a bake did, for its report.
+#[derive(Clone, Copy)]
+struct BakeReport<'a> {
+    args: &'a Args,
+    producer: &'a str,
+    recording: &'a Recording,
+    baked: &'a [Baked<'a>],
+    missing: &'a [Missing<'a>],
     left_out: usize,
     signed: bool,
-) -> Result<(), CliError> {
-    #[derive(serde::Serialize)]
-    struct BakeJson<'a, B, M> {
-        baked: B,
-        damage: Value,
-        left_out_from_images: usize,
-        missing: M,
-        output: String,
-        producer: &'a str,
-        recorded: usize,
-        records: u64,
-        signed: bool,
-    }
-    print_json(&BakeJson {
-        baked: Seq(|| {
-            baked.iter().map(|b| {
-                json!({
-                    "name": b.name,
-                    "owner": b.owner.to_hex(),
-                    "owner_label": b.owner_label,
-                    "key": b.key.to_hex(),
-                    "from": b.from.name(),
-                })
-            })
-        }),
-        damage: damage_json(&recording.damage()),
-        left_out_from_images: left_out,
-        missing: Seq(|| {
-            missing.iter().map(|m| {
-                json!({
-                    "name": m.used.name,
-                    "owner": m.used.owner.to_hex(),
-                    "owner_label": m.used.owner_label,
-                    "key": m.used.key.to_hex(),
-                    "recorded_from": m.used.sources.keys().map(ToString::to_string).collect::<Vec<_>>(),
-                    "damaged_in": m.damaged,
-                })
-            })
-        }),
-        output: args.output.display().to_string(),
-        producer,
-        recorded: recording.len(),
-        records: recording.records(),
-        signed,
-    })
 }
 
-fn print_text(
-    args: &Args,
-    producer: &str,
-    recording: &Recording,
-    baked: &[Baked<'_>],
-    missing: &[Missing<'_>],
-    left_out: usize,
-    signed: bool,
-) -> Result<(), CliError> {
-    let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "baked {} of {} recorded entries into {} (producer {:?}, {})",
-        baked.len(),
-        recording.len(),
-        escape::path(&args.output),
-        escape::escape(producer),
-        if signed {
-            "signed with KILN_SIGNING_KEY"
-        } else {
-            "unsigned"
-        },
-    )?;
-    if left_out > 0 {
+impl BakeReport<'_> {
+    /// The bake's report as JSON (keys in alphabetical order); the lists as
+    /// long as the record files are written one element at a time ([`Seq`]).
+    fn print_json(&self) -> Result<(), CliError> {
+        let BakeReport {
+            args,
+            producer,
+            recording,
+            baked,
+            missing,
+            left_out,
+            signed,
+        } = *self;
+        #[derive(serde::Serialize)]
+        struct BakeJson<'a, B, M> {
+            baked: B,
+            damage: Value,
+            left_out_from_images: usize,
+            missing: M,
+            output: String,
+            producer: &'a str,
+            recorded: usize,
+            records: u64,
+            signed: bool,
+        }
+        print_json(&BakeJson {
+            baked: Seq(|| {
+                baked.iter().map(|b| {
+                    json!({
+                        "name": b.name,
+                        "owner": b.owner.to_hex(),
+                        "owner_label": b.owner_label,
+                        "key": b.key.to_hex(),
+                        "from": b.from.name(),
+                    })
+                })
+            }),
+            damage: damage_json(&recording.damage()),
+            left_out_from_images: left_out,
+            missing: Seq(|| {
+                missing.iter().map(|m| {
+                    json!({
+                        "name": m.used.name,
+                        "owner": m.used.owner.to_hex(),
+                        "owner_label": m.used.owner_label,
+                        "key": m.used.key.to_hex(),
+                        "recorded_from": m.used.sources.keys().map(ToString::to_string).collect::<Vec<_>>(),
+                        "damaged_in": m.damaged,
+                    })
+                })
+            }),
+            output: args.output.display().to_string(),
+            producer,
+            recorded: recording.len(),
+            records: recording.records(),
+            signed,
+        })
+    }
+
+    /// The bake's report as text, untrusted text escaped.
+    fn print_text(&self) -> Result<(), CliError> {
+        let BakeReport {
+            args,
+            producer,
+            recording,
+            baked,
+            missing,
+            left_out,
+            signed,
+        } = *self;
+        let mut out = std::io::stdout().lock();
         writeln!(
             out,
-            "left out {left_out} entries that came from an image (--only-compiled)"
+            "baked {} of {} recorded entries into {} (producer {:?}, {})",
+            baked.len(),
+            recording.len(),
+            escape::path(&args.output),
+            escape::escape(producer),
+            if signed {
+                "signed with KILN_SIGNING_KEY"
+            } else {
+                "unsigned"
+            },
         )?;
+        if left_out > 0 {
+            writeln!(
+                out,
+                "left out {left_out} entries that came from an image (--only-compiled)"
+            )?;
+        }
+        if let Some(line) = damage_line(&recording.damage()) {
+            writeln!(out, "{line}")?;
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        writeln!(
+            out,
+            "\nnot found in the images, disk caches and remote cache given ({}):",
+            missing.len()
+        )?;
+        // One row per missing entry: as many as a record file names, so made
+        // one at a time.
+        let rows = || {
+            missing.iter().map(|m| {
+                vec![
+                    m.used.name.clone(),
+                    m.used.owner_label.clone(),
+                    short(&m.used.key),
+                    sources(m.used),
+                    m.damaged.join("; "),
+                ]
+            })
+        };
+        let header = ["NAME", "OWNER", "KEY", "RECORDED FROM", "REFUSED BY"];
+        write_rows(&mut out, "  ", &header, rows)?;
+        Ok(())
     }
-    if let Some(line) = damage_line(&recording.damage()) {
-        writeln!(out, "{line}")?;
-    }
-    if missing.is_empty() {
-        return Ok(());
-    }
-    writeln!(
-        out,
-        "\nnot found in the images, disk caches and remote cache given ({}):",
-        missing.len()
-    )?;
-    // One row per missing entry: as many as a record file names, so made
-    // one at a time.
-    let rows = || {
-        missing.iter().map(|m| {
-            vec![
-                m.used.name.clone(),
-                m.used.owner_label.clone(),
-                short(&m.used.key),
-                sources(m.used),
-                m.damaged.join("; "),
-            ]
-        })
-    };
-    let header = ["NAME", "OWNER", "KEY", "RECORDED FROM", "REFUSED BY"];
-    write_rows(&mut out, "  ", &header, rows)?;
-    Ok(())
 }

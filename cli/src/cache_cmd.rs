@@ -18,11 +18,13 @@
 //! problems are shown escaped ([`escape`]); `--json` keeps them exact.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use kiln_core::disk::{DiskCache, DiskConfig, config};
+use kiln_core::disk::{
+    ClearReport, DiskCache, DiskConfig, DiskStats, EntryInfo, GcReport, VerifyReport, config,
+};
 
-use crate::common::{Table, print_json};
+use crate::common::{PrintArgs, Table, TrustArgs, print_json};
 use crate::escape::{self, escape};
 use crate::{CliError, Outcome};
 
@@ -56,13 +58,10 @@ pub(crate) struct Target {
     /// $KILN_CACHE_MAX_BYTES, else 1G].
     #[arg(long, value_parser = parse_cap)]
     max_bytes: Option<u64>,
-    /// Judge entries with this trusted key too (verify, ls): 64 hex digits,
-    /// or a file of public keys (repeatable; added to KILN_TRUSTED_KEYS).
-    #[arg(long = "trusted-key", value_name = "K")]
-    trusted_keys: Vec<String>,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    trust: TrustArgs,
+    #[command(flatten)]
+    print: PrintArgs,
 }
 
 /// Parses `--max-bytes`.
@@ -91,161 +90,223 @@ impl Target {
         if let Some(max_bytes) = self.max_bytes {
             disk_config.max_bytes = max_bytes;
         }
-        disk_config.trusted_keys = crate::common::trust_policy(&self.trusted_keys)?.trusted_keys;
+        disk_config.trusted_keys = self.trust.policy()?.trusted_keys;
         Ok(DiskCache::open(disk_config)?)
     }
 }
 
+/// What a `kiln cache` command found: the report of one [`DiskCache`]
+/// operation.
+enum Report {
+    Stats(DiskStats),
+    Ls {
+        /// The subdirectory listed (this image format version's).
+        dir: PathBuf,
+        entries: Vec<EntryInfo>,
+    },
+    Gc(GcReport),
+    Clear(ClearReport),
+    Verify(VerifyReport),
+}
+
+impl CacheCommand {
+    /// The command's options, and the operation it asks for.
+    fn split(self) -> (Target, Operation) {
+        match self {
+            CacheCommand::Stats(target) => (target, Operation::Stats),
+            CacheCommand::Ls(target) => (target, Operation::Ls),
+            CacheCommand::Gc(target) => (target, Operation::Gc),
+            CacheCommand::Clear(target) => (target, Operation::Clear),
+            CacheCommand::Verify(target) => (target, Operation::Verify),
+        }
+    }
+}
+
+/// The operation of a [`CacheCommand`], apart from its options.
+#[derive(Clone, Copy)]
+enum Operation {
+    Stats,
+    Ls,
+    Gc,
+    Clear,
+    Verify,
+}
+
+impl Operation {
+    /// Runs the operation on `cache`.
+    fn perform(self, cache: &DiskCache) -> Result<Report, CliError> {
+        Ok(match self {
+            Operation::Stats => Report::Stats(cache.stats()?),
+            Operation::Ls => Report::Ls {
+                entries: cache.ls()?,
+                dir: cache.images_dir().to_owned(),
+            },
+            Operation::Gc => Report::Gc(cache.gc()?),
+            Operation::Clear => Report::Clear(cache.clear()?),
+            Operation::Verify => Report::Verify(cache.verify()?),
+        })
+    }
+}
+
+/// `kiln cache ...`: opens the directory, runs the operation, prints its
+/// report; exit 1 only when `verify` finds a bad or untrusted segment.
 pub(crate) fn run(command: CacheCommand) -> Result<Outcome, CliError> {
-    let mut out = std::io::stdout().lock();
-    match command {
-        CacheCommand::Stats(target) => {
-            let stats = target.open()?.stats()?;
-            if target.json {
-                return json(&stats);
-            }
-            let percent = stats.bytes as f64 * 100.0 / stats.max_bytes.max(1) as f64;
-            writeln!(out, "directory   {}", escape::path(&stats.dir))?;
-            writeln!(
-                out,
-                "size        {} of {} ({percent:.1}%)",
-                size(stats.bytes),
-                size(stats.max_bytes)
-            )?;
-            writeln!(out, "entries     {}", stats.entries)?;
-            writeln!(
-                out,
-                "segments    {} ({} unreadable)",
-                stats.segments, stats.unreadable_segments
-            )?;
-            writeln!(out, "temp files  {}", stats.temp_files)?;
-            writeln!(
-                out,
-                "writable    {}",
-                if stats.writable { "yes" } else { "no" }
-            )?;
+    let (target, operation) = command.split();
+    let cache = target.open()?;
+    let report = operation.perform(&cache)?;
+    if target.print.json {
+        report.print_json()?;
+    } else {
+        report.write_text(&mut std::io::stdout().lock())?;
+    }
+    Ok(report.outcome())
+}
+
+impl Report {
+    /// Exit 1 when `verify` found a segment bad, or refused under the
+    /// trusted keys.
+    fn outcome(&self) -> Outcome {
+        match self {
+            Report::Verify(report) if !report.is_clean() => Outcome::Findings,
+            _ => Outcome::Clean,
         }
-        CacheCommand::Ls(target) => {
-            let cache = target.open()?;
-            let entries = cache.ls()?;
-            if target.json {
-                return json(&entries);
-            }
-            writeln!(out, "directory   {}", escape::path(cache.images_dir()))?;
-            let now = now_ms();
-            let mut table = Table::new(&[
-                "KEY",
-                "NAME",
-                "OWNER",
-                "ARTIFACTS",
-                "LAST USED",
-                "PROVENANCE",
-            ]);
-            for entry in &entries {
-                let artifacts = entry
-                    .artifacts
-                    .iter()
-                    .map(|a| format!("{}:{}", escape(&a.kind), size(a.bytes as u64)))
-                    .collect::<Vec<_>>()
-                    .join(",");
-                table.row(vec![
-                    entry.key.chars().take(12).collect(),
-                    entry.name.clone(),
-                    entry.owner_label.clone(),
-                    artifacts,
-                    age(now.saturating_sub(entry.last_used_ms)),
-                    entry.provenance.clone(),
-                ]);
-            }
-            table.write(&mut out, "")?;
-        }
-        CacheCommand::Gc(target) => {
-            let report = target.open()?.gc()?;
-            if target.json {
-                return json(&report);
-            }
-            writeln!(
-                out,
-                "{} -> {} segments, {} -> {}; {} entries kept, {} evicted, {} duplicates dropped",
-                report.segments_before,
-                report.segments_after,
-                size(report.bytes_before),
-                size(report.bytes_after),
-                report.entries,
-                report.entries_evicted,
-                report.duplicates_dropped,
-            )?;
-            writeln!(
-                out,
-                "removed: {} corrupt entries, {} unreadable segments, {} orphaned temporary files",
-                report.corrupt_entries_dropped,
-                report.corrupt_segments_removed,
-                report.temp_files_removed,
-            )?;
-        }
-        CacheCommand::Clear(target) => {
-            let report = target.open()?.clear()?;
-            if target.json {
-                return json(&report);
-            }
-            writeln!(
+    }
+
+    /// The report as JSON: the core's report as it serializes (for `ls`,
+    /// the list of entries).
+    fn print_json(&self) -> Result<(), CliError> {
+        let value = match self {
+            Report::Stats(stats) => serde_json::to_value(stats)?,
+            Report::Ls { entries, .. } => serde_json::to_value(entries)?,
+            Report::Gc(report) => serde_json::to_value(report)?,
+            Report::Clear(report) => serde_json::to_value(report)?,
+            Report::Verify(report) => serde_json::to_value(report)?,
+        };
+        print_json(&value)
+    }
+
+    /// The report as text, untrusted text escaped.
+    fn write_text(&self, out: &mut impl Write) -> Result<(), CliError> {
+        match self {
+            Report::Stats(stats) => write_stats(out, stats)?,
+            Report::Ls { dir, entries } => write_ls(out, dir, entries)?,
+            Report::Gc(report) => write_gc(out, report)?,
+            Report::Clear(report) => writeln!(
                 out,
                 "removed {} files ({})",
                 report.files_removed,
                 size(report.bytes_removed)
-            )?;
+            )?,
+            Report::Verify(report) => write_verify(out, report)?,
         }
-        CacheCommand::Verify(target) => {
-            let report = target.open()?.verify()?;
-            let outcome = if report.is_clean() {
-                Outcome::Clean
-            } else {
-                Outcome::Findings
-            };
-            if target.json {
-                json(&report)?;
-                return Ok(outcome);
-            }
-            for segment in &report.segments {
-                match (&segment.problem, &segment.refused) {
-                    (None, None) => writeln!(
-                        out,
-                        "ok    {}: {} entries, {}, {}",
-                        escape(&segment.name),
-                        segment.entries,
-                        size(segment.bytes),
-                        segment.provenance
-                    )?,
-                    (None, Some(refused)) => writeln!(
-                        out,
-                        "UNTRUSTED  {}: {} entries, {}: refused under the trusted keys: {}",
-                        escape(&segment.name),
-                        segment.entries,
-                        segment.provenance,
-                        escape(refused)
-                    )?,
-                    (Some(problem), _) => {
-                        writeln!(out, "FAIL  {}: {}", escape(&segment.name), escape(problem))?
-                    }
-                }
-            }
-            if report.temp_files > 0 {
-                writeln!(
-                    out,
-                    "{} temporary files (a write in progress, or left by a crash: `kiln cache gc` removes them)",
-                    report.temp_files
-                )?;
-            }
-            return Ok(outcome);
-        }
+        Ok(())
     }
-    Ok(Outcome::Clean)
 }
 
-/// Prints `value` as JSON.
-fn json(value: &impl serde::Serialize) -> Result<Outcome, CliError> {
-    print_json(&serde_json::to_value(value)?)?;
-    Ok(Outcome::Clean)
+fn write_stats(out: &mut impl Write, stats: &DiskStats) -> std::io::Result<()> {
+    let percent = stats.bytes as f64 * 100.0 / stats.max_bytes.max(1) as f64;
+    writeln!(out, "directory   {}", escape::path(&stats.dir))?;
+    writeln!(
+        out,
+        "size        {} of {} ({percent:.1}%)",
+        size(stats.bytes),
+        size(stats.max_bytes)
+    )?;
+    writeln!(out, "entries     {}", stats.entries)?;
+    writeln!(
+        out,
+        "segments    {} ({} unreadable)",
+        stats.segments, stats.unreadable_segments
+    )?;
+    writeln!(out, "temp files  {}", stats.temp_files)?;
+    writeln!(
+        out,
+        "writable    {}",
+        if stats.writable { "yes" } else { "no" }
+    )
+}
+
+fn write_ls(out: &mut impl Write, dir: &Path, entries: &[EntryInfo]) -> std::io::Result<()> {
+    writeln!(out, "directory   {}", escape::path(dir))?;
+    let now = now_ms();
+    let mut table = Table::new(&[
+        "KEY",
+        "NAME",
+        "OWNER",
+        "ARTIFACTS",
+        "LAST USED",
+        "PROVENANCE",
+    ]);
+    for entry in entries {
+        let artifacts = entry
+            .artifacts
+            .iter()
+            .map(|a| format!("{}:{}", escape(&a.kind), size(a.bytes as u64)))
+            .collect::<Vec<_>>()
+            .join(",");
+        table.row(vec![
+            entry.key.chars().take(12).collect(),
+            entry.name.clone(),
+            entry.owner_label.clone(),
+            artifacts,
+            age(now.saturating_sub(entry.last_used_ms)),
+            entry.provenance.clone(),
+        ]);
+    }
+    table.write(out, "")
+}
+
+fn write_gc(out: &mut impl Write, report: &GcReport) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{} -> {} segments, {} -> {}; {} entries kept, {} evicted, {} duplicates dropped",
+        report.segments_before,
+        report.segments_after,
+        size(report.bytes_before),
+        size(report.bytes_after),
+        report.entries,
+        report.entries_evicted,
+        report.duplicates_dropped,
+    )?;
+    writeln!(
+        out,
+        "removed: {} corrupt entries, {} unreadable segments, {} orphaned temporary files",
+        report.corrupt_entries_dropped, report.corrupt_segments_removed, report.temp_files_removed,
+    )
+}
+
+fn write_verify(out: &mut impl Write, report: &VerifyReport) -> std::io::Result<()> {
+    for segment in &report.segments {
+        match (&segment.problem, &segment.refused) {
+            (None, None) => writeln!(
+                out,
+                "ok    {}: {} entries, {}, {}",
+                escape(&segment.name),
+                segment.entries,
+                size(segment.bytes),
+                segment.provenance
+            )?,
+            (None, Some(refused)) => writeln!(
+                out,
+                "UNTRUSTED  {}: {} entries, {}: refused under the trusted keys: {}",
+                escape(&segment.name),
+                segment.entries,
+                segment.provenance,
+                escape(refused)
+            )?,
+            (Some(problem), _) => {
+                writeln!(out, "FAIL  {}: {}", escape(&segment.name), escape(problem))?;
+            }
+        }
+    }
+    if report.temp_files > 0 {
+        writeln!(
+            out,
+            "{} temporary files (a write in progress, or left by a crash: `kiln cache gc` removes them)",
+            report.temp_files
+        )?;
+    }
+    Ok(())
 }
 
 /// `bytes` in B, KiB, MiB or GiB.

@@ -187,6 +187,39 @@ pub(crate) fn check_signatures(
     Ok(checks)
 }
 
+/// `--trusted-key K`, shared by every subcommand that judges signatures.
+#[derive(clap::Args, Debug, Default)]
+pub(crate) struct TrustArgs {
+    /// Trust this public key too: 64 hex digits, or a file of public keys,
+    /// one per line, as `kiln keygen` writes KEY.pub (repeatable; added to
+    /// KILN_TRUSTED_KEYS).
+    #[arg(long = "trusted-key", value_name = "K")]
+    pub(crate) trusted_keys: Vec<String>,
+}
+
+impl TrustArgs {
+    /// The tool's trust policy with these keys ([`trust_policy`]).
+    pub(crate) fn policy(&self) -> Result<TrustPolicy, crate::CliError> {
+        trust_policy(&self.trusted_keys)
+    }
+}
+
+/// `--json`, shared by every subcommand that prints a report.
+#[derive(clap::Args, Debug, Default)]
+pub(crate) struct PrintArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// The record files of `kiln bake` and `kiln report`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct RecordArgs {
+    /// Record files, written by processes run with KILN_RECORD=FILE.
+    #[arg(required = true, value_name = "RECORD")]
+    pub(crate) records: Vec<std::path::PathBuf>,
+}
+
 /// The trust policy of a tool: the process's (`KILN_TRUSTED_KEYS`,
 /// `KILN_SIGNING_KEY`, as the library reads them), with the keys of
 /// `--trusted-key` arguments added (each a public key, 64 hex digits, or a

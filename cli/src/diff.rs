@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use kiln_image::{EntryRef, Image, Verification};
 use serde_json::{Value, json};
 
-use crate::common::{print_json, short};
+use crate::common::{PrintArgs, print_json, short};
 use crate::escape::escape;
 use crate::{CliError, Outcome};
 
@@ -21,9 +21,8 @@ pub(crate) struct Args {
     a: PathBuf,
     /// The second image.
     b: PathBuf,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: PrintArgs,
 }
 
 /// One difference between the two images.
@@ -38,7 +37,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     let b = Image::open(&args.b, Verification::Full).map_err(CliError::image(&args.b))?;
     let (changes, same) = compare(&a, &b).map_err(CliError::image(&args.a))?;
     let meta_changed = a.meta() != b.meta();
-    if args.json {
+    if args.print.json {
         print_json(&to_json(&changes, same, meta_changed))?;
     } else {
         print_text(&changes, same, meta_changed)?;

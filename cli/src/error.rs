@@ -66,6 +66,10 @@ pub(crate) enum CliError {
         source: std::io::Error,
     },
 
+    /// `report --svg`: the chart could not be drawn.
+    #[error("drawing the chart failed: {0}")]
+    Chart(String),
+
     /// Writing to standard output failed.
     #[error("writing the output failed: {0}")]
     Output(#[from] std::io::Error),

@@ -17,7 +17,7 @@ use kiln_core::trust::{Admission, Origin, TrustPolicy};
 use kiln_image::{EntryRef, Image, PublicKey, ReadError, SignatureError, Verification};
 use serde_json::{Value, json};
 
-use crate::common::{Table, kinds, print_json, short, worlds};
+use crate::common::{PrintArgs, Table, TrustArgs, kinds, print_json, short, worlds};
 use crate::escape::{self, escape};
 use crate::{CliError, Outcome};
 
@@ -26,21 +26,18 @@ use crate::{CliError, Outcome};
 pub(crate) struct Args {
     /// The image file.
     image: PathBuf,
-    /// Judge the image with this trusted key too: 64 hex digits, or a file
-    /// of public keys (repeatable; added to KILN_TRUSTED_KEYS).
-    #[arg(long = "trusted-key", value_name = "K")]
-    trusted_keys: Vec<String>,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    trust: TrustArgs,
+    #[command(flatten)]
+    print: PrintArgs,
 }
 
 pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
-    let trust = crate::common::trust_policy(&args.trusted_keys)?;
+    let trust = args.trust.policy()?;
     let image =
         Image::open(&args.image, Verification::Structural).map_err(CliError::image(&args.image))?;
     let verdict = Verdict::of(&image, &trust);
-    if args.json {
+    if args.print.json {
         print_json(&to_json(&args.image, &image, &verdict))?;
     } else {
         print_text(&args.image, &image, &verdict)?;

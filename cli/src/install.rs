@@ -44,7 +44,7 @@ use kiln_core::trust::TrustPolicy;
 use kiln_image::{Image, ImageError, ReadError, Verification, write_file_atomic};
 use serde_json::json;
 
-use crate::common::print_json;
+use crate::common::{PrintArgs, TrustArgs, print_json};
 use crate::escape::{self, escape};
 use crate::{CliError, Outcome};
 
@@ -60,13 +60,10 @@ pub(crate) struct Args {
     /// only; a plain file name, no directory).
     #[arg(long)]
     name: Option<String>,
-    /// Install only images signed by this public key (hex, or a .pub file
-    /// from `kiln keygen`); repeat for several; added to KILN_TRUSTED_KEYS.
-    #[arg(long = "trusted-key", value_name = "K")]
-    trusted_keys: Vec<String>,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    trust: TrustArgs,
+    #[command(flatten)]
+    print: PrintArgs,
 }
 
 /// The file name each image is installed under, checked before anything
@@ -166,7 +163,7 @@ fn check(bytes: &[u8], trust: &TrustPolicy) -> Result<usize, ImageError> {
 
 pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     let names = destinations(&args)?;
-    let trust = crate::common::trust_policy(&args.trusted_keys)?;
+    let trust = args.trust.policy()?;
     let files = args
         .images
         .iter()
@@ -187,7 +184,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
                         escape::path(&target)
                     );
                 }
-                if args.json {
+                if args.print.json {
                     reports.push(json!({
                         "path": path.display().to_string(),
                         "ok": true,
@@ -207,7 +204,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
             }
             Err(error) => {
                 all_ok = false;
-                if args.json {
+                if args.print.json {
                     reports.push(json!({
                         "path": path.display().to_string(),
                         "ok": false,
@@ -228,7 +225,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
             }
         }
     }
-    if args.json {
+    if args.print.json {
         print_json(&serde_json::Value::Array(reports))?;
     }
     Ok(if all_ok {

@@ -17,7 +17,6 @@
 //! escaped, `--json` keeps it exact.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,16 +26,15 @@ use kiln_image::{Digest, Image, Verification};
 use serde_json::{Value, json};
 
 use crate::bake::{damage_json, damage_line, read_records, sources};
-use crate::common::{Seq, Table, print_json, short, write_rows};
+use crate::common::{PrintArgs, RecordArgs, Seq, Table, print_json, short, write_rows};
 use crate::escape::{self, escape};
 use crate::{CliError, Outcome};
 
 /// Arguments of `kiln report`.
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// Record files, written by processes run with KILN_RECORD=FILE.
-    #[arg(required = true)]
-    records: Vec<PathBuf>,
+    #[command(flatten)]
+    records: RecordArgs,
     /// A shipped image file: entries it holds are not reported as missing
     /// from every shipped image.
     #[arg(long = "image", value_name = "FILE")]
@@ -48,9 +46,8 @@ pub(crate) struct Args {
     /// Also write a chart (SVG) of the compile time per specialization.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: PrintArgs,
 }
 
 /// Per library: the producer of the images entries came from.
@@ -83,7 +80,7 @@ struct Report<'r> {
 }
 
 pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
-    let recording = read_records(&args.records)?;
+    let recording = read_records(&args.records.records)?;
     let mut images = Vec::new();
     for path in &args.images {
         images.push(Image::open(path, Verification::Structural).map_err(CliError::image(path))?);
@@ -101,12 +98,12 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
             .take(args.top)
             .map(|(used, _)| (used.name.as_str(), used.compile_time()))
             .collect();
-        std::fs::write(path, svg(&rows)).map_err(|source| CliError::Write {
+        std::fs::write(path, svg(&rows)?).map_err(|source| CliError::Write {
             path: path.clone(),
             source,
         })?;
     }
-    if args.json {
+    if args.print.json {
         print_report_json(&recording, &report)?;
     } else {
         print_text(&args, &recording, &report)?;
@@ -197,7 +194,7 @@ fn print_text(args: &Args, recording: &Recording, report: &Report<'_>) -> Result
     writeln!(
         out,
         "{} record files, {} records, {} distinct entries",
-        args.records.len(),
+        args.records.records.len(),
         recording.records(),
         recording.len()
     )?;
@@ -392,81 +389,113 @@ fn print_report_json(recording: &Recording, report: &Report<'_>) -> Result<(), C
     })
 }
 
-/// `text` for an SVG text node or attribute: terminal-unsafe characters
-/// escaped as on the terminal (XML forbids most control characters), then
+/// The chart's width, the width of its name column, and the height of one
+/// bar's row (pixels).
+const CHART_WIDTH: u32 = 960;
+const CHART_NAMES: u32 = 380;
+const CHART_ROW: u32 = 24;
+
+/// The characters of a name shown on the chart (a longer one is cut, with
+/// `…`).
+const CHART_NAME_CHARS: usize = 56;
+
+/// A horizontal bar chart (SVG) of `rows` (name, compile time), one bar
+/// each, most costly at the top, drawn with plotters as `kiln-bench`'s
+/// charts are. Names are untrusted: shown as on the terminal (XML forbids
+/// most control characters), cut to [`CHART_NAME_CHARS`]; plotters escapes
 /// the XML specials.
-fn xml(text: &str) -> String {
+fn svg(rows: &[(&str, Duration)]) -> Result<String, CliError> {
+    use plotters::coord::ranged1d::SegmentValue;
+    use plotters::prelude::*;
+    use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+    const TITLE: &str = "Compile time at run time per specialization (summed over processes)";
+    const BAR: RGBColor = RGBColor(0xd9, 0x62, 0x2b);
+    let fail = |error: &dyn std::fmt::Display| CliError::Chart(error.to_string());
+    let n = rows.len();
+    let height = 48 + CHART_ROW * u32::try_from(n.max(1)).unwrap_or(u32::MAX / CHART_ROW) + 48;
+    let names: Vec<String> = rows.iter().map(|(name, _)| chart_name(name)).collect();
+    let millis: Vec<f64> = rows
+        .iter()
+        .map(|(_, time)| time.as_secs_f64() * 1e3)
+        .collect();
+    let longest = millis.iter().copied().fold(0.0, f64::max);
     let mut out = String::new();
-    for c in escape(text).chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
+    {
+        let root = SVGBackend::with_string(&mut out, (CHART_WIDTH, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| fail(&e))?;
+        let root = root
+            .titled(TITLE, ("sans-serif", 18).into_font().style(FontStyle::Bold))
+            .map_err(|e| fail(&e))?;
+        if rows.is_empty() {
+            root.draw(&Text::new(
+                "nothing was compiled at run time",
+                (12, 16),
+                ("sans-serif", 15),
+            ))
+            .map_err(|e| fail(&e))?;
+        } else {
+            // Row 0 at the bottom: the most costly (first) is drawn last.
+            let row = |i: usize| n - 1 - i;
+            let mut chart = ChartBuilder::on(&root)
+                .margin(12)
+                .x_label_area_size(36)
+                .y_label_area_size(CHART_NAMES)
+                .build_cartesian_2d(0.0..(longest * 1.15).max(1e-3), (0..n).into_segmented())
+                .map_err(|e| fail(&e))?;
+            chart
+                .configure_mesh()
+                .disable_y_mesh()
+                .x_desc("compile time (ms)")
+                .label_style(("sans-serif", 14))
+                .y_labels(n)
+                .y_label_formatter(&|value| match value {
+                    SegmentValue::CenterOf(r) | SegmentValue::Exact(r) if *r < n => {
+                        names[row(*r)].clone()
+                    }
+                    _ => String::new(),
+                })
+                .draw()
+                .map_err(|e| fail(&e))?;
+            chart
+                .draw_series(millis.iter().enumerate().map(|(i, &ms)| {
+                    let mut bar = Rectangle::new(
+                        [
+                            (0.0, SegmentValue::Exact(row(i))),
+                            (ms, SegmentValue::Exact(row(i) + 1)),
+                        ],
+                        BAR.filled(),
+                    );
+                    bar.set_margin(3, 3, 0, 0);
+                    bar
+                }))
+                .map_err(|e| fail(&e))?;
+            chart
+                .draw_series(rows.iter().enumerate().map(|(i, (_, time))| {
+                    Text::new(
+                        format!(" {}", self::ms(*time)),
+                        (millis[i], SegmentValue::CenterOf(row(i))),
+                        TextStyle::from(("sans-serif", 13).into_font())
+                            .pos(Pos::new(HPos::Left, VPos::Center)),
+                    )
+                }))
+                .map_err(|e| fail(&e))?;
         }
+        root.present().map_err(|e| fail(&e))?;
     }
-    out
+    Ok(out)
 }
 
-/// A horizontal bar chart of `rows` (name, compile time), one bar each.
-fn svg(rows: &[(&str, Duration)]) -> String {
-    const WIDTH: u32 = 960;
-    const LABELS: u32 = 380;
-    const BARS: f64 = 440.0;
-    const ROW: u32 = 24;
-    const TOP: u32 = 48;
-    let height = TOP + ROW * u32::try_from(rows.len()).unwrap_or(u32::MAX / ROW).max(1) + 16;
-    let longest = rows
-        .iter()
-        .map(|(_, time)| time.as_secs_f64())
-        .fold(0.0, f64::max);
-    let mut out = String::new();
-    // Writing to a String cannot fail.
-    let _ = writeln!(
-        out,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height}\" \
-         viewBox=\"0 0 {WIDTH} {height}\" font-family=\"sans-serif\" font-size=\"13\">"
-    );
-    let _ = writeln!(
-        out,
-        "<rect width=\"{WIDTH}\" height=\"{height}\" fill=\"white\"/>\n\
-         <text x=\"12\" y=\"26\" font-size=\"16\" font-weight=\"bold\">Compile time at run \
-         time per specialization (summed over processes)</text>"
-    );
-    if rows.is_empty() {
-        let _ = writeln!(
-            out,
-            "<text x=\"12\" y=\"{}\">nothing was compiled at run time</text>",
-            TOP + 16
-        );
+/// A name for the chart: escaped as on the terminal, cut to
+/// [`CHART_NAME_CHARS`].
+fn chart_name(name: &str) -> String {
+    let shown = escape(name);
+    if shown.chars().count() <= CHART_NAME_CHARS {
+        return shown.into_owned();
     }
-    for (n, (name, time)) in rows.iter().enumerate() {
-        let y = TOP + ROW * u32::try_from(n).unwrap_or(0);
-        let width = if longest > 0.0 {
-            (time.as_secs_f64() / longest * BARS).max(1.0)
-        } else {
-            1.0
-        };
-        let _ = writeln!(
-            out,
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n\
-             <rect x=\"{}\" y=\"{}\" width=\"{width:.1}\" height=\"{}\" fill=\"#d9622b\"/>\n\
-             <text x=\"{:.1}\" y=\"{}\">{}</text>",
-            LABELS - 8,
-            y + 16,
-            xml(name),
-            LABELS,
-            y + 4,
-            ROW - 6,
-            f64::from(LABELS) + width + 6.0,
-            y + 16,
-            xml(&ms(*time)),
-        );
-    }
-    out.push_str("</svg>\n");
-    out
+    let mut cut: String = shown.chars().take(CHART_NAME_CHARS - 1).collect();
+    cut.push('…');
+    cut
 }
 
 #[cfg(test)]
@@ -478,14 +507,38 @@ mod tests {
         let chart = svg(&[
             ("a<b>&\"c\"\u{1b}", Duration::from_millis(200)),
             ("d", Duration::from_millis(100)),
-        ]);
+            (&"long".repeat(40), Duration::from_millis(50)),
+        ])
+        .expect("drawn");
+        assert!(chart.starts_with("<svg"), "{chart}");
         assert!(
             chart.contains("a&lt;b&gt;&amp;&quot;c&quot;\\u{1b}"),
             "{chart}"
         );
         assert!(!chart.contains('\u{1b}'));
-        assert!(chart.contains("width=\"440.0\""), "{chart}");
-        assert!(chart.contains("width=\"220.0\""), "{chart}");
-        assert!(svg(&[]).contains("nothing was compiled"));
+        assert!(
+            chart.contains(&format!("{}lon…", "long".repeat(13))),
+            "{chart}"
+        );
+        assert!(
+            chart.contains("200.0 ms") && chart.contains("100.0 ms"),
+            "{chart}"
+        );
+        // The bars, as drawn: the first twice as wide as the second.
+        let widths: Vec<f64> = chart
+            .lines()
+            .filter(|line| line.contains("<rect") && line.contains("fill=\"#D9622B\""))
+            .map(|line| {
+                let at = line.find("width=\"").expect("a width") + 7;
+                let rest = &line[at..];
+                rest[..rest.find('"').expect("quoted")]
+                    .parse()
+                    .expect("a number")
+            })
+            .collect();
+        assert_eq!(widths.len(), 3, "{chart}");
+        let ratio = widths[0] / widths[1];
+        assert!((1.9..2.1).contains(&ratio), "{widths:?}");
+        assert!(svg(&[]).expect("drawn").contains("nothing was compiled"));
     }
 }

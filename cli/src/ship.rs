@@ -31,11 +31,12 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use cargo_metadata::Message;
 use kiln_image::{Image, SigningKey, Verification, write_file_atomic};
 use kiln_ship::{CANDIDATE_EXTENSION, Candidate, Shipped, ShippedFile};
 use serde_json::json;
 
-use crate::common::print_json;
+use crate::common::{PrintArgs, print_json};
 use crate::escape::escape;
 use crate::{CliError, Outcome};
 
@@ -62,9 +63,8 @@ pub(crate) struct Args {
     /// with this machine's toolchain.
     #[arg(long)]
     rebuild: bool,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: PrintArgs,
     /// More arguments for `cargo build` (after `--`).
     #[arg(last = true)]
     cargo_args: Vec<String>,
@@ -158,15 +158,10 @@ fn build(args: &Args) -> Result<Vec<Candidate>, CliError> {
     }
     command.stdout(Stdio::piped()).stderr(Stdio::inherit());
     let mut child = command.spawn().map_err(CliError::Cargo)?;
-    let mut out_dirs = Vec::new();
-    if let Some(stdout) = child.stdout.take() {
-        for line in BufReader::new(stdout).lines() {
-            let line = line.map_err(CliError::Cargo)?;
-            if let Some(dir) = local_out_dir(&line) {
-                out_dirs.push(dir);
-            }
-        }
-    }
+    let out_dirs = match child.stdout.take() {
+        Some(stdout) => local_out_dirs(BufReader::new(stdout))?,
+        None => Vec::new(),
+    };
     let status = child.wait().map_err(CliError::Cargo)?;
     if !status.success() {
         return Err(CliError::BuildFailed(status));
@@ -191,18 +186,21 @@ fn build(args: &Args) -> Result<Vec<Candidate>, CliError> {
     Ok(candidates)
 }
 
-/// The `OUT_DIR` of a `build-script-executed` message of a local (path)
-/// package; `None` for any other line.
-fn local_out_dir(line: &str) -> Option<PathBuf> {
-    let message: serde_json::Value = serde_json::from_str(line).ok()?;
-    if message.get("reason")?.as_str()? != "build-script-executed" {
-        return None;
+/// The `OUT_DIR`s of the build scripts of local (path) packages that
+/// cargo's messages (`--message-format=json`) say ran, in order; any other
+/// message or line is passed over.
+fn local_out_dirs(messages: impl BufRead) -> Result<Vec<PathBuf>, CliError> {
+    let mut out_dirs = Vec::new();
+    for message in Message::parse_stream(messages) {
+        if let Message::BuildScriptExecuted(script) = message.map_err(CliError::Cargo)? {
+            // `path+file:///...#name@1.0` (or, before cargo 1.77,
+            // `name 1.0 (path+file:///...)`).
+            if script.package_id.repr.contains("path+file://") {
+                out_dirs.push(script.out_dir.into_std_path_buf());
+            }
+        }
     }
-    let id = message.get("package_id")?.as_str()?;
-    if !id.contains("path+file://") {
-        return None;
-    }
-    Some(PathBuf::from(message.get("out_dir")?.as_str()?))
+    Ok(out_dirs)
 }
 
 /// Ships (or, with `check`, compares) one candidate.
@@ -336,7 +334,7 @@ fn report(
     shipments: &[Shipment],
     refused: &[(String, String)],
 ) -> Result<(), CliError> {
-    if args.json {
+    if args.print.json {
         return print_json(&json!({
             "shipped": shipments.iter().map(|s| json!({
                 "name": s.name,
@@ -416,6 +414,47 @@ mod tests {
         }
         let bytes = writer.to_bytes().expect("valid entries");
         Image::from_bytes(&bytes, Verification::Full).expect("a valid image")
+    }
+
+    #[test]
+    fn the_out_dirs_are_those_of_local_build_scripts_from_cargos_messages() {
+        let script = |id: &str, out_dir: &str| {
+            serde_json::json!({
+                "reason": "build-script-executed",
+                "package_id": id,
+                "linked_libs": [],
+                "linked_paths": [],
+                "cfgs": [],
+                "env": [],
+                "out_dir": out_dir,
+            })
+            .to_string()
+        };
+        let messages = [
+            "   Compiling kiln-kernels-demo v0.1.0".to_owned(),
+            script(
+                "path+file:///src/lib#my-kernels@0.1.0",
+                "/t/build/my-kernels-1/out",
+            ),
+            script(
+                "registry+https://github.com/rust-lang/crates.io-index#zstd-sys@2.0.0",
+                "/t/build/zstd-sys-1/out",
+            ),
+            script(
+                "old-style 0.1.0 (path+file:///src/old)",
+                "/t/build/old-style-1/out",
+            ),
+            serde_json::json!({"reason": "build-finished", "success": true}).to_string(),
+        ]
+        .join("\n");
+        let dirs = local_out_dirs(messages.as_bytes()).expect("readable");
+        assert_eq!(
+            dirs,
+            [
+                PathBuf::from("/t/build/my-kernels-1/out"),
+                PathBuf::from("/t/build/old-style-1/out")
+            ]
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use kiln_image::{Image, Verification, sign_image, write_file_atomic};
 use serde_json::json;
 
-use crate::common::print_json;
+use crate::common::{PrintArgs, print_json};
 use crate::escape::{self, escape};
 use crate::{CliError, Outcome};
 
@@ -31,9 +31,8 @@ pub(crate) struct Args {
     /// Where to write the signed image (default: replace IMAGE, by rename).
     #[arg(short = 'o', long = "output")]
     output: Option<PathBuf>,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: PrintArgs,
 }
 
 /// The bytes of the image file at `path`, read up to its size at open
@@ -50,7 +49,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     let entries = match Image::from_bytes(&bytes, Verification::Full) {
         Ok(image) => image.len(),
         Err(error) => {
-            if args.json {
+            if args.print.json {
                 print_json(&json!({
                     "path": args.image.display().to_string(),
                     "ok": false,
@@ -72,7 +71,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     let signed = sign_image(&bytes, &key).map_err(CliError::image(&args.image))?;
     write_file_atomic(target, &signed).map_err(CliError::image(target))?;
     let public = key.public_key();
-    if args.json {
+    if args.print.json {
         print_json(&json!({
             "path": args.image.display().to_string(),
             "ok": true,

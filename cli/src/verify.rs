@@ -20,7 +20,7 @@ use kiln_core::trust::TrustPolicy;
 use kiln_image::{Image, ImageError, SignatureCheck, Verification};
 use serde_json::json;
 
-use crate::common::print_json;
+use crate::common::{PrintArgs, TrustArgs, print_json};
 use crate::escape::{self, escape};
 use crate::{CliError, Outcome};
 
@@ -30,13 +30,10 @@ pub(crate) struct Args {
     /// The image files.
     #[arg(required = true)]
     images: Vec<PathBuf>,
-    /// Require a valid signature by this key: 64 hex digits, or a file of
-    /// public keys, one per line (repeatable; added to KILN_TRUSTED_KEYS).
-    #[arg(long = "trusted-key", value_name = "K")]
-    trusted_keys: Vec<String>,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    trust: TrustArgs,
+    #[command(flatten)]
+    print: PrintArgs,
 }
 
 /// The image fully verified, and its signatures checked: every one must
@@ -98,7 +95,7 @@ pub(crate) fn signatures_json(checks: &[SignatureCheck]) -> serde_json::Value {
 }
 
 pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
-    let trust = crate::common::trust_policy(&args.trusted_keys)?;
+    let trust = args.trust.policy()?;
     let mut all_ok = true;
     let mut reports = Vec::new();
     let mut out = std::io::stdout().lock();
@@ -107,7 +104,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
         match check(path, &trust) {
             Ok((image, checks)) => {
                 let bytes = image.byte_len();
-                if args.json {
+                if args.print.json {
                     reports.push(json!({
                         "path": json_path, "ok": true, "entries": image.len(), "bytes": bytes,
                         "signatures": signatures_json(&checks),
@@ -126,7 +123,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
             }
             Err(error) => {
                 all_ok = false;
-                if args.json {
+                if args.print.json {
                     reports.push(json!({
                         "path": json_path, "ok": false, "check": error.check(), "error": error.to_string(),
                     }));
@@ -142,7 +139,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
             }
         }
     }
-    if args.json {
+    if args.print.json {
         print_json(&serde_json::Value::Array(reports))?;
     }
     Ok(if all_ok {

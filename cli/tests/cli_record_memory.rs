@@ -21,17 +21,14 @@ fn check(body: &str) -> String {
     let hash = blake3::Hasher::new_derive_key("kiln record line v1")
         .update(body.as_bytes())
         .finalize();
-    hash.as_bytes()[..8]
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    kiln_image::Digest(*hash.as_bytes()).to_hex()[..16].to_owned()
 }
 
 /// A hex digest made of `n`.
 fn digest(n: u64, salt: u8) -> String {
     let mut bytes = [salt; 32];
     bytes[..8].copy_from_slice(&n.to_le_bytes());
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    kiln_image::Digest(bytes).to_hex()
 }
 
 /// Writes `RECORDS` distinct `E` records, empty names, labels and

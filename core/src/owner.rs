@@ -159,7 +159,7 @@ impl fmt::Debug for Owner {
             .field("version", &self.version)
             .field("target", &self.target)
             .field("options", &self.options)
-            .field("digest", &crate::key::hex(&self.digest.0))
+            .field("digest", &self.digest.to_hex())
             .finish()
     }
 }

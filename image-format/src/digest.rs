@@ -9,8 +9,6 @@ use std::fmt;
 )]
 pub struct Digest(pub [u8; 32]);
 
-const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
-
 impl Digest {
     /// BLAKE3 of `bytes`.
     pub fn of(bytes: &[u8]) -> Digest {
@@ -24,12 +22,7 @@ impl Digest {
 
     /// Lowercase hex, 64 characters.
     pub fn to_hex(&self) -> String {
-        let mut out = String::with_capacity(64);
-        for byte in self.0 {
-            out.push(char::from(HEX_DIGITS[usize::from(byte >> 4)]));
-            out.push(char::from(HEX_DIGITS[usize::from(byte & 0x0f)]));
-        }
-        out
+        hex::encode(self.0)
     }
 
     /// Parses exactly 64 hex characters (either case).
@@ -37,19 +30,11 @@ impl Digest {
     /// # Errors
     /// [`ParseDigestError`] when `s` is not 64 hex characters.
     pub fn from_hex(s: &str) -> Result<Digest, ParseDigestError> {
-        let invalid = || ParseDigestError {
-            text: s.chars().take(80).collect(),
-        };
-        let text = s.as_bytes();
-        if text.len() != 64 {
-            return Err(invalid());
-        }
         let mut out = [0u8; 32];
-        for (byte, pair) in out.iter_mut().zip(text.chunks_exact(2)) {
-            let high = hex_value(pair[0]).ok_or_else(invalid)?;
-            let low = hex_value(pair[1]).ok_or_else(invalid)?;
-            *byte = (high << 4) | low;
-        }
+        // The length is checked before any character is read.
+        hex::decode_to_slice(s, &mut out).map_err(|_| ParseDigestError {
+            text: s.chars().take(80).collect(),
+        })?;
         Ok(Digest(out))
     }
 
@@ -59,15 +44,6 @@ impl Digest {
         let hex = self.to_hex();
         prefix.len() <= hex.len()
             && hex.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
-    }
-}
-
-fn hex_value(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
     }
 }
 

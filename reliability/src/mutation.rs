@@ -300,7 +300,7 @@ fn header_fields(base: &[u8], rng: &mut Rng, out: &mut Vec<Case>) {
             }
             let mut bytes = base.to_vec();
             bytes[at..at + width].copy_from_slice(&value);
-            let label = format!("{name} = {}", hex(&value));
+            let label = format!("{name} = {}", hex::encode(&value));
             push(
                 out,
                 "header field, wrong value",
@@ -316,10 +316,6 @@ fn header_fields(base: &[u8], rng: &mut Rng, out: &mut Vec<Case>) {
             );
         }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn lengths(base: &[u8], out: &mut Vec<Case>) {

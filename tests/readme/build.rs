@@ -1,6 +1,7 @@
-//! The build scripts of the README's two libraries, as written there, in one:
+//! The build scripts of the README's library and of the library author's
+//! guide's CUDA library (`docs/library-author.md`), as written there, in one:
 //! it writes `$OUT_DIR/my-cuda-kernels.kimg` (with the toolchain it used in
-//! `KILN_CUDA_BUILD`) and `$OUT_DIR/my-kernels.kimg`, which the README's
+//! `KILN_CUDA_BUILD`) and `$OUT_DIR/my-kernels.kimg`, which their
 //! examples embed.
 
 #[path = "src/catalogue.rs"]

@@ -11,7 +11,7 @@
 //! `--json FILE`.
 //!
 //! ```text
-//! cargo run --release -p kiln-bench --bin kiln-bench-builds -- --runs 3 --json docs/builds.json
+//! cargo run --release -p kiln-bench --bin kiln-bench-builds -- --runs 3 --json bench/results/builds.json
 //! ```
 //!
 //! Needs NVRTC (the compiling scenarios) and `redis-server` (the farm).

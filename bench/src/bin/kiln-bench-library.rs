@@ -28,7 +28,7 @@
 //! library, so init merges this library's image only.
 //!
 //! ```text
-//! cargo run --release -p kiln-bench --bin kiln-bench-library -- --runs 11 --json docs/library.json
+//! cargo run --release -p kiln-bench --bin kiln-bench-library -- --runs 11 --json bench/results/library.json
 //! ```
 
 use std::hint::black_box;

@@ -53,7 +53,7 @@ impl Key {
 
     /// Lowercase hex, 64 characters.
     pub fn to_hex(&self) -> String {
-        hex(&self.0.0)
+        self.0.to_hex()
     }
 }
 
@@ -73,14 +73,4 @@ impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Key({})", self.to_hex())
     }
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
-    }
-    out
 }

@@ -164,10 +164,7 @@ fn check(body: &str) -> String {
     let hash = blake3::Hasher::new_derive_key(CHECK_CONTEXT)
         .update(body.as_bytes())
         .finalize();
-    hash.as_bytes()[..8]
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    hex::encode(&hash.as_bytes()[..8])
 }
 
 /// `text` cut to at most `max` bytes (at a character boundary), with every
@@ -206,8 +203,9 @@ fn unescape(text: &str) -> Option<String> {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
+            let mut byte = [0u8; 1];
+            hex::decode_to_slice(bytes.get(i + 1..i + 3)?, &mut byte).ok()?;
+            out.push(byte[0]);
             i += 3;
         } else {
             out.push(bytes[i]);
@@ -305,5 +303,36 @@ fn parse_fields(body: &str) -> Option<Record> {
             entry: None,
         }),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod escape_tests {
+    use super::{check, escape, unescape};
+
+    #[test]
+    fn escaped_text_round_trips_and_a_malformed_escape_is_refused() {
+        let text = "a%b\tc\u{7f}\nd é";
+        let escaped = escape(text, usize::MAX);
+        assert_eq!(escaped, "a%25b%09c%7F%0Ad é");
+        assert_eq!(unescape(&escaped).as_deref(), Some(text));
+        assert_eq!(unescape("%7f%7F").as_deref(), Some("\u{7f}\u{7f}"));
+        // Two hex digits, nothing else: a sign, a short or a non-hex escape
+        // makes the line corrupt.
+        for bad in ["%+F", "%4", "%G0", "%", "%é", "%ff"] {
+            assert_eq!(unescape(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_check_is_sixteen_lowercase_hex_digits() {
+        let check = check("KR1\tE");
+        assert_eq!(check.len(), 16);
+        assert!(
+            check
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+            "{check}"
+        );
     }
 }

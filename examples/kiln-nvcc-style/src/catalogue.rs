@@ -9,7 +9,8 @@
 
 use kiln::cuda::{Arch, KernelRequest, Toolchain};
 
-/// The archs the build script ships an NVRTC 13 CUBIN for: the README's, Turing
+/// The archs the build script ships an NVRTC 13 CUBIN for: the library author's
+/// guide's (`docs/library-author.md`), Turing
 /// to Blackwell. The lowest and the newest also ship their PTX: the newest PTX
 /// holds the kernels that exist only on newer GPUs (bf16, fp8), for a GPU
 /// newer than every CUBIN.

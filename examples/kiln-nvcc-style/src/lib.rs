@@ -8,8 +8,8 @@
 //! and every kernel is found by the compiler
 //! ([`KernelRequest::every_kernel`](kiln::cuda::KernelRequest::every_kernel)).
 //!
-//! The build script precompiles each program for the README's targets (`sm_75`
-//! to `sm_120`) with PTX for the lowest and the newest; [`get`] serves a kernel
+//! The build script precompiles each program for the targets of the library
+//! author's guide (`sm_75` to `sm_120`) with PTX for the lowest and the newest; [`get`] serves a kernel
 //! by name from the embedded image: for a GPU of any arch, every kernel that
 //! exists for it, with no toolchain.
 //!

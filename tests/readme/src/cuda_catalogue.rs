@@ -1,6 +1,6 @@
-//! The README's shared module of its CUDA library: the specializations and
-//! the request of each, used by the build script (and, in the README, by the
-//! library).
+//! The shared module of the CUDA library of the library author's guide
+//! (`docs/library-author.md`): the specializations and the request of each,
+//! used by the build script (and, in the guide, by the library).
 
 use kiln::cuda::{Arch, KernelRequest, Toolchain};
 use kiln::image::Digest;

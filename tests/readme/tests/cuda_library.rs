@@ -1,4 +1,5 @@
-//! The README's CUDA library run for real (the README's block is compiled
+//! The CUDA library of the library author's guide (`docs/library-author.md`)
+//! run for real (the guide's block is compiled
 //! only): the image its build script shipped serves every device arch with
 //! no toolchain, from the toolchain the build recorded.
 //!
@@ -12,7 +13,7 @@ use kiln_readme::cuda_catalogue::{self as catalogue, Spec};
 
 kiln::include_image!("my-cuda-kernels.kimg");
 
-/// The README's `src/lib.rs`.
+/// The guide's `src/lib.rs`.
 static KERNELS: KernelLibrary<Spec> =
     KernelLibrary::new(env!("KILN_CUDA_BUILD"), catalogue::request);
 
@@ -46,7 +47,7 @@ fn the_readme_cuda_library_serves_its_shipped_kernels_without_a_toolchain() {
             assert_eq!(served.hit().source(), Source::Image, "{arch} {spec:?}");
         }
     }
-    // The README's own static, as an application calls it.
+    // The guide's own static, as an application calls it.
     let device = Device::new("sm_86".parse().unwrap());
     let served = KERNELS
         .get(cache, &device, &Spec { dtype: "float" })
