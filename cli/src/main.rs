@@ -1,11 +1,13 @@
 //! `kiln`: inspect, verify, compare, merge, extract, install and sign Kiln
-//! package images; bake an application's image from its record files and
-//! report what the libraries' images missed.
+//! package images; say which kernels an application's images serve on
+//! which GPUs and drivers; bake an application's image from its record files
+//! and report what the libraries' images missed.
 //!
 //! Exit status: 0 on success, 1 when `verify` finds a bad image (or one
 //! not signed by a key it was told to trust), `install` or `sign` refuses
-//! one, `diff` finds differences or `bake` misses recorded entries (the
-//! image is written all the same), 2 on any other error (unreadable input,
+//! one, `diff` finds differences, `kernels` finds a kernel missing on a GPU
+//! and driver or `bake` misses recorded entries (the image is written all
+//! the same), 2 on any other error (unreadable input,
 //! bad arguments).
 //!
 //! Images and cache directories are untrusted: text from them is printed
@@ -23,6 +25,7 @@ mod escape;
 mod extract;
 mod inspect;
 mod install;
+mod kernels;
 mod keygen;
 mod merge;
 mod report;
@@ -62,6 +65,10 @@ enum Command {
     /// Verify images fully, then put each into a directory by rename (never
     /// in place), so programs that mapped the old file keep reading it.
     Install(install::Args),
+    /// Which kernels an application binary (or images, or shipped images)
+    /// would serve on each GPU and driver, from what, and which are missing:
+    /// exit 1 when any is, for CI.
+    Kernels(kernels::Args),
     /// Bake one image of the entries that record files (KILN_RECORD) say an
     /// application used, from the images, disk caches and remote cache given.
     Bake(bake::Args),
@@ -101,6 +108,7 @@ fn run(command: Command) -> Result<Outcome, CliError> {
         Command::Merge(args) => merge::run(args),
         Command::Extract(args) => extract::run(args),
         Command::Install(args) => install::run(args),
+        Command::Kernels(args) => kernels::run(args),
         Command::Bake(args) => bake::run(args),
         Command::Report(args) => report::run(args),
         Command::Keygen(args) => keygen::run(args),

@@ -156,6 +156,7 @@ pub struct ImageInfo {
     source: String,
     name: String,
     baked: bool,
+    record: Option<BuildRecord>,
     entries: Vec<EntryInfo>,
 }
 
@@ -167,8 +168,18 @@ impl ImageInfo {
             source: source.into(),
             name: name.into(),
             baked: false,
+            record: None,
             entries: Vec::new(),
         }
+    }
+
+    /// The same image, with the record its library's build set: used instead of
+    /// one rebuilt from the entries. A shipped image's manifest holds it: its
+    /// entries carry PTX for every target, of which an application embeds only
+    /// the PTX targets' (what the record names).
+    pub fn with_record(mut self, record: BuildRecord) -> ImageInfo {
+        self.record = Some(record);
+        self
     }
 
     /// The same image, marked as one `kiln bake` wrote (its `kiln.provenance`
@@ -304,7 +315,13 @@ impl ImageSet {
                 set.entries.push(entry);
             }
             if !image.baked && !parsed.is_empty() {
-                let library = library_of(image.name, image.source, &set.entries[first..], &parsed);
+                let library = library_of(
+                    image.name,
+                    image.source,
+                    image.record,
+                    &set.entries[first..],
+                    &parsed,
+                );
                 set.libraries.push(library);
             }
         }
@@ -473,14 +490,22 @@ impl Shelf for Shelved<'_> {
 }
 
 /// The library of one image: `entries` (its kiln-cuda entries) with the NVRTC
-/// release and target each names (`parsed`, in the same order).
+/// release and target each names (`parsed`, in the same order), under
+/// `recorded` (the record its build set) if known, else the one they show.
 fn library_of(
     name: String,
     source: String,
+    recorded: Option<BuildRecord>,
     entries: &[EntryInfo],
     parsed: &[(NvrtcVersion, Arch)],
 ) -> ImageLibrary {
-    // The record: per release, the CUBIN and PTX targets.
+    let record = recorded.unwrap_or_else(|| rebuilt_record(entries, parsed));
+    library_under(name, source, record, entries, parsed)
+}
+
+/// The record `entries` show: per NVRTC release, the targets whose entries hold
+/// a CUBIN and those that hold PTX.
+fn rebuilt_record(entries: &[EntryInfo], parsed: &[(NvrtcVersion, Arch)]) -> BuildRecord {
     let mut toolchains: BTreeMap<&str, (NvrtcVersion, BTreeSet<Arch>, BTreeSet<Arch>)> =
         BTreeMap::new();
     for (entry, (nvrtc, target)) in entries.iter().zip(parsed) {
@@ -499,11 +524,21 @@ fn library_of(
             }
         }
     }
-    let record = BuildRecord::from_toolchains(toolchains.into_values().map(|(nvrtc, c, p)| {
+    BuildRecord::from_toolchains(toolchains.into_values().map(|(nvrtc, c, p)| {
         ToolchainRecord::new(nvrtc)
             .with_cubin_targets(c)
             .with_ptx_targets(p)
-    }));
+    }))
+}
+
+/// The library of `entries` under `record`: its programs and their kernels.
+fn library_under(
+    name: String,
+    source: String,
+    record: BuildRecord,
+    entries: &[EntryInfo],
+    parsed: &[(NvrtcVersion, Arch)],
+) -> ImageLibrary {
     let index_of = |nvrtc: &NvrtcVersion| {
         record
             .toolchains()
