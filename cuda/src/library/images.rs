@@ -840,6 +840,49 @@ mod tests {
     }
 
     #[test]
+    fn a_shipped_image_is_read_under_the_record_its_build_set() {
+        // A shipped image: every target's entry carries PTX, and only the
+        // lowest has the kernel `k2`; its record names sm_75 alone for PTX.
+        let image = || {
+            ImageInfo::new("a.kship", "lib")
+                .with_entry(entry(THIRTEEN, "sm_75", 1, 10, "p", &["k1", "k2"], true))
+                .with_entry(entry(THIRTEEN, "sm_90", 2, 10, "p", &["k1"], true))
+        };
+        let record: BuildRecord = "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_75,sm_90 ptx=sm_75"
+            .parse()
+            .unwrap();
+        let recorded = ImageSet::new(vec![image().with_record(record.clone())]);
+        assert_eq!(recorded.libraries()[0].record(), &record);
+        let newer = device("sm_120", 13000);
+        // As the application embeds it: the sm_75 PTX, which has both kernels.
+        assert_eq!(
+            outcomes(&recorded, &newer),
+            [
+                (
+                    "k1".to_owned(),
+                    "ptx sm_75 (NVRTC 13.0.88, drivers for CUDA 13.0+)".to_owned()
+                ),
+                (
+                    "k2".to_owned(),
+                    "ptx sm_75 (NVRTC 13.0.88, drivers for CUDA 13.0+)".to_owned()
+                ),
+            ]
+        );
+        // Rebuilt from the entries, the sm_90 PTX would come first.
+        let rebuilt = ImageSet::new(vec![image()]);
+        assert!(
+            rebuilt.libraries()[0]
+                .record()
+                .to_string()
+                .contains("ptx=sm_75,sm_90"),
+        );
+        assert_eq!(
+            outcomes(&rebuilt, &newer)[0].1,
+            "ptx sm_90 (NVRTC 13.0.88, drivers for CUDA 13.0+)"
+        );
+    }
+
+    #[test]
     fn the_first_image_of_an_owner_serves() {
         let with = ImageInfo::new("a", "lib").with_entry(entry(
             THIRTEEN,
