@@ -6,7 +6,7 @@
 //! library. Neither says by itself which GPUs and drivers get every kernel: a
 //! partial shipped image, or an application built with `KILN_CUDA_ARCHS` or
 //! `KILN_CUDA_DRIVERS` too narrow, is otherwise found out by
-//! [`Error::NotShipped`](crate::Error::NotShipped) in production. `kiln kernels`
+//! [`Error::NotShipped`] in production. `kiln kernels`
 //! answers from an application binary, image files or shipped images through
 //! this module; [`KernelLibrary::kernels`](super::KernelLibrary::kernels) answers
 //! the same for a library in hand.

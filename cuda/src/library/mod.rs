@@ -36,6 +36,12 @@
 //! [`Served`] says which artifact it chose ([`Served::artifact`]: kind and target),
 //! so that a loader need not select again.
 //!
+//! The order of step 1 (and the look for an entry compiled elsewhere) is one
+//! walk, shared with [`KernelLibrary::kernels`] (a library's kernels for a
+//! device and how each would be served, compiling nothing) and with
+//! [`images`] (the same answers from images alone, for `kiln kernels`), so
+//! that what they report is what `get_kernel` serves.
+//!
 //! Under `KILN_STRICT_TOOLCHAIN=1` ([`ToolchainPolicy::Strict`]) step 1 first locates
 //! the local toolchain, defines its fingerprints in the cache
 //! ([`Toolchain::define_in`]) and skips the shipped entries when the local NVRTC or a
