@@ -27,6 +27,10 @@
 //! errors (a file that cannot be read, none that holds a Kiln image, a file
 //! with more image headers than it has room for).
 //!
+//! The images are read as they are: signatures are not checked (`kiln
+//! verify` does), and an image file a program with `KILN_TRUSTED_KEYS` would
+//! refuse from `KILN_IMAGE_PATH` is reported as if merged.
+//!
 //! A binary is untrusted: it is read once (at most [`INPUT_MAX`] bytes); each
 //! place the image magic appears is a candidate whose header is checked (256
 //! bytes, its own checksum) before anything else, and only candidates whose
@@ -143,7 +147,7 @@ pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     if args.json {
         print_json(&to_json(&inputs, &set, &reports))?;
     } else {
-        print_text(&inputs, &set, &reports, args.all)?;
+        print_text(&inputs, &set, &reports, &args)?;
     }
     if unchecked > 0 {
         return Err(CliError::TooManyImageHeaders { count: unchecked });
@@ -696,7 +700,7 @@ fn print_text(
     inputs: &[Input],
     set: &ImageSet,
     reports: &[DeviceReport],
-    all: bool,
+    args: &Args,
 ) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
     for input in inputs {
@@ -735,7 +739,7 @@ fn print_text(
     }
     rows.write(&mut out, "")?;
 
-    if all {
+    if args.all {
         writeln!(out)?;
         let mut table = Table::new(&["GPU", "driver", "library", "program", "kernel", "served"]);
         for report in reports {
@@ -785,6 +789,22 @@ fn print_text(
         "missing: {missing} kernels on {lacking} of {} GPU and driver pairs",
         reports.len()
     )?;
+    if args.gpus.is_empty() || args.drivers.is_empty() {
+        writeln!(
+            out,
+            "  (asked about every {} Kiln knows: name the fleet's with {})",
+            match (args.gpus.is_empty(), args.drivers.is_empty()) {
+                (true, true) => "GPU and driver",
+                (true, false) => "GPU",
+                _ => "driver",
+            },
+            match (args.gpus.is_empty(), args.drivers.is_empty()) {
+                (true, true) => "--gpu and --driver",
+                (true, false) => "--gpu",
+                _ => "--driver",
+            },
+        )?;
+    }
     // Per GPU and run of drivers missing the same kernels: the programs
     // missing kernels, per library, and why (on the run's first driver).
     for run in runs(reports, |a, b| a.missing_key() == b.missing_key()) {
