@@ -218,6 +218,48 @@ pub(crate) enum CliError {
         source: Box<KeyError>,
     },
 
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the operating system (or the size limit) said.
+        source: std::io::Error,
+    },
+
+    /// `kernels`: no file holds a Kiln image.
+    #[error(
+        "no Kiln image found ({files}): give the application binary (built with kiln's \
+         include_image!), image files or shipped images (.kship)"
+    )]
+    NoImage {
+        /// What each file held, one clause per file.
+        files: String,
+    },
+
+    /// `kernels`: the images hold no CUDA kernel library.
+    #[error(
+        "the {images} images hold no CUDA kernel library (no entry of kiln-cuda's NVRTC owners; \
+         {other} entries of other compilers)"
+    )]
+    NoKernelLibrary {
+        /// How many images were found.
+        images: usize,
+        /// Their entries of other compilers.
+        other: usize,
+    },
+
+    /// `kernels`: a file with more image headers than it has room for.
+    #[error(
+        "{count} image headers were left unchecked: the images they declare add up to more than \
+         twice the file (images in a binary never overlap), so the file is damaged or made to \
+         cost more than it weighs; the report above may lack their kernels"
+    )]
+    TooManyImageHeaders {
+        /// How many candidates were left unchecked.
+        count: usize,
+    },
+
     /// `install`: two images with the same file name.
     #[error("two images would be installed as {name}: install them one at a time, or use --name")]
     SameName {

@@ -1,12 +1,14 @@
-//! `kiln`: ship a library's precompiled code in its package; bake an
+//! `kiln`: ship a library's precompiled code in its package; say which
+//! kernels an application's images serve on which GPUs and drivers; bake an
 //! application's image from its record files, install it and report what
 //! the libraries' images missed; inspect, verify, compare, extract, merge
 //! and sign Kiln images.
 //!
 //! Exit status: 0 on success, 1 when `verify` finds a bad image (or one
 //! not signed by a key it was told to trust), `install` or `sign` refuses
-//! one, `diff` finds differences or `bake` misses recorded entries (the
-//! image is written all the same), 2 on any other error (unreadable input,
+//! one, `diff` finds differences, `kernels` finds a kernel missing on a GPU
+//! and driver or `bake` misses recorded entries (the image is written all
+//! the same), 2 on any other error (unreadable input,
 //! bad arguments).
 //!
 //! Images and cache directories are untrusted: text from them is printed
@@ -24,6 +26,7 @@ mod escape;
 mod extract;
 mod inspect;
 mod install;
+mod kernels;
 mod keygen;
 mod merge;
 mod report;
@@ -66,6 +69,10 @@ enum Command {
     /// in place), so programs that mapped the old file keep reading it;
     /// with trusted keys, only images one of them signed.
     Install(install::Args),
+    /// Which kernels an application binary (or images, or shipped images)
+    /// would serve on each GPU and driver, from what, and which are missing:
+    /// exit 1 when any is, for CI.
+    Kernels(kernels::Args),
     /// What record files (KILN_RECORD) say an application used: per library
     /// and owner, compiles at run time, and what no shipped image holds.
     Report(report::Args),
@@ -98,7 +105,7 @@ const GROUPS: &[(&str, &[&str])] = &[
     ("Ship a library's precompiled code", &["ship", "keygen"]),
     (
         "Serve an application's code",
-        &["bake", "install", "report", "cache"],
+        &["bake", "install", "kernels", "report", "cache"],
     ),
     (
         "Look into images",
@@ -162,6 +169,7 @@ fn run(command: Command) -> Result<Outcome, CliError> {
         Command::Keygen(args) => keygen::run(args),
         Command::Bake(args) => bake::run(args),
         Command::Install(args) => install::run(args),
+        Command::Kernels(args) => kernels::run(args),
         Command::Report(args) => report::run(args),
         Command::Cache(command) => cache_cmd::run(command),
         Command::Inspect(args) => inspect::run(args),

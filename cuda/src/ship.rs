@@ -117,7 +117,7 @@ use kiln_core::{ArtifactKind, BoxError, Cache};
 
 use super::library::RequestFn;
 use super::locate::{CCCL_INCLUDE, CUDA_RUNTIME_INCLUDE, NVRTC, SearchConfig, per_major};
-use super::select::coverage::{coverage, generations};
+use super::select::coverage::coverage;
 use super::select::{Device, KNOWN_DRIVERS, KNOWN_GPUS, Selection, parse_cuda_version, select};
 use super::toolchain::ToolchainRecord;
 use super::{Arch, ArchSuffix, BuildRecord, Error, Toolchain};
@@ -675,20 +675,18 @@ impl ShipPlan {
         }
         let reach = coverage(&record);
         let mut note = reach.summary();
-        if keep.is_some() {
-            note = match reach.unserved() {
-                unserved if unserved.is_empty() => note,
-                unserved => format!(
-                    "{note} (what {} keeps; known GPUs with no code: {})",
-                    [(CUDA_ARCHS, &archs_text), (CUDA_DRIVERS, &drivers_text)]
-                        .into_iter()
-                        .filter(|(_, v)| v.is_some())
-                        .map(|(name, _)| name)
-                        .collect::<Vec<_>>()
-                        .join(" and "),
-                    generations(&unserved)
-                ),
-            };
+        // The summary names the known GPUs with no code ("no code for sm_90,
+        // ..."); say which switch left them out.
+        if keep.is_some() && !reach.unserved().is_empty() {
+            note = format!(
+                "{note} (what {} keeps)",
+                [(CUDA_ARCHS, &archs_text), (CUDA_DRIVERS, &drivers_text)]
+                    .into_iter()
+                    .filter(|(_, v)| v.is_some())
+                    .map(|(name, _)| name)
+                    .collect::<Vec<_>>()
+                    .join(" and "),
+            );
         }
         if !record.toolchains().is_empty() {
             session.summary_note(note);

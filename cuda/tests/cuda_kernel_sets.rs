@@ -373,3 +373,121 @@ fn the_entry_compiled_for_one_kernel_serves_the_others_of_its_program() {
     ));
     assert_eq!(cache.stats().compiles, 1);
 }
+
+/// The image the precompile block of [`shipped`] wrote in `dir`, as `kiln
+/// kernels` reads an image: each entry's owner, key, name and artifacts.
+fn image_info(dir: &std::path::Path) -> kiln_cuda::library::images::ImageInfo {
+    use kiln_cuda::library::images::{EntryInfo, ImageInfo};
+    let path = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "kimg"))
+        .expect("the block's image");
+    let image = Image::open(&path, Verification::Full).unwrap();
+    let mut info = ImageInfo::new(path.display().to_string(), "kernel-sets-test");
+    for entry in image.entries() {
+        let entry = entry.unwrap();
+        let mut found = EntryInfo::new(
+            entry.owner(),
+            entry.owner_label(),
+            entry.key(),
+            entry.name(),
+        );
+        for artifact in entry.artifacts() {
+            found = found.with_artifact(artifact.kind(), artifact.entry_points());
+        }
+        info.push(found);
+    }
+    info
+}
+
+/// What `KernelLibrary::kernels` lists, what the report of the images alone
+/// says, and what `get_kernel` serves agree for every kernel, on GPUs older than
+/// every target, shipped, between and newer, with drivers unknown, too old and
+/// new enough: a kernel that exists only from sm_80 included (served from the
+/// newest PTX, absent from sm_75, missing where only the sm_75 code runs).
+#[test]
+fn the_listing_and_the_images_report_agree_with_get_kernel_everywhere() {
+    use kiln_cuda::library::KernelOutcome;
+    use kiln_cuda::library::images::ImageSet;
+    let Some((cache, record, dir)) = shipped() else {
+        return;
+    };
+    let library = stripped(&record);
+    let set = ImageSet::new(vec![image_info(dir.path())]);
+    assert_eq!(set.libraries().len(), 1);
+    // The record rebuilt from the image is the one the build recorded, but for
+    // the header digests (which only key requests).
+    let rebuilt = set.libraries()[0].record();
+    for (ours, built) in rebuilt.toolchains().iter().zip(record.toolchains()) {
+        assert_eq!(ours.nvrtc(), built.nvrtc());
+        assert_eq!(ours.cubin_targets(), built.cubin_targets());
+        assert_eq!(ours.ptx_targets(), built.ptx_targets());
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for gpu in [
+        "sm_70", "sm_75", "sm_78", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120",
+    ] {
+        for driver in [None, Some(12080), Some(13000)] {
+            let device = match driver {
+                Some(driver) => Device::new(arch(gpu)).with_driver(driver),
+                None => Device::new(arch(gpu)),
+            };
+            let listed = library.kernels(&cache, &device, &[Program]).unwrap();
+            let reported = set.serve(&device);
+            let names: Vec<Option<&str>> = listed.iter().map(|l| l.kernel.as_deref()).collect();
+            let mut expected: Vec<Option<&str>> = EVERYWHERE.map(Some).to_vec();
+            expected.extend([Some("_Z9templatedIfEvPT_"), Some("neg_bf16")]);
+            expected.sort();
+            assert_eq!(names, expected, "{gpu} {driver:?}");
+            assert_eq!(reported.len(), listed.len());
+            for (listed, reported) in listed.iter().zip(&reported) {
+                let kernel = listed.kernel.as_deref().unwrap();
+                let cell = format!("{kernel} on {gpu} {driver:?}");
+                assert_eq!(listed.program, "nvcc_style");
+                assert_eq!(reported.kernel, Some(kernel), "{cell}");
+                assert_eq!(reported.program, "nvcc_style", "{cell}");
+                assert_eq!(reported.outcome, listed.outcome, "{cell}");
+                let served = library.get_kernel(&cache, &device, &Program, kernel);
+                match (&listed.outcome, served) {
+                    (
+                        KernelOutcome::Served {
+                            selection,
+                            artifact,
+                        },
+                        Ok(served),
+                    ) => {
+                        assert_eq!(served.selection(), *selection, "{cell}");
+                        assert_eq!(served.artifact(), artifact, "{cell}");
+                        seen.insert(selection.as_str());
+                    }
+                    (KernelOutcome::NotForArch { .. }, Err(Error::NoSuchKernel { .. })) => {
+                        seen.insert("not for arch");
+                    }
+                    (KernelOutcome::Missing { tried }, Err(Error::NotShipped { tried: t, .. })) => {
+                        assert_eq!(tried, &t, "{cell}");
+                        seen.insert("missing");
+                    }
+                    (outcome, served) => panic!("{cell}: listed {outcome}, served {served:?}"),
+                }
+            }
+        }
+    }
+    // Every kind of answer was met.
+    assert_eq!(
+        seen.into_iter().collect::<Vec<_>>(),
+        [
+            "compatible-cubin",
+            "exact-cubin",
+            "missing",
+            "not for arch",
+            "ptx"
+        ]
+    );
+    // Listing counts no selection and remembers no answer.
+    let before = library.stats();
+    let device = Device::new(arch("sm_100"));
+    library.kernels(&cache, &device, &[Program]).unwrap();
+    assert_eq!(library.stats(), before);
+}

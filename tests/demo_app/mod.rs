@@ -27,7 +27,8 @@ pub fn demo_app() -> &'static Path {
     APP.get_or_init(|| build_demo_app(&[]))
 }
 
-/// Builds the demo application with the libraries' default targets and the
+/// Builds the demo application with the libraries' default targets (whatever
+/// `KILN_CUDA_ARCHS` and `KILN_CUDA_DRIVERS` the tests run under) and the
 /// variables `vars` set (the binary cargo writes is overwritten by the next
 /// build: copy it to keep it); its executable.
 pub fn build_demo_app(vars: &[(&str, &str)]) -> PathBuf {
@@ -42,6 +43,8 @@ pub fn build_demo_app(vars: &[(&str, &str)]) -> PathBuf {
         ])
         .env_remove("KILN_DEMO_ARCHS")
         .env_remove("KILN_EMBED")
+        .env_remove("KILN_CUDA_ARCHS")
+        .env_remove("KILN_CUDA_DRIVERS")
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stderr(Stdio::inherit());
     for (name, value) in vars {

@@ -13,7 +13,8 @@ use kiln_core::{Cache, Hit, World};
 use super::attempt::{Attempt, Attempts};
 use super::program::{Keyed, ProgramMemo, Under};
 use super::served::{ChosenArtifact, Served, artifact_kind};
-use crate::select::{Selection, advice, cuda_version_text, holdings, select};
+use super::walk::{Found, Shelf, Walked, compiled_elsewhere, describe, walk};
+use crate::select::{Candidate, Selection, select};
 use crate::{Arch, BuildRecord, Device, Error, KernelRequest, Toolchain, ToolchainPolicy};
 
 /// How many entry points an [`Error::NoSuchKernel`] lists.
@@ -161,7 +162,7 @@ where
     }
 
     /// Step 1: the shipped candidates for the device, each under the recorded
-    /// toolchain that built it.
+    /// toolchain that built it, walked in order ([`walk`]).
     fn shipped_entry(&mut self) -> Step<'c> {
         if self.recorded.is_empty() {
             self.tried.push(Attempt::NothingShipped);
@@ -179,63 +180,88 @@ where
             self.tried.push(Attempt::AlwaysCompile);
             return Ok(None);
         }
-        let mut strict_skipped = false;
-        for candidate in &candidates.list {
-            let Some(recorded) = self.recorded.get(candidate.toolchain) else {
+        let mut tried = std::mem::take(&mut self.tried);
+        let mut shelf = Shipped {
+            derivation: self,
+            strict,
+            strict_skipped: false,
+        };
+        let walked = walk(
+            self.device,
+            self.record,
+            &candidates,
+            self.kernel,
+            &mut shelf,
+            &mut tried,
+        );
+        self.tried.append(&mut tried);
+        match walked? {
+            Walked::Served((hit, request, nvrtc), candidate) => {
+                Ok(Some(self.served(hit, candidate.selection, request, &nvrtc)))
+            }
+            Walked::NoSuchKernel((hit, request, _), candidate) => {
+                Err(self.no_such_kernel(&hit, candidate.selection, &request))
+            }
+            Walked::NotServed => Ok(None),
+        }
+    }
+
+    /// The entry compiled for exactly the device's arch by a recorded toolchain
+    /// whose CUBINs its driver loads, if the cache or its tiers hold it: what a
+    /// machine with the build's toolchain compiled at run time and stored, which is
+    /// what a compile here would give. `Ok(None)` (attempts noted) when none does.
+    fn compiled_elsewhere(&mut self) -> Step<'c> {
+        for index in compiled_elsewhere(self.device, self.record) {
+            let Some(recorded) = self.recorded.get(index) else {
                 continue;
             };
-            let keyed = self.request(
-                Under::Recorded(candidate.toolchain),
-                recorded,
-                candidate.target,
-            )?;
-            if let Some(local) = &strict
-                && let Some(why) = differs(local, recorded, keyed.request())
-            {
-                if !strict_skipped {
-                    self.tried.push(Attempt::StrictToolchain { why });
+            match self.request(Under::Recorded(index), recorded, self.device.arch()) {
+                Ok(keyed) => {
+                    let owner = keyed.owner(recorded.nvrtc())?;
+                    let key = keyed.key()?;
+                    match self.cache.get_cached(owner, &key) {
+                        Some(hit) => {
+                            let nvrtc = recorded.nvrtc().clone();
+                            let request = Arc::clone(keyed.request());
+                            return self
+                                .exact(hit, Selection::Compiled, request, &nvrtc)
+                                .map(Some);
+                        }
+                        None => self.tried.push(Attempt::NotCompiledElsewhere {
+                            nvrtc: recorded.nvrtc().clone(),
+                        }),
+                    }
                 }
-                strict_skipped = true;
-                continue;
+                Err(Error::Cache(other)) => return Err(Error::Cache(other)),
+                Err(why) => self.tried.push(Attempt::NoRecordedRequest {
+                    why: why.to_string(),
+                }),
             }
-            let owner = keyed.owner(recorded.nvrtc())?.digest();
-            let key = keyed.key()?;
-            let request = Arc::clone(keyed.request());
-            let Some(hit) = self.cache.lookup(&owner, &key) else {
-                self.tried.push(Attempt::NotInImages {
-                    target: candidate.target,
-                    selection: candidate.selection,
-                });
-                continue;
-            };
-            let nvrtc = recorded.nvrtc().clone();
-            if candidate.selection == Selection::ExactCubin {
-                return self
-                    .exact(hit, Selection::ExactCubin, request, &nvrtc)
-                    .map(Some);
-            }
-            if self.holds_kernel(&hit, candidate.selection) {
-                return Ok(Some(self.served(hit, candidate.selection, request, &nvrtc)));
-            }
-            self.tried.push(Attempt::LacksKernel {
-                target: candidate.target,
-                selection: candidate.selection,
-            });
-        }
-        if let Some(why) = candidates.cubin_refused {
-            self.tried.push(Attempt::CubinRefused { why });
-        }
-        if let Some(why) = candidates.ptx_refused {
-            self.tried.push(Attempt::PtxRefused { why });
-        }
-        if candidates.list.is_empty() {
-            self.tried.push(Attempt::NothingLoads {
-                device: describe(self.device),
-                holds: holdings(self.device, self.record),
-                advice: advice(self.device),
-            });
         }
         Ok(None)
+    }
+
+    /// What the cache already holds for the kernel, compiling nothing: step 1, then
+    /// the entry compiled elsewhere for the device's arch (as on a machine without
+    /// a toolchain). `Ok(None)` when neither serves: [`Derivation::attempts`] says
+    /// why.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchKernel`] when an entry built for exactly the device's arch
+    /// lacks the kernel; a key that cannot be derived.
+    pub(super) fn without_compiling(&mut self) -> Step<'c> {
+        if let Some(served) = self.shipped_entry()? {
+            return Ok(Some(served));
+        }
+        if self.cache.config().always_compile || self.strict_here() {
+            return Ok(None);
+        }
+        self.compiled_elsewhere()
+    }
+
+    /// The attempts noted so far, taken.
+    pub(super) fn attempts(&mut self) -> Vec<Attempt> {
+        std::mem::take(&mut self.tried)
     }
 
     /// No compile possible here (no NVRTC, or a header set missing): what a machine
@@ -245,34 +271,11 @@ where
     fn cannot_compile(&mut self, cause: Arc<Error>) -> Result<Served<'c>, crate::Error> {
         // Under KILN_STRICT_TOOLCHAIN a process that has a toolchain serves only
         // what that toolchain built.
-        if !self.cache.config().always_compile && !self.strict_here() {
-            let driver = self.device.driver();
-            for (index, recorded) in self.recorded.iter().enumerate() {
-                let cubin_driver = crate::select::driver_needed_for_cubin(recorded.nvrtc());
-                if driver.is_some_and(|driver| driver < cubin_driver) {
-                    continue;
-                }
-                match self.request(Under::Recorded(index), recorded, self.device.arch()) {
-                    Ok(keyed) => {
-                        let owner = keyed.owner(recorded.nvrtc())?;
-                        let key = keyed.key()?;
-                        match self.cache.get_cached(owner, &key) {
-                            Some(hit) => {
-                                let nvrtc = recorded.nvrtc().clone();
-                                let request = Arc::clone(keyed.request());
-                                return self.exact(hit, Selection::Compiled, request, &nvrtc);
-                            }
-                            None => self.tried.push(Attempt::NotCompiledElsewhere {
-                                nvrtc: recorded.nvrtc().clone(),
-                            }),
-                        }
-                    }
-                    Err(Error::Cache(other)) => return Err(Error::Cache(other)),
-                    Err(why) => self.tried.push(Attempt::NoRecordedRequest {
-                        why: why.to_string(),
-                    }),
-                }
-            }
+        if !self.cache.config().always_compile
+            && !self.strict_here()
+            && let Some(served) = self.compiled_elsewhere()?
+        {
+            return Ok(served);
         }
         Err(Error::NotShipped {
             kernel: self.kernel_label(),
@@ -294,14 +297,24 @@ where
         if self.holds_kernel(&hit, selection) {
             return Ok(self.served(hit, selection, request, nvrtc));
         }
-        let kernels = kernels_of(&hit, selection);
-        Err(Error::NoSuchKernel {
+        Err(self.no_such_kernel(&hit, selection, &request))
+    }
+
+    /// The error for an entry built for exactly the device's arch that lacks the
+    /// kernel asked for.
+    fn no_such_kernel(
+        &self,
+        hit: &Hit<'c>,
+        selection: Selection,
+        request: &KernelRequest,
+    ) -> Error {
+        Error::NoSuchKernel {
             kernel: self.kernel.unwrap_or_default().to_owned(),
             program: request.name().to_owned(),
             arch: self.device.arch().to_string(),
             built: selection.to_string(),
-            kernels: kernels.into(),
-        })
+            kernels: kernels_of(hit, selection).into(),
+        }
     }
 
     fn served(
@@ -331,7 +344,7 @@ where
 
     /// The request under `toolchain` for `arch`, built once per program memo.
     fn request(
-        &mut self,
+        &self,
         under: Under,
         toolchain: &Toolchain,
         arch: Arch,
@@ -368,15 +381,57 @@ where
     }
 }
 
-/// A device for people: `sm_70 with a driver for CUDA 12.8`.
-fn describe(device: &Device) -> String {
-    match device.driver() {
-        Some(driver) => format!(
-            "{} with a driver for CUDA {}",
-            device.arch(),
-            cuda_version_text(driver)
-        ),
-        None => device.arch().to_string(),
+/// A shipped entry found for a candidate: the cache entry, the request it is the
+/// entry of, and the NVRTC release that built it.
+type Entry<'c> = (Hit<'c>, Arc<KernelRequest>, crate::NvrtcVersion);
+
+/// The shelf of step 1: each candidate's request under the recorded toolchain that
+/// built it, looked up in the cache's memory and images by its owner and key.
+/// Under `KILN_STRICT_TOOLCHAIN` a candidate whose toolchain the local one is not
+/// is passed over.
+struct Shipped<'d, 'a, 'c, S> {
+    derivation: &'d Derivation<'a, 'c, S>,
+    strict: Option<Arc<Toolchain>>,
+    strict_skipped: bool,
+}
+
+impl<'c, S> Shelf for Shipped<'_, '_, 'c, S>
+where
+    S: Clone + Eq + Hash + fmt::Debug + Send + Sync,
+{
+    type Entry = Entry<'c>;
+
+    fn find(&mut self, candidate: &Candidate) -> Result<Found<Entry<'c>>, Error> {
+        let derivation = self.derivation;
+        let Some(recorded) = derivation.recorded.get(candidate.toolchain) else {
+            return Ok(Found::Skipped(None));
+        };
+        let keyed = derivation.request(
+            Under::Recorded(candidate.toolchain),
+            recorded,
+            candidate.target,
+        )?;
+        if let Some(local) = &self.strict
+            && let Some(why) = differs(local, recorded, keyed.request())
+        {
+            let first = !self.strict_skipped;
+            self.strict_skipped = true;
+            return Ok(Found::Skipped(
+                first.then_some(Attempt::StrictToolchain { why }),
+            ));
+        }
+        let owner = keyed.owner(recorded.nvrtc())?.digest();
+        let key = keyed.key()?;
+        Ok(match derivation.cache.lookup(&owner, &key) {
+            Some(hit) => Found::Entry((hit, Arc::clone(keyed.request()), recorded.nvrtc().clone())),
+            None => Found::Absent,
+        })
+    }
+
+    fn holds(&mut self, entry: &Entry<'c>, selection: Selection, kernel: &str) -> bool {
+        self.derivation
+            .memo
+            .holds(&entry.0, &artifact_kind(selection), kernel)
     }
 }
 

@@ -36,6 +36,12 @@
 //! [`Served`] says which artifact it chose ([`Served::artifact`]: kind and target),
 //! so that a loader need not select again.
 //!
+//! The order of step 1 (and the look for an entry compiled elsewhere) is one
+//! walk, shared with [`KernelLibrary::kernels`] (a library's kernels for a
+//! device and how each would be served, compiling nothing) and with
+//! [`images`] (the same answers from images alone, for `kiln kernels`), so
+//! that what they report is what `get_kernel` serves.
+//!
 //! Under `KILN_STRICT_TOOLCHAIN=1` ([`ToolchainPolicy::Strict`]) step 1 first locates
 //! the local toolchain, defines its fingerprints in the cache
 //! ([`Toolchain::define_in`]) and skips the shipped entries when the local NVRTC or a
@@ -84,9 +90,12 @@
 
 mod attempt;
 mod derive;
+pub mod images;
+mod listing;
 mod program;
 mod served;
 mod stats;
+mod walk;
 
 use std::collections::HashMap;
 
@@ -95,17 +104,19 @@ use std::fmt;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
-use kiln_core::{Cache, Digest, Key, World};
+use kiln_core::{ArtifactKind, Cache, Digest, Key, World};
 
 use super::select::Selection;
 use super::{Arch, BuildRecord, Device, Error, KernelRequest, Toolchain, ToolchainPolicy};
 
 pub use attempt::{Attempt, Attempts};
+pub use listing::{KernelOutcome, ListedKernel};
 pub use served::{ChosenArtifact, Served};
 pub use stats::SelectionStats;
 
 use derive::{Derivation, Library};
 use program::ProgramMemo;
+use program::Under;
 use stats::{Counts, PROCESS_COUNTS};
 
 /// A library's function from a specialization to its compile request for an arch,
@@ -287,6 +298,147 @@ where
         kernel: &str,
     ) -> Result<Served<'c>, crate::Error> {
         self.serve(cache, device, spec, Some(kernel))
+    }
+
+    /// Every kernel of `specs` for `device`, as `cache` serves it now, compiling
+    /// nothing: per specialization, each entry point its entries hold (for any
+    /// target of the record), and how [`KernelLibrary::get_kernel`] would serve it
+    /// on a machine without NVRTC: from which artifact (kind, target, NVRTC
+    /// release, and so the oldest driver that loads it:
+    /// [`ChosenArtifact::driver_needed`]), not for this arch, or missing, with
+    /// what was tried. The same walk as `get_kernel`'s decides each answer; no
+    /// answer is remembered and no statistic counted.
+    ///
+    /// Before deploying, ask for the GPUs and drivers of the machines the
+    /// application runs on: a missing kernel is one the application would compile
+    /// there (or fail for, without NVRTC). `kiln kernels` answers the same
+    /// question from an application binary's images.
+    ///
+    /// ```no_run
+    /// use kiln_cuda::{Arch, Device, KernelLibrary, KernelRequest, Toolchain};
+    /// # fn request(_: &u8, _: &Toolchain, arch: Arch) -> Result<KernelRequest, kiln_cuda::Error> {
+    /// #     Ok(KernelRequest::new("k", "extern \"C\" __global__ void k() {}", arch).name_expression("k"))
+    /// # }
+    /// static KERNELS: KernelLibrary<u8> = KernelLibrary::new(
+    ///     "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_80,sm_90 ptx=sm_80",
+    ///     request,
+    /// );
+    /// let h100_on_r570 = Device::new("sm_90".parse::<Arch>()?).with_driver(12080);
+    /// for kernel in KERNELS.kernels(kiln_core::global(), &h100_on_r570, &[0, 1])? {
+    ///     if kernel.outcome.is_missing() {
+    ///         eprintln!("{} {:?}: {}", kernel.program, kernel.kernel, kernel.outcome);
+    ///     }
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::BadBuildRecord`]; the errors of the library's request function; a
+    /// key that cannot be derived.
+    pub fn kernels<'s>(
+        &self,
+        cache: &Cache,
+        device: &Device,
+        specs: impl IntoIterator<Item = &'s S>,
+    ) -> Result<Vec<ListedKernel<S>>, crate::Error>
+    where
+        S: 's,
+    {
+        let shipped = self.shipped()?;
+        let mut listed = Vec::new();
+        for spec in specs {
+            let memo = self.program_memo(cache, device, spec);
+            let (program, kernels) = self.kernel_names(cache, device, spec, shipped, &memo)?;
+            let named: Vec<Option<String>> = if kernels.is_empty() {
+                vec![None]
+            } else {
+                kernels.into_iter().map(Some).collect()
+            };
+            for kernel in named {
+                let mut derivation = Derivation::new(
+                    self,
+                    cache,
+                    device,
+                    spec,
+                    kernel.as_deref(),
+                    &shipped.record,
+                    &shipped.recorded,
+                    &memo,
+                );
+                let outcome = match derivation.without_compiling() {
+                    Ok(Some(served)) => KernelOutcome::Served {
+                        selection: served.selection(),
+                        artifact: served.artifact().clone(),
+                    },
+                    Ok(None) => KernelOutcome::Missing {
+                        tried: Attempts(derivation.attempts()),
+                    },
+                    Err(Error::NoSuchKernel { built, .. }) => KernelOutcome::NotForArch {
+                        selection: Selection::ALL
+                            .into_iter()
+                            .find(|s| s.as_str() == built)
+                            .unwrap_or(Selection::ExactCubin),
+                        target: device.arch(),
+                    },
+                    Err(error) => return Err(error),
+                };
+                listed.push(ListedKernel {
+                    spec: spec.clone(),
+                    program: program.clone(),
+                    kernel,
+                    outcome,
+                });
+            }
+        }
+        Ok(listed)
+    }
+
+    /// The program name of `spec`, and every entry point (sorted) of its entries
+    /// in `cache` for the targets of every recorded toolchain.
+    fn kernel_names(
+        &self,
+        cache: &Cache,
+        device: &Device,
+        spec: &S,
+        shipped: &Shipped,
+        memo: &program::ProgramMemo,
+    ) -> Result<(String, Vec<String>), Error> {
+        let mut program = None;
+        let mut names = std::collections::BTreeSet::new();
+        for (index, (record, recorded)) in shipped
+            .record
+            .toolchains()
+            .iter()
+            .zip(&shipped.recorded)
+            .enumerate()
+        {
+            let mut targets: Vec<Arch> = record.cubin_targets().to_vec();
+            targets.extend(record.ptx_targets());
+            targets.sort();
+            targets.dedup();
+            for target in targets {
+                let keyed = memo.keyed(Under::Recorded(index), target, || {
+                    (self.request)(spec, recorded, target)
+                })?;
+                program.get_or_insert_with(|| keyed.request().name().to_owned());
+                let owner = keyed.owner(recorded.nvrtc())?.digest();
+                let Some(hit) = cache.lookup(&owner, &keyed.key()?) else {
+                    continue;
+                };
+                for artifact in hit.artifacts() {
+                    if matches!(artifact.kind, ArtifactKind::Cubin | ArtifactKind::Ptx) {
+                        names.extend(artifact.entry_points.iter().map(|&n| n.to_owned()));
+                    }
+                }
+            }
+        }
+        let program = match program {
+            Some(program) => program,
+            None => (self.request)(spec, &Toolchain::names_only(), device.arch())
+                .map(|r| r.name().to_owned())
+                .unwrap_or_else(|_| format!("{spec:?}")),
+        };
+        Ok((program, names.into_iter().collect()))
     }
 
     fn serve<'c>(

@@ -37,6 +37,18 @@ impl ChosenArtifact {
         }
     }
 
+    /// The oldest driver that loads it, as the CUDA version it supports
+    /// (`cuDriverGetVersion` form: 13000 for 13.0): for a CUBIN built by NVRTC
+    /// `X.Y`, `X.0`; for PTX, `X.Y` (see [`select::support`](crate::select::support)).
+    /// `None` when the NVRTC release is not known.
+    pub fn driver_needed(&self) -> Option<i32> {
+        let nvrtc = self.nvrtc.as_ref()?;
+        Some(match self.kind {
+            ArtifactKind::Ptx => crate::select::driver_needed_for_ptx(nvrtc),
+            _ => crate::select::driver_needed_for_cubin(nvrtc),
+        })
+    }
+
     /// The `kind` artifact of an entry built for `target` (the loader's own choice
     /// for an entry no library chose for).
     pub(crate) fn new(kind: ArtifactKind, target: Arch) -> ChosenArtifact {
@@ -115,5 +127,25 @@ impl fmt::Debug for Served<'_> {
             .field("selection", &self.selection)
             .field("artifact", &self.artifact)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cubin_needs_a_driver_of_its_major_and_ptx_one_of_its_release() {
+        let nvrtc: NvrtcVersion = "12.9.86".parse().unwrap();
+        let sm_80: Arch = "sm_80".parse().unwrap();
+        let cubin = ChosenArtifact::of(Selection::ExactCubin, sm_80, &nvrtc);
+        assert_eq!(cubin.driver_needed(), Some(12000));
+        let ptx = ChosenArtifact::of(Selection::Ptx, sm_80, &nvrtc);
+        assert_eq!(ptx.kind, ArtifactKind::Ptx);
+        assert_eq!(ptx.driver_needed(), Some(12090));
+        assert_eq!(
+            ChosenArtifact::new(ArtifactKind::Cubin, sm_80).driver_needed(),
+            None
+        );
     }
 }

@@ -12,12 +12,15 @@
 //! `--compare-cold` compiles the same kernels from scratch for comparison;
 //! `--gpu` (or `KILN_DEMO_GPU=1`) also launches each kernel on GPU 0 and checks
 //! it against a CPU reference. `--extra` also asks for a few specializations
-//! the libraries do not ship. `--json` prints one JSON object per line.
+//! the libraries do not ship. `--list` gets nothing: it says, per kernel, what
+//! each library would serve the device and from what, compiling nothing
+//! (`KernelLibrary::kernels`). `--json` prints one JSON object per line.
 //!
 //! ```text
 //! cargo run -p kiln-demo-app --release -- --compare-cold
 //! cargo run -p kiln-demo-app -- --arch sm_87     # served by the sm_86 CUBINs
 //! cargo run -p kiln-demo-app -- --arch sm_70 --driver 12.8   # NVRTC 12 CUBINs
+//! cargo run -p kiln-demo-app -- --arch sm_130 --driver 12.8 --list   # all missing
 //! ```
 
 mod gpu;
@@ -65,6 +68,10 @@ struct Args {
     /// (see `Wanted::extras`), as an application's own workload would.
     #[arg(long)]
     extra: bool,
+    /// Get nothing: list what each library would serve the device, kernel by
+    /// kernel, and from what (KernelLibrary::kernels), compiling nothing.
+    #[arg(long)]
+    list: bool,
     /// Ask only for the kernels whose name contains this text.
     #[arg(long, value_name = "TEXT")]
     only: Option<String>,
@@ -152,6 +159,9 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         _ => device,
     };
     out.device(&device, gpu.is_some());
+    if args.list {
+        return list(&out, &device);
+    }
 
     let mut wanted = Wanted::all(args.uncatalogued);
     if args.extra {
@@ -249,6 +259,44 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         }
     }
     Ok(ok)
+}
+
+/// `--list`: every kernel of both libraries for `device`, as each library would
+/// serve it without compiling; `Ok(false)` when one is missing.
+fn list(out: &Output, device: &Device) -> Result<bool, Box<dyn std::error::Error>> {
+    let cache = kiln::global();
+    let demo = kiln_kernels_demo::library().kernels(
+        cache,
+        device,
+        &kiln_kernels_demo::catalogue::common(),
+    )?;
+    let activations = kiln_activations_demo::library().kernels(
+        cache,
+        device,
+        &kiln_activations_demo::Kernel::all(),
+    )?;
+    let mut complete = true;
+    for (library, listed) in [
+        (
+            "kiln-kernels-demo",
+            demo.iter()
+                .map(|k| (&k.program, &k.kernel, &k.outcome))
+                .collect::<Vec<_>>(),
+        ),
+        (
+            "kiln-activations-demo",
+            activations
+                .iter()
+                .map(|k| (&k.program, &k.kernel, &k.outcome))
+                .collect(),
+        ),
+    ] {
+        for (program, kernel, outcome) in listed {
+            complete &= !outcome.is_missing();
+            out.listed(library, program, kernel.as_deref(), outcome);
+        }
+    }
+    Ok(complete)
 }
 
 /// `NAME=TEXT` pairs as (name, fingerprint of text).

@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use kiln::cache::{ImageOutcome, InitReport};
 use kiln::cuda::{
-    Arch, Device, library::SelectionStats, select::Selection, toolchain::BuildRecord,
+    Arch, Device,
+    library::{KernelOutcome, SelectionStats},
+    select::Selection,
+    toolchain::BuildRecord,
 };
 use serde_json::json;
 
@@ -259,6 +262,35 @@ impl Output {
                 nvrtc.unwrap_or_default(),
                 format!("{elapsed:.1?}")
             );
+        }
+    }
+
+    /// One kernel as its library would serve it (`--list`).
+    pub fn listed(
+        &self,
+        library: &str,
+        program: &str,
+        kernel: Option<&str>,
+        outcome: &KernelOutcome,
+    ) {
+        if self.json {
+            let mut line = json!({
+                "event": "listed",
+                "library": library,
+                "program": program,
+                "kernel": kernel,
+                "outcome": outcome.to_string(),
+                "missing": outcome.is_missing(),
+            });
+            if let Some((selection, artifact)) = outcome.served() {
+                line["selection"] = json!(selection.as_str());
+                line["target"] = json!(artifact.target.to_string());
+                line["nvrtc"] = json!(artifact.nvrtc.as_ref().map(|v| v.release.clone()));
+                line["driver_needed"] = json!(artifact.driver_needed());
+            }
+            println!("{line}");
+        } else {
+            println!("{program:<28} {library:<22} {outcome}");
         }
     }
 
