@@ -3,9 +3,9 @@
 //! it a short program would lose what is still pending when `main`
 //! returns. The hook runs, in this order:
 //!
-//! 1. [`Stage::Stores`]: the background writers of live caches drain their
-//!    queues (bounded: see `cache/background.rs`), so that compiles reach
-//!    the disk and remote tiers;
+//! 1. [`Stage::Stores`]: the global cache's background writer drains its
+//!    queue (bounded: registered by `global/`, see `cache/background.rs`),
+//!    so that compiles reach the disk and remote tiers;
 //! 2. [`Stage::RecordHits`]: live recorders (`KILN_RECORD`) write their
 //!    pending hit counts;
 //! 3. [`Stage::RecencyStamps`]: live disk caches append their pending
@@ -14,8 +14,8 @@
 //! 4. the hooks given to [`then`]: the global cache's `KILN_LOG` report,
 //!    which can then count every store.
 //!
-//! Each registration is weak: what was dropped meanwhile did its work on
-//! drop and is skipped. The hook never blocks on a lock a thread may still
+//! Each registration of an object is weak: what was dropped meanwhile did
+//! its work on drop and is skipped. The hook never blocks on a lock a thread may still
 //! hold at exit, and never unwinds.
 
 use std::sync::{Mutex, Once, PoisonError, Weak};
@@ -40,8 +40,36 @@ pub(crate) enum Stage {
 
 const STAGES: usize = 3;
 
+/// One registration in a stage.
+enum Hook {
+    /// An object, while it is alive.
+    Item(Weak<dyn AtExit>),
+    /// A function (for what lives in a static).
+    Call(fn()),
+}
+
+impl Hook {
+    fn alive(&self) -> bool {
+        match self {
+            Hook::Item(weak) => weak.strong_count() > 0,
+            Hook::Call(_) => true,
+        }
+    }
+
+    fn run(&self) {
+        match self {
+            Hook::Item(weak) => {
+                if let Some(item) = weak.upgrade() {
+                    item.at_exit();
+                }
+            }
+            Hook::Call(call) => call(),
+        }
+    }
+}
+
 struct Hooks {
-    stages: [Vec<Weak<dyn AtExit>>; STAGES],
+    stages: [Vec<Hook>; STAGES],
     then: Vec<fn()>,
 }
 
@@ -57,11 +85,20 @@ fn hooks() -> std::sync::MutexGuard<'static, Hooks> {
 /// Runs `item`'s [`AtExit::at_exit`] at exit, in `stage`, while it is
 /// alive.
 pub(crate) fn register(stage: Stage, item: Weak<dyn AtExit>) {
+    push(stage, Hook::Item(item));
+}
+
+/// Runs `call` at exit, in `stage`.
+pub(crate) fn register_call(stage: Stage, call: fn()) {
+    push(stage, Hook::Call(call));
+}
+
+fn push(stage: Stage, hook: Hook) {
     install();
     let mut hooks = hooks();
     let list = &mut hooks.stages[stage as usize];
-    list.retain(|weak| weak.strong_count() > 0);
-    list.push(item);
+    list.retain(Hook::alive);
+    list.push(hook);
 }
 
 /// Runs `hook` at exit, after every stage.
@@ -106,8 +143,8 @@ extern "C" fn run() {
             )
         };
         for stage in stages {
-            for item in stage.iter().filter_map(Weak::upgrade) {
-                item.at_exit();
+            for hook in &stage {
+                hook.run();
             }
         }
         for hook in then {

@@ -160,6 +160,7 @@ impl Global {
         if let Some(detail) = log {
             stderr_report::init(detail, &report);
         }
+        crate::exit::register_call(crate::exit::Stage::Stores, flush_at_exit);
         crate::exit::then(at_exit);
         Global {
             cache,
@@ -209,6 +210,26 @@ fn new_cache(switches: &Switches) -> Cache {
 pub fn flush() {
     if let Some(state) = GLOBAL.get() {
         state.cache.flush();
+    }
+}
+
+/// How long the exit hook waits for the global cache's store queue to
+/// drain.
+const EXIT_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// At exit, first: the global cache's queued stores run, for at most
+/// [`EXIT_FLUSH_LIMIT`], so that a stuck file system or server cannot hang
+/// the exit.
+fn flush_at_exit() {
+    let Some(state) = GLOBAL.get() else {
+        return;
+    };
+    if !state.cache.flush_within(EXIT_FLUSH_LIMIT) {
+        tracing::warn!(
+            queued = state.cache.stats().store_queue_depth,
+            "kiln: cache stores still queued after {} s at exit; not waiting longer",
+            EXIT_FLUSH_LIMIT.as_secs()
+        );
     }
 }
 

@@ -2,13 +2,13 @@
 
 use super::format::{entry_line, seal};
 use super::*;
+use crate::cache::{Acquired, Observer};
 use crate::{Artifact, ArtifactKind, Cache, Compiled, KeyBuilder};
 use crate::{Error, Key, Owner};
 use kiln_image::{Image, ImageMeta, Verification};
 use kiln_test_support::Rng;
 use std::ffi::OsString;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 fn owner() -> Owner {
@@ -101,7 +101,7 @@ fn every_source_is_recorded_once_per_process_with_its_hits() {
         assert!(cache.lookup(&owner().digest(), &key("shipped")).is_some());
     }
     assert!(cache.lookup(&owner().digest(), &key("absent")).is_none());
-    let recorder = Arc::clone(cache.recorder().unwrap());
+    let recorder = cache.recorder().unwrap();
     assert_eq!(recorder.entries(), 4);
 
     // Before the flush: the `E` records only, one hit each.
@@ -152,7 +152,6 @@ fn every_source_is_recorded_once_per_process_with_its_hits() {
     );
 
     // A second process appends to the same file.
-    drop(recorder);
     drop(cache);
     let second = Cache::new();
     second.record_into(Recorder::open(&path).unwrap()).unwrap();
