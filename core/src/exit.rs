@@ -21,6 +21,10 @@
 use std::sync::{Mutex, Once, PoisonError, Weak};
 
 /// Something with work to do at normal exit.
+#[cfg_attr(
+    not(any(feature = "disk", feature = "record")),
+    allow(dead_code, reason = "the disk tier and the recorder register objects")
+)]
 pub(crate) trait AtExit: Send + Sync {
     /// Does it; never blocks without bound (locks are only tried, waits
     /// are bounded).
@@ -29,6 +33,10 @@ pub(crate) trait AtExit: Send + Sync {
 
 /// When, in the exit hook, a registration runs (in declaration order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(
+    not(all(feature = "disk", feature = "record")),
+    allow(dead_code, reason = "each stage is used when its part is compiled")
+)]
 pub(crate) enum Stage {
     /// Background writers drain their store queues.
     Stores,
@@ -41,6 +49,10 @@ pub(crate) enum Stage {
 const STAGES: usize = 3;
 
 /// One registration in a stage.
+#[cfg_attr(
+    not(any(feature = "disk", feature = "record")),
+    allow(dead_code, reason = "the disk tier and the recorder register objects")
+)]
 enum Hook {
     /// An object, while it is alive.
     Item(Weak<dyn AtExit>),
@@ -84,6 +96,10 @@ fn hooks() -> std::sync::MutexGuard<'static, Hooks> {
 
 /// Runs `item`'s [`AtExit::at_exit`] at exit, in `stage`, while it is
 /// alive.
+#[cfg_attr(
+    not(any(feature = "disk", feature = "record")),
+    allow(dead_code, reason = "the disk tier and the recorder register objects")
+)]
 pub(crate) fn register(stage: Stage, item: Weak<dyn AtExit>) {
     push(stage, Hook::Item(item));
 }

@@ -27,6 +27,7 @@ use crate::{Cache, CacheConfig, Error};
 
 pub use images::load_images;
 pub use report::{ImageOutcome, ImageReport, InitReport};
+#[cfg(feature = "build")]
 pub(crate) use tiers::add_tiers_wrapped;
 pub use tiers::{add_tiers, add_tiers_with};
 
@@ -258,6 +259,7 @@ fn at_exit() {
 
 /// `KILN_RECORD`: records what `cache` returns into `path`; a file that
 /// cannot be opened gives one warning and nothing is recorded.
+#[cfg(feature = "record")]
 fn record_into(cache: &Cache, path: &std::path::Path) {
     match crate::record::Recorder::open(path) {
         Ok(recorder) => {
@@ -266,6 +268,16 @@ fn record_into(cache: &Cache, path: &std::path::Path) {
         }
         Err(error) => tracing::warn!("KILN_RECORD: {error}; nothing is recorded"),
     }
+}
+
+/// `KILN_RECORD` in a program built without recording (feature `record`):
+/// one warning, nothing recorded.
+#[cfg(not(feature = "record"))]
+fn record_into(_cache: &Cache, path: &std::path::Path) {
+    tracing::warn!(
+        path = %path.display(),
+        "KILN_RECORD is set, but this program's kiln-core was built without its `record` feature; nothing is recorded"
+    );
 }
 
 /// With the `ctor` feature: the init, before `main`.

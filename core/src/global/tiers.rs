@@ -4,6 +4,7 @@
 use std::ffi::OsString;
 use std::sync::Arc;
 
+#[cfg(feature = "disk")]
 use crate::disk::{DiskConfig, DiskTier};
 use crate::registry::{self, TierSetup};
 use crate::trust::TrustPolicy;
@@ -12,9 +13,9 @@ use crate::{Cache, Tier};
 /// `lookup` (a variable name to its value; the process environment for the
 /// global cache), and returns their names in the order added:
 ///
-/// 1. the disk tier ([`DiskTier`]), unless `KILN_CACHE=0`, placed and capped
-///    by `KILN_CACHE_DIR` and `KILN_CACHE_MAX_BYTES`
-///    ([`DiskConfig::from_lookup`]); an unusable setting gives one warning
+/// 1. the disk tier (`DiskTier`, feature `disk`), unless `KILN_CACHE=0`,
+///    placed and capped by `KILN_CACHE_DIR` and `KILN_CACHE_MAX_BYTES`
+///    (`DiskConfig::from_lookup`); an unusable setting gives one warning
 ///    and no disk tier;
 /// 2. the tier of every [`TierFactory`](crate::TierFactory) linked into the
 ///    program that its variables turn on (in the order of their names),
@@ -68,12 +69,14 @@ pub(crate) fn add_tiers_wrapped(
     wrap: impl Fn(Box<dyn Tier>) -> Box<dyn Tier>,
 ) -> Vec<String> {
     let mut names = Vec::new();
+    #[cfg(feature = "disk")]
     let config = DiskConfig::from_lookup(&lookup).map(|config| {
         config.map(|mut config| {
             config.trusted_keys = trust.trusted_keys.clone();
             config
         })
     });
+    #[cfg(feature = "disk")]
     let disk = DiskTier::from_config(config).map(|disk| {
         let disk: Arc<dyn Tier> = Arc::new(disk);
         let wrapped = wrap(Box::new(Arc::clone(&disk)));
@@ -81,6 +84,10 @@ pub(crate) fn add_tiers_wrapped(
         cache.add_tier(wrapped);
         disk
     });
+    // Without the disk tier compiled in, factories' tiers write through to
+    // nothing.
+    #[cfg(not(feature = "disk"))]
+    let disk: Option<Arc<dyn Tier>> = None;
     let setup = TierSetup::new(&lookup, disk.map(|disk| cache.background(disk))).trust(trust);
     for factory in registry::tier_factories() {
         if let Some(tier) = factory.build(&setup) {
