@@ -9,7 +9,8 @@
 //!
 //! The module holds the process static (here), the tier wiring
 //! ([`add_tiers`]), image loading ([`load_images`]) and the init's report
-//! with its stderr rendering (`report`).
+//! (`report`, with `stderr_report`: kiln's events on stderr under
+//! `KILN_LOG` when the program has no `tracing` subscriber).
 
 mod images;
 mod report;
@@ -147,20 +148,27 @@ impl Global {
     fn start(setup: Option<impl FnOnce(&Cache)>) -> Global {
         let switches = Switches::from_env();
         let log = stderr_report::detail(switches.log.as_deref());
-        let cache = new_cache(&switches);
-        if let Some(path) = &switches.record {
-            record_into(&cache, path);
-        }
-        let tiers = add_tiers_with(&cache, |name| std::env::var_os(name), &switches.trust);
-        if let Some(setup) = setup {
-            setup(&cache);
-        }
-        let (newest, embedded) = registry::registered_since(std::ptr::null());
-        let mut report = load_images(&cache, &switches, &embedded);
-        report.tiers = tiers;
-        if let Some(detail) = log {
-            stderr_report::init(detail, &report);
-        }
+        // With `KILN_LOG` and no subscriber, the init's events on stderr.
+        let (cache, report, newest) = stderr_report::scoped(log, || {
+            let cache = new_cache(&switches);
+            if let Some(path) = &switches.record {
+                record_into(&cache, path);
+            }
+            let tiers = add_tiers_with(&cache, |name| std::env::var_os(name), &switches.trust);
+            match tiers.as_slice() {
+                [] => tracing::info!("no extra cache tier"),
+                tiers => {
+                    tracing::info!("cache tiers after memory and images: {}", tiers.join(", "))
+                }
+            }
+            if let Some(setup) = setup {
+                setup(&cache);
+            }
+            let (newest, embedded) = registry::registered_since(std::ptr::null());
+            let mut report = load_images(&cache, &switches, &embedded);
+            report.tiers = tiers;
+            (cache, report, newest)
+        });
         crate::exit::register_call(crate::exit::Stage::Stores, flush_at_exit);
         crate::exit::then(at_exit);
         Global {
@@ -185,10 +193,9 @@ impl Global {
         let (newest, late) = registry::registered_since(seen);
         if !self.switches.disable {
             for image in late {
-                let report = merge_embedded(&self.cache, image, &self.switches.trust);
-                if let Some(detail) = self.log {
-                    stderr_report::image(detail, &report);
-                }
+                let report = stderr_report::scoped(self.log, || {
+                    merge_embedded(&self.cache, image, &self.switches.trust)
+                });
                 self.report.images.push(report);
             }
         }
@@ -225,12 +232,17 @@ fn flush_at_exit() {
     let Some(state) = GLOBAL.get() else {
         return;
     };
-    if !state.cache.flush_within(EXIT_FLUSH_LIMIT) {
-        tracing::warn!(
-            queued = state.cache.stats().store_queue_depth,
+    if state.cache.flush_within(EXIT_FLUSH_LIMIT) {
+        return;
+    }
+    let queued = state.cache.stats().store_queue_depth;
+    match state.log {
+        Some(_) => stderr_report::unflushed_at_exit(queued, EXIT_FLUSH_LIMIT),
+        None => tracing::warn!(
+            queued,
             "kiln: cache stores still queued after {} s at exit; not waiting longer",
             EXIT_FLUSH_LIMIT.as_secs()
-        );
+        ),
     }
 }
 
@@ -244,15 +256,7 @@ fn at_exit() {
     };
     let stats = state.cache.stats();
     match state.log {
-        Some(stderr_report::Detail::Everything) => eprintln!("kiln: at exit: {stats}"),
-        Some(stderr_report::Detail::Problems) => {
-            if stats.store_failures > 0 || stats.stores_dropped > 0 {
-                eprintln!(
-                    "kiln: at exit: {} cache stores failed, {} dropped (queue full)",
-                    stats.store_failures, stats.stores_dropped
-                );
-            }
-        }
+        Some(detail) => stderr_report::stats_at_exit(detail, &stats),
         None => tracing::info!(%stats, "kiln cache at exit"),
     }
 }
