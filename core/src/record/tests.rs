@@ -179,6 +179,25 @@ fn a_cache_records_into_one_recorder() {
 }
 
 #[test]
+fn a_cache_with_another_observer_has_no_recorder_and_refuses_one() {
+    struct Quiet;
+    impl Observer for Quiet {
+        fn found(&self, _hit: &crate::Hit<'_>) {}
+        fn acquired(&self, _owner: &Owner, _key: &Key, _name: &str, _how: Acquired<'_>) {}
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Cache::new();
+    assert!(cache.observe(std::sync::Arc::new(Quiet)).is_ok());
+    assert!(cache.observer().is_some());
+    assert!(cache.recorder().is_none());
+    let refused = cache
+        .record_into(Recorder::open(&dir.path().join("a")).unwrap())
+        .unwrap_err();
+    assert_eq!(refused.path(), dir.path().join("a"));
+    assert!(cache.recorder().is_none());
+}
+
+#[test]
 fn a_recompile_after_a_tier_hit_is_a_further_source_of_the_same_entry() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("app.rec");
