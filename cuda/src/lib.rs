@@ -78,17 +78,24 @@
 #![warn(missing_docs)]
 
 pub mod arch;
+#[path = "toolchain/c_headers.rs"]
 pub mod c_headers;
+#[path = "toolchain/compiler.rs"]
 pub mod compiler;
 pub mod cubin;
 pub mod error;
+#[path = "toolchain/identity.rs"]
 pub mod identity;
+#[path = "toolchain/include_tree.rs"]
 mod include_tree;
 pub mod jit;
 pub mod library;
 pub mod loader;
+#[path = "toolchain/locate.rs"]
 pub mod locate;
+#[path = "toolchain/memo.rs"]
 pub mod memo;
+#[path = "toolchain/nvrtc/mod.rs"]
 pub mod nvrtc;
 pub mod options;
 pub mod ptx;
