@@ -1,49 +1,9 @@
 //! The CUDA backend's error type: one enum for all of kiln-cuda.
 
-use std::fmt;
 use std::path::PathBuf;
 
 use crate::arch::InvalidArch;
-use crate::nvrtc::InvalidNvrtcVersion;
-
-/// One place searched for a library or header tree, and why it did not qualify.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Searched {
-    /// Which rule produced this candidate (`KILN_NVRTC`, `CUDA_HOME`, `python wheel`...).
-    pub rule: String,
-    /// The file, directory or library name tried.
-    pub candidate: PathBuf,
-    /// Why it was not used ("no such file", the loader's message...).
-    pub outcome: String,
-}
-
-impl fmt::Display for Searched {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} ({}): {}",
-            self.candidate.display(),
-            self.rule,
-            self.outcome
-        )
-    }
-}
-
-/// The whole list of places searched, one per line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SearchLog(pub Vec<Searched>);
-
-impl fmt::Display for SearchLog {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_empty() {
-            return write!(f, "\n  (no candidate places)");
-        }
-        for s in &self.0 {
-            write!(f, "\n  {s}")?;
-        }
-        Ok(())
-    }
-}
+use crate::toolchain::{InvalidNvrtcVersion, SearchLog};
 
 /// Everything that can go wrong in the CUDA backend.
 #[derive(Debug, thiserror::Error)]
@@ -415,7 +375,7 @@ pub enum Error {
     )]
     NoLocalToolchainFor {
         /// The local NVRTC.
-        found: crate::nvrtc::NvrtcVersion,
+        found: crate::toolchain::NvrtcVersion,
         /// The CUDA major the device needs.
         wanted: u32,
         /// The device (`sm_70 with a driver for CUDA 12.8`).
@@ -539,7 +499,7 @@ impl From<InvalidArch> for kiln_core::Error {
 
 /// Into kiln's error as [`Error::InvalidNvrtcVersion`] would go, so that code
 /// returning `kiln::Error` can use `?` on parsing an
-/// [`NvrtcVersion`](crate::nvrtc::NvrtcVersion).
+/// [`NvrtcVersion`](crate::toolchain::NvrtcVersion).
 impl From<InvalidNvrtcVersion> for kiln_core::Error {
     fn from(error: InvalidNvrtcVersion) -> kiln_core::Error {
         Error::from(error).into()

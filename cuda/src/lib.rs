@@ -78,25 +78,11 @@
 #![warn(missing_docs)]
 
 pub mod arch;
-#[path = "toolchain/c_headers.rs"]
-pub mod c_headers;
-#[path = "toolchain/compiler.rs"]
-pub mod compiler;
 pub mod cubin;
 pub mod error;
-#[path = "toolchain/identity.rs"]
-pub mod identity;
-#[path = "toolchain/include_tree.rs"]
-mod include_tree;
 pub mod jit;
 pub mod library;
 pub mod loader;
-#[path = "toolchain/locate.rs"]
-pub mod locate;
-#[path = "toolchain/memo.rs"]
-pub mod memo;
-#[path = "toolchain/nvrtc/mod.rs"]
-pub mod nvrtc;
 pub mod options;
 pub mod ptx;
 pub mod request;
@@ -109,18 +95,14 @@ pub mod toolchain;
 pub use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DriverError};
 
 pub use arch::Arch;
-pub use compiler::Compiler;
 pub use error::Error;
 pub use library::{KernelLibrary, Served};
 pub use request::{IncludeDir, KernelRequest};
 pub use select::Device;
 pub use ship::ShipPlan;
-pub use toolchain::Toolchain;
+pub use toolchain::{Compiler, Toolchain};
 
 // The crate's own modules name each other's items from here.
 use arch::ArchSuffix;
-use locate::SearchConfig;
-use memo::MemoDir;
-use nvrtc::NvrtcVersion;
 use options::CanonicalOptions;
-use toolchain::{BuildRecord, ToolchainPolicy};
+use toolchain::{BuildRecord, MemoDir, NvrtcVersion, ToolchainPolicy};

@@ -26,8 +26,8 @@ use std::sync::{Mutex, OnceLock};
 
 use kiln_core::{Dep, Digest, Key, KeyBuilder, Owner};
 
-use super::include_tree;
-use super::nvrtc::NvrtcVersion;
+use crate::toolchain::include_tree;
+use crate::toolchain::NvrtcVersion;
 use super::{Arch, CanonicalOptions, Error, MemoDir};
 
 /// The schema name and version of CUDA kernel keys; bump the version when the key
@@ -267,7 +267,7 @@ impl KernelRequest {
     }
 
     /// Adds Kiln's C and C++ library headers for NVRTC (`stdint.h`, `math.h`,
-    /// `cmath`, `cuda.h`'s `CUDA_VERSION`...: [`c_headers`](crate::c_headers)), by
+    /// `cmath`, `cuda.h`'s `CUDA_VERSION`...: [`c_headers`](crate::toolchain::c_headers)), by
     /// content, in the key. A header of the same name added before is replaced;
     /// add your own after this call to replace one of Kiln's.
     ///
@@ -283,7 +283,7 @@ impl KernelRequest {
     /// # Ok::<(), kiln_cuda::Error>(())
     /// ```
     pub fn c_headers(self) -> Self {
-        super::c_headers::HEADERS
+        crate::toolchain::c_headers::HEADERS
             .iter()
             .fold(self, |request, (name, text)| request.header(*name, *text))
     }

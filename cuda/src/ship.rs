@@ -54,7 +54,7 @@
 //! ([`ShipPlan::and`], [`ShipPlan::for_cuda`]) serves R525 to R575 drivers and the
 //! older GPUs, from the same image (the run time picks per device and driver:
 //! [`select`](super::select)). `KILN_NVRTC_12`, `KILN_CCCL_INCLUDE_12`... name a
-//! CUDA 12 toolchain explicitly (see [`locate`](super::locate)).
+//! CUDA 12 toolchain explicitly (see [`locate`](crate::toolchain::locate)).
 //!
 //! A plan states the oldest driver it serves ([`ShipPlan::with_oldest_driver`];
 //! by default the oldest its toolchains' CUBINs load on). The block checks, before
@@ -116,7 +116,7 @@ use kiln_core::build::{Session, Unavailable, jobs};
 use kiln_core::{ArtifactKind, BoxError, Cache};
 
 use super::library::RequestFn;
-use super::locate::{CCCL_INCLUDE, CUDA_RUNTIME_INCLUDE, NVRTC, SearchConfig, per_major};
+use crate::toolchain::{CCCL_INCLUDE, CUDA_RUNTIME_INCLUDE, NVRTC, SearchConfig, per_major};
 use super::select::coverage::coverage;
 use super::select::{Device, KNOWN_DRIVERS, KNOWN_GPUS, Selection, parse_cuda_version, select};
 use super::toolchain::ToolchainRecord;

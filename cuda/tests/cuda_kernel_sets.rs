@@ -12,7 +12,7 @@
 use kiln_core::build::Precompile;
 use kiln_core::{ArtifactKind, Cache};
 use kiln_cuda::library::Attempt;
-use kiln_cuda::locate::SearchConfig;
+use kiln_cuda::toolchain::SearchConfig;
 use kiln_cuda::select::Selection;
 use kiln_cuda::toolchain::{BuildRecord, CUDA_RUNTIME, ToolchainPolicy};
 use kiln_cuda::{Arch, Device, Error, KernelLibrary, KernelRequest, ShipPlan, Toolchain};
@@ -155,7 +155,7 @@ fn shipped() -> Option<(Cache, BuildRecord, tempfile::TempDir)> {
 
 /// A library on `record` that cannot compile (no NVRTC here).
 fn stripped(record: &BuildRecord) -> KernelLibrary<Program> {
-    let no_nvrtc = kiln_cuda::locate::locate_nvrtc(&SearchConfig::empty()).unwrap_err();
+    let no_nvrtc = kiln_cuda::toolchain::locate_nvrtc(&SearchConfig::empty()).unwrap_err();
     KernelLibrary::with_record(record.clone(), request)
         .with_policy(ToolchainPolicy::Shipped)
         .with_local_toolchain(Err(no_nvrtc))
@@ -279,7 +279,7 @@ fn the_first_call_for_another_kernel_of_a_program_builds_no_request_again() {
     let Some((cache, record, _dir)) = shipped() else {
         return;
     };
-    let no_nvrtc = kiln_cuda::locate::locate_nvrtc(&SearchConfig::empty()).unwrap_err();
+    let no_nvrtc = kiln_cuda::toolchain::locate_nvrtc(&SearchConfig::empty()).unwrap_err();
     let library = KernelLibrary::with_record(record.clone(), counted)
         .with_policy(ToolchainPolicy::Shipped)
         .with_local_toolchain(Err(no_nvrtc));

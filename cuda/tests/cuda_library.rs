@@ -14,7 +14,7 @@ use kiln_core::build::Precompile;
 use kiln_core::{ArtifactKind, Cache, Digest, Source};
 use kiln_cuda::{
     Arch, Compiler, Device, Error, IncludeDir, KernelLibrary, KernelRequest, ShipPlan, Toolchain,
-    locate::SearchConfig,
+    toolchain::SearchConfig,
     request::{NVRTC_DEP, nvrtc_fingerprint},
     select::Selection,
     toolchain::{BuildRecord, ToolchainPolicy},
@@ -96,7 +96,7 @@ fn cache_with(path: &Path) -> Cache {
 }
 
 fn no_nvrtc() -> Error {
-    kiln_cuda::locate::locate_nvrtc(&SearchConfig::empty()).unwrap_err()
+    kiln_cuda::toolchain::locate_nvrtc(&SearchConfig::empty()).unwrap_err()
 }
 
 fn device(arch: &str) -> Device {

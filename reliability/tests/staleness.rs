@@ -27,9 +27,9 @@ use kiln_core::env::Switches;
 use kiln_core::{ArtifactKind, Cache, Compiled, Digest, Key, Owner, Source, load_images};
 use kiln_cuda::{
     Arch, Compiler, Device, IncludeDir, KernelLibrary, KernelRequest, Toolchain,
-    compiler::CompiledKernel,
-    locate::SearchConfig,
-    nvrtc::NvrtcVersion,
+    toolchain::CompiledKernel,
+    toolchain::SearchConfig,
+    toolchain::NvrtcVersion,
     request::nvrtc_fingerprint,
     select::Selection,
     toolchain::{BuildRecord, ToolchainPolicy},
@@ -594,7 +594,7 @@ fn toolchain_rows(compiler: &Compiler, dir: &Path, matrix: &mut Matrix) {
         Shipment::build(compiler, &headers_v1, &other, &dir.join("ship-other.kimg"));
     matrix.nvrtc_compiles += 2;
     let absent = || {
-        Err(kiln_cuda::locate::locate_nvrtc(&SearchConfig::empty()).expect_err("nothing to find"))
+        Err(kiln_cuda::toolchain::locate_nvrtc(&SearchConfig::empty()).expect_err("nothing to find"))
     };
     use ToolchainPolicy::{Shipped, Strict};
     let served = |outcome: &Outcome, input: &str, shipment: &Shipment| {

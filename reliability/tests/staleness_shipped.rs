@@ -15,7 +15,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use kiln_core::build::{Precompile, PrecompileReport, SHIP_CANDIDATE};
-use kiln_cuda::locate::SearchConfig;
+use kiln_cuda::toolchain::SearchConfig;
 use kiln_cuda::{Arch, Compiler, Error, KernelRequest, ShipPlan, Toolchain};
 use kiln_image::{Image, SigningKey, Verification};
 use kiln_reliability::Table;

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use crate::Arch;
-use crate::nvrtc::NvrtcVersion;
+use crate::toolchain::NvrtcVersion;
 use crate::select::Selection;
 
 /// One step of serving a kernel that did not serve it: what [`Error::NotShipped`](crate::Error::NotShipped)

@@ -87,7 +87,7 @@ use super::attempt::{Attempt, Attempts};
 use super::listing::KernelOutcome;
 use super::served::{ChosenArtifact, artifact_kind};
 use super::walk::{Found, Shelf, Walked, compiled_elsewhere, walk};
-use crate::nvrtc::NvrtcVersion;
+use crate::toolchain::NvrtcVersion;
 use crate::request::COMPILER_ID;
 use crate::select::{Candidate, Device, Selection, select};
 use crate::toolchain::{BuildRecord, ToolchainRecord};

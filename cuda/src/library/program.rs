@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use kiln_core::{ArtifactKind, Cache, Digest, Hit, Key, Owner, World};
 
-use crate::nvrtc::NvrtcVersion;
+use crate::toolchain::NvrtcVersion;
 use crate::{Arch, Device, Error, KernelRequest};
 
 /// Which toolchain a request was built under.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use kiln_core::{ArtifactKind, Hit};
 
-use crate::nvrtc::NvrtcVersion;
+use crate::toolchain::NvrtcVersion;
 use crate::select::Selection;
 use crate::{Arch, KernelRequest};
 

@@ -40,11 +40,11 @@
 //! those holds a candidate, from asking `python3` itself.
 
 use std::ffi::OsString;
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::Error;
-use super::error::{SearchLog, Searched};
 
 /// The CUDA major versions Kiln knows the file names and wheels of, newest first.
 const KNOWN_MAJORS: [u32; 2] = [13, 12];
@@ -96,6 +96,45 @@ fn wheel_dirs(major: Option<u32>, of: impl Fn(u32) -> String) -> Vec<String> {
     match major {
         Some(major) => vec![of(major)],
         None => KNOWN_MAJORS.iter().map(|m| of(*m)).collect(),
+    }
+}
+
+/// One place searched for a library or header tree, and why it did not qualify.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Searched {
+    /// Which rule produced this candidate (`KILN_NVRTC`, `CUDA_HOME`, `python wheel`...).
+    pub rule: String,
+    /// The file, directory or library name tried.
+    pub candidate: PathBuf,
+    /// Why it was not used ("no such file", the loader's message...).
+    pub outcome: String,
+}
+
+impl fmt::Display for Searched {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ({}): {}",
+            self.candidate.display(),
+            self.rule,
+            self.outcome
+        )
+    }
+}
+
+/// The whole list of places searched, one per line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SearchLog(pub Vec<Searched>);
+
+impl fmt::Display for SearchLog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return write!(f, "\n  (no candidate places)");
+        }
+        for s in &self.0 {
+            write!(f, "\n  {s}")?;
+        }
+        Ok(())
     }
 }
 

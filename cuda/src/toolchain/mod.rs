@@ -32,9 +32,25 @@ use std::sync::{Arc, OnceLock};
 
 use kiln_core::{Cache, Digest};
 
-use super::locate::{SearchConfig, locate_cccl, locate_cuda_runtime};
-use super::request::{HEADERS_DEP_PREFIX, NVRTC_DEP, nvrtc_fingerprint};
-use super::{Arch, Compiler, Error, IncludeDir, KernelRequest, NvrtcVersion};
+use crate::request::{HEADERS_DEP_PREFIX, NVRTC_DEP, nvrtc_fingerprint};
+use crate::{Arch, Error, IncludeDir, KernelRequest};
+
+pub(crate) mod c_headers;
+mod compiler;
+mod identity;
+pub(crate) mod include_tree;
+pub(crate) mod locate;
+pub(crate) mod memo;
+pub(crate) mod nvrtc;
+
+pub use compiler::{CompiledKernel, Compiler};
+pub use identity::{IdentityOrigin, NvrtcIdentity};
+pub use locate::{
+    CCCL_INCLUDE, CUDA_RUNTIME_INCLUDE, Located, NVRTC, SearchConfig, SearchLog, Searched,
+    locate_cccl, locate_cuda_runtime, locate_nvrtc, per_major,
+};
+pub use memo::{DEFAULT_SETTLE, MAX_MEMO_BYTES, MemoDir};
+pub use nvrtc::{InvalidNvrtcVersion, Nvrtc, NvrtcVersion};
 
 /// The `cargo:rustc-env` variable a kernel library's build script sets to its
 /// [`BuildRecord`]: the library reads it with `env!("KILN_CUDA_BUILD")`.

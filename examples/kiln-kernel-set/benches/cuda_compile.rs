@@ -42,9 +42,9 @@ use criterion::{BatchSize, Criterion, criterion_group};
 use kiln_core::Cache;
 use kiln_cuda::{
     Arch, Compiler, Device, IncludeDir, KernelLibrary, KernelRequest, Toolchain,
-    identity::NvrtcIdentity,
-    locate::SearchConfig,
-    memo::MemoDir,
+    toolchain::NvrtcIdentity,
+    toolchain::SearchConfig,
+    toolchain::MemoDir,
     toolchain::{BuildRecord, CCCL, ToolchainPolicy},
 };
 use kiln_kernel_set::{Dtype, KernelSpec, ReduceOp, cccl_include_dir};

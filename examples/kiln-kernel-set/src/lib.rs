@@ -21,7 +21,7 @@ use std::sync::OnceLock;
 
 use kiln_cuda::{
     Arch, Error, IncludeDir, KernelRequest, Toolchain,
-    locate::{SearchConfig, locate_cccl},
+    toolchain::{SearchConfig, locate_cccl},
     toolchain::CCCL,
 };
 

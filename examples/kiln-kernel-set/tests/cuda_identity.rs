@@ -14,10 +14,10 @@ use std::time::Duration;
 use kiln_core::{Cache, Digest, Source};
 use kiln_cuda::{
     Arch, Compiler, Error, IncludeDir, KernelRequest,
-    identity::{IdentityOrigin, NvrtcIdentity},
-    locate::{SearchConfig, locate_nvrtc},
-    memo::MemoDir,
-    nvrtc::NvrtcVersion,
+    toolchain::{IdentityOrigin, NvrtcIdentity},
+    toolchain::{SearchConfig, locate_nvrtc},
+    toolchain::MemoDir,
+    toolchain::NvrtcVersion,
 };
 use kiln_image::{Image, ImageMeta, Verification};
 use kiln_kernel_set::{Dtype, KernelSpec};

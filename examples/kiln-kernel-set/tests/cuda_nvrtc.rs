@@ -7,8 +7,8 @@
 use kiln_core::{ArtifactKind, Cache, Key};
 use kiln_cuda::{
     Arch, Compiler, Error, IncludeDir, KernelRequest,
-    locate::{SearchConfig, locate_nvrtc},
-    nvrtc::NvrtcVersion,
+    toolchain::{SearchConfig, locate_nvrtc},
+    toolchain::NvrtcVersion,
 };
 use kiln_kernel_set::{Dtype, KernelSpec, ReduceOp, cccl_include_dir};
 
@@ -555,7 +555,7 @@ fn the_wheel_is_found_through_python_as_a_last_resort() {
     let found = locate_nvrtc(&config).unwrap();
     assert_eq!(found.rule, "python wheel");
     assert_eq!(found.path, compiler.nvrtc().unwrap().location().path);
-    let cccl = kiln_cuda::locate::locate_cccl(&config).unwrap();
+    let cccl = kiln_cuda::toolchain::locate_cccl(&config).unwrap();
     assert!(cccl.join("cub/block/block_reduce.cuh").is_file());
 }
 

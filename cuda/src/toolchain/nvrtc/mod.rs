@@ -166,7 +166,7 @@ impl Nvrtc {
             return Ok(nvrtc);
         }
         let load_error = |e: String| Error::NvrtcNotFound {
-            searched: super::error::SearchLog(vec![super::error::Searched {
+            searched: super::locate::SearchLog(vec![super::locate::Searched {
                 rule: located.rule.clone(),
                 candidate: located.path.clone(),
                 outcome: format!("probed, then failed to load: {e}"),
