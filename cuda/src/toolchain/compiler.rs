@@ -94,9 +94,8 @@ pub struct Compiler {
 }
 
 impl Compiler {
-    /// A compiler on the process's NVRTC ([`NvrtcIdentity::get`]: located from the
-    /// environment, its version from the memo when possible), loaded on the first
-    /// compile.
+    /// A compiler on the process's NVRTC (located from the environment, its
+    /// version from the memo when possible), loaded on the first compile.
     ///
     /// # Errors
     /// [`Error::NvrtcNotFound`] when no NVRTC library is found, or the error
@@ -118,9 +117,19 @@ impl Compiler {
         Ok(Self::with_identity(identity))
     }
 
-    /// A compiler whose owners name `identity` (see [`NvrtcIdentity::resolve`] and
-    /// [`NvrtcIdentity::recorded`]).
-    pub fn with_identity(identity: NvrtcIdentity) -> Self {
+    /// A compiler on the NVRTC `config` locates, its release read from `memo` when
+    /// that holds the release of exactly the library files found (else the library
+    /// is loaded to read it, and `memo` learns it). [`Compiler::with_config`] uses
+    /// the process's memo directory.
+    ///
+    /// # Errors
+    /// As [`Compiler::with_config`].
+    pub fn with_memo(config: &SearchConfig, memo: &MemoDir) -> Result<Self, Error> {
+        Ok(Self::with_identity(NvrtcIdentity::resolve(config, memo)?))
+    }
+
+    /// A compiler whose owners name `identity`.
+    pub(crate) fn with_identity(identity: NvrtcIdentity) -> Self {
         Self {
             identity: intern(identity),
         }

@@ -97,7 +97,7 @@ impl NvrtcIdentity {
     ///
     /// # Errors
     /// As [`NvrtcIdentity::resolve`].
-    pub fn get() -> Result<&'static NvrtcIdentity, Error> {
+    pub(crate) fn get() -> Result<&'static NvrtcIdentity, Error> {
         static PROCESS: OnceLock<NvrtcIdentity> = OnceLock::new();
         if let Some(identity) = PROCESS.get() {
             return Ok(identity);
@@ -113,7 +113,7 @@ impl NvrtcIdentity {
     /// # Errors
     /// [`Error::NvrtcNotFound`] when `config` locates no NVRTC library; the
     /// errors of loading it ([`Error::Nvrtc`]) when no memo names its release.
-    pub fn resolve(config: &SearchConfig, memo: &MemoDir) -> Result<NvrtcIdentity, Error> {
+    pub(crate) fn resolve(config: &SearchConfig, memo: &MemoDir) -> Result<NvrtcIdentity, Error> {
         if let Some(identity) = Self::from_memo(config, memo) {
             return Ok(identity);
         }
@@ -129,7 +129,7 @@ impl NvrtcIdentity {
 
     /// An identity for a process without NVRTC: owners name `version`, the release
     /// the images were built with, and nothing can be compiled.
-    pub fn recorded(version: NvrtcVersion) -> NvrtcIdentity {
+    pub(crate) fn recorded(version: NvrtcVersion) -> NvrtcIdentity {
         NvrtcIdentity {
             version,
             origin: IdentityOrigin::Recorded,

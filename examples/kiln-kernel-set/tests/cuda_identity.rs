@@ -14,7 +14,7 @@ use std::time::Duration;
 use kiln_core::{Cache, Digest, Source};
 use kiln_cuda::{
     Arch, Compiler, Error, IncludeDir, KernelRequest,
-    toolchain::{IdentityOrigin, NvrtcIdentity},
+    toolchain::IdentityOrigin,
     toolchain::{SearchConfig, locate_nvrtc},
     toolchain::MemoDir,
     toolchain::NvrtcVersion,
@@ -144,10 +144,10 @@ fn a_memoized_nvrtc_identity_is_used_only_for_the_very_library_it_was_read_from(
     if let Ok(scenario) = std::env::var(CHILD) {
         let (library, memo) = (env_path("KILN_TEST_LIBRARY"), env_path("KILN_TEST_MEMO"));
         let memo = MemoDir::at(memo).with_settle(Duration::ZERO);
-        let identity = NvrtcIdentity::resolve(&SearchConfig::nvrtc_file(&library), &memo).unwrap();
+        let compiler = Compiler::with_memo(&SearchConfig::nvrtc_file(&library), &memo).unwrap();
+        let identity = compiler.identity();
         let loaded_by_resolve = nvrtc_is_loaded();
         let compiled = if scenario == "compile" {
-            let compiler = Compiler::with_identity(identity.clone());
             let request = KernelSpec::Axpy { dtype: Dtype::F32 }
                 .request(arch("sm_90"))
                 .unwrap();
