@@ -24,7 +24,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use kiln::cache::Cache;
-use kiln::cuda::{Device, toolchain::SearchConfig, select::Selection};
+use kiln::cuda::{Device, select::Selection, toolchain::SearchConfig};
 use kiln::env::Switches;
 use serde::{Deserialize, Serialize};
 

@@ -141,3 +141,31 @@ macro_rules! image_error_from {
 }
 
 image_error_from!(ReadError, WriteError, SignatureError, KeyError);
+
+/// Each operation's CUDA error is a [`BenchError::Cuda`], so that `?` passes
+/// it on.
+macro_rules! cuda_error_from {
+    ($($error:ident),*) => {$(
+        impl From<kiln::cuda::$error> for BenchError {
+            fn from(error: kiln::cuda::$error) -> BenchError {
+                BenchError::Cuda(error.into())
+            }
+        }
+    )*};
+}
+
+cuda_error_from!(ToolchainError, CompileError, LoadError, ShipError);
+
+/// A target that is not an arch is a CUDA error ([`BenchError::Cuda`]).
+impl From<kiln::cuda::arch::InvalidArch> for BenchError {
+    fn from(error: kiln::cuda::arch::InvalidArch) -> BenchError {
+        BenchError::Cuda(error.into())
+    }
+}
+
+/// A kernel library's error is Kiln's ([`BenchError::Kiln`]).
+impl From<kiln::cuda::ServeError> for BenchError {
+    fn from(error: kiln::cuda::ServeError) -> BenchError {
+        BenchError::Kiln(error.into())
+    }
+}

@@ -54,7 +54,7 @@
 //! ([`ShipPlan::and`], [`ShipPlan::for_cuda`]) serves R525 to R575 drivers and the
 //! older GPUs, from the same image (the run time picks per device and driver:
 //! [`select`](super::select)). `KILN_NVRTC_12`, `KILN_CCCL_INCLUDE_12`... name a
-//! CUDA 12 toolchain explicitly (see [`locate`](crate::toolchain::locate)).
+//! CUDA 12 toolchain explicitly (see [`SearchConfig`](crate::toolchain::SearchConfig::for_cuda)).
 //!
 //! A plan states the oldest driver it serves ([`ShipPlan::with_oldest_driver`];
 //! by default the oldest its toolchains' CUBINs load on). The block checks, before
@@ -115,12 +115,98 @@ use std::sync::{Arc, OnceLock};
 use kiln_core::build::{Session, Unavailable, jobs};
 use kiln_core::{ArtifactKind, BoxError, Cache};
 
-use super::library::RequestFn;
-use crate::toolchain::{CCCL_INCLUDE, CUDA_RUNTIME_INCLUDE, NVRTC, SearchConfig, per_major};
-use super::select::coverage::coverage;
-use super::select::{Device, KNOWN_DRIVERS, KNOWN_GPUS, Selection, parse_cuda_version, select};
-use super::toolchain::ToolchainRecord;
-use super::{Arch, ArchSuffix, BuildRecord, Error, Toolchain};
+use crate::arch::InvalidArch;
+use crate::select::coverage::coverage;
+use crate::select::{Device, KNOWN_DRIVERS, KNOWN_GPUS, Selection, parse_cuda_version, select};
+use crate::toolchain::error::{CompileError, ToolchainError};
+use crate::toolchain::{
+    CCCL_INCLUDE, CUDA_RUNTIME_INCLUDE, NVRTC, SearchConfig, ToolchainRecord, per_major,
+};
+use crate::{Arch, ArchSuffix, BuildRecord, KernelRequest, Toolchain};
+
+/// A kernel library's build failed: its plan, the switches that narrow it, a
+/// toolchain it needs, or a kernel's request or compile.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShipError {
+    /// A target (or an entry of `KILN_CUDA_ARCHS`) is not an arch.
+    #[error(transparent)]
+    InvalidArch(#[from] InvalidArch),
+    /// `KILN_CUDA_DRIVERS` holds something that is not a CUDA version.
+    #[error(
+        "KILN_CUDA_DRIVERS={given:?}: {item:?} is not a CUDA version; give the drivers the \
+         application runs on as CUDA versions, each from that one on within its major: \
+         `13` (R580 and newer), `12.2` (R535 to R575), `12,13` (both)"
+    )]
+    InvalidDriverList {
+        /// The whole value.
+        given: String,
+        /// The item that is not a version.
+        item: String,
+    },
+    /// A plan leaves GPUs it serves without code on drivers it says it serves.
+    #[error("{gaps}")]
+    DriverGaps {
+        /// Each gap, with what would close it.
+        gaps: String,
+    },
+    /// `KILN_ALWAYS_COMPILE` asks for every entry compiled here, and a toolchain of
+    /// the plan is missing.
+    #[error(
+        "KILN_ALWAYS_COMPILE compiles every entry with this machine's toolchains, and one \
+         of the plan's is missing: {cause}"
+    )]
+    AlwaysCompileWithout {
+        /// Why the toolchain is missing.
+        cause: Arc<ToolchainError>,
+    },
+    /// A toolchain the plan needs is missing or unusable.
+    #[error(transparent)]
+    Toolchain(#[from] ToolchainError),
+    /// A kernel's request or compile failed.
+    #[error(transparent)]
+    Compile(#[from] CompileError),
+    /// The library's request function failed otherwise.
+    #[error(transparent)]
+    Request(BoxError),
+    /// The cache's key, owner or store failed. (Boxed: the cache's error is large.)
+    #[error(transparent)]
+    Cache(Box<kiln_core::Error>),
+}
+
+impl From<kiln_core::Error> for ShipError {
+    fn from(error: kiln_core::Error) -> ShipError {
+        ShipError::Cache(Box::new(error))
+    }
+}
+
+impl ShipError {
+    /// Whether this says that a toolchain this machine lacks is needed rather
+    /// than that the kernel's code is wrong: a precompile block leaves such a
+    /// kernel out with a warning instead of failing the build.
+    pub fn is_missing_toolchain(&self) -> bool {
+        match self {
+            ShipError::Toolchain(error) => error.is_missing_toolchain(),
+            ShipError::Compile(error) => error.is_missing_toolchain(),
+            _ => false,
+        }
+    }
+}
+
+/// Into kiln's error: the cache's errors are given back, every other variant
+/// becomes [`kiln_core::Error::Backend`] with this error as its source.
+impl From<ShipError> for kiln_core::Error {
+    fn from(error: ShipError) -> kiln_core::Error {
+        match error {
+            ShipError::Cache(error) => *error,
+            ShipError::Compile(error) => error.into(),
+            other => kiln_core::Error::Backend {
+                backend: "kiln-cuda",
+                source: Box::new(other),
+            },
+        }
+    }
+}
 
 /// `KILN_CUDA_ARCHS`: the GPUs an application runs on (`sm_86,sm_90`, and `ptx`
 /// to keep the plans' PTX for every other GPU); every kernel library's
@@ -198,7 +284,7 @@ impl Family {
     }
 }
 
-type LocalToolchain = Result<Arc<Toolchain>, Arc<Error>>;
+type LocalToolchain = Result<Arc<Toolchain>, Arc<ToolchainError>>;
 
 /// What a kernel library's build ships: one or more toolchains ([`Family`]), each
 /// with CUBIN targets and those whose entries also carry PTX, and the oldest driver
@@ -229,8 +315,8 @@ impl ShipPlan {
     /// [`ShipPlan::new`] of a comma-separated list: `sm_75,sm_80,sm_90a`.
     ///
     /// # Errors
-    /// [`Error::InvalidArch`] for a name that is not an arch.
-    pub fn parse(list: &str) -> Result<ShipPlan, Error> {
+    /// [`InvalidArch`] for a name that is not an arch.
+    pub fn parse(list: &str) -> Result<ShipPlan, InvalidArch> {
         Ok(ShipPlan::new(parse_archs(list)?))
     }
 
@@ -323,7 +409,7 @@ impl ShipPlan {
     /// toolchain ([`Toolchain::local`]) for the toolchains it fits (those of its
     /// CUDA major, or of none named); given an error, with no toolchain at all (a
     /// machine without NVRTC).
-    pub fn with_local_toolchain(mut self, local: Result<Toolchain, Error>) -> ShipPlan {
+    pub fn with_local_toolchain(mut self, local: Result<Toolchain, ToolchainError>) -> ShipPlan {
         self.local = Some(local.map(Arc::new).map_err(Arc::new));
         self
     }
@@ -424,19 +510,22 @@ impl ShipPlan {
     ///
     /// # Errors
     /// An error of the library's request function other than a missing toolchain
-    /// (a refused option, say); [`Error::InvalidArch`] in `KILN_CUDA_ARCHS`,
-    /// [`Error::InvalidDriverList`] in `KILN_CUDA_DRIVERS`;
-    /// [`Error::DriverGaps`] when the plan, keyed by this machine's toolchains,
+    /// (a refused option, say); [`ShipError::InvalidArch`] in `KILN_CUDA_ARCHS`,
+    /// [`ShipError::InvalidDriverList`] in `KILN_CUDA_DRIVERS`;
+    /// [`ShipError::DriverGaps`] when the plan, keyed by this machine's toolchains,
     /// leaves a GPU it serves without code on a driver it says it serves;
-    /// [`Error::AlwaysCompileWithout`] under `KILN_ALWAYS_COMPILE` without a
+    /// [`ShipError::AlwaysCompileWithout`] under `KILN_ALWAYS_COMPILE` without a
     /// toolchain. A specialization that does not compile fails the build through
     /// the session.
-    pub fn precompile<S: Sync>(
+    pub fn precompile<S: Sync, E: Into<ShipError>>(
         &mut self,
         session: &mut Session<'_>,
         specs: &[S],
-        request: RequestFn<S>,
-    ) -> Result<(), crate::Error> {
+        request: fn(&S, &Toolchain, Arch) -> Result<KernelRequest, E>,
+    ) -> Result<(), ShipError> {
+        let request = move |spec: &S, toolchain: &Toolchain, arch: Arch| {
+            request(spec, toolchain, arch).map_err(Into::into)
+        };
         self.declare_variables(session);
         self.record = BuildRecord::default();
         let archs_text = session.env(CUDA_ARCHS);
@@ -493,7 +582,7 @@ impl ShipPlan {
             })
             .collect();
         if always && let Some(why) = keyings.iter().find_map(|k| k.as_ref().err()) {
-            return Err(Error::AlwaysCompileWithout {
+            return Err(ShipError::AlwaysCompileWithout {
                 cause: Arc::clone(why),
             });
         }
@@ -540,7 +629,7 @@ impl ShipPlan {
         {
             let keyed_here = toolchains.iter().any(|t| t.recorded.is_none());
             if keyed_here {
-                return Err(Error::DriverGaps { gaps });
+                return Err(ShipError::DriverGaps { gaps });
             }
             session.not_for_shipping(gaps.clone());
             session.warn(format!(
@@ -593,7 +682,7 @@ impl ShipPlan {
                 for &target in &targets {
                     let keyed = match keying {
                         Ok(keying) => request(spec, keying, target),
-                        Err(why) => Err(Error::Shared(Arc::clone(why))),
+                        Err(why) => Err(ToolchainError::Shared(Arc::clone(why)).into()),
                     };
                     let built = match keyed {
                         Ok(built) => built,
@@ -947,7 +1036,7 @@ fn embedded(full: &BuildRecord, archs: Option<&ArchSwitch>, drivers: Option<&[i3
 }
 
 /// `KILN_CUDA_ARCHS`: unset or empty is `None`.
-fn parse_arch_switch(value: Option<std::ffi::OsString>) -> Result<Option<ArchSwitch>, Error> {
+fn parse_arch_switch(value: Option<std::ffi::OsString>) -> Result<Option<ArchSwitch>, InvalidArch> {
     let Some(text) = value.and_then(|v| v.into_string().ok()) else {
         return Ok(None);
     };
@@ -969,7 +1058,7 @@ fn parse_arch_switch(value: Option<std::ffi::OsString>) -> Result<Option<ArchSwi
 }
 
 /// `KILN_CUDA_DRIVERS`: unset or empty is `None`.
-fn parse_driver_switch(value: Option<std::ffi::OsString>) -> Result<Option<Vec<i32>>, Error> {
+fn parse_driver_switch(value: Option<std::ffi::OsString>) -> Result<Option<Vec<i32>>, ShipError> {
     let Some(text) = value.and_then(|v| v.into_string().ok()) else {
         return Ok(None);
     };
@@ -981,12 +1070,12 @@ fn parse_driver_switch(value: Option<std::ffi::OsString>) -> Result<Option<Vec<i
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(|item| {
-            parse_cuda_version(item).ok_or_else(|| Error::InvalidDriverList {
+            parse_cuda_version(item).ok_or_else(|| ShipError::InvalidDriverList {
                 given: text.clone(),
                 item: item.to_owned(),
             })
         })
-        .collect::<Result<Vec<i32>, Error>>()?;
+        .collect::<Result<Vec<i32>, ShipError>>()?;
     Ok(Some(drivers))
 }
 
@@ -1023,12 +1112,12 @@ fn compile_here<S>(
     toolchain: &PlanToolchain,
     keying: &Toolchain,
     spec: &S,
-    request: RequestFn<S>,
+    request: impl Fn(&S, &Toolchain, Arch) -> Result<KernelRequest, ShipError>,
     target: Arch,
     owner: &kiln_core::Owner,
     key: &kiln_core::Key,
 ) -> Result<(), BoxError> {
-    let not_found = |why: &Error| {
+    let not_found = |why: &dyn std::fmt::Display| {
         toolchain.not_found.store(true, Ordering::Relaxed);
         Unavailable::new(missing_toolchain(why))
     };
@@ -1086,7 +1175,7 @@ fn declare_local_sources(session: &mut Session<'_>, local: &Toolchain, record: &
 }
 
 /// Why a missing toolchain leaves an entry out, and what to do.
-fn missing_toolchain(why: &Error) -> String {
+fn missing_toolchain(why: &dyn std::fmt::Display) -> String {
     format!(
         "{why}; or use the library's shipped image (its author runs `kiln ship` where \
          the toolchain is)"
@@ -1098,11 +1187,11 @@ fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-fn parse_archs(list: &str) -> Result<Vec<Arch>, Error> {
+fn parse_archs(list: &str) -> Result<Vec<Arch>, InvalidArch> {
     list.split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| Ok(s.parse()?))
+        .map(str::parse)
         .collect()
 }
 

@@ -42,8 +42,8 @@ use criterion::{BatchSize, Criterion, criterion_group};
 use kiln_core::Cache;
 use kiln_cuda::{
     Arch, Compiler, Device, IncludeDir, KernelLibrary, KernelRequest, Toolchain,
-    toolchain::SearchConfig,
     toolchain::MemoDir,
+    toolchain::SearchConfig,
     toolchain::{BuildRecord, CCCL, ToolchainPolicy},
 };
 use kiln_kernel_set::{Dtype, KernelSpec, ReduceOp, cccl_include_dir};

@@ -201,11 +201,17 @@ fn a_failed_jit_is_reported_and_not_kept() {
     let (source, driver) =
         ptx_entry_and_driver(&compiler, &cache, KernelSpec::Axpy { dtype: Dtype::F64 });
     let target = JitTarget::new(arch("sm_90"), RELEASE).unwrap();
-    let refused = get_or_jit(&cache, &source, &target, JitKernels::All, || {
-        Err(kiln_cuda::Error::InvalidDriverRelease {
-            given: "a driver that refuses".into(),
-        })
-    });
+    let refused = get_or_jit(
+        &cache,
+        &source,
+        &target,
+        JitKernels::All,
+        || -> Result<_, _> {
+            Err(kiln_cuda::LoadError::InvalidDriverRelease {
+                given: "a driver that refuses".into(),
+            })
+        },
+    );
     assert!(refused.unwrap_err().to_string().contains("refuses"));
     assert!(
         cached_jit(&cache, &source, &target, JitKernels::All)
