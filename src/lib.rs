@@ -75,7 +75,10 @@ pub mod key {
 pub use kiln_core::{env, registry};
 
 /// The CUDA backend (`kiln-cuda`): NVRTC to CUBIN and PTX, owners, the
-/// module loader. Its [`Error`](kiln_cuda::Error) converts into
+/// module loader. Each operation's error ([`ToolchainError`](kiln_cuda::ToolchainError),
+/// [`CompileError`](kiln_cuda::CompileError), [`LoadError`](kiln_cuda::LoadError),
+/// [`ShipError`](kiln_cuda::ShipError), [`ServeError`](kiln_cuda::ServeError)) and
+/// [`kiln::cuda::Error`](kiln_cuda::Error) convert into
 /// [`kiln::Error`](crate::Error) with `?`. Rendered here in full
 /// (`cargo doc -p kiln --features cuda --open`).
 #[cfg(feature = "cuda")]
