@@ -12,7 +12,7 @@
 // build script (it would run in every user's build).
 #![cfg_attr(not(doctest), doc = include_str!("main-path.md"))]
 
-pub use kiln_core::{Compiled, Error, Hit, Key, KeyBuilder, Owner, global, init};
+pub use kiln_core::{Compiled, Error, ErrorChain, Hit, Key, KeyBuilder, Owner, global, init};
 pub use kiln_image::{Artifact, ArtifactKind};
 
 pub use kiln_macros::include_image;

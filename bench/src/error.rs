@@ -15,7 +15,7 @@ pub enum BenchError {
     #[error(transparent)]
     Cuda(#[from] kiln::cuda::Error),
     /// A file could not be read or written.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         /// The file.
         path: PathBuf,
@@ -29,7 +29,7 @@ pub enum BenchError {
         path: PathBuf,
     },
     /// A baseline file did not decode.
-    #[error("{path}: does not decode: {source}")]
+    #[error("{path}: does not decode")]
     Decode {
         /// The file.
         path: PathBuf,

@@ -137,3 +137,56 @@ impl Error {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use kiln_test_support::errors::assert_cause_not_repeated;
+
+    use crate::ServeError;
+    use crate::toolchain::error::SearchLog;
+
+    use super::*;
+
+    /// Every variant of the operations' errors that carries a cause: its
+    /// message does not repeat it.
+    #[test]
+    fn no_message_repeats_the_cause_it_returns() {
+        let io = || std::io::Error::other("the disk is on fire");
+        let not_found = || ToolchainError::NvrtcNotFound {
+            searched: SearchLog(Vec::new()),
+        };
+        let samples: Vec<Box<dyn std::error::Error>> = vec![
+            Box::new(ToolchainError::Io {
+                path: "/cccl".into(),
+                source: io(),
+            }),
+            Box::new(CompileError::Toolchain(ToolchainError::Io {
+                path: "/cccl".into(),
+                source: io(),
+            })),
+            // (`LoadError::Driver`'s cause asks the driver for its text: not
+            // built here, where there may be none.)
+            Box::new(LoadError::from(kiln_core::Error::DiskIo {
+                action: "store",
+                path: "/cache".into(),
+                source: io(),
+            })),
+            Box::new(ServeError::Toolchain(ToolchainError::Shared(Arc::new(
+                ToolchainError::Io {
+                    path: "/cccl".into(),
+                    source: io(),
+                },
+            )))),
+            Box::new(Error::Toolchain(ToolchainError::Io {
+                path: "/cccl".into(),
+                source: io(),
+            })),
+            Box::new(kiln_core::Error::from(CompileError::Toolchain(not_found()))),
+        ];
+        for error in &samples {
+            assert_cause_not_repeated(error.as_ref());
+        }
+    }
+}

@@ -15,7 +15,7 @@ pub enum Error {
     #[error(transparent)]
     Cuda(#[from] kiln_cuda::Error),
     /// A file or process operation failed.
-    #[error("could not {action} {}: {source}", path.display())]
+    #[error("could not {action} {}", path.display())]
     Io {
         /// What was being done.
         action: &'static str,

@@ -186,7 +186,12 @@ pub(super) mod stderr_report {
     pub(in crate::global) fn image_lines(detail: Detail, image: &ImageReport) -> Vec<String> {
         let source = &image.source;
         match &image.outcome {
-            ImageOutcome::Skipped(err) => vec![format!("kiln: skipped image {source}: {err}")],
+            ImageOutcome::Skipped(err) => {
+                vec![format!(
+                    "kiln: skipped image {source}: {}",
+                    crate::ErrorChain(err)
+                )]
+            }
             ImageOutcome::Merged { entries, merge } => {
                 let mut lines = Vec::new();
                 if detail == Detail::Everything {

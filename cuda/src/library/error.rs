@@ -47,7 +47,6 @@ pub enum ServeError {
         /// What was looked up, and why other shipped code was not used.
         tried: Attempts,
         /// Why no compile is possible (NVRTC or headers not found).
-        #[source]
         cause: Arc<ServeError>,
     },
     /// The local NVRTC makes code the device's driver cannot load (a newer CUDA
@@ -67,7 +66,6 @@ pub enum ServeError {
         /// The device (`sm_70 with a driver for CUDA 12.8`).
         device: String,
         /// Why no NVRTC of that major was found.
-        #[source]
         cause: Arc<ServeError>,
     },
     /// The library's build record, or the local toolchain, is not usable.
