@@ -212,7 +212,9 @@ fn a_failed_jit_is_reported_and_not_kept() {
             })
         },
     );
-    assert!(refused.unwrap_err().to_string().contains("refuses"));
+    let refused = refused.unwrap_err();
+    let shown = kiln_core::ErrorChain(&refused).to_string();
+    assert!(shown.contains("refuses"), "{shown}");
     assert!(
         cached_jit(&cache, &source, &target, JitKernels::All)
             .unwrap()

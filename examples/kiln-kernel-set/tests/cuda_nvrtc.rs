@@ -141,10 +141,12 @@ fn a_compile_error_carries_the_nvrtc_log() {
         }
         other => panic!("expected a compile error, got {other:?}"),
     }
-    // Through the cache: the error names the log too, and nothing is cached.
+    // Through the cache: the error's chain holds the log too, and nothing is
+    // cached.
     let cache = Cache::new();
     let err = compiler.compile_cached(&cache, &request).unwrap_err();
-    assert!(err.to_string().contains("undeclared_thing"), "{err}");
+    let shown = kiln_core::ErrorChain(&err).to_string();
+    assert!(shown.contains("undeclared_thing"), "{shown}");
     assert_eq!(cache.stats().compile_failures, 1);
     assert!(
         cache
