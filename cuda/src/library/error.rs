@@ -104,7 +104,7 @@ impl ServeError {
     /// than that the kernel's code is wrong.
     pub fn is_missing_toolchain(&self) -> bool {
         match self {
-            ServeError::NotShipped { .. } | ServeError::NoLocalToolchainFor { .. } => true,
+            ServeError::NoLocalToolchainFor { .. } => true,
             ServeError::Toolchain(error) => error.is_missing_toolchain(),
             ServeError::Compile(error) => error.is_missing_toolchain(),
             ServeError::Request(error) => error.is_missing_toolchain(),

@@ -172,7 +172,6 @@ impl ToolchainError {
         match self {
             ToolchainError::NvrtcNotFound { .. }
             | ToolchainError::CcclNotFound { .. }
-            | ToolchainError::CudaRuntimeNotFound { .. }
             | ToolchainError::NoNvrtc { .. }
             | ToolchainError::UnknownHeaderSet { .. } => true,
             ToolchainError::Shared(inner) => inner.is_missing_toolchain(),
