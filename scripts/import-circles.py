@@ -30,6 +30,16 @@ follows that `use` to the file that defines it, so an item re-exported by a
 parent leads to where it is defined, not to the parent. Paths into another
 crate (`kiln_image::...`, `std::...`) are not edges.
 
+A type named in a variant of an enum also leads to the module the path
+names, as written: `tried: crate::library::Attempts` in `error.rs` leads to
+`library/mod.rs` as well as to `library/attempt.rs` where `Attempts` is
+defined (a name a `use` of the file binds is followed to the path of that
+`use` first; a path through the crate root's re-exports is followed to the
+module they name). An error enum that wraps a module's type makes that
+module's face part of it, so a module whose error the enum carries must not
+use the enum back, even when the type itself lives in a leaf file of that
+module.
+
 What does not count:
 
 * `mod` declarations, and a module's `pub use` of its own descendants'
@@ -185,7 +195,7 @@ class Crate:
                 code = drop_test_modules(strip(f.read()))
             code = re.sub(r"pub\s*\(\s*in\s+[^)]*\)", "pub", code)
             self.found[module] = self.paths(module, code)
-            for segs, _, ctx, name, _ in self.found[module]:
+            for segs, _, ctx, name, _, _ in self.found[module]:
                 if name is not None and ctx == module:
                     self.bindings[module][name] = self.absolute(ctx, segs)
 
@@ -236,11 +246,42 @@ class Crate:
             return file_module
         return None
 
+    def named(self, module, path):
+        """The file a path from the crate root names as written: the deepest
+        file module along it, without following that module's re-exports
+        (but through the crate root's, which re-export every module's face)."""
+        for _ in range(32):
+            if path is None:
+                return None
+            file_module = ()
+            for seg in path:
+                if file_module + (seg,) in self.files:
+                    file_module = file_module + (seg,)
+                else:
+                    break
+            rest = path[len(file_module):]
+            if file_module == () and rest and rest[0] in self.bindings[()]:
+                bound = self.bindings[()][rest[0]]
+                if bound is None or bound == path[:len(bound)]:
+                    return None
+                path = bound + rest[1:]
+                continue
+            return file_module or None
+        return None
+
     def edges(self):
         result = defaultdict(set)
         for module in self.files:
-            for segs, line, ctx, _, reexport in self.found[module]:
+            for segs, line, ctx, _, reexport, in_enum in self.found[module]:
                 path = self.absolute(ctx, segs)
+                if in_enum and len(segs) == 1:
+                    # A bare name in an enum's variants: what the file's
+                    # `use` binds it to.
+                    path = self.bindings[ctx].get(segs[0])
+                if in_enum:
+                    named = self.named(module, path)
+                    if named is not None and named != module[: len(named)]:
+                        result[module].add((named, line))
                 target = self.target(path)
                 if reexport and path is not None and path[: len(module)] == module:
                     # A module re-exporting its own descendant's item: part
@@ -252,7 +293,8 @@ class Crate:
 
     def paths(self, module, code):
         """(segments, line, module the path is written in, name it binds,
-        whether it is a `pub use`) for each path of the file."""
+        whether it is a `pub use`, whether it is in an enum's variants) for
+        each path of the file."""
         found = []
         # Inline modules: which (start, end) offsets belong to which module.
         scopes = []
@@ -262,6 +304,17 @@ class Crate:
                 depth += {"{": 1, "}": -1}.get(code[j], 0)
                 j += 1
             scopes.append((m.end(), j, m.group(1)))
+
+        enums = []
+        for m in re.finditer(r"\benum\s+" + IDENT + r"[^{;]*\{", code):
+            depth, j = 1, m.end()
+            while j < len(code) and depth:
+                depth += {"{": 1, "}": -1}.get(code[j], 0)
+                j += 1
+            enums.append((m.end(), j))
+
+        def in_enum(offset):
+            return any(a <= offset < b for a, b in enums)
 
         def context(offset):
             inner = sorted(s for s in scopes if s[0] <= offset < s[1])
@@ -280,7 +333,9 @@ class Crate:
             while pos < len(tokens):
                 pos = parse_use_tree(tokens, pos, [], trees)
             for tree, name in trees:
-                found.append((tree, line_of(m.start()), context(m.start()), name, reexport))
+                found.append(
+                    (tree, line_of(m.start()), context(m.start()), name, reexport, False)
+                )
         for m in re.finditer(
             r"(?<![A-Za-z0-9_:])(\$?" + IDENT + r")((?:\s*::\s*" + IDENT + r")+)", code
         ):
@@ -291,7 +346,13 @@ class Crate:
             if head not in ("crate", "super", "self") and head not in self.children(ctx):
                 continue
             segs = [head] + re.findall(IDENT, m.group(2))
-            found.append((segs, line_of(m.start()), ctx, None, False))
+            found.append((segs, line_of(m.start()), ctx, None, False, in_enum(m.start())))
+        # Bare names in enum variants (`Io(IoError)`, `tried: Attempts`): kept
+        # when a `use` of the file binds them (resolved in `edges`).
+        for a, b in enums:
+            for m in re.finditer(r"(?<![A-Za-z0-9_:$])(" + IDENT + r")(?!\s*::)", code[a:b]):
+                found.append(([m.group(1)], line_of(a + m.start()), context(a + m.start()),
+                              None, False, True))
         return found
 
 

@@ -12,7 +12,7 @@
 // build script (it would run in every user's build).
 #![cfg_attr(not(doctest), doc = include_str!("main-path.md"))]
 
-pub use kiln_core::{Compiled, Error, Hit, Key, KeyBuilder, Owner, global, init};
+pub use kiln_core::{Compiled, Error, ErrorChain, Hit, Key, KeyBuilder, Owner, global, init};
 pub use kiln_image::{Artifact, ArtifactKind};
 
 pub use kiln_macros::include_image;
@@ -77,7 +77,10 @@ pub mod key {
 pub use kiln_core::{env, registry};
 
 /// The CUDA backend (`kiln-cuda`): NVRTC to CUBIN and PTX, owners, the
-/// module loader. Its [`Error`](kiln_cuda::Error) converts into
+/// module loader. Each operation's error ([`ToolchainError`](kiln_cuda::ToolchainError),
+/// [`CompileError`](kiln_cuda::CompileError), [`LoadError`](kiln_cuda::LoadError),
+/// [`ShipError`](kiln_cuda::ShipError), [`ServeError`](kiln_cuda::ServeError)) and
+/// [`kiln::cuda::Error`](kiln_cuda::Error) convert into
 /// [`kiln::Error`](crate::Error) with `?`. Rendered here in full
 /// (`cargo doc -p kiln --features cuda --open`).
 #[cfg(feature = "cuda")]

@@ -46,7 +46,8 @@ const EXTRAS: [&str; 3] = ["axpy_i32", "axpby_u32", "block_reduce_f32_min_128"];
 const PRODUCER: &str = "kiln-demo-app e2e";
 
 fn nvrtc_available() -> bool {
-    let found = kiln::cuda::locate::locate_nvrtc(&kiln::cuda::locate::SearchConfig::from_env());
+    let found =
+        kiln::cuda::toolchain::locate_nvrtc(&kiln::cuda::toolchain::SearchConfig::from_env());
     kiln_test_support::ci::required(
         found,
         "the NVRTC library (run scripts/install-cuda-wheels.sh)",

@@ -82,7 +82,7 @@ fn child() {
     let linked = Cell::new(false);
     let hit = get_or_jit(cache, &source, &target, JitKernels::All, || {
         linked.set(true);
-        Ok(compiler.compile(&request("sm_90"))?.cubin)
+        Ok::<_, kiln::cuda::CompileError>(compiler.compile(&request("sm_90"))?.cubin)
     })
     .expect("the CUBIN");
     cache.flush();

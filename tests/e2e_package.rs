@@ -529,7 +529,7 @@ fn changed_relu() -> Vec<String> {
 /// The site-packages folder whose `nvidia/` holds this machine's NVRTC wheels
 /// (CUDA 13's and CUDA 12's).
 fn wheels_site() -> Option<PathBuf> {
-    kiln::cuda::locate::SearchConfig::from_env()
+    kiln::cuda::toolchain::SearchConfig::from_env()
         .site_packages
         .into_iter()
         .find(|site| {

@@ -26,7 +26,13 @@ fn a_backend_error_becomes_kiln_error_backend_with_its_source() {
         matches!(cuda, kiln::cuda::Error::InvalidArch(_)),
         "{cuda:?}"
     );
-    assert!(error.to_string().contains("sm_1"), "{error}");
+    // The message names the backend; the cause follows it in the chain.
+    assert!(!error.to_string().contains("sm_1"), "{error}");
+    let shown = kiln::ErrorChain(&error).to_string();
+    assert!(
+        shown.starts_with("kiln-cuda failed: ") && shown.contains("sm_1"),
+        "{shown}"
+    );
 }
 
 #[test]

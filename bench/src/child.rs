@@ -24,7 +24,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use kiln::cache::Cache;
-use kiln::cuda::{Device, locate::SearchConfig, select::Selection};
+use kiln::cuda::{Device, select::Selection, toolchain::SearchConfig};
 use kiln::env::Switches;
 use serde::{Deserialize, Serialize};
 
@@ -121,7 +121,7 @@ pub fn measure(
     let nvrtc_loaded = nvrtc_mapped()?;
     // Searched last: the search loads the library it finds.
     let nvrtc_found = (mode.is_warm() && mode.is_kiln())
-        .then(|| kiln::cuda::locate::locate_nvrtc(&SearchConfig::from_env()).ok())
+        .then(|| kiln::cuda::toolchain::locate_nvrtc(&SearchConfig::from_env()).ok())
         .flatten()
         .map(|found| format!("{} ({})", found.path.display(), found.rule));
 

@@ -15,7 +15,7 @@ pub enum BenchError {
     #[error(transparent)]
     Cuda(#[from] kiln::cuda::Error),
     /// A file could not be read or written.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         /// The file.
         path: PathBuf,
@@ -29,7 +29,7 @@ pub enum BenchError {
         path: PathBuf,
     },
     /// A baseline file did not decode.
-    #[error("{path}: does not decode: {source}")]
+    #[error("{path}: does not decode")]
     Decode {
         /// The file.
         path: PathBuf,
@@ -141,3 +141,31 @@ macro_rules! image_error_from {
 }
 
 image_error_from!(ReadError, WriteError, SignatureError, KeyError);
+
+/// Each operation's CUDA error is a [`BenchError::Cuda`], so that `?` passes
+/// it on.
+macro_rules! cuda_error_from {
+    ($($error:ident),*) => {$(
+        impl From<kiln::cuda::$error> for BenchError {
+            fn from(error: kiln::cuda::$error) -> BenchError {
+                BenchError::Cuda(error.into())
+            }
+        }
+    )*};
+}
+
+cuda_error_from!(ToolchainError, CompileError, LoadError, ShipError);
+
+/// A target that is not an arch is a CUDA error ([`BenchError::Cuda`]).
+impl From<kiln::cuda::arch::InvalidArch> for BenchError {
+    fn from(error: kiln::cuda::arch::InvalidArch) -> BenchError {
+        BenchError::Cuda(error.into())
+    }
+}
+
+/// A kernel library's error is Kiln's ([`BenchError::Kiln`]).
+impl From<kiln::cuda::ServeError> for BenchError {
+    fn from(error: kiln::cuda::ServeError) -> BenchError {
+        BenchError::Kiln(error.into())
+    }
+}

@@ -138,13 +138,11 @@ fn real_kernels() -> Result<KernelSet, BenchError> {
             compile: Box::new(move || {
                 let local = local_toolchain()?;
                 let request = catalogue::request(&spec, local, arch)?;
-                let compiler =
-                    local
-                        .compiler()
-                        .copied()
-                        .ok_or_else(|| kiln::cuda::Error::NoNvrtc {
-                            version: local.nvrtc().release.clone(),
-                        })?;
+                let compiler = local.compiler().copied().ok_or_else(|| {
+                    kiln::cuda::ToolchainError::NoNvrtc {
+                        version: local.nvrtc().release.clone(),
+                    }
+                })?;
                 let kernel = compiler.compile(&request)?;
                 Ok(compiler.entry(kernel, &request))
             }),

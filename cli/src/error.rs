@@ -12,7 +12,7 @@ use kiln_image::{ImageError, KeyError};
 pub(crate) enum CliError {
     /// A shipped image or a precompile block's candidate could not be read
     /// or written.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Ship {
         /// The file.
         path: PathBuf,
@@ -22,7 +22,7 @@ pub(crate) enum CliError {
     },
 
     /// `ship`: cargo could not be run.
-    #[error("cannot run cargo build: {0} (set CARGO to the cargo binary)")]
+    #[error("cannot run cargo build (set CARGO to the cargo binary)")]
     Cargo(#[source] std::io::Error),
 
     /// `ship`: the build failed.
@@ -43,7 +43,7 @@ pub(crate) enum CliError {
     NothingToShip,
 
     /// An image could not be opened, read or written.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Image {
         /// The image file.
         path: PathBuf,
@@ -58,7 +58,7 @@ pub(crate) enum CliError {
     Cache(#[from] kiln_core::Error),
 
     /// A file other than an image (`report --svg`) could not be written.
-    #[error("cannot write {path}: {source}")]
+    #[error("cannot write {path}")]
     Write {
         /// The file.
         path: PathBuf,
@@ -71,11 +71,11 @@ pub(crate) enum CliError {
     Chart(String),
 
     /// Writing to standard output failed.
-    #[error("writing the output failed: {0}")]
+    #[error("writing the output failed")]
     Output(#[from] std::io::Error),
 
     /// JSON encoding failed.
-    #[error("encoding JSON failed: {0}")]
+    #[error("encoding JSON failed")]
     Json(#[from] serde_json::Error),
 
     /// `extract` found no entry.
@@ -209,7 +209,7 @@ pub(crate) enum CliError {
     },
 
     /// A `--trusted-key` argument is not a public key.
-    #[error("--trusted-key {arg}: {source}")]
+    #[error("--trusted-key {arg}")]
     Key {
         /// The argument.
         arg: String,
@@ -219,7 +219,7 @@ pub(crate) enum CliError {
     },
 
     /// A file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Read {
         /// The file.
         path: PathBuf,
@@ -269,12 +269,14 @@ pub(crate) enum CliError {
 }
 
 impl CliError {
-    /// The message as `kiln` prints it: every control character and
+    /// The message as `kiln` prints it, with its causes: every control character and
     /// bidirectional override [escaped](crate::escape::escape), line
     /// breaks included, except the ones between the candidate lines of
     /// [`CliError::Ambiguous`] (whose text is escaped where it is built).
     pub(crate) fn shown(&self) -> String {
-        let message = self.to_string();
+        // Its causes too: a message never repeats the error it returns from
+        // `source()`.
+        let message = kiln_core::ErrorChain(self).to_string();
         match self {
             CliError::Ambiguous { .. } | CliError::SigningUnvouched { .. } => {
                 crate::escape::escape_lines(&message)
@@ -310,5 +312,58 @@ impl CliError {
             path: path.to_owned(),
             source: Box::new(source.into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kiln_test_support::errors::assert_cause_not_repeated;
+
+    use super::*;
+
+    fn io() -> std::io::Error {
+        std::io::Error::other("the disk is on fire")
+    }
+
+    /// Every variant that carries a cause: its message does not repeat it,
+    /// and `kiln` prints the cause after it.
+    #[test]
+    fn no_message_repeats_the_cause_it_returns() {
+        let read = kiln_image::ReadError::Io {
+            action: "open",
+            path: "/a.kimg".into(),
+            source: io(),
+        };
+        let json = serde_json::from_str::<u32>("x").expect_err("not JSON");
+        let samples = [
+            CliError::Ship {
+                path: "/a.kship".into(),
+                source: Box::new(kiln_ship::ShipError::BadIndex("it does not decode".into())),
+            },
+            CliError::Cargo(io()),
+            CliError::Image {
+                path: "/a.kimg".into(),
+                source: Box::new(read.into()),
+            },
+            CliError::Write {
+                path: "/out".into(),
+                source: io(),
+            },
+            CliError::Output(io()),
+            CliError::Json(json),
+            CliError::Key {
+                arg: "/keys".into(),
+                source: Box::new(KeyError::Invalid("not a key".into())),
+            },
+            CliError::Read {
+                path: "/in".into(),
+                source: io(),
+            },
+        ];
+        for error in &samples {
+            assert_cause_not_repeated(error);
+        }
+        let shown = samples[1].shown();
+        assert!(shown.ends_with(": the disk is on fire"), "{shown}");
     }
 }

@@ -22,7 +22,7 @@ fn repo() -> PathBuf {
 
 /// Whether NVRTC is here; under `CI=true` its absence is a failure.
 fn nvrtc() -> bool {
-    let found = kiln_cuda::locate::locate_nvrtc(&kiln_cuda::locate::SearchConfig::from_env());
+    let found = kiln_cuda::toolchain::locate_nvrtc(&kiln_cuda::toolchain::SearchConfig::from_env());
     kiln_test_support::ci::required(found, "NVRTC (scripts/install-cuda-wheels.sh)").is_some()
 }
 

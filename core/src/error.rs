@@ -26,7 +26,7 @@ pub enum Error {
     // ----- keys and owners (key.rs, owner.rs) -----
     /// A key field's value could not be encoded with postcard.
     #[error(
-        "key field `{label}` cannot be encoded: {source} (use types with a fixed serde shape: \
+        "key field `{label}` cannot be encoded (use types with a fixed serde shape: \
          structs, enums, sequences of known length, BTreeMap instead of HashMap)"
     )]
     KeyEncoding {
@@ -52,7 +52,7 @@ pub enum Error {
     /// A file that a key depends on could not be read, so its contents cannot be
     /// fingerprinted.
     #[error(
-        "key field `{label}` depends on {path}, which cannot be read ({source}); a key must \
+        "key field `{label}` depends on {path}, which cannot be read; a key must \
          fingerprint the contents of every file it depends on, not just the path"
     )]
     KeyInput {
@@ -76,7 +76,7 @@ pub enum Error {
     // ----- the cache (cache/) -----
     /// The compile function of `get_or_compile` failed. Every caller that
     /// waited for that compile gets the same error; nothing was cached.
-    #[error("compiling {key} for owner {owner} failed: {source}")]
+    #[error("compiling {key} for owner {owner} failed")]
     Compile {
         /// The owner's label.
         owner: String,
@@ -104,7 +104,7 @@ pub enum Error {
     // ----- the disk cache (disk/) -----
     /// A file or directory of the disk cache could not be read or written.
     #[error(
-        "disk cache: cannot {action} {path}: {source} (point KILN_CACHE_DIR at a writable \
+        "disk cache: cannot {action} {path} (point KILN_CACHE_DIR at a writable \
          directory, or set KILN_CACHE=0 to turn the disk cache off)"
     )]
     DiskIo {
@@ -154,7 +154,7 @@ pub enum Error {
     /// tier) failed to load or store an entry, for a reason of its own. The
     /// cache logs it and goes on: a failed load is a miss, a failed store is
     /// ignored.
-    #[error("cache tier {tier}: {source}")]
+    #[error("cache tier {tier} failed")]
     Tier {
         /// The tier's name ([`Tier::name`](crate::Tier::name)).
         tier: String,
@@ -167,7 +167,7 @@ pub enum Error {
     /// compiler, building a request's key). Backends convert their own error
     /// into this variant (`From`), so code returning [`Error`] can use `?` on
     /// a backend's calls; the backend's error is the source.
-    #[error("{backend}: {source}")]
+    #[error("{backend} failed")]
     Backend {
         /// The backend's crate, e.g. `kiln-cuda`.
         backend: &'static str,
@@ -179,7 +179,7 @@ pub enum Error {
     /// A record file (`KILN_RECORD`, or one given to `kiln bake` or
     /// `kiln report`) could not be opened or read.
     #[error(
-        "record file {path}: cannot {action}: {source} (give a regular file in a directory \
+        "record file {path}: cannot {action} (give a regular file in a directory \
          you can write to; a symbolic link is not followed)"
     )]
     RecordIo {
@@ -195,7 +195,7 @@ pub enum Error {
     /// is set): refused, counted in
     /// [`Stats::tier_untrusted`](crate::Stats::tier_untrusted), and
     /// compiled instead.
-    #[error("cache tier {tier}: entry {what} refused: {source}")]
+    #[error("cache tier {tier}: entry {what} refused")]
     TierUntrusted {
         /// The tier's name.
         tier: String,
@@ -208,7 +208,7 @@ pub enum Error {
     // ----- signatures (trust.rs) -----
     /// A file named in `KILN_TRUSTED_KEYS` cannot be used.
     #[error(
-        "KILN_TRUSTED_KEYS names {path}, which cannot be used: {source} (fix the file or the \
+        "KILN_TRUSTED_KEYS names {path}, which cannot be used (fix the file or the \
          variable; its keys are not trusted meanwhile)"
     )]
     TrustedKeys {
@@ -219,7 +219,7 @@ pub enum Error {
     },
     /// `KILN_SIGNING_KEY` names a file that is not a usable signing key.
     #[error(
-        "KILN_SIGNING_KEY names {path}, which is not a usable signing key: {source} (give the \
+        "KILN_SIGNING_KEY names {path}, which is not a usable signing key (give the \
          path of a key file written by `kiln keygen`)"
     )]
     SigningKey {
@@ -229,7 +229,7 @@ pub enum Error {
         source: Box<kiln_image::KeyError>,
     },
     /// A key file (trusted keys or a secret key) cannot be used.
-    #[error("key file {path} cannot be used: {source}")]
+    #[error("key file {path} cannot be used")]
     KeyFile {
         /// The file.
         path: PathBuf,
@@ -269,7 +269,7 @@ pub enum Error {
     // ----- init and build-script helpers (global.rs, registry.rs, build.rs) -----
     /// A directory of `KILN_IMAGE_PATH` could not be listed.
     #[error(
-        "cannot list image directory {dir} named in KILN_IMAGE_PATH: {source}; fix or remove \
+        "cannot list image directory {dir} named in KILN_IMAGE_PATH; fix or remove \
          the entry"
     )]
     ImageDirectory {
@@ -315,7 +315,7 @@ pub enum Error {
         expected: &'static str,
     },
     /// The `cargo:` directives of a build script could not be printed.
-    #[error("cannot print the build script's cargo directives: {0}")]
+    #[error("cannot print the build script's cargo directives")]
     BuildOutput(#[source] std::io::Error),
 }
 
@@ -345,4 +345,117 @@ fn failed_list(failed: &[(String, String)]) -> String {
         .iter()
         .map(|(label, why)| format!("\n  {label}: {why}"))
         .collect()
+}
+
+/// An error and its causes on one line, `message: cause: cause...`: how to show
+/// an error to a person. An error's message never repeats its cause (it returns
+/// it from [`source`](std::error::Error::source) instead), so printing the
+/// message alone drops the why.
+///
+/// ```
+/// let io = std::io::Error::other("disk full");
+/// let error = kiln_core::Error::ImageDirectory { dir: "/images".into(), source: io };
+/// let shown = kiln_core::ErrorChain(&error).to_string();
+/// assert!(shown.ends_with("; fix or remove the entry: disk full"), "{shown}");
+/// ```
+#[derive(Clone, Copy)]
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut next = self.0.source();
+        while let Some(cause) = next {
+            write!(f, ": {cause}")?;
+            next = cause.source();
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use kiln_test_support::errors::assert_cause_not_repeated;
+
+    use super::*;
+
+    fn io() -> std::io::Error {
+        std::io::Error::other("the disk is on fire")
+    }
+
+    /// Every variant that carries a cause: its message does not repeat it.
+    #[test]
+    fn no_message_repeats_the_cause_it_returns() {
+        let key = crate::KeyBuilder::new("test", 1).finish();
+        let samples: Vec<Error> = vec![
+            Error::KeyEncoding {
+                label: "f".into(),
+                source: postcard::Error::SerializeBufferFull,
+            },
+            Error::KeyInput {
+                label: "f".into(),
+                path: "/in".into(),
+                source: io(),
+            },
+            Error::Compile {
+                owner: "nvrtc 13.0".into(),
+                key,
+                source: Arc::new(io()),
+            },
+            Error::DiskIo {
+                action: "open",
+                path: "/cache".into(),
+                source: io(),
+            },
+            Error::Tier {
+                tier: "remote".into(),
+                source: Box::new(io()),
+            },
+            Error::Backend {
+                backend: "kiln-cuda",
+                source: Box::new(io()),
+            },
+            Error::RecordIo {
+                action: "open for appending",
+                path: "/record".into(),
+                source: io(),
+            },
+            Error::TierUntrusted {
+                tier: "remote".into(),
+                what: "an entry".into(),
+                source: Box::new(kiln_image::SignatureError::Unsigned),
+            },
+            Error::TrustedKeys {
+                path: "/keys".into(),
+                source: Box::new(kiln_image::KeyError::Invalid("line 1: not a key".into())),
+            },
+            Error::SigningKey {
+                path: "/key".into(),
+                source: Box::new(kiln_image::KeyError::Invalid("not a key".into())),
+            },
+            Error::KeyFile {
+                path: "/key".into(),
+                source: Box::new(kiln_image::KeyError::Invalid("not a key".into())),
+            },
+            Error::ImageDirectory {
+                dir: "/images".into(),
+                source: io(),
+            },
+            Error::BuildOutput(io()),
+        ];
+        for error in &samples {
+            assert_cause_not_repeated(error);
+        }
+        // Shown to a person, the cause follows the message.
+        let shown = ErrorChain(&samples[3]).to_string();
+        assert!(shown.ends_with("off): the disk is on fire"), "{shown}");
+    }
 }

@@ -95,7 +95,7 @@ pub use cache::{
     ArtifactView, Cache, CacheConfig, Compiled, Delta, Hit, MergeReport, OwnerFilter, Rejection,
     Snapshot, Source, Stats, Tier, TierEntry,
 };
-pub use error::{BoxError, Error};
+pub use error::{BoxError, Error, ErrorChain};
 pub use global::{
     ImageOutcome, ImageReport, InitReport, add_tiers, add_tiers_with, flush, global, init,
     init_with, load_images,

@@ -30,7 +30,8 @@ use kiln_core::{
     Artifact, ArtifactKind, Cache, Compiled, Dep, Digest, Hit, Key, KeyBuilder, Owner,
 };
 
-use crate::{Arch, Error};
+use crate::Arch;
+use crate::loader::error::LoadError;
 
 /// The compiler id of the owners of JIT-compiled CUBINs.
 pub const JIT_COMPILER_ID: &str = "cuda-driver-jit";
@@ -66,15 +67,15 @@ impl JitTarget {
     /// (`580.159.04`: digits and dots, at most 32 bytes).
     ///
     /// # Errors
-    /// [`Error::InvalidDriverRelease`] when the release is not such a version.
-    pub fn new(arch: Arch, driver_release: impl Into<String>) -> Result<JitTarget, Error> {
+    /// [`LoadError::InvalidDriverRelease`] when the release is not such a version.
+    pub fn new(arch: Arch, driver_release: impl Into<String>) -> Result<JitTarget, LoadError> {
         let driver = driver_release.into();
         let valid = !driver.is_empty()
             && driver.len() <= 32
             && driver.bytes().all(|b| b.is_ascii_digit() || b == b'.')
             && driver.split('.').all(|part| !part.is_empty());
         if !valid {
-            return Err(Error::InvalidDriverRelease { given: driver });
+            return Err(LoadError::InvalidDriverRelease { given: driver });
         }
         Ok(JitTarget { arch, driver })
     }
@@ -94,7 +95,7 @@ impl JitTarget {
     /// # Errors
     /// Never in practice (every field is non-empty); the cache's owner error
     /// otherwise.
-    pub fn owner(&self) -> Result<Owner, Error> {
+    pub fn owner(&self) -> Result<Owner, LoadError> {
         Ok(Owner::new(
             JIT_COMPILER_ID,
             self.driver.as_str(),
@@ -253,6 +254,7 @@ impl JitSource {
 ///
 /// ```
 /// use kiln_core::{Artifact, ArtifactKind, Cache, Compiled, KeyBuilder, Owner};
+/// use kiln_cuda::LoadError;
 /// use kiln_cuda::jit::{JitKernels, JitSource, JitTarget, get_or_jit};
 ///
 /// let cache = Cache::new();
@@ -266,26 +268,33 @@ impl JitSource {
 /// let source = JitSource::of(&ptx).expect("a PTX entry");
 /// let target = JitTarget::new("sm_90".parse()?, "580.159.04")?;
 /// // On a GPU `link` is the driver (the loader does this); here, any bytes.
-/// let first = get_or_jit(&cache, &source, &target, JitKernels::All, || Ok(b"cubin".to_vec()))?;
-/// let again = get_or_jit(&cache, &source, &target, JitKernels::All, || unreachable!())?;
+/// let first = get_or_jit(&cache, &source, &target, JitKernels::All, || {
+///     Ok::<_, LoadError>(b"cubin".to_vec())
+/// })?;
+/// let again = get_or_jit(&cache, &source, &target, JitKernels::All, || -> Result<_, LoadError> {
+///     unreachable!()
+/// })?;
 /// assert_eq!(again.artifact(&ArtifactKind::Cubin), Some(&b"cubin"[..]));
 /// assert_eq!(cache.stats().compiles, 1);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
 /// # Errors
-/// `link`'s error, inside [`Error::Cache`] (a [`kiln_core::Error::Compile`]).
-pub fn get_or_jit<'c>(
+/// `link`'s error, inside [`LoadError::Cache`] (a [`kiln_core::Error::Compile`]).
+pub fn get_or_jit<'c, E>(
     cache: &'c Cache,
     source: &JitSource,
     target: &JitTarget,
     kernels: JitKernels<'_>,
-    link: impl FnOnce() -> Result<Vec<u8>, Error>,
-) -> Result<Hit<'c>, Error> {
+    link: impl FnOnce() -> Result<Vec<u8>, E>,
+) -> Result<Hit<'c>, LoadError>
+where
+    E: Into<kiln_core::BoxError>,
+{
     let owner = target.owner()?;
     let key = source.jit_key(kernels);
     Ok(cache.get_or_compile(&owner, &key, || {
-        let cubin = link()?;
+        let cubin = link().map_err(Into::into)?;
         Ok(source.entry(target, kernels, cubin))
     })?)
 }
@@ -300,7 +309,7 @@ pub fn cached_jit<'c>(
     source: &JitSource,
     target: &JitTarget,
     kernels: JitKernels<'_>,
-) -> Result<Option<Hit<'c>>, Error> {
+) -> Result<Option<Hit<'c>>, LoadError> {
     let owner = target.owner()?;
     Ok(cache.get_cached(&owner, &source.jit_key(kernels)))
 }

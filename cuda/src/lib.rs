@@ -43,13 +43,15 @@
 //!
 //! # Concepts
 //!
-//! - [`KernelRequest`]: source, headers (by content, Kiln's [`c_headers`], or
-//!   include directories by content: [`IncludeDir`]), name expressions or every
-//!   `extern "C"` kernel, parameters; its [`Key`](kiln_core::Key). [`Arch`], the
-//!   target (`sm_90a`), is part of the [`Owner`](kiln_core::Owner).
-//! - [`Compiler`]: request → cache entry ([`Compiler::compile_cached`]) with the
-//!   process's NVRTC. [`Toolchain`]: what owners and keys are derived for, the one a
-//!   library's build recorded (digests only) or this machine's.
+//! - [`KernelRequest`]: source, headers (by content, Kiln's
+//!   [`c_headers`](toolchain::c_headers), or include directories by content:
+//!   [`IncludeDir`]), name expressions or every `extern "C"` kernel, parameters;
+//!   its [`Key`](kiln_core::Key). [`Arch`], the target (`sm_90a`), is part of the
+//!   [`Owner`](kiln_core::Owner).
+//! - [`Toolchain`]: which compiler and which headers owners and keys are derived
+//!   for, the one a library's build recorded (digests only) or this machine's;
+//!   its [`Compiler`] turns a request into a cache entry
+//!   ([`Compiler::compile_cached`]).
 //! - [`ShipPlan`] and [`KernelLibrary`]: the build and run-time sides of a kernel
 //!   library; [`KernelLibrary::get`] answers [`Served`], the chosen code for a
 //!   [`Device`] (exact CUBIN, compatible CUBIN, PTX, or compiled here).
@@ -57,16 +59,19 @@
 //!   [`Served`] kernel's chosen artifact exactly
 //!   ([`ModuleCache::load_served`](loader::ModuleCache::load_served)), PTX through
 //!   the driver's JIT kept as a cache entry of its own ([`jit`]).
-//! - [`Error`]: the crate's one error enum; it converts into `kiln::Error` with `?`.
+//! - Errors, one per operation: [`ToolchainError`] (finding NVRTC, the header
+//!   sets, a build record), [`CompileError`], [`LoadError`], [`ShipError`],
+//!   [`ServeError`]; [`Error`] holds any of the first four, for code that calls
+//!   several (a build script, a library's request function). Each converts into
+//!   `kiln::Error` with `?`.
 //!
 //! The rest is one module down: [`toolchain`] (the [`toolchain::BuildRecord`] a
-//! build records, the policy, the header-set names), [`select`] (which shipped code
-//! runs on a device, a pure function), [`request`] (headers, key schema, dependency
-//! names), [`options`] (the NVRTC options Kiln accepts), [`locate`] (finding NVRTC
-//! and the header sets, with every place tried), [`nvrtc`], [`identity`] and
-//! [`memo`] (which NVRTC the owners name, learnt without loading it when a memo
-//! allows), [`ptx`] (a PTX module read far enough to JIT-compile one kernel alone),
-//! [`compiler`], [`arch`], [`cubin`] (the arch a CUBIN's ELF header names), [`error`].
+//! build records, the policy, the header-set names, where NVRTC and the headers
+//! were searched for, which NVRTC the owners name and how it was learnt),
+//! [`select`] (which shipped code runs on a device, a pure function), [`request`]
+//! (headers, key schema, dependency names), [`options`] (the NVRTC options Kiln
+//! accepts), [`ptx`] (a PTX module read far enough to JIT-compile one kernel
+//! alone), [`arch`], [`cubin`] (the arch a CUBIN's ELF header names).
 //!
 //! Compiling needs no GPU, only NVRTC; loading needs a GPU and its driver. Serving
 //! shipped kernels needs neither NVRTC nor headers. The loader hands out cudarc's
@@ -78,18 +83,11 @@
 #![warn(missing_docs)]
 
 pub mod arch;
-pub mod c_headers;
-pub mod compiler;
 pub mod cubin;
-pub mod error;
-pub mod identity;
-mod include_tree;
+mod error;
 pub mod jit;
 pub mod library;
 pub mod loader;
-pub mod locate;
-pub mod memo;
-pub mod nvrtc;
 pub mod options;
 pub mod ptx;
 pub mod request;
@@ -102,18 +100,18 @@ pub mod toolchain;
 pub use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DriverError};
 
 pub use arch::Arch;
-pub use compiler::Compiler;
 pub use error::Error;
+pub use library::ServeError;
 pub use library::{KernelLibrary, Served};
+pub use loader::LoadError;
 pub use request::{IncludeDir, KernelRequest};
 pub use select::Device;
+pub use ship::ShipError;
 pub use ship::ShipPlan;
-pub use toolchain::Toolchain;
+pub use toolchain::{CompileError, ToolchainError};
+pub use toolchain::{Compiler, Toolchain};
 
 // The crate's own modules name each other's items from here.
 use arch::ArchSuffix;
-use locate::SearchConfig;
-use memo::MemoDir;
-use nvrtc::NvrtcVersion;
 use options::CanonicalOptions;
-use toolchain::{BuildRecord, ToolchainPolicy};
+use toolchain::{BuildRecord, MemoDir, NvrtcVersion, ToolchainPolicy};

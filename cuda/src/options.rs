@@ -15,7 +15,7 @@
 //!   (given as fingerprinted include directories of the request) and options that
 //!   change what kind of output NVRTC produces;
 //! - nvcc's own options (`--expt-relaxed-constexpr`, `-O3`, `-Xcompiler`, `-gencode`,
-//!   `-ccbin`...) are refused with [`Error::UnknownOption`] saying that NVRTC has no
+//!   `-ccbin`...) are refused with [`CompileError::UnknownOption`] saying that NVRTC has no
 //!   such option (NVRTC refuses them too), and listing what Kiln accepts; so is any
 //!   other option Kiln does not know.
 //!
@@ -62,7 +62,7 @@
 //! `--dlink-time-opt` (`-dlto`), `--gen-opt-lto`, `--time`, `--pch`, `--create-pch`,
 //! `--use-pch`, `--pch-dir`, `--fdevice-time-trace`.
 
-use super::Error;
+use crate::toolchain::error::CompileError;
 
 /// A list of NVRTC options in canonical form.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -81,9 +81,9 @@ impl CanonicalOptions {
     /// ```
     ///
     /// # Errors
-    /// [`Error::RefusedOption`] for an option the owner or the key covers
+    /// [`CompileError::RefusedOption`] for an option the owner or the key covers
     /// (include paths, the arch) or one that takes a missing value.
-    pub fn new<I>(options: I) -> Result<Self, Error>
+    pub fn new<I>(options: I) -> Result<Self, CompileError>
     where
         I: IntoIterator,
         I::Item: AsRef<str>,
@@ -101,13 +101,13 @@ impl CanonicalOptions {
             let value = match (spec.kind, inline_value) {
                 (Kind::Refused(why), _) => {
                     return Err(match spec.long {
-                        "include-path" => Error::UnfingerprintedInclude {
+                        "include-path" => CompileError::UnfingerprintedInclude {
                             path: inline_value
                                 .map(str::to_owned)
                                 .or_else(|| iter.next().map(|v| v.as_ref().to_owned()))
                                 .unwrap_or_default(),
                         },
-                        _ => Error::RefusedOption {
+                        _ => CompileError::RefusedOption {
                             option: raw.to_owned(),
                             why,
                         },
@@ -115,7 +115,7 @@ impl CanonicalOptions {
                 }
                 (Kind::Flag, None) => None,
                 (Kind::Flag, Some(_)) => {
-                    return Err(Error::RefusedOption {
+                    return Err(CompileError::RefusedOption {
                         option: raw.to_owned(),
                         why: "this option takes no value",
                     });
@@ -124,7 +124,7 @@ impl CanonicalOptions {
                 (Kind::Bool, Some(v)) => Some(canonical_bool(raw, v)?),
                 (Kind::Value | Kind::Ordered, Some(v)) => Some(v.to_owned()),
                 (Kind::Value | Kind::Ordered, None) => {
-                    let next = iter.next().ok_or_else(|| Error::RefusedOption {
+                    let next = iter.next().ok_or_else(|| CompileError::RefusedOption {
                         option: raw.to_owned(),
                         why: "this option needs a value",
                     })?;
@@ -136,7 +136,7 @@ impl CanonicalOptions {
                 None => format!("--{}", spec.long),
             };
             if text.contains('\0') {
-                return Err(Error::InteriorNul {
+                return Err(CompileError::InteriorNul {
                     what: format!("option {raw:?}"),
                 });
             }
@@ -334,7 +334,7 @@ const NVCC_ONLY: &[&str] = &[
 ];
 
 /// The error for an option Kiln does not accept: nvcc's own, or unknown.
-fn unknown(raw: &str, name: &str) -> Error {
+fn unknown(raw: &str, name: &str) -> CompileError {
     let bare = name.split('=').next().unwrap_or(name);
     let why = if NVCC_ONLY.contains(&bare) {
         "it is an nvcc option and NVRTC has no such option (NVRTC compiles device code \
@@ -343,7 +343,7 @@ fn unknown(raw: &str, name: &str) -> Error {
         "not an NVRTC option Kiln knows how to canonicalize; a misspelt or new option would \
          otherwise be hashed under several spellings"
     };
-    Error::UnknownOption {
+    CompileError::UnknownOption {
         option: raw.to_owned(),
         why,
         accepted: accepted(),
@@ -370,9 +370,9 @@ fn lookup(name: &str) -> Option<&'static Spec> {
 }
 
 /// Splits `--name=value`, `-name=value`, `-Dvalue`, `-Ivalue` into name and value.
-fn split_option(raw: &str) -> Result<(&str, Option<&str>), Error> {
+fn split_option(raw: &str) -> Result<(&str, Option<&str>), CompileError> {
     let Some(body) = raw.strip_prefix("--").or_else(|| raw.strip_prefix('-')) else {
-        return Err(Error::RefusedOption {
+        return Err(CompileError::RefusedOption {
             option: raw.to_owned(),
             why: "options start with - or --",
         });
@@ -396,11 +396,11 @@ fn split_option(raw: &str) -> Result<(&str, Option<&str>), Error> {
     Ok((body, None))
 }
 
-fn canonical_bool(raw: &str, value: &str) -> Result<String, Error> {
+fn canonical_bool(raw: &str, value: &str) -> Result<String, CompileError> {
     match value {
         "true" | "1" => Ok("true".to_owned()),
         "false" | "0" => Ok("false".to_owned()),
-        _ => Err(Error::RefusedOption {
+        _ => Err(CompileError::RefusedOption {
             option: raw.to_owned(),
             why: "the value must be true or false",
         }),
@@ -444,7 +444,8 @@ mod tests {
             ("-Xcompiler=-Wall", true),
             ("--frobnicate", false),
         ] {
-            let Err(error @ Error::UnknownOption { .. }) = CanonicalOptions::new([option]) else {
+            let Err(error @ CompileError::UnknownOption { .. }) = CanonicalOptions::new([option])
+            else {
                 panic!("{option} accepted");
             };
             let message = error.to_string();
@@ -482,7 +483,7 @@ mod tests {
             (&["--include-path", "x"][..], "x"),
         ] {
             match CanonicalOptions::new(opts) {
-                Err(Error::UnfingerprintedInclude { path: p }) => assert_eq!(p, path),
+                Err(CompileError::UnfingerprintedInclude { path: p }) => assert_eq!(p, path),
                 other => panic!("{opts:?}: {other:?}"),
             }
         }
@@ -490,7 +491,7 @@ mod tests {
             assert!(
                 matches!(
                     CanonicalOptions::new(opts),
-                    Err(Error::RefusedOption { .. })
+                    Err(CompileError::RefusedOption { .. })
                 ),
                 "{opts:?}"
             );

@@ -13,7 +13,7 @@
 //! [`BuildRecord`](super::BuildRecord)). A request built with one derives the same key
 //! without reading a file, so a process whose kernels are all in images never touches
 //! the headers; compiling it needs the real directory and is refused
-//! ([`Error::RecordedIncludeDir`]).
+//! ([`CompileError::RecordedIncludeDir`]).
 //!
 //! Besides key and owner, a request carries the definitions its entry depends on
 //! ([`KernelRequest::dep`]), and the toolchain it is compiled with becomes two more
@@ -26,9 +26,10 @@ use std::sync::{Mutex, OnceLock};
 
 use kiln_core::{Dep, Digest, Key, KeyBuilder, Owner};
 
-use super::include_tree;
-use super::nvrtc::NvrtcVersion;
-use super::{Arch, CanonicalOptions, Error, MemoDir};
+use super::{Arch, CanonicalOptions, MemoDir};
+use crate::toolchain::NvrtcVersion;
+use crate::toolchain::error::{CompileError, ToolchainError};
+use crate::toolchain::include_tree;
 
 /// The schema name and version of CUDA kernel keys; bump the version when the key
 /// derivation changes.
@@ -97,8 +98,8 @@ impl IncludeDir {
     /// process's memo of it ([`MemoDir::process`]) when no file changed since.
     ///
     /// # Errors
-    /// [`Error::Io`] when the directory or one of its files cannot be read.
-    pub fn new(path: impl AsRef<Path>) -> Result<Self, Error> {
+    /// [`ToolchainError::Io`] when the directory or one of its files cannot be read.
+    pub fn new(path: impl AsRef<Path>) -> Result<Self, ToolchainError> {
         let path = canonical(path.as_ref())?;
         static SEEN: OnceLock<Mutex<HashMap<PathBuf, Digest>>> = OnceLock::new();
         let seen = SEEN.get_or_init(Default::default);
@@ -125,8 +126,8 @@ impl IncludeDir {
     /// does not match it.
     ///
     /// # Errors
-    /// [`Error::Io`] when the directory or one of its files cannot be read.
-    pub fn with_memo(path: impl AsRef<Path>, memo: &MemoDir) -> Result<Self, Error> {
+    /// [`ToolchainError::Io`] when the directory or one of its files cannot be read.
+    pub fn with_memo(path: impl AsRef<Path>, memo: &MemoDir) -> Result<Self, ToolchainError> {
         let path = canonical(path.as_ref())?;
         let digest = include_tree::memoized_digest(&path, memo)?;
         Ok(Self::found(path, digest))
@@ -137,8 +138,8 @@ impl IncludeDir {
     /// change while the process runs).
     ///
     /// # Errors
-    /// [`Error::Io`] when the directory or one of its files cannot be read.
-    pub fn rescan(path: impl AsRef<Path>) -> Result<Self, Error> {
+    /// [`ToolchainError::Io`] when the directory or one of its files cannot be read.
+    pub fn rescan(path: impl AsRef<Path>) -> Result<Self, ToolchainError> {
         let path = canonical(path.as_ref())?;
         let digest = include_tree::hash_tree(&path)?;
         Ok(Self::found(path, digest))
@@ -195,8 +196,8 @@ impl IncludeDir {
     }
 }
 
-fn canonical(given: &Path) -> Result<PathBuf, Error> {
-    given.canonicalize().map_err(|source| Error::Io {
+fn canonical(given: &Path) -> Result<PathBuf, ToolchainError> {
+    given.canonicalize().map_err(|source| ToolchainError::Io {
         path: given.to_path_buf(),
         source,
     })
@@ -267,7 +268,7 @@ impl KernelRequest {
     }
 
     /// Adds Kiln's C and C++ library headers for NVRTC (`stdint.h`, `math.h`,
-    /// `cmath`, `cuda.h`'s `CUDA_VERSION`...: [`c_headers`](crate::c_headers)), by
+    /// `cmath`, `cuda.h`'s `CUDA_VERSION`...: [`c_headers`](crate::toolchain::c_headers)), by
     /// content, in the key. A header of the same name added before is replaced;
     /// add your own after this call to replace one of Kiln's.
     ///
@@ -283,7 +284,7 @@ impl KernelRequest {
     /// # Ok::<(), kiln_cuda::Error>(())
     /// ```
     pub fn c_headers(self) -> Self {
-        super::c_headers::HEADERS
+        crate::toolchain::c_headers::HEADERS
             .iter()
             .fold(self, |request, (name, text)| request.header(*name, *text))
     }
@@ -325,7 +326,7 @@ impl KernelRequest {
     ///
     /// # Errors
     /// As [`CanonicalOptions::new`].
-    pub fn options<I>(mut self, options: I) -> Result<Self, Error>
+    pub fn options<I>(mut self, options: I) -> Result<Self, CompileError>
     where
         I: IntoIterator,
         I::Item: AsRef<str>,
@@ -430,8 +431,8 @@ impl KernelRequest {
     /// owner covers (NVRTC version, arch, options).
     ///
     /// # Errors
-    /// [`Error::Cache`] when a field cannot be encoded into the key.
-    pub fn key(&self) -> Result<Key, crate::Error> {
+    /// [`CompileError::Cache`] when a field cannot be encoded into the key.
+    pub fn key(&self) -> Result<Key, CompileError> {
         // Exhaustive: a new field must be placed in the key or the owner here.
         let Self {
             name,
@@ -477,8 +478,8 @@ impl KernelRequest {
     /// The owner for this request under NVRTC `version`.
     ///
     /// # Errors
-    /// [`Error::Cache`] when the version or the arch is empty.
-    pub fn owner(&self, version: &NvrtcVersion) -> Result<Owner, crate::Error> {
+    /// [`CompileError::Cache`] when the version or the arch is empty.
+    pub fn owner(&self, version: &NvrtcVersion) -> Result<Owner, CompileError> {
         Ok(Owner::new(
             COMPILER_ID,
             version.release.as_str(),
@@ -489,14 +490,14 @@ impl KernelRequest {
 
     /// The full NVRTC option list: canonical options, the arch, include paths.
     ///
-    /// Fails with [`Error::RecordedIncludeDir`] for an include directory known only by
+    /// Fails with [`CompileError::RecordedIncludeDir`] for an include directory known only by
     /// its recorded digest.
-    pub(crate) fn nvrtc_options(&self) -> Result<Vec<String>, Error> {
+    pub(crate) fn nvrtc_options(&self) -> Result<Vec<String>, CompileError> {
         let mut all = self.options.as_slice().to_vec();
         all.push(format!("--gpu-architecture={}", self.arch));
         for dir in &self.include_dirs {
             let Some(path) = &dir.path else {
-                return Err(Error::RecordedIncludeDir {
+                return Err(CompileError::RecordedIncludeDir {
                     kernel: self.name.clone(),
                     set: dir.set.clone().unwrap_or_default(),
                 });

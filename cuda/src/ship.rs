@@ -54,7 +54,7 @@
 //! ([`ShipPlan::and`], [`ShipPlan::for_cuda`]) serves R525 to R575 drivers and the
 //! older GPUs, from the same image (the run time picks per device and driver:
 //! [`select`](super::select)). `KILN_NVRTC_12`, `KILN_CCCL_INCLUDE_12`... name a
-//! CUDA 12 toolchain explicitly (see [`locate`](super::locate)).
+//! CUDA 12 toolchain explicitly (see [`SearchConfig`](crate::toolchain::SearchConfig::for_cuda)).
 //!
 //! A plan states the oldest driver it serves ([`ShipPlan::with_oldest_driver`];
 //! by default the oldest its toolchains' CUBINs load on). The block checks, before
@@ -115,12 +115,98 @@ use std::sync::{Arc, OnceLock};
 use kiln_core::build::{Session, Unavailable, jobs};
 use kiln_core::{ArtifactKind, BoxError, Cache};
 
-use super::library::RequestFn;
-use super::locate::{CCCL_INCLUDE, CUDA_RUNTIME_INCLUDE, NVRTC, SearchConfig, per_major};
-use super::select::coverage::coverage;
-use super::select::{Device, KNOWN_DRIVERS, KNOWN_GPUS, Selection, parse_cuda_version, select};
-use super::toolchain::ToolchainRecord;
-use super::{Arch, ArchSuffix, BuildRecord, Error, Toolchain};
+use crate::arch::InvalidArch;
+use crate::select::coverage::coverage;
+use crate::select::{Device, KNOWN_DRIVERS, KNOWN_GPUS, Selection, parse_cuda_version, select};
+use crate::toolchain::error::{CompileError, ToolchainError};
+use crate::toolchain::{
+    CCCL_INCLUDE, CUDA_RUNTIME_INCLUDE, NVRTC, SearchConfig, ToolchainRecord, per_major,
+};
+use crate::{Arch, ArchSuffix, BuildRecord, KernelRequest, Toolchain};
+
+/// A kernel library's build failed: its plan, the switches that narrow it, a
+/// toolchain it needs, or a kernel's request or compile.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShipError {
+    /// A target (or an entry of `KILN_CUDA_ARCHS`) is not an arch.
+    #[error(transparent)]
+    InvalidArch(#[from] InvalidArch),
+    /// `KILN_CUDA_DRIVERS` holds something that is not a CUDA version.
+    #[error(
+        "KILN_CUDA_DRIVERS={given:?}: {item:?} is not a CUDA version; give the drivers the \
+         application runs on as CUDA versions, each from that one on within its major: \
+         `13` (R580 and newer), `12.2` (R535 to R575), `12,13` (both)"
+    )]
+    InvalidDriverList {
+        /// The whole value.
+        given: String,
+        /// The item that is not a version.
+        item: String,
+    },
+    /// A plan leaves GPUs it serves without code on drivers it says it serves.
+    #[error("{gaps}")]
+    DriverGaps {
+        /// Each gap, with what would close it.
+        gaps: String,
+    },
+    /// `KILN_ALWAYS_COMPILE` asks for every entry compiled here, and a toolchain of
+    /// the plan is missing.
+    #[error(
+        "KILN_ALWAYS_COMPILE compiles every entry with this machine's toolchains, and one \
+         of the plan's is missing: {cause}"
+    )]
+    AlwaysCompileWithout {
+        /// Why the toolchain is missing.
+        cause: Arc<ToolchainError>,
+    },
+    /// A toolchain the plan needs is missing or unusable.
+    #[error(transparent)]
+    Toolchain(#[from] ToolchainError),
+    /// A kernel's request or compile failed.
+    #[error(transparent)]
+    Compile(#[from] CompileError),
+    /// The library's request function failed otherwise.
+    #[error(transparent)]
+    Request(BoxError),
+    /// The cache's key, owner or store failed. (Boxed: the cache's error is large.)
+    #[error(transparent)]
+    Cache(Box<kiln_core::Error>),
+}
+
+impl From<kiln_core::Error> for ShipError {
+    fn from(error: kiln_core::Error) -> ShipError {
+        ShipError::Cache(Box::new(error))
+    }
+}
+
+impl ShipError {
+    /// Whether this says that a toolchain this machine lacks is needed rather
+    /// than that the kernel's code is wrong: a precompile block leaves such a
+    /// kernel out with a warning instead of failing the build.
+    pub fn is_missing_toolchain(&self) -> bool {
+        match self {
+            ShipError::Toolchain(error) => error.is_missing_toolchain(),
+            ShipError::Compile(error) => error.is_missing_toolchain(),
+            _ => false,
+        }
+    }
+}
+
+/// Into kiln's error: the cache's errors are given back, every other variant
+/// becomes [`kiln_core::Error::Backend`] with this error as its source.
+impl From<ShipError> for kiln_core::Error {
+    fn from(error: ShipError) -> kiln_core::Error {
+        match error {
+            ShipError::Cache(error) => *error,
+            ShipError::Compile(error) => error.into(),
+            other => kiln_core::Error::Backend {
+                backend: "kiln-cuda",
+                source: Box::new(other),
+            },
+        }
+    }
+}
 
 /// `KILN_CUDA_ARCHS`: the GPUs an application runs on (`sm_86,sm_90`, and `ptx`
 /// to keep the plans' PTX for every other GPU); every kernel library's
@@ -198,7 +284,7 @@ impl Family {
     }
 }
 
-type LocalToolchain = Result<Arc<Toolchain>, Arc<Error>>;
+type LocalToolchain = Result<Arc<Toolchain>, Arc<ToolchainError>>;
 
 /// What a kernel library's build ships: one or more toolchains ([`Family`]), each
 /// with CUBIN targets and those whose entries also carry PTX, and the oldest driver
@@ -229,8 +315,8 @@ impl ShipPlan {
     /// [`ShipPlan::new`] of a comma-separated list: `sm_75,sm_80,sm_90a`.
     ///
     /// # Errors
-    /// [`Error::InvalidArch`] for a name that is not an arch.
-    pub fn parse(list: &str) -> Result<ShipPlan, Error> {
+    /// [`InvalidArch`] for a name that is not an arch.
+    pub fn parse(list: &str) -> Result<ShipPlan, InvalidArch> {
         Ok(ShipPlan::new(parse_archs(list)?))
     }
 
@@ -323,7 +409,7 @@ impl ShipPlan {
     /// toolchain ([`Toolchain::local`]) for the toolchains it fits (those of its
     /// CUDA major, or of none named); given an error, with no toolchain at all (a
     /// machine without NVRTC).
-    pub fn with_local_toolchain(mut self, local: Result<Toolchain, Error>) -> ShipPlan {
+    pub fn with_local_toolchain(mut self, local: Result<Toolchain, ToolchainError>) -> ShipPlan {
         self.local = Some(local.map(Arc::new).map_err(Arc::new));
         self
     }
@@ -422,23 +508,61 @@ impl ShipPlan {
     /// forms), `KILN_CUDA_ARCHS`, `KILN_CUDA_DRIVERS`, and where a missing
     /// toolchain would appear.
     ///
+    /// In phases: read the settings, key the toolchains (and record their
+    /// header sets), check the drivers, plan one job per (spec, toolchain,
+    /// target), run the jobs, then declare what the images depend on and
+    /// record the toolchains.
+    ///
     /// # Errors
     /// An error of the library's request function other than a missing toolchain
-    /// (a refused option, say); [`Error::InvalidArch`] in `KILN_CUDA_ARCHS`,
-    /// [`Error::InvalidDriverList`] in `KILN_CUDA_DRIVERS`;
-    /// [`Error::DriverGaps`] when the plan, keyed by this machine's toolchains,
+    /// (a refused option, say); [`ShipError::InvalidArch`] in `KILN_CUDA_ARCHS`,
+    /// [`ShipError::InvalidDriverList`] in `KILN_CUDA_DRIVERS`;
+    /// [`ShipError::DriverGaps`] when the plan, keyed by this machine's toolchains,
     /// leaves a GPU it serves without code on a driver it says it serves;
-    /// [`Error::AlwaysCompileWithout`] under `KILN_ALWAYS_COMPILE` without a
+    /// [`ShipError::AlwaysCompileWithout`] under `KILN_ALWAYS_COMPILE` without a
     /// toolchain. A specialization that does not compile fails the build through
     /// the session.
-    pub fn precompile<S: Sync>(
+    pub fn precompile<S: Sync, E: Into<ShipError>>(
         &mut self,
         session: &mut Session<'_>,
         specs: &[S],
-        request: RequestFn<S>,
-    ) -> Result<(), crate::Error> {
+        request: fn(&S, &Toolchain, Arch) -> Result<KernelRequest, E>,
+    ) -> Result<(), ShipError> {
+        let request = move |spec: &S, toolchain: &Toolchain, arch: Arch| {
+            request(spec, toolchain, arch).map_err(Into::into)
+        };
         self.declare_variables(session);
         self.record = BuildRecord::default();
+        let settings = self.settings(session)?;
+        let keyed = self.key_toolchains(&settings, specs, request)?;
+        keyed.check_drivers(session, &settings)?;
+        let keep = keyed.embedded(session, &settings);
+        let work = keyed.work(session, keep.as_ref(), specs, request)?;
+        let always = settings.always;
+        let gets: Vec<_> = work
+            .jobs
+            .into_iter()
+            .map(|(label, job)| {
+                let get = move |cache: &Cache| job.run(cache, always, request);
+                (label, get)
+            })
+            .collect();
+        session.specialize_all(jobs(), gets);
+        let record = match keep {
+            Some(_) => merge_records(work.kept).with_oldest_driver(self.oldest_driver),
+            None => keyed.full,
+        };
+        declare_sources(session, &keyed.toolchains, &record);
+        summarize(session, &settings, keep.is_some(), &record);
+        session.record(RECORD_BACKEND, record.to_string());
+        self.record = record;
+        Ok(())
+    }
+
+    /// Phase 1: what the block reads before it plans: `KILN_CUDA_ARCHS`,
+    /// `KILN_CUDA_DRIVERS`, `KILN_ALWAYS_COMPILE`, the variables a toolchain
+    /// search reads, and the shipped image's record.
+    fn settings(&self, session: &Session<'_>) -> Result<BlockSettings, ShipError> {
         let archs_text = session.env(CUDA_ARCHS);
         let drivers_text = session.env(CUDA_DRIVERS);
         let env: Vec<(String, std::ffi::OsString)> = self
@@ -459,16 +583,32 @@ impl ShipPlan {
                 .shipped_record(RECORD_BACKEND)
                 .and_then(|text| text.parse::<BuildRecord>().ok())
         };
-        let archs = parse_arch_switch(archs_text.clone())?;
-        let drivers = parse_driver_switch(drivers_text.clone())?;
+        Ok(BlockSettings {
+            archs: parse_arch_switch(archs_text.clone())?,
+            drivers: parse_driver_switch(drivers_text.clone())?,
+            archs_text,
+            drivers_text,
+            env,
+            always,
+            shipped,
+        })
+    }
 
-        // Each toolchain: the shipped record's of its major, else this machine's.
+    /// Phase 2: each toolchain of the plan, the one that keys its entries (the
+    /// shipped record's of its major, else this machine's), and the record of
+    /// what each keys, its header sets read from one request per spec.
+    fn key_toolchains<S>(
+        &self,
+        settings: &BlockSettings,
+        specs: &[S],
+        request: impl Fn(&S, &Toolchain, Arch) -> Result<KernelRequest, ShipError>,
+    ) -> Result<KeyedToolchains, ShipError> {
         let main = self.main_family();
-        let mut claimed = vec![false; shipped.as_ref().map_or(0, |r| r.toolchains().len())];
+        let shipped = settings.shipped.as_ref();
+        let mut claimed = vec![false; shipped.map_or(0, |r| r.toolchains().len())];
         let mut toolchains: Vec<PlanToolchain> = Vec::new();
         for (index, family) in self.families.iter().enumerate() {
             let recorded = shipped
-                .as_ref()
                 .and_then(|record| match_record(record, family, self.families.len(), &mut claimed));
             let given = self.local.clone().filter(|given| match given {
                 Ok(toolchain) => family.cuda.is_none_or(|m| toolchain.nvrtc().major == m),
@@ -477,7 +617,7 @@ impl ShipPlan {
             toolchains.push(PlanToolchain {
                 family: family.clone(),
                 recorded: recorded.map(|r| Arc::new(Toolchain::from_record(&r))),
-                env: env.clone(),
+                env: settings.env.clone(),
                 main: index == main,
                 config: OnceLock::new(),
                 given,
@@ -492,15 +632,16 @@ impl ShipPlan {
                 None => t.local(),
             })
             .collect();
-        if always && let Some(why) = keyings.iter().find_map(|k| k.as_ref().err()) {
-            return Err(Error::AlwaysCompileWithout {
+        if settings.always
+            && let Some(why) = keyings.iter().find_map(|k| k.as_ref().err())
+        {
+            return Err(ShipError::AlwaysCompileWithout {
                 cause: Arc::clone(why),
             });
         }
 
         // The record of every toolchain that keys entries, its header sets filled
         // in as requests are built.
-        let names = Toolchain::names_only();
         let mut records: Vec<Option<ToolchainRecord>> = keyings
             .iter()
             .zip(&toolchains)
@@ -531,169 +672,12 @@ impl ShipPlan {
         }
         let full =
             merge_records(records.iter().flatten().cloned()).with_oldest_driver(self.oldest_driver);
-
-        // The drivers the plan serves: checked before anything compiles.
-        let narrowed = archs.is_some() || drivers.is_some();
-        if !narrowed
-            && !full.toolchains().is_empty()
-            && let Err(gaps) = coverage(&full).check()
-        {
-            let keyed_here = toolchains.iter().any(|t| t.recorded.is_none());
-            if keyed_here {
-                return Err(Error::DriverGaps { gaps });
-            }
-            session.not_for_shipping(gaps.clone());
-            session.warn(format!(
-                "the shipped image does not serve every driver it states: {}",
-                one_line(&gaps)
-            ));
-        }
-
-        // What the application embeds (KILN_CUDA_ARCHS, KILN_CUDA_DRIVERS).
-        let keep = match (&archs, &drivers) {
-            (None, None) => None,
-            _ => {
-                let why = [
-                    archs_text
-                        .as_ref()
-                        .map(|v| format!("{CUDA_ARCHS}={}", v.to_string_lossy())),
-                    drivers_text
-                        .as_ref()
-                        .map(|v| format!("{CUDA_DRIVERS}={}", v.to_string_lossy())),
-                ]
-                .into_iter()
-                .flatten()
-                .collect::<Vec<_>>()
-                .join(" ");
-                session
-                    .not_for_shipping(format!("{why} limits the code to those GPUs and drivers"));
-                Some(embedded(&full, archs.as_ref(), drivers.as_deref()))
-            }
-        };
-
-        let mut work = Vec::new();
-        let mut kept_records = Vec::new();
-        for (index, (toolchain, keying)) in toolchains.iter().zip(&keyings).enumerate() {
-            let family = &toolchain.family;
-            let (targets, ptx) = match (&keep, keying) {
-                (Some(keep), Ok(keying)) => keep.of(keying.nvrtc()),
-                _ => (family.targets.clone(), family.ptx.clone()),
-            };
-            if let (Some(record), true) = (&records[index], keep.is_some())
-                && !targets.is_empty()
-            {
-                kept_records.push(
-                    record
-                        .clone()
-                        .with_cubin_targets(targets.iter().copied())
-                        .with_ptx_targets(ptx.iter().copied()),
-                );
-            }
-            for spec in specs {
-                for &target in &targets {
-                    let keyed = match keying {
-                        Ok(keying) => request(spec, keying, target),
-                        Err(why) => Err(Error::Shared(Arc::clone(why))),
-                    };
-                    let built = match keyed {
-                        Ok(built) => built,
-                        Err(error) if error.is_missing_toolchain() => {
-                            let name = request(spec, &names, target)
-                                .map(|r| r.name().to_owned())
-                                .unwrap_or_else(|_| "a specialization".to_owned());
-                            toolchain.not_found.store(true, Ordering::Relaxed);
-                            let why = Unavailable::new(missing_toolchain(&error));
-                            work.push((label(&name, target, family), Job::Missing(why)));
-                            continue;
-                        }
-                        Err(error) => return Err(error),
-                    };
-                    let Ok(keying) = keying else { continue };
-                    let owner = built.owner(keying.nvrtc())?;
-                    let key = built.key()?;
-                    if !ptx.contains(&target) {
-                        session.leave_out(owner.digest(), &key, ArtifactKind::Ptx);
-                    }
-                    work.push((
-                        label(built.name(), target, family),
-                        Job::Get {
-                            spec,
-                            target,
-                            owner,
-                            key,
-                            toolchain,
-                            keying,
-                        },
-                    ));
-                }
-            }
-        }
-        let work = work
-            .into_iter()
-            .map(|(label, job)| {
-                let get = move |cache: &Cache| -> Result<(), BoxError> {
-                    match job {
-                        Job::Missing(why) => Err(why.into()),
-                        Job::Get {
-                            spec,
-                            target,
-                            owner,
-                            key,
-                            toolchain,
-                            keying,
-                        } => {
-                            if !always && cache.get_cached(&owner, &key).is_some() {
-                                return Ok(());
-                            }
-                            compile_here(
-                                cache, toolchain, keying, spec, request, target, &owner, &key,
-                            )
-                        }
-                    }
-                };
-                (label, get)
-            })
-            .collect();
-        session.specialize_all(jobs(), work);
-
-        let record = match keep {
-            Some(_) => merge_records(kept_records).with_oldest_driver(self.oldest_driver),
-            None => full,
-        };
-        for toolchain in &toolchains {
-            if let Some(Ok(local)) = toolchain.local.get() {
-                declare_local_sources(session, local, &record);
-            }
-            if toolchain.not_found.load(Ordering::Relaxed) {
-                for place in toolchain.config().watched_places() {
-                    session.uses_source(place);
-                }
-                for variable in SEARCH_VARIABLES {
-                    session.uses_env(variable);
-                }
-            }
-        }
-        let reach = coverage(&record);
-        let mut note = reach.summary();
-        // The summary names the known GPUs with no code ("no code for sm_90,
-        // ..."); say which switch left them out.
-        if keep.is_some() && !reach.unserved().is_empty() {
-            note = format!(
-                "{note} (what {} keeps)",
-                [(CUDA_ARCHS, &archs_text), (CUDA_DRIVERS, &drivers_text)]
-                    .into_iter()
-                    .filter(|(_, v)| v.is_some())
-                    .map(|(name, _)| name)
-                    .collect::<Vec<_>>()
-                    .join(" and "),
-            );
-        }
-        if !record.toolchains().is_empty() {
-            session.summary_note(note);
-        }
-        session.record(RECORD_BACKEND, record.to_string());
-        self.record = record;
-        Ok(())
+        Ok(KeyedToolchains {
+            toolchains,
+            keyings,
+            records,
+            full,
+        })
     }
 
     /// The index of the plan's main toolchain: the one of no stated major, else the
@@ -947,7 +931,7 @@ fn embedded(full: &BuildRecord, archs: Option<&ArchSwitch>, drivers: Option<&[i3
 }
 
 /// `KILN_CUDA_ARCHS`: unset or empty is `None`.
-fn parse_arch_switch(value: Option<std::ffi::OsString>) -> Result<Option<ArchSwitch>, Error> {
+fn parse_arch_switch(value: Option<std::ffi::OsString>) -> Result<Option<ArchSwitch>, InvalidArch> {
     let Some(text) = value.and_then(|v| v.into_string().ok()) else {
         return Ok(None);
     };
@@ -969,7 +953,7 @@ fn parse_arch_switch(value: Option<std::ffi::OsString>) -> Result<Option<ArchSwi
 }
 
 /// `KILN_CUDA_DRIVERS`: unset or empty is `None`.
-fn parse_driver_switch(value: Option<std::ffi::OsString>) -> Result<Option<Vec<i32>>, Error> {
+fn parse_driver_switch(value: Option<std::ffi::OsString>) -> Result<Option<Vec<i32>>, ShipError> {
     let Some(text) = value.and_then(|v| v.into_string().ok()) else {
         return Ok(None);
     };
@@ -981,12 +965,12 @@ fn parse_driver_switch(value: Option<std::ffi::OsString>) -> Result<Option<Vec<i
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(|item| {
-            parse_cuda_version(item).ok_or_else(|| Error::InvalidDriverList {
+            parse_cuda_version(item).ok_or_else(|| ShipError::InvalidDriverList {
                 given: text.clone(),
                 item: item.to_owned(),
             })
         })
-        .collect::<Result<Vec<i32>, Error>>()?;
+        .collect::<Result<Vec<i32>, ShipError>>()?;
     Ok(Some(drivers))
 }
 
@@ -1013,6 +997,254 @@ enum Job<'s, S> {
     },
 }
 
+impl<S> Job<'_, S> {
+    /// Phase 5, on the session's threads: the entry from the session's cache
+    /// (the shipped image, the disk or the remote tier), else compiled here
+    /// (always, under `KILN_ALWAYS_COMPILE`).
+    fn run(
+        self,
+        cache: &Cache,
+        always: bool,
+        request: impl Fn(&S, &Toolchain, Arch) -> Result<KernelRequest, ShipError>,
+    ) -> Result<(), BoxError> {
+        match self {
+            Job::Missing(why) => Err(why.into()),
+            Job::Get {
+                spec,
+                target,
+                owner,
+                key,
+                toolchain,
+                keying,
+            } => {
+                if !always && cache.get_cached(&owner, &key).is_some() {
+                    return Ok(());
+                }
+                compile_here(
+                    cache, toolchain, keying, spec, request, target, &owner, &key,
+                )
+            }
+        }
+    }
+}
+
+/// What a precompile block read before it planned ([`ShipPlan::precompile`]'s
+/// first phase).
+struct BlockSettings {
+    /// `KILN_CUDA_ARCHS` as given, and parsed.
+    archs_text: Option<std::ffi::OsString>,
+    archs: Option<ArchSwitch>,
+    /// `KILN_CUDA_DRIVERS` as given, and parsed.
+    drivers_text: Option<std::ffi::OsString>,
+    drivers: Option<Vec<i32>>,
+    /// The variables a toolchain search reads, as the build sees them.
+    env: Vec<(String, std::ffi::OsString)>,
+    /// `KILN_ALWAYS_COMPILE`: every entry compiled here, none from the image.
+    always: bool,
+    /// The shipped image's record, unless `always`.
+    shipped: Option<BuildRecord>,
+}
+
+impl BlockSettings {
+    /// Whether a switch narrows what the application embeds.
+    fn narrowed(&self) -> bool {
+        self.archs.is_some() || self.drivers.is_some()
+    }
+}
+
+/// The plan's toolchains with the one that keys each's entries, and the
+/// records of what they key ([`ShipPlan::precompile`]'s second phase).
+struct KeyedToolchains {
+    toolchains: Vec<PlanToolchain>,
+    /// Per toolchain: the shipped record's, else this machine's, else why none.
+    keyings: Vec<LocalToolchain>,
+    /// Per toolchain that keys entries: its record, header sets filled in.
+    records: Vec<Option<ToolchainRecord>>,
+    /// Every record together, with the plan's oldest driver.
+    full: BuildRecord,
+}
+
+/// The jobs of a block and, when a switch narrows it, the records of what it
+/// keeps ([`ShipPlan::precompile`]'s fourth phase).
+struct BlockWork<'s, S> {
+    jobs: Vec<(String, Job<'s, S>)>,
+    kept: Vec<ToolchainRecord>,
+}
+
+impl KeyedToolchains {
+    /// Phase 3: the drivers the plan serves, checked before anything compiles.
+    /// Keyed here, a gap fails the build; keyed by the shipped record, it is a
+    /// warning and the build is not for shipping.
+    fn check_drivers(
+        &self,
+        session: &mut Session<'_>,
+        settings: &BlockSettings,
+    ) -> Result<(), ShipError> {
+        if settings.narrowed() || self.full.toolchains().is_empty() {
+            return Ok(());
+        }
+        if let Err(gaps) = coverage(&self.full).check() {
+            if self.toolchains.iter().any(|t| t.recorded.is_none()) {
+                return Err(ShipError::DriverGaps { gaps });
+            }
+            session.not_for_shipping(gaps.clone());
+            session.warn(format!(
+                "the shipped image does not serve every driver it states: {}",
+                one_line(&gaps)
+            ));
+        }
+        Ok(())
+    }
+
+    /// What the application embeds (`KILN_CUDA_ARCHS`, `KILN_CUDA_DRIVERS`);
+    /// `None`: everything the plan ships.
+    fn embedded(&self, session: &mut Session<'_>, settings: &BlockSettings) -> Option<Keep> {
+        if !settings.narrowed() {
+            return None;
+        }
+        let why = [
+            settings
+                .archs_text
+                .as_ref()
+                .map(|v| format!("{CUDA_ARCHS}={}", v.to_string_lossy())),
+            settings
+                .drivers_text
+                .as_ref()
+                .map(|v| format!("{CUDA_DRIVERS}={}", v.to_string_lossy())),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(" ");
+        session.not_for_shipping(format!("{why} limits the code to those GPUs and drivers"));
+        Some(embedded(
+            &self.full,
+            settings.archs.as_ref(),
+            settings.drivers.as_deref(),
+        ))
+    }
+
+    /// Phase 4: one job per (spec, toolchain, target): looked up and compiled
+    /// if missing, or left out with why when the toolchain is missing here. A
+    /// request that fails otherwise fails the block.
+    fn work<'s, S>(
+        &'s self,
+        session: &mut Session<'_>,
+        keep: Option<&Keep>,
+        specs: &'s [S],
+        request: impl Fn(&S, &Toolchain, Arch) -> Result<KernelRequest, ShipError>,
+    ) -> Result<BlockWork<'s, S>, ShipError> {
+        let names = Toolchain::names_only();
+        let mut jobs = Vec::new();
+        let mut kept = Vec::new();
+        for (index, (toolchain, keying)) in self.toolchains.iter().zip(&self.keyings).enumerate() {
+            let family = &toolchain.family;
+            let (targets, ptx) = match (keep, keying) {
+                (Some(keep), Ok(keying)) => keep.of(keying.nvrtc()),
+                _ => (family.targets.clone(), family.ptx.clone()),
+            };
+            if let (Some(record), true) = (&self.records[index], keep.is_some())
+                && !targets.is_empty()
+            {
+                kept.push(
+                    record
+                        .clone()
+                        .with_cubin_targets(targets.iter().copied())
+                        .with_ptx_targets(ptx.iter().copied()),
+                );
+            }
+            for spec in specs {
+                for &target in &targets {
+                    let keyed = match keying {
+                        Ok(keying) => request(spec, keying, target),
+                        Err(why) => Err(ToolchainError::Shared(Arc::clone(why)).into()),
+                    };
+                    let built = match keyed {
+                        Ok(built) => built,
+                        Err(error) if error.is_missing_toolchain() => {
+                            let name = request(spec, &names, target)
+                                .map(|r| r.name().to_owned())
+                                .unwrap_or_else(|_| "a specialization".to_owned());
+                            toolchain.not_found.store(true, Ordering::Relaxed);
+                            let why = Unavailable::new(missing_toolchain(&error));
+                            jobs.push((label(&name, target, family), Job::Missing(why)));
+                            continue;
+                        }
+                        Err(error) => return Err(error),
+                    };
+                    let Ok(keying) = keying else { continue };
+                    let owner = built.owner(keying.nvrtc())?;
+                    let key = built.key()?;
+                    if !ptx.contains(&target) {
+                        session.leave_out(owner.digest(), &key, ArtifactKind::Ptx);
+                    }
+                    jobs.push((
+                        label(built.name(), target, family),
+                        Job::Get {
+                            spec,
+                            target,
+                            owner,
+                            key,
+                            toolchain,
+                            keying,
+                        },
+                    ));
+                }
+            }
+        }
+        Ok(BlockWork { jobs, kept })
+    }
+}
+
+/// Phase 6: what the images depend on: the local toolchains' files, and where
+/// a missing toolchain would appear.
+fn declare_sources(session: &mut Session<'_>, toolchains: &[PlanToolchain], record: &BuildRecord) {
+    for toolchain in toolchains {
+        if let Some(Ok(local)) = toolchain.local.get() {
+            declare_local_sources(session, local, record);
+        }
+        if toolchain.not_found.load(Ordering::Relaxed) {
+            for place in toolchain.config().watched_places() {
+                session.uses_source(place);
+            }
+            for variable in SEARCH_VARIABLES {
+                session.uses_env(variable);
+            }
+        }
+    }
+}
+
+/// The block's summary line: which GPUs and drivers the record serves, and
+/// which switch left the others out.
+fn summarize(
+    session: &mut Session<'_>,
+    settings: &BlockSettings,
+    kept: bool,
+    record: &BuildRecord,
+) {
+    let reach = coverage(record);
+    let mut note = reach.summary();
+    // The summary names the known GPUs with no code ("no code for sm_90,
+    // ..."); say which switch left them out.
+    if kept && !reach.unserved().is_empty() {
+        note = format!(
+            "{note} (what {} keeps)",
+            [
+                (CUDA_ARCHS, &settings.archs_text),
+                (CUDA_DRIVERS, &settings.drivers_text)
+            ]
+            .into_iter()
+            .filter(|(_, v)| v.is_some())
+            .map(|(name, _)| name)
+            .collect::<Vec<_>>()
+            .join(" and "),
+        );
+    }
+    if !record.toolchains().is_empty() {
+        session.summary_note(note);
+    }
+}
+
 /// Compiles the entry `(owner, key)` of `spec` for `target` with the local
 /// toolchain of `toolchain`, when it derives the same owner and key as `keying`
 /// (the shipped record's toolchain, or itself); otherwise the entry is
@@ -1023,12 +1255,12 @@ fn compile_here<S>(
     toolchain: &PlanToolchain,
     keying: &Toolchain,
     spec: &S,
-    request: RequestFn<S>,
+    request: impl Fn(&S, &Toolchain, Arch) -> Result<KernelRequest, ShipError>,
     target: Arch,
     owner: &kiln_core::Owner,
     key: &kiln_core::Key,
 ) -> Result<(), BoxError> {
-    let not_found = |why: &Error| {
+    let not_found = |why: &dyn std::fmt::Display| {
         toolchain.not_found.store(true, Ordering::Relaxed);
         Unavailable::new(missing_toolchain(why))
     };
@@ -1086,7 +1318,7 @@ fn declare_local_sources(session: &mut Session<'_>, local: &Toolchain, record: &
 }
 
 /// Why a missing toolchain leaves an entry out, and what to do.
-fn missing_toolchain(why: &Error) -> String {
+fn missing_toolchain(why: &dyn std::fmt::Display) -> String {
     format!(
         "{why}; or use the library's shipped image (its author runs `kiln ship` where \
          the toolchain is)"
@@ -1098,11 +1330,11 @@ fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-fn parse_archs(list: &str) -> Result<Vec<Arch>, Error> {
+fn parse_archs(list: &str) -> Result<Vec<Arch>, InvalidArch> {
     list.split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| Ok(s.parse()?))
+        .map(str::parse)
         .collect()
 }
 

@@ -12,10 +12,11 @@
 use kiln_core::build::Precompile;
 use kiln_core::{ArtifactKind, Cache};
 use kiln_cuda::library::Attempt;
-use kiln_cuda::locate::SearchConfig;
 use kiln_cuda::select::Selection;
+use kiln_cuda::toolchain::SearchConfig;
 use kiln_cuda::toolchain::{BuildRecord, CUDA_RUNTIME, ToolchainPolicy};
 use kiln_cuda::{Arch, Device, Error, KernelLibrary, KernelRequest, ShipPlan, Toolchain};
+use kiln_cuda::{CompileError, ServeError};
 use kiln_image::{Image, Verification};
 
 /// The local toolchain, with its CUDA runtime headers located.
@@ -103,7 +104,7 @@ fn an_nvcc_style_source_compiles_unchanged_and_every_extern_c_kernel_is_found() 
     // Without Kiln's C headers NVRTC cannot open stdint.h.
     let bare = KernelRequest::new("bare", PROGRAM, arch("sm_80"))
         .include_dir(toolchain.cuda_runtime().unwrap());
-    let Err(Error::Compile { log, .. }) = compiler.compile(&bare) else {
+    let Err(CompileError::Compile { log, .. }) = compiler.compile(&bare) else {
         panic!("compiled without the C headers");
     };
     assert!(log.contains("cuda.h") || log.contains("stdint.h"), "{log}");
@@ -155,7 +156,7 @@ fn shipped() -> Option<(Cache, BuildRecord, tempfile::TempDir)> {
 
 /// A library on `record` that cannot compile (no NVRTC here).
 fn stripped(record: &BuildRecord) -> KernelLibrary<Program> {
-    let no_nvrtc = kiln_cuda::locate::locate_nvrtc(&SearchConfig::empty()).unwrap_err();
+    let no_nvrtc = kiln_cuda::toolchain::locate_nvrtc(&SearchConfig::empty()).unwrap_err();
     KernelLibrary::with_record(record.clone(), request)
         .with_policy(ToolchainPolicy::Shipped)
         .with_local_toolchain(Err(no_nvrtc))
@@ -184,7 +185,7 @@ fn a_kernel_is_served_from_the_best_entry_that_holds_it() {
         assert_eq!(served.artifact().kind, ArtifactKind::Cubin);
     }
     // sm_75's own build has no bf16 kernel: it does not exist there.
-    let Err(error @ Error::NoSuchKernel { .. }) = get("sm_75", "neg_bf16") else {
+    let Err(error @ ServeError::NoSuchKernel { .. }) = get("sm_75", "neg_bf16") else {
         panic!("a kernel that does not exist for sm_75 was served");
     };
     let message = error.to_string();
@@ -196,7 +197,7 @@ fn a_kernel_is_served_from_the_best_entry_that_holds_it() {
     // A misspelt kernel on a shipped arch: the same answer.
     assert!(matches!(
         get("sm_90", "neg_bf17"),
-        Err(Error::NoSuchKernel { .. })
+        Err(ServeError::NoSuchKernel { .. })
     ));
 }
 
@@ -208,7 +209,7 @@ fn an_arch_whose_shipped_code_lacks_the_kernel_says_what_was_tried() {
     // sm_78 (a made-up 7.8): the sm_75 CUBIN runs there but has no bf16
     // kernel, and no compile is possible.
     let library = stripped(&record);
-    let Err(Error::NotShipped { kernel, tried, .. }) =
+    let Err(ServeError::NotShipped { kernel, tried, .. }) =
         library.get_kernel(&cache, &Device::new(arch("sm_78")), &Program, "neg_bf16")
     else {
         panic!("served without the kernel");
@@ -247,7 +248,7 @@ fn a_compile_for_the_exact_arch_decides_whether_a_kernel_exists() {
     assert_eq!(served.selection(), Selection::Compiled);
     assert_eq!(served.artifact().target, arch("sm_86"));
     assert_eq!(served.artifact().kind, ArtifactKind::Cubin);
-    let Err(Error::NoSuchKernel { built, .. }) =
+    let Err(ServeError::NoSuchKernel { built, .. }) =
         library.get_kernel(&cache, &Device::new(arch("sm_75")), &Program, "neg_bf16")
     else {
         panic!("a bf16 kernel was served for sm_75");
@@ -279,7 +280,7 @@ fn the_first_call_for_another_kernel_of_a_program_builds_no_request_again() {
     let Some((cache, record, _dir)) = shipped() else {
         return;
     };
-    let no_nvrtc = kiln_cuda::locate::locate_nvrtc(&SearchConfig::empty()).unwrap_err();
+    let no_nvrtc = kiln_cuda::toolchain::locate_nvrtc(&SearchConfig::empty()).unwrap_err();
     let library = KernelLibrary::with_record(record.clone(), counted)
         .with_policy(ToolchainPolicy::Shipped)
         .with_local_toolchain(Err(no_nvrtc));
@@ -305,7 +306,7 @@ fn the_first_call_for_another_kernel_of_a_program_builds_no_request_again() {
     // A kernel the exact CUBIN lacks is still proof that it does not exist.
     assert!(matches!(
         get("sm_90", "neg_bf17"),
-        Err(Error::NoSuchKernel { .. })
+        Err(ServeError::NoSuchKernel { .. })
     ));
     // The program's answer (any kernel) is remembered apart from the kernels':
     // no kernel is named "".
@@ -313,7 +314,10 @@ fn the_first_call_for_another_kernel_of_a_program_builds_no_request_again() {
         .get(&cache, &Device::new(arch("sm_90")), &Program)
         .unwrap();
     assert_eq!(any.selection(), Selection::ExactCubin);
-    assert!(matches!(get("sm_90", ""), Err(Error::NoSuchKernel { .. })));
+    assert!(matches!(
+        get("sm_90", ""),
+        Err(ServeError::NoSuchKernel { .. })
+    ));
     assert_eq!(requests(), built, "a request was built again");
     // On sm_78 the compatible sm_75 CUBIN has scale_f32 but not neg_bf16, and
     // nothing else runs there: the memo changes no answer.
@@ -325,12 +329,12 @@ fn the_first_call_for_another_kernel_of_a_program_builds_no_request_again() {
     // once.
     assert!(matches!(
         get("sm_78", "neg_bf16"),
-        Err(Error::NotShipped { .. })
+        Err(ServeError::NotShipped { .. })
     ));
     let built = requests();
     assert!(matches!(
         get("sm_78", "neg_bf16"),
-        Err(Error::NotShipped { .. })
+        Err(ServeError::NotShipped { .. })
     ));
     assert_eq!(
         get("sm_78", "sqrt_f64").unwrap().selection(),
@@ -369,7 +373,7 @@ fn the_entry_compiled_for_one_kernel_serves_the_others_of_its_program() {
     }
     assert!(matches!(
         library.get_kernel(&cache, &device, &Program, "neg_bf17"),
-        Err(Error::NoSuchKernel { .. })
+        Err(ServeError::NoSuchKernel { .. })
     ));
     assert_eq!(cache.stats().compiles, 1);
 }
@@ -462,10 +466,13 @@ fn the_listing_and_the_images_report_agree_with_get_kernel_everywhere() {
                         assert_eq!(served.artifact(), artifact, "{cell}");
                         seen.insert(selection.as_str());
                     }
-                    (KernelOutcome::NotForArch { .. }, Err(Error::NoSuchKernel { .. })) => {
+                    (KernelOutcome::NotForArch { .. }, Err(ServeError::NoSuchKernel { .. })) => {
                         seen.insert("not for arch");
                     }
-                    (KernelOutcome::Missing { tried }, Err(Error::NotShipped { tried: t, .. })) => {
+                    (
+                        KernelOutcome::Missing { tried },
+                        Err(ServeError::NotShipped { tried: t, .. }),
+                    ) => {
                         assert_eq!(tried, &t, "{cell}");
                         seen.insert("missing");
                     }

@@ -14,11 +14,12 @@ use kiln_core::build::Precompile;
 use kiln_core::{ArtifactKind, Cache, Digest, Source};
 use kiln_cuda::{
     Arch, Compiler, Device, Error, IncludeDir, KernelLibrary, KernelRequest, ShipPlan, Toolchain,
-    locate::SearchConfig,
     request::{NVRTC_DEP, nvrtc_fingerprint},
     select::Selection,
+    toolchain::SearchConfig,
     toolchain::{BuildRecord, ToolchainPolicy},
 };
+use kiln_cuda::{CompileError, ServeError, ToolchainError};
 use kiln_image::{Image, Verification};
 
 fn compiler() -> Option<Compiler> {
@@ -95,8 +96,8 @@ fn cache_with(path: &Path) -> Cache {
     cache
 }
 
-fn no_nvrtc() -> Error {
-    kiln_cuda::locate::locate_nvrtc(&SearchConfig::empty()).unwrap_err()
+fn no_nvrtc() -> ToolchainError {
+    kiln_cuda::toolchain::locate_nvrtc(&SearchConfig::empty()).unwrap_err()
 }
 
 fn device(arch: &str) -> Device {
@@ -193,7 +194,7 @@ fn without_a_toolchain_every_device_arch_is_served_from_the_image() {
     // names the kernel, the arch and what to install.
     for (spec, arch) in [(Scale("int"), "sm_90"), (Scale("float"), "sm_70")] {
         let error = library.get(&cache, &device(arch), &spec).unwrap_err();
-        let Error::NotShipped {
+        let ServeError::NotShipped {
             kernel,
             arch: asked,
             cause,
@@ -204,7 +205,11 @@ fn without_a_toolchain_every_device_arch_is_served_from_the_image() {
         };
         assert_eq!(asked, arch);
         assert!(kernel.starts_with("scale_"), "{kernel}");
-        assert!(matches!(**cause, Error::NvrtcNotFound { .. }), "{cause}");
+        assert!(
+            matches!(&**cause, ServeError::Toolchain(t)
+                if matches!(t.inner(), ToolchainError::NvrtcNotFound { .. })),
+            "{cause}"
+        );
         let text = error.to_string();
         assert!(
             text.contains("nvidia-cuda-nvrtc") && text.contains("KILN_NVRTC"),
@@ -315,7 +320,7 @@ fn a_request_with_a_recorded_header_set_is_never_compiled() {
     .include_dir(IncludeDir::recorded("mine", Digest::of(b"a tree")));
     let error = compiler.compile(&request).unwrap_err();
     assert!(
-        matches!(&error, Error::RecordedIncludeDir { kernel, set } if kernel == "uses_headers" && set == "mine"),
+        matches!(&error, CompileError::RecordedIncludeDir { kernel, set } if kernel == "uses_headers" && set == "mine"),
         "{error}"
     );
 }

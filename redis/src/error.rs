@@ -13,7 +13,7 @@ pub enum Error {
     /// `KILN_REMOTE_CACHE` (or the URL given) is not a Redis URL the client
     /// accepts.
     #[error(
-        "remote cache URL {url} is not usable: {source} (give redis://[user:password@]host:port/db, \
+        "remote cache URL {url} is not usable (give redis://[user:password@]host:port/db, \
          or rediss:// for TLS; unset KILN_REMOTE_CACHE to turn the remote tier off)"
     )]
     RemoteUrl {
@@ -46,7 +46,7 @@ pub enum Error {
     /// (within the configured timeout). The caller compiles; the remote tier
     /// backs off unless the server merely refused the command.
     #[error(
-        "remote cache {server}: cannot {action}: {source} (check that the server is up and \
+        "remote cache {server}: cannot {action} (check that the server is up and \
          reachable and the URL's credentials; raise KILN_REMOTE_TIMEOUT_MS if it is slow)"
     )]
     RemoteUnavailable {
@@ -76,7 +76,7 @@ pub enum Error {
     /// header, checksum or structure). It was not used; the entry is
     /// compiled and the value overwritten.
     #[error(
-        "remote cache value {redis_key} is not a valid kiln image and was rejected: {source} \
+        "remote cache value {redis_key} is not a valid kiln image and was rejected \
          (it is recompiled and overwritten)"
     )]
     RemoteEntryCorrupt {
@@ -100,7 +100,7 @@ pub enum Error {
     /// A value fetched from the remote cache is a valid image of exactly
     /// the requested entry, but no trusted key signed it
     /// (`KILN_TRUSTED_KEYS` is set). It was not used; the entry is compiled.
-    #[error("remote cache value {redis_key} was refused: {source} (it is compiled here instead)")]
+    #[error("remote cache value {redis_key} was refused (it is compiled here instead)")]
     RemoteEntryUntrusted {
         /// The Redis key of the value.
         redis_key: String,
@@ -121,10 +121,10 @@ pub enum Error {
     },
     /// An entry to store could not be written as a one-entry image (an
     /// invalid entry: the compile's result breaks a rule of the format).
-    #[error("cannot store the entry in the remote cache: {0}")]
+    #[error("cannot store the entry in the remote cache: it is not a valid image entry")]
     Encode(#[from] kiln_image::WriteError),
     /// An entry to store could not be signed (`KILN_SIGNING_KEY` is set).
-    #[error("cannot store the entry in the remote cache: {0}")]
+    #[error("cannot store the entry in the remote cache: signing it failed")]
     Sign(#[from] kiln_image::SignatureError),
 }
 
@@ -145,6 +145,57 @@ impl From<Error> for kiln_core::Error {
                 tier: "remote".to_owned(),
                 source: Box::new(error),
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kiln_test_support::errors::assert_cause_not_repeated;
+    use redis::{ErrorKind, RedisError};
+
+    use super::*;
+
+    fn redis() -> Box<RedisError> {
+        Box::new(RedisError::from((ErrorKind::Io, "connection refused")))
+    }
+
+    /// Every variant that carries a cause: its message does not repeat it.
+    #[test]
+    fn no_message_repeats_the_cause_it_returns() {
+        let read = kiln_image::ReadError::Io {
+            action: "read",
+            path: "/remote".into(),
+            source: std::io::Error::other("short read"),
+        };
+        let write = kiln_image::WriteError::Io {
+            action: "write",
+            path: "/remote".into(),
+            source: std::io::Error::other("no space"),
+        };
+        let samples = [
+            Error::RemoteUrl {
+                url: "redis://host".into(),
+                source: redis(),
+            },
+            Error::RemoteUnavailable {
+                server: "host:6379".into(),
+                action: "GET".into(),
+                source: redis(),
+            },
+            Error::RemoteEntryCorrupt {
+                redis_key: "k".into(),
+                source: Box::new(read),
+            },
+            Error::RemoteEntryUntrusted {
+                redis_key: "k".into(),
+                source: Box::new(kiln_image::SignatureError::Unsigned),
+            },
+            Error::Encode(write),
+            Error::Sign(kiln_image::SignatureError::Unsigned),
+        ];
+        for error in &samples {
+            assert_cause_not_repeated(error);
         }
     }
 }

@@ -63,7 +63,7 @@ impl Health {
         } else {
             state.failing = true;
             tracing::warn!(
-                %error,
+                error = %kiln_core::ErrorChain(error),
                 backoff_s = self.backoff.as_secs_f64(),
                 "remote cache unavailable: compiling locally; retrying after the back-off"
             );
@@ -77,7 +77,7 @@ impl Health {
         if self.refusal_reported.swap(true, Ordering::Relaxed) {
             tracing::debug!(%error, "remote cache refused a command");
         } else {
-            tracing::warn!(%error, "remote cache refused a command: compiling locally");
+            tracing::warn!(error = %kiln_core::ErrorChain(error), "remote cache refused a command: compiling locally");
         }
     }
 }

@@ -191,7 +191,7 @@ impl RemoteTier {
         match config.and_then(|config| config.map(RemoteTier::open).transpose()) {
             Ok(tier) => tier,
             Err(error) => {
-                tracing::warn!(%error, "remote cache turned off");
+                tracing::warn!(error = %kiln_core::ErrorChain(&error), "remote cache turned off");
                 None
             }
         }
@@ -297,7 +297,7 @@ impl RemoteTier {
             if let Error::RemoteEntryUntrusted { .. } = error {
                 self.count(|c| &c.untrusted);
                 if !shared.warned_untrusted.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(%error, "remote cache entry not signed by a trusted key: refused and compiled here (further refusals are counted, not logged)");
+                    tracing::warn!(error = %kiln_core::ErrorChain(error), "remote cache entry not signed by a trusted key: refused and compiled here (further refusals are counted, not logged)");
                 }
             } else {
                 self.count(|c| &c.rejected);

@@ -15,7 +15,7 @@ pub enum Error {
     #[error(transparent)]
     Cuda(#[from] kiln_cuda::Error),
     /// A file or process operation failed.
-    #[error("could not {action} {}: {source}", path.display())]
+    #[error("could not {action} {}", path.display())]
     Io {
         /// What was being done.
         action: &'static str,
@@ -57,3 +57,16 @@ macro_rules! image_error_from {
 }
 
 image_error_from!(ReadError, WriteError, SignatureError, KeyError);
+
+/// Each operation's CUDA error is an [`Error::Cuda`], so that `?` passes it on.
+macro_rules! cuda_error_from {
+    ($($error:ident),*) => {$(
+        impl From<kiln_cuda::$error> for Error {
+            fn from(error: kiln_cuda::$error) -> Error {
+                Error::Cuda(error.into())
+            }
+        }
+    )*};
+}
+
+cuda_error_from!(ToolchainError, CompileError, LoadError, ShipError);

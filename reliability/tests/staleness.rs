@@ -27,11 +27,11 @@ use kiln_core::env::Switches;
 use kiln_core::{ArtifactKind, Cache, Compiled, Digest, Key, Owner, Source, load_images};
 use kiln_cuda::{
     Arch, Compiler, Device, IncludeDir, KernelLibrary, KernelRequest, Toolchain,
-    compiler::CompiledKernel,
-    locate::SearchConfig,
-    nvrtc::NvrtcVersion,
     request::nvrtc_fingerprint,
     select::Selection,
+    toolchain::CompiledKernel,
+    toolchain::NvrtcVersion,
+    toolchain::SearchConfig,
     toolchain::{BuildRecord, ToolchainPolicy},
 };
 use kiln_image::header::{FORMAT_VERSION, offsets, reseal_header};
@@ -559,7 +559,11 @@ impl Shipment {
 
     /// Asks for the kernel in a fresh process-like cache (the image merged)
     /// with `local` under `policy`.
-    fn ask(&self, policy: ToolchainPolicy, local: Result<Toolchain, kiln_cuda::Error>) -> Outcome {
+    fn ask(
+        &self,
+        policy: ToolchainPolicy,
+        local: Result<Toolchain, kiln_cuda::ToolchainError>,
+    ) -> Outcome {
         let cache = Cache::new();
         let image = Image::open(&self.image, Verification::Structural).expect("image opens");
         assert_eq!(cache.merge_image(image).inserted, 1);
@@ -594,7 +598,8 @@ fn toolchain_rows(compiler: &Compiler, dir: &Path, matrix: &mut Matrix) {
         Shipment::build(compiler, &headers_v1, &other, &dir.join("ship-other.kimg"));
     matrix.nvrtc_compiles += 2;
     let absent = || {
-        Err(kiln_cuda::locate::locate_nvrtc(&SearchConfig::empty()).expect_err("nothing to find"))
+        Err(kiln_cuda::toolchain::locate_nvrtc(&SearchConfig::empty())
+            .expect_err("nothing to find"))
     };
     use ToolchainPolicy::{Shipped, Strict};
     let served = |outcome: &Outcome, input: &str, shipment: &Shipment| {

@@ -15,7 +15,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use kiln_core::build::{Precompile, PrecompileReport, SHIP_CANDIDATE};
-use kiln_cuda::locate::SearchConfig;
+use kiln_cuda::ToolchainError;
+use kiln_cuda::toolchain::SearchConfig;
 use kiln_cuda::{Arch, Compiler, Error, KernelRequest, ShipPlan, Toolchain};
 use kiln_image::{Image, SigningKey, Verification};
 use kiln_reliability::Table;
@@ -78,7 +79,7 @@ impl Library {
         let local = if with_nvrtc {
             Compiler::new().map(|c| Toolchain::with_compiler(c, SearchConfig::from_env()))
         } else {
-            Err(Error::NoNvrtc {
+            Err(ToolchainError::NoNvrtc {
                 version: "(none on this machine)".into(),
             })
         };

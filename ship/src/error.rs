@@ -78,7 +78,7 @@ pub enum ShipError {
     /// An entry no kiln image can hold (the image writer's rules: an empty
     /// custom artifact kind, one owner under two labels...): the file is
     /// not used.
-    #[error("shipped image holds what no kiln image can hold: {0}")]
+    #[error("shipped image holds what no kiln image can hold")]
     Unwritable(#[source] WriteError),
     /// The entries are not sorted by (owner, key), or one is repeated.
     #[error("shipped image entries {0} and {1} are out of order or repeat an (owner, key)")]
@@ -115,4 +115,22 @@ pub enum ShipError {
     /// Compressing failed.
     #[error("compressing the shipped image failed: {0}")]
     Compress(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use kiln_test_support::errors::assert_cause_not_repeated;
+
+    use super::*;
+
+    /// Every variant that carries a cause: its message does not repeat it.
+    #[test]
+    fn no_message_repeats_the_cause_it_returns() {
+        let write = WriteError::Io {
+            action: "write",
+            path: "/a.kship".into(),
+            source: std::io::Error::other("no space"),
+        };
+        assert_cause_not_repeated(&ShipError::Unwritable(write));
+    }
 }

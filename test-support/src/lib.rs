@@ -11,6 +11,8 @@
 //!   variable, and collecting what it printed.
 //! - [`ci`]: tests that need something this machine may lack skip with a
 //!   message locally and fail in CI ([`ci::required`]).
+//! - [`errors`]: [`errors::assert_cause_not_repeated`], that an error's
+//!   message does not repeat the cause it returns from `source()`.
 //! - [`redis_server`]: a private `redis-server` on a free loopback port.
 //! - [`library`]: a kernel library copied into a crate of its own, for
 //!   builds with `cargo` as its author or a downstream machine runs them.
@@ -36,6 +38,7 @@
 pub mod aligned;
 pub mod child;
 pub mod ci;
+pub mod errors;
 pub mod library;
 pub mod redis_server;
 pub mod rng;

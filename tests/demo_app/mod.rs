@@ -12,7 +12,8 @@ use serde_json::Value;
 /// Whether NVRTC is here; under `CI=true` its absence is a failure. The
 /// libraries' build scripts need it to precompile their images.
 pub fn nvrtc_available() -> bool {
-    let found = kiln::cuda::locate::locate_nvrtc(&kiln::cuda::locate::SearchConfig::from_env());
+    let found =
+        kiln::cuda::toolchain::locate_nvrtc(&kiln::cuda::toolchain::SearchConfig::from_env());
     kiln_test_support::ci::required(
         found,
         "the NVRTC library (run scripts/install-cuda-wheels.sh)",

@@ -236,7 +236,7 @@ impl StoreQueue {
         match spawned {
             Ok(_detached) => true,
             Err(error) => {
-                tracing::warn!(%error, "kiln could not start its store thread: stores run on the caller's thread");
+                tracing::warn!(error = %crate::ErrorChain(&error), "kiln could not start its store thread: stores run on the caller's thread");
                 false
             }
         }

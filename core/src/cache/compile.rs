@@ -260,7 +260,7 @@ impl Cache {
                     continue;
                 }
                 Err(error) => {
-                    tracing::warn!(tier = tier.name(), %key, %error, "cache tier failed to load; ignored");
+                    tracing::warn!(tier = tier.name(), %key, error = %crate::ErrorChain(&error), "cache tier failed to load; ignored");
                     continue;
                 }
             };

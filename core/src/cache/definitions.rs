@@ -88,7 +88,7 @@ impl Cache {
                 // definitions were known then, else here). If it is corrupt,
                 // the layer's dependents cannot be found: stop serving it all.
                 Err(error) => {
-                    tracing::warn!(%error, "image dependency index unusable; image no longer served");
+                    tracing::warn!(error = %crate::ErrorChain(&error), "image dependency index unusable; image no longer served");
                     for index in 0..layer.image.len() {
                         if layer.close(index, now) {
                             closed += 1;

@@ -173,7 +173,7 @@ impl Layer {
             Ok(Some(entry)) => entry,
             Ok(None) => return LayerLookup::Absent,
             Err(error) => {
-                tracing::warn!(%key, %error, "image entry record is corrupt; treated as a miss");
+                tracing::warn!(%key, error = %crate::ErrorChain(&error), "image entry record is corrupt; treated as a miss");
                 return LayerLookup::Corrupt;
             }
         };
@@ -200,7 +200,7 @@ impl Layer {
                     tracing::warn!(
                         name = entry.name(),
                         key = %Key::from_digest(entry.key()),
-                        %error,
+                        error = %crate::ErrorChain(&error),
                         "image payload failed its checksum; the entry is never served again, recompile instead"
                     );
                 }

@@ -146,7 +146,7 @@ impl Cache {
             Ok(stale) => stale,
             Err(error) => {
                 // Without its dependency index an image cannot be revalidated.
-                tracing::warn!(%error, "image rejected: its dependency index is unusable");
+                tracing::warn!(error = %crate::ErrorChain(&error), "image rejected: its dependency index is unusable");
                 let mut report = MergeReport::default();
                 report.reject(image_source(&image), error);
                 return report;

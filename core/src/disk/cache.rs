@@ -606,7 +606,7 @@ impl DiskCache {
                 path: self.images_dir().to_path_buf(),
                 source,
             };
-            tracing::warn!(%error, "kiln disk cache is not writable: compiling without storing results on disk");
+            tracing::warn!(error = %crate::ErrorChain(&error), "kiln disk cache is not writable: compiling without storing results on disk");
         }
     }
 

@@ -623,7 +623,7 @@ pub(crate) fn check_dir(dir: &Path, trust: bool) -> Result<(), Error> {
 
 /// The one warning when the disk cache cannot be used at all.
 pub(crate) fn warn_unavailable(error: &Error) {
-    tracing::warn!(%error, "kiln disk cache unavailable: compiled code will not persist across runs");
+    tracing::warn!(error = %crate::ErrorChain(error), "kiln disk cache unavailable: compiled code will not persist across runs");
 }
 
 /// The directory `path`, held without checks (for unit tests).

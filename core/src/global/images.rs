@@ -102,7 +102,7 @@ fn merge(
                         Ok(refused) => refused,
                         Err(why) => {
                             let err = Error::UnverifiedLabel { why };
-                            tracing::warn!(image = %source, "refused kiln image (KILN_TRUSTED_KEYS is set): {err}");
+                            tracing::warn!(image = %source, "refused kiln image (KILN_TRUSTED_KEYS is set): {}", crate::ErrorChain(&err));
                             return ImageReport {
                                 source,
                                 outcome: ImageOutcome::Skipped(err),
@@ -152,9 +152,9 @@ fn merge(
         }
         Err(err) => {
             if trust.trusted_keys.is_some() && is_untrusted(&err) {
-                tracing::warn!(image = %source, "refused kiln image (KILN_TRUSTED_KEYS is set): {err}");
+                tracing::warn!(image = %source, "refused kiln image (KILN_TRUSTED_KEYS is set): {}", crate::ErrorChain(&err));
             } else {
-                tracing::warn!(image = %source, "skipped kiln image: {err}");
+                tracing::warn!(image = %source, "skipped kiln image: {}", crate::ErrorChain(&err));
             }
             ImageOutcome::Skipped(err)
         }

@@ -270,7 +270,10 @@ fn record_into(cache: &Cache, path: &std::path::Path) {
             tracing::info!(path = %path.display(), "KILN_RECORD: recording what the process uses");
             let _ = cache.record_into(recorder);
         }
-        Err(error) => tracing::warn!("KILN_RECORD: {error}; nothing is recorded"),
+        Err(error) => tracing::warn!(
+            "KILN_RECORD: {}; nothing is recorded",
+            crate::ErrorChain(&error)
+        ),
     }
 }
 

@@ -392,7 +392,7 @@ mod tests {
         for open in [0o666, 0o664, 0o646, 0o622] {
             set_mode(&path, open);
             let error = read_trusted_keys_file(&path).expect_err("others may write it");
-            let text = error.to_string();
+            let text = crate::ErrorChain(&error).to_string();
             assert!(
                 text.contains(&format!("chmod go-w {}", path.display())),
                 "{open:o}: {text}"
@@ -411,9 +411,8 @@ mod tests {
         let inside = shared.join("fleet.pub");
         std::fs::copy(&path, &inside).unwrap();
         std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let text = read_trusted_keys_file(&inside)
-            .expect_err("shared")
-            .to_string();
+        let error = read_trusted_keys_file(&inside).expect_err("shared");
+        let text = crate::ErrorChain(&error).to_string();
         assert!(
             text.contains("writable by other users") && text.contains("shared"),
             "{text}"

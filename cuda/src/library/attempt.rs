@@ -3,10 +3,10 @@
 use std::fmt;
 
 use crate::Arch;
-use crate::nvrtc::NvrtcVersion;
 use crate::select::Selection;
+use crate::toolchain::NvrtcVersion;
 
-/// One step of serving a kernel that did not serve it: what [`Error::NotShipped`](crate::Error::NotShipped)
+/// One step of serving a kernel that did not serve it: what [`ServeError::NotShipped`](super::ServeError::NotShipped)
 /// lists.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

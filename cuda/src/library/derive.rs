@@ -11,28 +11,38 @@ use std::sync::Arc;
 use kiln_core::{Cache, Hit, World};
 
 use super::attempt::{Attempt, Attempts};
+use super::error::ServeError;
 use super::program::{Keyed, ProgramMemo, Under};
 use super::served::{ChosenArtifact, Served, artifact_kind};
 use super::walk::{Found, Shelf, Walked, compiled_elsewhere, describe, walk};
 use crate::select::{Candidate, Selection, select};
-use crate::{Arch, BuildRecord, Device, Error, KernelRequest, Toolchain, ToolchainPolicy};
+use crate::toolchain::error::ToolchainError;
+use crate::{Arch, BuildRecord, Device, KernelRequest, Toolchain, ToolchainPolicy};
 
-/// How many entry points an [`Error::NoSuchKernel`] lists.
+/// How many entry points an [`ServeError::NoSuchKernel`] lists.
 const KERNELS_LISTED: usize = 16;
+
+/// This machine's toolchain, or why there is none (found once, shared).
+pub(super) type LocalToolchain = Result<Arc<Toolchain>, Arc<ToolchainError>>;
 
 /// What a derivation asks of the kernel library it derives for.
 pub(super) trait Library<S> {
     /// The library's request of `spec` for `arch` under `toolchain`.
-    fn request(&self, spec: &S, toolchain: &Toolchain, arch: Arch) -> Result<KernelRequest, Error>;
+    fn request(
+        &self,
+        spec: &S,
+        toolchain: &Toolchain,
+        arch: Arch,
+    ) -> Result<KernelRequest, ServeError>;
 
     /// The policy in force.
     fn policy(&self) -> ToolchainPolicy;
 
     /// This machine's toolchain, located once (a failure too).
-    fn local(&self) -> Result<Arc<Toolchain>, Arc<Error>>;
+    fn local(&self) -> LocalToolchain;
 
     /// This machine's toolchain of CUDA major `major`, located once per major.
-    fn local_of_major(&self, major: u32) -> Result<Arc<Toolchain>, Arc<Error>>;
+    fn local_of_major(&self, major: u32) -> LocalToolchain;
 }
 
 /// One derivation of a kernel for a device: the steps shipped, compiled here and
@@ -53,7 +63,7 @@ pub(super) struct Derivation<'a, 'c, S> {
 
 /// A step's outcome: served, not served (an attempt was noted), or an error that
 /// ends the derivation.
-type Step<'c> = Result<Option<Served<'c>>, crate::Error>;
+type Step<'c> = Result<Option<Served<'c>>, ServeError>;
 
 impl<'a, 'c, S> Derivation<'a, 'c, S>
 where
@@ -95,7 +105,7 @@ where
     }
 
     /// Steps 1 to 3, in order: the first that serves, else the error.
-    pub(super) fn run(&mut self) -> Result<Served<'c>, crate::Error> {
+    pub(super) fn run(&mut self) -> Result<Served<'c>, ServeError> {
         if let Some(served) = self.shipped_entry()? {
             return Ok(served);
         }
@@ -105,13 +115,13 @@ where
         };
         let request = match self.request(Under::Local, &local, self.device.arch()) {
             Ok(request) => request,
-            Err(Error::Cache(other)) => return Err(Error::Cache(other)),
+            Err(ServeError::Cache(other)) => return Err(ServeError::Cache(other)),
             Err(cause) => return self.cannot_compile(Arc::new(cause)),
         };
         let Some(compiler) = local.compiler() else {
-            let cause = Arc::new(Error::NoNvrtc {
+            let cause = Arc::new(ServeError::Toolchain(ToolchainError::NoNvrtc {
                 version: local.nvrtc().release.clone(),
-            });
+            }));
             return self.cannot_compile(cause);
         };
         let nvrtc = local.nvrtc().clone();
@@ -132,7 +142,7 @@ where
     /// the process's, unless its CUDA major is newer than the driver loads (or than
     /// compiles for the arch: CUDA 13 dropped sm_50 to sm_72), then the local one
     /// of the newest major that does.
-    fn local_for_device(&self) -> Result<Arc<Toolchain>, Arc<Error>> {
+    fn local_for_device(&self) -> Result<Arc<Toolchain>, Arc<ServeError>> {
         let arch = self.device.arch();
         let limit = match (
             self.device.driver(),
@@ -148,16 +158,16 @@ where
         match (limit, &local) {
             (Some(limit), Ok(found)) if found.nvrtc().major > limit => {
                 self.library.local_of_major(limit).map_err(|cause| {
-                    Arc::new(Error::NoLocalToolchainFor {
+                    Arc::new(ServeError::NoLocalToolchainFor {
                         found: found.nvrtc().clone(),
                         wanted: limit,
                         device: describe(self.device),
-                        cause,
+                        cause: shared(cause),
                     })
                 })
             }
-            (Some(limit), Err(_)) => self.library.local_of_major(limit).or(local),
-            _ => local,
+            (Some(limit), Err(_)) => self.library.local_of_major(limit).or(local).map_err(shared),
+            _ => local.map_err(shared),
         }
     }
 
@@ -232,7 +242,7 @@ where
                         }),
                     }
                 }
-                Err(Error::Cache(other)) => return Err(Error::Cache(other)),
+                Err(ServeError::Cache(other)) => return Err(ServeError::Cache(other)),
                 Err(why) => self.tried.push(Attempt::NoRecordedRequest {
                     why: why.to_string(),
                 }),
@@ -247,7 +257,7 @@ where
     /// why.
     ///
     /// # Errors
-    /// [`Error::NoSuchKernel`] when an entry built for exactly the device's arch
+    /// [`ServeError::NoSuchKernel`] when an entry built for exactly the device's arch
     /// lacks the kernel; a key that cannot be derived.
     pub(super) fn without_compiling(&mut self) -> Step<'c> {
         if let Some(served) = self.shipped_entry()? {
@@ -267,8 +277,8 @@ where
     /// No compile possible here (no NVRTC, or a header set missing): what a machine
     /// with the build's toolchain compiled for this arch at run time and stored (the
     /// disk or remote tier) is what a compile here would give; else the miss is
-    /// [`Error::NotShipped`].
-    fn cannot_compile(&mut self, cause: Arc<Error>) -> Result<Served<'c>, crate::Error> {
+    /// [`ServeError::NotShipped`].
+    fn cannot_compile(&mut self, cause: Arc<ServeError>) -> Result<Served<'c>, ServeError> {
         // Under KILN_STRICT_TOOLCHAIN a process that has a toolchain serves only
         // what that toolchain built.
         if !self.cache.config().always_compile
@@ -277,7 +287,7 @@ where
         {
             return Ok(served);
         }
-        Err(Error::NotShipped {
+        Err(ServeError::NotShipped {
             kernel: self.kernel_label(),
             arch: describe(self.device),
             tried: Attempts(std::mem::take(&mut self.tried)),
@@ -293,7 +303,7 @@ where
         selection: Selection,
         request: Arc<KernelRequest>,
         nvrtc: &crate::NvrtcVersion,
-    ) -> Result<Served<'c>, crate::Error> {
+    ) -> Result<Served<'c>, ServeError> {
         if self.holds_kernel(&hit, selection) {
             return Ok(self.served(hit, selection, request, nvrtc));
         }
@@ -307,8 +317,8 @@ where
         hit: &Hit<'c>,
         selection: Selection,
         request: &KernelRequest,
-    ) -> Error {
-        Error::NoSuchKernel {
+    ) -> ServeError {
+        ServeError::NoSuchKernel {
             kernel: self.kernel.unwrap_or_default().to_owned(),
             program: request.name().to_owned(),
             arch: self.device.arch().to_string(),
@@ -348,7 +358,7 @@ where
         under: Under,
         toolchain: &Toolchain,
         arch: Arch,
-    ) -> Result<Arc<Keyed>, crate::Error> {
+    ) -> Result<Arc<Keyed>, ServeError> {
         let (library, spec) = (self.library, self.spec);
         self.memo
             .keyed(under, arch, || library.request(spec, toolchain, arch))
@@ -401,7 +411,7 @@ where
 {
     type Entry = Entry<'c>;
 
-    fn find(&mut self, candidate: &Candidate) -> Result<Found<Entry<'c>>, Error> {
+    fn find(&mut self, candidate: &Candidate) -> Result<Found<Entry<'c>>, ServeError> {
         let derivation = self.derivation;
         let Some(recorded) = derivation.recorded.get(candidate.toolchain) else {
             return Ok(Found::Skipped(None));
@@ -488,4 +498,9 @@ fn differs(
             )
         })
     })
+}
+
+/// A toolchain error found once, as the cause of a serving error.
+fn shared(error: Arc<ToolchainError>) -> Arc<ServeError> {
+    Arc::new(ServeError::Toolchain(ToolchainError::Shared(error)))
 }

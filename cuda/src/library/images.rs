@@ -6,7 +6,7 @@
 //! library. Neither says by itself which GPUs and drivers get every kernel: a
 //! partial shipped image, or an application built with `KILN_CUDA_ARCHS` or
 //! `KILN_CUDA_DRIVERS` too narrow, is otherwise found out by
-//! [`Error::NotShipped`] in production. `kiln kernels`
+//! [`ServeError::NotShipped`] in production. `kiln kernels`
 //! answers from an application binary, image files or shipped images through
 //! this module; [`KernelLibrary::kernels`](super::KernelLibrary::kernels) answers
 //! the same for a library in hand.
@@ -87,11 +87,11 @@ use super::attempt::{Attempt, Attempts};
 use super::listing::KernelOutcome;
 use super::served::{ChosenArtifact, artifact_kind};
 use super::walk::{Found, Shelf, Walked, compiled_elsewhere, walk};
-use crate::nvrtc::NvrtcVersion;
 use crate::request::COMPILER_ID;
 use crate::select::{Candidate, Device, Selection, select};
+use crate::toolchain::NvrtcVersion;
 use crate::toolchain::{BuildRecord, ToolchainRecord};
-use crate::{Arch, Error};
+use crate::{Arch, ServeError};
 
 /// One entry as an image shows it: owner (digest and label), key, name, and
 /// each artifact's kind and entry points.
@@ -477,7 +477,7 @@ impl Shelved<'_> {
 impl Shelf for Shelved<'_> {
     type Entry = Vec<usize>;
 
-    fn find(&mut self, candidate: &Candidate) -> Result<Found<Vec<usize>>, Error> {
+    fn find(&mut self, candidate: &Candidate) -> Result<Found<Vec<usize>>, ServeError> {
         Ok(match self.lookup(candidate) {
             Some(ids) => Found::Entry(ids),
             None => Found::Absent,

@@ -26,7 +26,7 @@ pub enum KernelOutcome {
     /// The entry built for exactly the device's arch does not hold the kernel: it
     /// does not exist for that arch (a kernel under `#if __CUDA_ARCH__ >= 800`, on
     /// an sm_75). Not a gap: [`get_kernel`](super::KernelLibrary::get_kernel)
-    /// answers [`Error::NoSuchKernel`](crate::Error::NoSuchKernel).
+    /// answers [`ServeError::NoSuchKernel`](super::ServeError::NoSuchKernel).
     NotForArch {
         /// What the entry is.
         selection: Selection,
@@ -35,7 +35,7 @@ pub enum KernelOutcome {
     },
     /// Nothing there serves it: the application compiles it on first use, and
     /// on a machine without NVRTC fails with
-    /// [`Error::NotShipped`](crate::Error::NotShipped).
+    /// [`ServeError::NotShipped`](super::ServeError::NotShipped).
     Missing {
         /// What was looked for, and why it did not serve.
         tried: Attempts,

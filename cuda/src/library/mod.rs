@@ -18,7 +18,7 @@
 //!    in memory, the images and the disk and remote tiers ([`Cache::get_cached`]):
 //!    a machine with the build's toolchain that compiled it at run time stored it
 //!    under the same owner and key, so it is what a compile here would give. Only
-//!    when that misses too is the miss [`Error::NotShipped`], which names the
+//!    when that misses too is the miss [`ServeError::NotShipped`], which names the
 //!    kernel, the arch, what was tried and what to install.
 //!
 //! [`KernelLibrary::get_kernel`] asks for one kernel of the program by name (an
@@ -29,9 +29,9 @@
 //! from the newest shipped PTX that has it rather than missing from the lowest one.
 //! An entry compiled for exactly the device's arch (its shipped CUBIN, or a compile)
 //! that lacks the kernel proves the kernel does not exist for that arch:
-//! [`Error::NoSuchKernel`].
+//! [`ServeError::NoSuchKernel`].
 //!
-//! Each step that did not serve leaves an [`Attempt`]; [`Error::NotShipped`] lists
+//! Each step that did not serve leaves an [`Attempt`]; [`ServeError::NotShipped`] lists
 //! them. The requests are built once per (specialization, toolchain, arch), and
 //! [`Served`] says which artifact it chose ([`Served::artifact`]: kind and target),
 //! so that a loader need not select again.
@@ -90,6 +90,7 @@
 
 mod attempt;
 mod derive;
+pub(crate) mod error;
 pub mod images;
 mod listing;
 mod program;
@@ -108,13 +109,15 @@ use kiln_core::{ArtifactKind, Cache, Digest, Key, World};
 
 use super::select::Selection;
 use super::{Arch, BuildRecord, Device, Error, KernelRequest, Toolchain, ToolchainPolicy};
+use crate::toolchain::error::ToolchainError;
 
 pub use attempt::{Attempt, Attempts};
+pub use error::ServeError;
 pub use listing::{KernelOutcome, ListedKernel};
 pub use served::{ChosenArtifact, Served};
 pub use stats::SelectionStats;
 
-use derive::{Derivation, Library};
+use derive::{Derivation, Library, LocalToolchain};
 use program::ProgramMemo;
 use program::Under;
 use stats::{Counts, PROCESS_COUNTS};
@@ -123,7 +126,7 @@ use stats::{Counts, PROCESS_COUNTS};
 /// under a toolchain (recorded or local). Header sets come from the toolchain
 /// ([`Toolchain::cccl`], [`Toolchain::cuda_runtime`]), so that the recorded toolchain
 /// gives the same keys as the one the build used.
-pub type RequestFn<S> = fn(&S, &Toolchain, Arch) -> Result<KernelRequest, crate::Error>;
+pub type RequestFn<S> = fn(&S, &Toolchain, Arch) -> Result<KernelRequest, Error>;
 
 /// What a library's record says, parsed once: the record and its toolchains.
 struct Shipped {
@@ -167,8 +170,6 @@ struct SpecMemos {
     programs: Vec<Arc<ProgramMemo>>,
 }
 
-type LocalToolchain = Result<Arc<Toolchain>, Arc<Error>>;
-
 /// A kernel library's kernels: the shipped ones by their recorded toolchain, the
 /// others compiled with the local one (see the module documentation).
 ///
@@ -178,7 +179,7 @@ pub struct KernelLibrary<S> {
     record: RecordSource,
     request: RequestFn<S>,
     policy: Option<ToolchainPolicy>,
-    shipped: OnceLock<Result<Shipped, Arc<Error>>>,
+    shipped: OnceLock<Result<Shipped, Arc<ToolchainError>>>,
     local: OnceLock<LocalToolchain>,
     given_local: bool,
     memo: OnceLock<RwLock<Memos<S>>>,
@@ -235,7 +236,10 @@ where
 
     /// The same library compiling with `local` (or, given an error, with none)
     /// instead of locating this machine's toolchain ([`Toolchain::local`]).
-    pub fn with_local_toolchain(self, local: Result<Toolchain, Error>) -> KernelLibrary<S> {
+    pub fn with_local_toolchain(
+        self,
+        local: Result<Toolchain, ToolchainError>,
+    ) -> KernelLibrary<S> {
         KernelLibrary {
             local: OnceLock::from(local.map(Arc::new).map_err(Arc::new)),
             given_local: true,
@@ -246,8 +250,8 @@ where
     /// The build record.
     ///
     /// # Errors
-    /// [`Error::BadBuildRecord`] when the embedded record does not parse.
-    pub fn record(&self) -> Result<&BuildRecord, Error> {
+    /// [`ToolchainError::BadBuildRecord`] when the embedded record does not parse.
+    pub fn record(&self) -> Result<&BuildRecord, ToolchainError> {
         Ok(&self.shipped()?.record)
     }
 
@@ -267,16 +271,16 @@ where
     /// you launch with [`KernelLibrary::get_kernel`].
     ///
     /// # Errors
-    /// [`Error::NotShipped`] when no shipped entry serves, this process cannot
+    /// [`ServeError::NotShipped`] when no shipped entry serves, this process cannot
     /// compile (no NVRTC, or no headers) and the cache's tiers do not hold the
     /// kernel as the build's toolchain compiles it; a compile failure; the errors of the
-    /// library's request function; [`Error::BadBuildRecord`].
+    /// library's request function; [`ToolchainError::BadBuildRecord`].
     pub fn get<'c>(
         &self,
         cache: &'c Cache,
         device: &Device,
         spec: &S,
-    ) -> Result<Served<'c>, crate::Error> {
+    ) -> Result<Served<'c>, ServeError> {
         self.serve(cache, device, spec, None)
     }
 
@@ -287,7 +291,7 @@ where
     /// device's exact arch.
     ///
     /// # Errors
-    /// [`Error::NoSuchKernel`] when an entry compiled for exactly the device's arch
+    /// [`ServeError::NoSuchKernel`] when an entry compiled for exactly the device's arch
     /// (its shipped CUBIN, or a compile) does not hold the kernel: it does not exist
     /// for that arch; otherwise those of [`KernelLibrary::get`].
     pub fn get_kernel<'c>(
@@ -296,7 +300,7 @@ where
         device: &Device,
         spec: &S,
         kernel: &str,
-    ) -> Result<Served<'c>, crate::Error> {
+    ) -> Result<Served<'c>, ServeError> {
         self.serve(cache, device, spec, Some(kernel))
     }
 
@@ -333,14 +337,14 @@ where
     /// ```
     ///
     /// # Errors
-    /// [`Error::BadBuildRecord`]; the errors of the library's request function; a
+    /// [`ToolchainError::BadBuildRecord`]; the errors of the library's request function; a
     /// key that cannot be derived.
     pub fn kernels<'s>(
         &self,
         cache: &Cache,
         device: &Device,
         specs: impl IntoIterator<Item = &'s S>,
-    ) -> Result<Vec<ListedKernel<S>>, crate::Error>
+    ) -> Result<Vec<ListedKernel<S>>, ServeError>
     where
         S: 's,
     {
@@ -373,7 +377,7 @@ where
                     Ok(None) => KernelOutcome::Missing {
                         tried: Attempts(derivation.attempts()),
                     },
-                    Err(Error::NoSuchKernel { built, .. }) => KernelOutcome::NotForArch {
+                    Err(ServeError::NoSuchKernel { built, .. }) => KernelOutcome::NotForArch {
                         selection: Selection::ALL
                             .into_iter()
                             .find(|s| s.as_str() == built)
@@ -402,7 +406,7 @@ where
         spec: &S,
         shipped: &Shipped,
         memo: &program::ProgramMemo,
-    ) -> Result<(String, Vec<String>), Error> {
+    ) -> Result<(String, Vec<String>), ServeError> {
         let mut program = None;
         let mut names = std::collections::BTreeSet::new();
         for (index, (record, recorded)) in shipped
@@ -418,7 +422,7 @@ where
             targets.dedup();
             for target in targets {
                 let keyed = memo.keyed(Under::Recorded(index), target, || {
-                    (self.request)(spec, recorded, target)
+                    Ok((self.request)(spec, recorded, target)?)
                 })?;
                 program.get_or_insert_with(|| keyed.request().name().to_owned());
                 let owner = keyed.owner(recorded.nvrtc())?.digest();
@@ -447,7 +451,7 @@ where
         device: &Device,
         spec: &S,
         kernel: Option<&str>,
-    ) -> Result<Served<'c>, crate::Error> {
+    ) -> Result<Served<'c>, ServeError> {
         if let Some(served) = self.remembered(cache, device, spec, kernel) {
             return Ok(served);
         }
@@ -572,7 +576,7 @@ where
         served
     }
 
-    fn shipped(&self) -> Result<&Shipped, Error> {
+    fn shipped(&self) -> Result<&Shipped, ToolchainError> {
         let parsed = self.shipped.get_or_init(|| {
             let record = match &self.record {
                 RecordSource::Text(text) => text.parse::<BuildRecord>().map_err(Arc::new)?,
@@ -585,7 +589,9 @@ where
                 .collect();
             Ok(Shipped { record, recorded })
         });
-        parsed.as_ref().map_err(|e| Error::Shared(Arc::clone(e)))
+        parsed
+            .as_ref()
+            .map_err(|e| ToolchainError::Shared(Arc::clone(e)))
     }
 }
 
@@ -593,8 +599,13 @@ impl<S> Library<S> for KernelLibrary<S>
 where
     S: Clone + Eq + Hash + fmt::Debug + Send + Sync,
 {
-    fn request(&self, spec: &S, toolchain: &Toolchain, arch: Arch) -> Result<KernelRequest, Error> {
-        (self.request)(spec, toolchain, arch)
+    fn request(
+        &self,
+        spec: &S,
+        toolchain: &Toolchain,
+        arch: Arch,
+    ) -> Result<KernelRequest, ServeError> {
+        Ok((self.request)(spec, toolchain, arch)?)
     }
 
     fn policy(&self) -> ToolchainPolicy {

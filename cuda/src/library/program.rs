@@ -23,8 +23,8 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use kiln_core::{ArtifactKind, Cache, Digest, Hit, Key, Owner, World};
 
-use crate::nvrtc::NvrtcVersion;
-use crate::{Arch, Device, Error, KernelRequest};
+use crate::toolchain::NvrtcVersion;
+use crate::{Arch, Device, KernelRequest, ServeError};
 
 /// Which toolchain a request was built under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,7 +60,7 @@ impl Keyed {
 
     /// Its owner under NVRTC `nvrtc` (the toolchain it was built under: the
     /// same for every call on one memo), derived once.
-    pub(super) fn owner(&self, nvrtc: &NvrtcVersion) -> Result<&Owner, Error> {
+    pub(super) fn owner(&self, nvrtc: &NvrtcVersion) -> Result<&Owner, ServeError> {
         if let Some(owner) = self.owner.get() {
             return Ok(owner);
         }
@@ -69,7 +69,7 @@ impl Keyed {
     }
 
     /// Its key, derived once.
-    pub(super) fn key(&self) -> Result<Key, Error> {
+    pub(super) fn key(&self) -> Result<Key, ServeError> {
         if let Some(key) = self.key.get() {
             return Ok(*key);
         }
@@ -137,8 +137,8 @@ impl ProgramMemo {
         &self,
         under: Under,
         arch: Arch,
-        build: impl FnOnce() -> Result<KernelRequest, Error>,
-    ) -> Result<Arc<Keyed>, Error> {
+        build: impl FnOnce() -> Result<KernelRequest, ServeError>,
+    ) -> Result<Arc<Keyed>, ServeError> {
         if let Some(found) = self.find(under, arch) {
             return Ok(found);
         }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use kiln_core::{ArtifactKind, Hit};
 
-use crate::nvrtc::NvrtcVersion;
 use crate::select::Selection;
+use crate::toolchain::NvrtcVersion;
 use crate::{Arch, KernelRequest};
 
 /// The artifact of an entry a [`KernelLibrary`](super::KernelLibrary) chose for a device: what to load

@@ -19,7 +19,7 @@ use super::attempt::Attempt;
 use crate::select::{
     Candidate, Candidates, Device, Selection, advice, cuda_version_text, holdings,
 };
-use crate::{BuildRecord, Error};
+use crate::{BuildRecord, ServeError};
 
 /// What a shelf found for one candidate.
 pub(super) enum Found<E> {
@@ -40,7 +40,7 @@ pub(super) trait Shelf {
     ///
     /// # Errors
     /// An error that ends the walk (a key that cannot be derived).
-    fn find(&mut self, candidate: &Candidate) -> Result<Found<Self::Entry>, Error>;
+    fn find(&mut self, candidate: &Candidate) -> Result<Found<Self::Entry>, ServeError>;
 
     /// Whether the artifact that `selection` loads from `entry` lists `kernel`
     /// as an entry point.
@@ -71,7 +71,7 @@ pub(super) fn walk<S: Shelf>(
     kernel: Option<&str>,
     shelf: &mut S,
     tried: &mut Vec<Attempt>,
-) -> Result<Walked<S::Entry>, Error> {
+) -> Result<Walked<S::Entry>, ServeError> {
     for candidate in &candidates.list {
         let entry = match shelf.find(candidate)? {
             Found::Entry(entry) => entry,

@@ -9,8 +9,9 @@
 
 use kiln_core::{ArtifactKind, Hit};
 
+use crate::Arch;
 use crate::library::ChosenArtifact;
-use crate::{Arch, Error};
+use crate::loader::error::LoadError;
 
 /// Checks that `chosen` runs on a device of arch `device` whose driver supports
 /// CUDA `driver`: a CUBIN whose target's CUBINs run there ([`Arch::cubin_runs_on`])
@@ -19,22 +20,22 @@ use crate::{Arch, Error};
 /// no newer than the driver. Any other kind is no code for a device.
 ///
 /// # Errors
-/// [`Error::ChosenArtifactDoesNotRun`] when it does not run on the arch;
-/// [`Error::ChosenArtifactDoesNotLoad`] or [`Error::DriverTooOldForPtx`] when the
+/// [`LoadError::ChosenArtifactDoesNotRun`] when it does not run on the arch;
+/// [`LoadError::ChosenArtifactDoesNotLoad`] or [`LoadError::DriverTooOldForPtx`] when the
 /// driver cannot load it.
 pub(super) fn check_runs(
     name: &str,
     chosen: &ChosenArtifact,
     device: Arch,
     driver: Option<i32>,
-) -> Result<(), Error> {
+) -> Result<(), LoadError> {
     check_arch(name, chosen, device)?;
     let (Some(nvrtc), Some(driver)) = (&chosen.nvrtc, driver) else {
         return Ok(());
     };
     match chosen.kind {
         ArtifactKind::Ptx if driver < crate::select::driver_needed_for_ptx(nvrtc) => {
-            Err(Error::DriverTooOldForPtx {
+            Err(LoadError::DriverTooOldForPtx {
                 name: name.to_owned(),
                 ptx_release: crate::select::cuda_version_text(
                     crate::select::driver_needed_for_ptx(nvrtc),
@@ -43,7 +44,7 @@ pub(super) fn check_runs(
             })
         }
         ArtifactKind::Cubin if driver < crate::select::driver_needed_for_cubin(nvrtc) => {
-            Err(Error::ChosenArtifactDoesNotLoad {
+            Err(LoadError::ChosenArtifactDoesNotLoad {
                 name: name.to_owned(),
                 kind: chosen.kind.to_string(),
                 nvrtc: nvrtc.release.clone(),
@@ -55,7 +56,7 @@ pub(super) fn check_runs(
 }
 
 /// Checks that `chosen` runs on a device of arch `device`.
-fn check_arch(name: &str, chosen: &ChosenArtifact, device: Arch) -> Result<(), Error> {
+fn check_arch(name: &str, chosen: &ChosenArtifact, device: Arch) -> Result<(), LoadError> {
     let (major, minor) = (device.major(), device.minor());
     let runs = match chosen.kind {
         ArtifactKind::Cubin => chosen.target.cubin_runs_on(major, minor),
@@ -65,7 +66,7 @@ fn check_arch(name: &str, chosen: &ChosenArtifact, device: Arch) -> Result<(), E
     if runs {
         return Ok(());
     }
-    Err(Error::ChosenArtifactDoesNotRun {
+    Err(LoadError::ChosenArtifactDoesNotRun {
         name: name.to_owned(),
         kind: chosen.kind.to_string(),
         target: chosen.target.to_string(),
@@ -79,12 +80,12 @@ fn check_arch(name: &str, chosen: &ChosenArtifact, device: Arch) -> Result<(), E
 /// else its PTX when that runs there.
 ///
 /// # Errors
-/// [`Error::NoCompatibleArtifact`] when neither does.
+/// [`LoadError::NoCompatibleArtifact`] when neither does.
 pub(super) fn own_choice(
     hit: &Hit<'_>,
     target: Arch,
     device: Arch,
-) -> Result<ChosenArtifact, Error> {
+) -> Result<ChosenArtifact, LoadError> {
     let (major, minor) = (device.major(), device.minor());
     let artifacts = hit.artifacts();
     let first = |kind: ArtifactKind| artifacts.iter().find(|a| a.kind == kind);
@@ -101,7 +102,7 @@ pub(super) fn own_choice(
     if target.ptx_runs_on(major, minor) && first(ArtifactKind::Ptx).is_some() {
         return Ok(ChosenArtifact::new(ArtifactKind::Ptx, target));
     }
-    Err(Error::NoCompatibleArtifact {
+    Err(LoadError::NoCompatibleArtifact {
         name: hit.name().to_owned(),
         arch: target.to_string(),
         major,
@@ -112,12 +113,12 @@ pub(super) fn own_choice(
 /// The CUBIN `chosen` names: its entry points and its bytes.
 ///
 /// # Errors
-/// [`Error::ChosenArtifactUnreadable`] when the entry has no CUBIN or its bytes
+/// [`LoadError::ChosenArtifactUnreadable`] when the entry has no CUBIN or its bytes
 /// fail their checksum (or are empty).
 pub(super) fn cubin<'h>(
     hit: &'h Hit<'_>,
     chosen: &ChosenArtifact,
-) -> Result<(Vec<String>, &'h [u8]), Error> {
+) -> Result<(Vec<String>, &'h [u8]), LoadError> {
     let artifacts = hit.artifacts();
     let cubin = artifacts
         .iter()
@@ -130,9 +131,9 @@ pub(super) fn cubin<'h>(
     cubin.ok_or_else(|| unreadable(hit, chosen))
 }
 
-/// [`Error::ChosenArtifactUnreadable`] for `chosen` of `hit`.
-pub(super) fn unreadable(hit: &Hit<'_>, chosen: &ChosenArtifact) -> Error {
-    Error::ChosenArtifactUnreadable {
+/// [`LoadError::ChosenArtifactUnreadable`] for `chosen` of `hit`.
+pub(super) fn unreadable(hit: &Hit<'_>, chosen: &ChosenArtifact) -> LoadError {
+    LoadError::ChosenArtifactUnreadable {
         name: hit.name().to_owned(),
         kind: chosen.kind.to_string(),
         target: chosen.target.to_string(),

@@ -16,9 +16,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaContext, DriverError};
 
+use crate::Arch;
 use crate::jit::{driver_release_from_maps, driver_release_from_proc_version};
+use crate::loader::error::LoadError;
 use crate::select::Device;
-use crate::{Arch, Error};
 
 /// The oldest driver (its CUDA version, `cuDriverGetVersion` form) Kiln serves:
 /// CUDA 12.0, R525, the oldest that loads NVRTC 12's CUBINs and has every
@@ -78,13 +79,13 @@ pub const DRIVER_FUNCTIONS: &[(&str, i32)] = &[
 /// ([`OLDEST_DRIVER_VERSION`]: any driver some shipped entry runs on).
 ///
 /// # Errors
-/// [`Error::DriverNotFound`], [`Error::DriverTooOld`] or
-/// [`Error::DriverStatus`] when the driver is missing or too old;
-/// [`Error::Driver`] when the context cannot be created.
-pub fn context(ordinal: usize) -> Result<Arc<CudaContext>, Error> {
+/// [`LoadError::DriverNotFound`], [`LoadError::DriverTooOld`] or
+/// [`LoadError::DriverStatus`] when the driver is missing or too old;
+/// [`LoadError::Driver`] when the context cannot be created.
+pub fn context(ordinal: usize) -> Result<Arc<CudaContext>, LoadError> {
     let found = installed_driver_version()?;
     if found < OLDEST_DRIVER_VERSION {
-        return Err(Error::DriverTooOld {
+        return Err(LoadError::DriverTooOld {
             found,
             needed: OLDEST_DRIVER_VERSION,
         });
@@ -104,9 +105,9 @@ pub fn driver_available() -> bool {
 /// [`limit_driver_version`] set. Selection and the loader's checks use it.
 ///
 /// # Errors
-/// [`Error::DriverNotFound`] when no driver library loads;
-/// [`Error::DriverStatus`] when it reports an error.
-pub fn driver_version() -> Result<i32, Error> {
+/// [`LoadError::DriverNotFound`] when no driver library loads;
+/// [`LoadError::DriverStatus`] when it reports an error.
+pub fn driver_version() -> Result<i32, LoadError> {
     let installed = installed_driver_version()?;
     let limit = *LIMIT.lock().unwrap_or_else(|p| p.into_inner());
     Ok(limit.map_or(installed, |limit| limit.min(installed)))
@@ -128,13 +129,13 @@ static LIMIT: Mutex<Option<i32>> = Mutex::new(None);
 /// ```
 ///
 /// # Errors
-/// [`Error::DriverNotFound`] or [`Error::DriverStatus`] as
-/// [`driver_version`]; [`Error::DriverLimitAbove`] when `version` is newer than
+/// [`LoadError::DriverNotFound`] or [`LoadError::DriverStatus`] as
+/// [`driver_version`]; [`LoadError::DriverLimitAbove`] when `version` is newer than
 /// the installed driver (it would be handed code it cannot load).
-pub fn limit_driver_version(version: i32) -> Result<(), Error> {
+pub fn limit_driver_version(version: i32) -> Result<(), LoadError> {
     let installed = installed_driver_version()?;
     if version > installed {
-        return Err(Error::DriverLimitAbove {
+        return Err(LoadError::DriverLimitAbove {
             limit: version,
             installed,
         });
@@ -144,21 +145,21 @@ pub fn limit_driver_version(version: i32) -> Result<(), Error> {
 }
 
 /// The installed driver's CUDA version, read once per process.
-fn installed_driver_version() -> Result<i32, Error> {
-    static INSTALLED: OnceLock<Result<i32, Arc<Error>>> = OnceLock::new();
+fn installed_driver_version() -> Result<i32, LoadError> {
+    static INSTALLED: OnceLock<Result<i32, Arc<LoadError>>> = OnceLock::new();
     INSTALLED
         .get_or_init(|| read_driver_version().map_err(Arc::new))
         .clone()
-        .map_err(Error::Shared)
+        .map_err(LoadError::Shared)
 }
 
 /// The CUDA version the installed driver supports (`13000` for 13.0), read through
 /// `libloading` so that a missing driver is an error, not cudarc's panic.
-fn read_driver_version() -> Result<i32, Error> {
+fn read_driver_version() -> Result<i32, LoadError> {
     let mut tried = cudarc::get_lib_name_candidates("cuda");
     let mut seen = std::collections::HashSet::new();
     tried.retain(|name| seen.insert(name.clone()));
-    let not_found = |tried| Error::DriverNotFound { tried };
+    let not_found = |tried| LoadError::DriverNotFound { tried };
     if !driver_available() {
         return Err(not_found(tried));
     }
@@ -180,7 +181,7 @@ fn read_driver_version() -> Result<i32, Error> {
     // SAFETY: the pointer is valid for one write; the call needs no cuInit.
     let status = unsafe { get(&mut version) };
     if status != 0 {
-        return Err(Error::DriverStatus {
+        return Err(LoadError::DriverStatus {
             call: "cuDriverGetVersion",
             status,
         });
@@ -192,9 +193,9 @@ fn read_driver_version() -> Result<i32, Error> {
 /// Compile for [`Arch::with_suffix`]-style variants such as `sm_90a` explicitly.
 ///
 /// # Errors
-/// [`Error::Driver`] when the device cannot be queried;
-/// [`Error::InvalidArch`] when its compute capability is not an arch.
-pub fn device_arch(ctx: &CudaContext) -> Result<Arch, Error> {
+/// [`LoadError::Driver`] when the device cannot be queried;
+/// [`LoadError::InvalidArch`] when its compute capability is not an arch.
+pub fn device_arch(ctx: &CudaContext) -> Result<Arch, LoadError> {
     let (major, minor) = ctx
         .compute_capability()
         .map_err(driver("reading the compute capability".to_owned()))?;
@@ -206,12 +207,12 @@ pub fn device_arch(ctx: &CudaContext) -> Result<Arch, Error> {
 ///
 /// # Errors
 /// The errors of [`device_arch`] and [`driver_version`].
-pub fn device(ctx: &CudaContext) -> Result<Device, Error> {
+pub fn device(ctx: &CudaContext) -> Result<Device, LoadError> {
     Ok(Device::new(device_arch(ctx)?).with_driver(driver_version()?))
 }
 
-pub(super) fn driver(what: String) -> impl FnOnce(DriverError) -> Error {
-    move |source| Error::Driver { what, source }
+pub(super) fn driver(what: String) -> impl FnOnce(DriverError) -> LoadError {
+    move |source| LoadError::Driver { what, source }
 }
 
 /// The exact release of the CUDA driver library this process uses (`580.159.04`):

@@ -9,8 +9,8 @@ use cudarc::driver::{CudaContext, CudaModule};
 use kiln_core::{ArtifactKind, Cache, Hit};
 
 use super::link::{checked_ptx, link_ptx, load_image};
-use crate::Error;
 use crate::jit::{JitKernels, JitSource, JitTarget, cached_jit, get_or_jit};
+use crate::loader::error::LoadError;
 use crate::ptx::PtxModule;
 
 /// Where the PTX of a module being JIT-compiled is read when the driver is
@@ -38,12 +38,12 @@ impl PtxSource {
         &self,
         source: &JitSource,
         function: &str,
-        use_it: impl FnOnce(&[u8]) -> Result<R, Error>,
-    ) -> Result<R, Error> {
+        use_it: impl FnOnce(&[u8]) -> Result<R, LoadError>,
+    ) -> Result<R, LoadError> {
         match self {
             PtxSource::Copied(bytes) => use_it(bytes),
             PtxSource::InCache(cache) => {
-                let gone = || Error::JitSourceGone {
+                let gone = || LoadError::JitSourceGone {
                     name: source.name().to_owned(),
                     function: function.to_owned(),
                 };
@@ -96,7 +96,7 @@ impl JitJob {
     }
 
     /// The whole module: its kept CUBIN, else the driver's JIT (kept).
-    pub(super) fn whole(&self, ctx: &Arc<CudaContext>) -> Result<Arc<CudaModule>, Error> {
+    pub(super) fn whole(&self, ctx: &Arc<CudaContext>) -> Result<Arc<CudaModule>, LoadError> {
         let name = self.source.name();
         let Some((cache, target)) = self.kept() else {
             // Nothing kept: the driver JIT-compiles at load, as without Kiln.
@@ -119,7 +119,7 @@ impl JitJob {
         &self,
         ctx: &Arc<CudaContext>,
         kernels: JitKernels<'_>,
-    ) -> Result<Option<Arc<CudaModule>>, Error> {
+    ) -> Result<Option<Arc<CudaModule>>, LoadError> {
         let Some((cache, target)) = self.kept() else {
             return Ok(None);
         };
@@ -147,7 +147,7 @@ impl JitJob {
         ctx: &Arc<CudaContext>,
         lowered: &str,
         function: &str,
-    ) -> Result<Option<Arc<CudaModule>>, Error> {
+    ) -> Result<Option<Arc<CudaModule>>, LoadError> {
         let name = self.source.name();
         let extract = self.ptx.with(&self.source, function, |ptx| {
             let text = checked_ptx(name, ptx)?;
@@ -239,7 +239,7 @@ impl PerKernel {
         ctx: &Arc<CudaContext>,
         lowered: &str,
         function: &str,
-    ) -> Result<Arc<CudaModule>, Error> {
+    ) -> Result<Arc<CudaModule>, LoadError> {
         let lock = || self.kernels.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(module) = lock().get(lowered) {
             return Ok(Arc::clone(module));
@@ -287,8 +287,8 @@ fn kept_cubin(
     source: &JitSource,
     target: &JitTarget,
     kernels: JitKernels<'_>,
-    link: impl Fn() -> Result<Vec<u8>, Error>,
-) -> Result<Vec<u8>, Error> {
+    link: impl Fn() -> Result<Vec<u8>, LoadError>,
+) -> Result<Vec<u8>, LoadError> {
     for _ in 0..2 {
         let hit = get_or_jit(cache, source, target, kernels, &link)?;
         if let Some(cubin) = hit.artifact(&ArtifactKind::Cubin) {

@@ -10,8 +10,8 @@ use cudarc::driver::{CudaContext, CudaModule};
 use cudarc::nvrtc::Ptx;
 
 use super::driver::{driver, driver_version};
-use crate::Error;
 use crate::jit::JitTarget;
+use crate::loader::error::LoadError;
 use crate::select::cuda_version_text;
 
 /// `cuModuleLoadData` of a CUBIN or NUL-terminated PTX.
@@ -20,16 +20,16 @@ pub(super) fn load_image(
     image: Vec<u8>,
     what: &str,
     name: &str,
-) -> Result<Arc<CudaModule>, Error> {
+) -> Result<Arc<CudaModule>, LoadError> {
     ctx.load_module(Ptx::from_binary(image))
         .map_err(driver(format!("loading the {what} of {name}")))
 }
 
 /// The PTX, NUL-terminated, once checked: no NUL inside, and a driver new
 /// enough for the compiler named in its banner.
-pub(super) fn checked_ptx(name: &str, bytes: &[u8]) -> Result<Vec<u8>, Error> {
+pub(super) fn checked_ptx(name: &str, bytes: &[u8]) -> Result<Vec<u8>, LoadError> {
     if bytes.contains(&0) {
-        return Err(Error::InteriorNul {
+        return Err(LoadError::InteriorNul {
             what: format!("the PTX of {name}"),
         });
     }
@@ -37,7 +37,7 @@ pub(super) fn checked_ptx(name: &str, bytes: &[u8]) -> Result<Vec<u8>, Error> {
         let needed = i32::try_from(major * 1000 + minor * 10).unwrap_or(i32::MAX);
         let found = driver_version()?;
         if found < needed {
-            return Err(Error::DriverTooOldForPtx {
+            return Err(LoadError::DriverTooOldForPtx {
                 name: name.to_owned(),
                 ptx_release: cuda_version_text(needed),
                 driver: found,
@@ -61,7 +61,7 @@ pub(super) fn link_ptx(
     ptx: &[u8],
     name: &str,
     target: &JitTarget,
-) -> Result<Vec<u8>, Error> {
+) -> Result<Vec<u8>, LoadError> {
     use cudarc::driver::sys;
     use std::ffi::c_void;
 
@@ -71,7 +71,7 @@ pub(super) fn link_ptx(
     let refused = |status: sys::CUresult, log: &[u8]| {
         let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
         let text = String::from_utf8_lossy(&log[..end]).trim().to_owned();
-        Error::Jit {
+        LoadError::Jit {
             name: name.to_owned(),
             target: target.to_string(),
             status,

@@ -5,7 +5,7 @@
 //! the arch the entry was built for): no second selection. It checks first that
 //! the artifact runs on the context's device (a CUBIN whose target runs there, PTX
 //! whose target runs there and whose compiler the driver is new enough for), and
-//! refuses it otherwise ([`Error::ChosenArtifactDoesNotRun`]): a kernel served for
+//! refuses it otherwise ([`LoadError::ChosenArtifactDoesNotRun`]): a kernel served for
 //! another device is never swapped for other code of its entry.
 //! [`ModuleCache::load`] takes an entry no library chose for (the hit of
 //! [`Compiler::compile_cached`](crate::Compiler::compile_cached)) with its request,
@@ -41,11 +41,11 @@
 //! [`ModuleCache::whole_modules`] turns splitting off.
 //!
 //! cudarc panics when `libcuda` is missing: [`context`] probes for the driver first
-//! and returns [`Error::DriverNotFound`] instead.
+//! and returns [`LoadError::DriverNotFound`] instead.
 //!
 //! PTX is loaded only when the driver can JIT it: a driver for CUDA `X.Y` takes PTX
 //! from compilers up to `X.Y` (the release is read from the PTX's banner); an older
-//! one is [`Error::DriverTooOldForPtx`], not the driver's
+//! one is [`LoadError::DriverTooOldForPtx`], not the driver's
 //! `CUDA_ERROR_UNSUPPORTED_PTX_VERSION`.
 //!
 //! The files: `driver.rs` (the driver, its versions, contexts), `choice.rs` (which
@@ -54,6 +54,7 @@
 
 mod choice;
 mod driver;
+pub(crate) mod error;
 mod jit_job;
 mod link;
 
@@ -66,7 +67,7 @@ use kiln_core::{ArtifactKind, Cache, Digest, Hit, Key};
 
 use crate::jit::{JitSource, JitTarget};
 use crate::library::ChosenArtifact;
-use crate::{Arch, Error, KernelRequest, Served};
+use crate::{Arch, KernelRequest, Served};
 
 #[allow(deprecated)]
 pub use driver::REQUIRED_DRIVER_VERSION;
@@ -74,6 +75,7 @@ pub use driver::{
     DRIVER_FUNCTIONS, OLDEST_DRIVER_VERSION, context, device, device_arch, driver_available,
     driver_release, driver_version, limit_driver_version,
 };
+pub use error::LoadError;
 
 use driver::driver;
 use jit_job::{JitJob, PerKernel};
@@ -159,13 +161,13 @@ impl LoadedModule {
     /// (`cuModuleGetFunction` works in the current context), so any thread can ask.
     ///
     /// # Errors
-    /// [`Error::NoSuchEntryPoint`] when the module has no function of that
-    /// name expression; [`Error::Driver`] when the driver cannot load it;
-    /// for a kernel compiled now, the errors of the JIT ([`Error::Jit`],
-    /// [`Error::DriverTooOldForPtx`], [`Error::JitSourceGone`]).
-    pub fn function(&self, name_expression: &str) -> Result<CudaFunction, Error> {
+    /// [`LoadError::NoSuchEntryPoint`] when the module has no function of that
+    /// name expression; [`LoadError::Driver`] when the driver cannot load it;
+    /// for a kernel compiled now, the errors of the JIT ([`LoadError::Jit`],
+    /// [`LoadError::DriverTooOldForPtx`], [`LoadError::JitSourceGone`]).
+    pub fn function(&self, name_expression: &str) -> Result<CudaFunction, LoadError> {
         let loaded = &*self.inner;
-        let missing = || Error::NoSuchEntryPoint {
+        let missing = || LoadError::NoSuchEntryPoint {
             name: loaded.name.clone(),
             function: name_expression.to_owned(),
             entry_points: loaded.name_expressions.clone(),
@@ -185,7 +187,7 @@ impl LoadedModule {
                 .ok_or_else(missing)?,
         };
         if lowered.contains('\0') {
-            return Err(Error::InteriorNul {
+            return Err(LoadError::InteriorNul {
                 what: format!("entry point {lowered:?}"),
             });
         }
@@ -311,18 +313,18 @@ impl ModuleCache {
     /// [`ModuleCache::load_served`], which obeys the library's choice.
     ///
     /// # Errors
-    /// [`Error::HitMismatch`] when `hit` is not an entry of `request` (another
-    /// key); [`Error::NoCompatibleArtifact`] when neither its CUBIN nor its PTX
-    /// runs on the device; [`Error::Driver`] when the driver refuses the module;
-    /// [`Error::Jit`] when the driver cannot JIT-compile the PTX.
+    /// [`LoadError::HitMismatch`] when `hit` is not an entry of `request` (another
+    /// key); [`LoadError::NoCompatibleArtifact`] when neither its CUBIN nor its PTX
+    /// runs on the device; [`LoadError::Driver`] when the driver refuses the module;
+    /// [`LoadError::Jit`] when the driver cannot JIT-compile the PTX.
     pub fn load(
         &self,
         ctx: &Arc<CudaContext>,
         request: &KernelRequest,
         hit: &Hit<'_>,
-    ) -> Result<LoadedModule, Error> {
+    ) -> Result<LoadedModule, LoadError> {
         if !request.key().is_ok_and(|key| key == hit.key()) {
-            return Err(Error::HitMismatch {
+            return Err(LoadError::HitMismatch {
                 name: hit.name().to_owned(),
                 owner: hit.owner_label().to_owned(),
                 request: request.name().to_owned(),
@@ -345,17 +347,17 @@ impl ModuleCache {
     /// (see the module documentation).
     ///
     /// # Errors
-    /// [`Error::ChosenArtifactDoesNotRun`] when the chosen artifact does not run
+    /// [`LoadError::ChosenArtifactDoesNotRun`] when the chosen artifact does not run
     /// on the device (the kernel was served for another device);
-    /// [`Error::ChosenArtifactUnreadable`] when the entry's bytes of it fail their
-    /// checksum; [`Error::DriverTooOldForPtx`] when the driver cannot JIT the
-    /// PTX; [`Error::Driver`] when the driver refuses the module; [`Error::Jit`]
+    /// [`LoadError::ChosenArtifactUnreadable`] when the entry's bytes of it fail their
+    /// checksum; [`LoadError::DriverTooOldForPtx`] when the driver cannot JIT the
+    /// PTX; [`LoadError::Driver`] when the driver refuses the module; [`LoadError::Jit`]
     /// when the driver cannot JIT-compile the PTX.
     pub fn load_served(
         &self,
         ctx: &Arc<CudaContext>,
         served: &Served<'_>,
-    ) -> Result<LoadedModule, Error> {
+    ) -> Result<LoadedModule, LoadError> {
         let chosen = served.artifact();
         if let Some(module) = self.loaded(ctx, served.hit(), &chosen.kind) {
             return Ok(module);
@@ -380,7 +382,7 @@ impl ModuleCache {
         request: &KernelRequest,
         hit: &Hit<'_>,
         name_expression: &str,
-    ) -> Result<CudaFunction, Error> {
+    ) -> Result<CudaFunction, LoadError> {
         self.load(ctx, request, hit)?.function(name_expression)
     }
 
@@ -403,7 +405,7 @@ impl ModuleCache {
         name_expressions: &[String],
         chosen: &ChosenArtifact,
         device: Arch,
-    ) -> Result<LoadedModule, Error> {
+    ) -> Result<LoadedModule, LoadError> {
         let id = module_id(ctx, hit, &chosen.kind);
         if let Some(module) = self.lock().get(&id) {
             return Ok(module.clone());
@@ -445,7 +447,7 @@ impl ModuleCache {
         hit: &Hit<'_>,
         chosen: &ChosenArtifact,
         device: Arch,
-    ) -> Result<(Vec<String>, Code), Error> {
+    ) -> Result<(Vec<String>, Code), LoadError> {
         let source = JitSource::of(hit).ok_or_else(|| choice::unreadable(hit, chosen))?;
         let cache = self.keep.cache();
         let target = cache.and_then(|_| JitTarget::new(device, driver_release(ctx)?).ok());

@@ -16,7 +16,7 @@
 //! Versions are in `cuDriverGetVersion`'s form: `12080` for CUDA 12.8.
 
 use crate::Arch;
-use crate::nvrtc::NvrtcVersion;
+use crate::toolchain::NvrtcVersion;
 
 /// A GPU arch Kiln knows, and the drivers (CUDA versions) that support it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

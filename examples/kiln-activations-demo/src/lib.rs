@@ -46,7 +46,7 @@ pub fn get<'c>(
     cache: &'c Cache,
     device: &Device,
     kernel: &Kernel,
-) -> Result<Served<'c>, kiln::cuda::Error> {
+) -> Result<Served<'c>, kiln::cuda::ServeError> {
     ACTIVATIONS.get(cache, device, kernel)
 }
 

@@ -73,7 +73,7 @@ impl Wanted {
         &self,
         cache: &'c Cache,
         device: &Device,
-    ) -> Result<Served<'c>, kiln::cuda::Error> {
+    ) -> Result<Served<'c>, kiln::cuda::ServeError> {
         match self {
             Wanted::Demo(spec) => kiln_kernels_demo::get(cache, device, spec),
             Wanted::Activation(kernel) => kiln_activations_demo::get(cache, device, kernel),

@@ -125,7 +125,7 @@ impl Output {
     }
 
     /// What a kernel library's build recorded: the compiler, the targets.
-    pub fn library(&self, name: &str, record: Result<&BuildRecord, kiln::cuda::Error>) {
+    pub fn library(&self, name: &str, record: Result<&BuildRecord, kiln::cuda::ToolchainError>) {
         let (text, nvrtc, targets, ptx) = match &record {
             Ok(record) => (
                 record.to_string(),
@@ -294,7 +294,7 @@ impl Output {
         }
     }
 
-    pub fn failure(&self, library: &str, name: &str, error: &kiln::cuda::Error) {
+    pub fn failure(&self, library: &str, name: &str, error: &kiln::cuda::ServeError) {
         if self.json {
             println!(
                 "{}",

@@ -42,9 +42,8 @@ use criterion::{BatchSize, Criterion, criterion_group};
 use kiln_core::Cache;
 use kiln_cuda::{
     Arch, Compiler, Device, IncludeDir, KernelLibrary, KernelRequest, Toolchain,
-    identity::NvrtcIdentity,
-    locate::SearchConfig,
-    memo::MemoDir,
+    toolchain::MemoDir,
+    toolchain::SearchConfig,
     toolchain::{BuildRecord, CCCL, ToolchainPolicy},
 };
 use kiln_kernel_set::{Dtype, KernelSpec, ReduceOp, cccl_include_dir};
@@ -107,7 +106,7 @@ fn bench(c: &mut Criterion) {
     // Settled files only (the installed trees are old): the default settle time.
     let memo = MemoDir::at(memo_dir.path());
     IncludeDir::with_memo(cccl_path, &memo).expect("fingerprint");
-    NvrtcIdentity::resolve(&SearchConfig::from_env(), &memo).expect("identity");
+    Compiler::with_memo(&SearchConfig::from_env(), &memo).expect("identity");
     let mut group = c.benchmark_group("cuda_compile");
     group.sample_size(10);
     group.bench_function("cccl_fingerprint", |b| {
@@ -122,8 +121,9 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("identity_memo", |b| {
         b.iter(|| {
-            NvrtcIdentity::resolve(&SearchConfig::from_env(), &memo)
+            Compiler::with_memo(&SearchConfig::from_env(), &memo)
                 .expect("identity")
+                .identity()
                 .origin()
         })
     });

@@ -20,9 +20,9 @@
 use std::sync::OnceLock;
 
 use kiln_cuda::{
-    Arch, Error, IncludeDir, KernelRequest, Toolchain,
-    locate::{SearchConfig, locate_cccl},
+    Arch, Error, IncludeDir, KernelRequest, Toolchain, ToolchainError,
     toolchain::CCCL,
+    toolchain::{SearchConfig, locate_cccl},
 };
 
 /// Element types of the kernel set.
@@ -301,7 +301,7 @@ impl KernelSpec {
     /// # Errors
     /// When the CCCL headers a CUB kernel needs cannot be found or read.
     pub fn request(&self, arch: Arch) -> Result<KernelRequest, Error> {
-        self.build_request(arch, cccl_include_dir)
+        self.build_request(arch, || Ok(cccl_include_dir()?))
     }
 
     /// The compile request for `arch` under `toolchain`: its CCCL header set when the
@@ -312,7 +312,7 @@ impl KernelSpec {
     /// toolchain's headers cannot be found or read, or the recorded toolchain
     /// recorded none.
     pub fn request_with(&self, toolchain: &Toolchain, arch: Arch) -> Result<KernelRequest, Error> {
-        self.build_request(arch, || toolchain.cccl())
+        self.build_request(arch, || Ok(toolchain.cccl()?))
     }
 
     fn build_request(
@@ -342,9 +342,9 @@ impl KernelSpec {
 /// every file (see [`IncludeDir`]).
 ///
 /// # Errors
-/// [`Error::CcclNotFound`] when no CCCL headers are found; [`Error::Io`]
-/// when they cannot be read.
-pub fn cccl_include_dir() -> Result<IncludeDir, Error> {
+/// [`ToolchainError::CcclNotFound`] when no CCCL headers are found;
+/// [`ToolchainError::Io`] when they cannot be read.
+pub fn cccl_include_dir() -> Result<IncludeDir, ToolchainError> {
     static FOUND: OnceLock<IncludeDir> = OnceLock::new();
     if let Some(dir) = FOUND.get() {
         return Ok(dir.clone());

@@ -454,7 +454,10 @@ fn a_served_kernel_loads_exactly_its_chosen_artifact() {
     assert_eq!(elsewhere.hit().key(), here.hit().key(), "the same entry");
     let refused = modules.load_served(&gpu.ctx, &elsewhere).unwrap_err();
     assert!(
-        matches!(refused, kiln_cuda::Error::ChosenArtifactDoesNotRun { .. }),
+        matches!(
+            refused,
+            kiln_cuda::LoadError::ChosenArtifactDoesNotRun { .. }
+        ),
         "{refused}"
     );
     assert_eq!(modules.len(), 1);

@@ -13,12 +13,13 @@ use std::time::Duration;
 
 use kiln_core::{Cache, Digest, Source};
 use kiln_cuda::{
-    Arch, Compiler, Error, IncludeDir, KernelRequest,
-    identity::{IdentityOrigin, NvrtcIdentity},
-    locate::{SearchConfig, locate_nvrtc},
-    memo::MemoDir,
-    nvrtc::NvrtcVersion,
+    Arch, Compiler, IncludeDir, KernelRequest,
+    toolchain::IdentityOrigin,
+    toolchain::MemoDir,
+    toolchain::NvrtcVersion,
+    toolchain::{SearchConfig, locate_nvrtc},
 };
+use kiln_cuda::{CompileError, ToolchainError};
 use kiln_image::{Image, ImageMeta, Verification};
 use kiln_kernel_set::{Dtype, KernelSpec};
 
@@ -98,13 +99,17 @@ fn reported(stdout: &str, name: &str) -> String {
 
 /// The CUDA backend's error itself, or the one inside a failed compile of the
 /// cache.
-fn cuda_error(err: &Error) -> Option<&Error> {
+fn cuda_error(err: &CompileError) -> Option<&ToolchainError> {
     match err {
-        Error::Cache(cache) => match &**cache {
-            kiln_core::Error::Compile { source, .. } => source.downcast_ref::<Error>(),
+        CompileError::Cache(cache) => match &**cache {
+            kiln_core::Error::Compile { source, .. } => match source.downcast_ref() {
+                Some(CompileError::Toolchain(error)) => Some(error),
+                _ => None,
+            },
             _ => None,
         },
-        e => Some(e),
+        CompileError::Toolchain(error) => Some(error),
+        _ => None,
     }
 }
 
@@ -144,10 +149,10 @@ fn a_memoized_nvrtc_identity_is_used_only_for_the_very_library_it_was_read_from(
     if let Ok(scenario) = std::env::var(CHILD) {
         let (library, memo) = (env_path("KILN_TEST_LIBRARY"), env_path("KILN_TEST_MEMO"));
         let memo = MemoDir::at(memo).with_settle(Duration::ZERO);
-        let identity = NvrtcIdentity::resolve(&SearchConfig::nvrtc_file(&library), &memo).unwrap();
+        let compiler = Compiler::with_memo(&SearchConfig::nvrtc_file(&library), &memo).unwrap();
+        let identity = compiler.identity();
         let loaded_by_resolve = nvrtc_is_loaded();
         let compiled = if scenario == "compile" {
-            let compiler = Compiler::with_identity(identity.clone());
             let request = KernelSpec::Axpy { dtype: Dtype::F32 }
                 .request(arch("sm_90"))
                 .unwrap();
@@ -158,7 +163,7 @@ fn a_memoized_nvrtc_identity_is_used_only_for_the_very_library_it_was_read_from(
             let lookup = cache.lookup(&owner.digest(), &request.key().unwrap());
             assert!(lookup.is_none(), "nothing is cached under the wrong owner");
             match result.as_ref().map_err(cuda_error) {
-                Err(Some(Error::NvrtcIdentityChanged { owner, found, .. })) => {
+                Err(Some(ToolchainError::NvrtcIdentityChanged { owner, found, .. })) => {
                     format!("refused:{owner}->{found}")
                 }
                 other => format!("unexpected:{:?}", other.map(|hit| hit.name().to_owned())),
@@ -290,7 +295,10 @@ fn a_process_without_nvrtc_serves_image_entries_of_the_recorded_release() {
     const TEST: &str = "a_process_without_nvrtc_serves_image_entries_of_the_recorded_release";
     let saxpy = KernelSpec::Axpy { dtype: Dtype::F32 };
     if std::env::var_os(CHILD).is_some() {
-        assert!(matches!(Compiler::new(), Err(Error::NvrtcNotFound { .. })));
+        assert!(matches!(
+            Compiler::new(),
+            Err(ToolchainError::NvrtcNotFound { .. })
+        ));
         let release = std::env::var("KILN_TEST_RELEASE").unwrap();
         let compiler = Compiler::new_or_recorded(release.parse().unwrap()).unwrap();
         assert_eq!(compiler.identity().origin(), IdentityOrigin::Recorded);
@@ -308,7 +316,7 @@ fn a_process_without_nvrtc_serves_image_entries_of_the_recorded_release() {
         for (compiler, request) in [(compiler, &missing), (other_release, &request)] {
             let result = compiler.compile_cached(&cache, request);
             match result.as_ref().map_err(cuda_error) {
-                Err(Some(Error::NoNvrtc { version })) => {
+                Err(Some(ToolchainError::NoNvrtc { version })) => {
                     assert_eq!(*version, compiler.version().release)
                 }
                 other => panic!("expected NoNvrtc, got {:?}", other.map(|h| h.source())),

@@ -201,12 +201,20 @@ fn a_failed_jit_is_reported_and_not_kept() {
     let (source, driver) =
         ptx_entry_and_driver(&compiler, &cache, KernelSpec::Axpy { dtype: Dtype::F64 });
     let target = JitTarget::new(arch("sm_90"), RELEASE).unwrap();
-    let refused = get_or_jit(&cache, &source, &target, JitKernels::All, || {
-        Err(kiln_cuda::Error::InvalidDriverRelease {
-            given: "a driver that refuses".into(),
-        })
-    });
-    assert!(refused.unwrap_err().to_string().contains("refuses"));
+    let refused = get_or_jit(
+        &cache,
+        &source,
+        &target,
+        JitKernels::All,
+        || -> Result<_, _> {
+            Err(kiln_cuda::LoadError::InvalidDriverRelease {
+                given: "a driver that refuses".into(),
+            })
+        },
+    );
+    let refused = refused.unwrap_err();
+    let shown = kiln_core::ErrorChain(&refused).to_string();
+    assert!(shown.contains("refuses"), "{shown}");
     assert!(
         cached_jit(&cache, &source, &target, JitKernels::All)
             .unwrap()

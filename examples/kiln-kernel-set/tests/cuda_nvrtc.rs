@@ -6,10 +6,11 @@
 
 use kiln_core::{ArtifactKind, Cache, Key};
 use kiln_cuda::{
-    Arch, Compiler, Error, IncludeDir, KernelRequest,
-    locate::{SearchConfig, locate_nvrtc},
-    nvrtc::NvrtcVersion,
+    Arch, Compiler, IncludeDir, KernelRequest,
+    toolchain::NvrtcVersion,
+    toolchain::{SearchConfig, locate_nvrtc},
 };
+use kiln_cuda::{CompileError, ToolchainError};
 use kiln_kernel_set::{Dtype, KernelSpec, ReduceOp, cccl_include_dir};
 
 /// The process's compiler, or `None` (after saying why) when NVRTC is missing
@@ -130,7 +131,7 @@ fn a_compile_error_carries_the_nvrtc_log() {
         arch("sm_90a"),
     );
     match compiler.compile(&request) {
-        Err(Error::Compile {
+        Err(CompileError::Compile {
             program, log, arch, ..
         }) => {
             assert_eq!(program, "broken.cu");
@@ -140,10 +141,12 @@ fn a_compile_error_carries_the_nvrtc_log() {
         }
         other => panic!("expected a compile error, got {other:?}"),
     }
-    // Through the cache: the error names the log too, and nothing is cached.
+    // Through the cache: the error's chain holds the log too, and nothing is
+    // cached.
     let cache = Cache::new();
     let err = compiler.compile_cached(&cache, &request).unwrap_err();
-    assert!(err.to_string().contains("undeclared_thing"), "{err}");
+    let shown = kiln_core::ErrorChain(&err).to_string();
+    assert!(shown.contains("undeclared_thing"), "{shown}");
     assert_eq!(cache.stats().compile_failures, 1);
     assert!(
         cache
@@ -189,7 +192,7 @@ fn an_include_path_that_is_not_fingerprinted_is_refused() {
         &["-I", "/usr/include"],
     ] {
         match KernelRequest::new("k", "", arch("sm_90")).options(options) {
-            Err(Error::UnfingerprintedInclude { path }) => assert_eq!(path, "/usr/include"),
+            Err(CompileError::UnfingerprintedInclude { path }) => assert_eq!(path, "/usr/include"),
             other => panic!("{options:?}: expected a refusal, got {other:?}"),
         }
     }
@@ -340,7 +343,7 @@ fn a_cub_kernel_is_cached_under_its_spec() {
 fn a_missing_nvrtc_is_a_typed_error_listing_the_places_searched() {
     let nowhere = std::path::Path::new("/nonexistent/kiln/libnvrtc.so.13");
     match locate_nvrtc(&SearchConfig::nvrtc_file(nowhere)) {
-        Err(Error::NvrtcNotFound { searched }) => {
+        Err(ToolchainError::NvrtcNotFound { searched }) => {
             assert_eq!(searched.0.len(), 1);
             assert_eq!(searched.0[0].candidate, nowhere);
         }
@@ -371,9 +374,12 @@ fn kiln_nvrtc_pointing_nowhere_fails_cleanly_in_a_fresh_process() {
     const CHILD: &str = "KILN_TEST_NVRTC_CHILD";
     if std::env::var_os(CHILD).is_some() {
         match Compiler::new() {
-            Err(Error::NvrtcNotFound { searched }) => {
+            Err(ToolchainError::NvrtcNotFound { searched }) => {
                 assert_eq!(searched.0.len(), 1, "KILN_NVRTC is the only candidate");
-                println!("child: typed error: {}", Error::NvrtcNotFound { searched });
+                println!(
+                    "child: typed error: {}",
+                    ToolchainError::NvrtcNotFound { searched }
+                );
                 return;
             }
             other => panic!("expected NvrtcNotFound, got {other:?}"),
@@ -522,7 +528,7 @@ fn nvrtc_12_and_13_compile_side_by_side_in_one_process() {
             .unwrap(),
     );
     assert!(
-        matches!(refused, Err(Error::Compile { .. })),
+        matches!(refused, Err(CompileError::Compile { .. })),
         "NVRTC 13 cannot target sm_70"
     );
     let supported = twelve.nvrtc().unwrap().supported_archs().unwrap();
@@ -555,7 +561,7 @@ fn the_wheel_is_found_through_python_as_a_last_resort() {
     let found = locate_nvrtc(&config).unwrap();
     assert_eq!(found.rule, "python wheel");
     assert_eq!(found.path, compiler.nvrtc().unwrap().location().path);
-    let cccl = kiln_cuda::locate::locate_cccl(&config).unwrap();
+    let cccl = kiln_cuda::toolchain::locate_cccl(&config).unwrap();
     assert!(cccl.join("cub/block/block_reduce.cuh").is_file());
 }
 

@@ -52,6 +52,6 @@ pub fn get<'c>(
     cache: &'c Cache,
     device: &Device,
     spec: &KernelSpec,
-) -> Result<Served<'c>, kiln::cuda::Error> {
+) -> Result<Served<'c>, kiln::cuda::ServeError> {
     KERNELS.get(cache, device, spec)
 }

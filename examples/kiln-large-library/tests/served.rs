@@ -64,7 +64,7 @@ fn a_kernel_the_library_does_not_have_is_no_such_kernel() {
         .get_kernel(kiln::global(), &device, &Program::Unary, "uexp_f8")
         .expect_err("no f8 kernels");
     assert!(
-        matches!(error, kiln::cuda::Error::NoSuchKernel { .. }),
+        matches!(error, kiln::cuda::ServeError::NoSuchKernel { .. }),
         "{error}"
     );
     assert!(error.to_string().contains("uexp_f8"), "{error}");

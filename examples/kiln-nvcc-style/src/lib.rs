@@ -46,14 +46,14 @@ pub fn library() -> &'static KernelLibrary<Program> {
 /// entry that holds it and runs on the device, else compiled here.
 ///
 /// # Errors
-/// [`kiln::cuda::Error::NoSuchKernel`] when the kernel does not exist for the
-/// device's arch; [`kiln::cuda::Error::NotShipped`] when no shipped entry serves
+/// [`kiln::cuda::ServeError::NoSuchKernel`] when the kernel does not exist for the
+/// device's arch; [`kiln::cuda::ServeError::NotShipped`] when no shipped entry serves
 /// and this process cannot compile.
 pub fn get<'c>(
     cache: &'c Cache,
     device: &Device,
     program: Program,
     kernel: &str,
-) -> Result<Served<'c>, kiln::cuda::Error> {
+) -> Result<Served<'c>, kiln::cuda::ServeError> {
     KERNELS.get_kernel(cache, device, &program, kernel)
 }

@@ -7,7 +7,7 @@
 //! ```
 //!
 //! `absent` is a kernel that does not exist for the arch
-//! ([`kiln::cuda::Error::NoSuchKernel`]); any other error ends the run with
+//! ([`kiln::cuda::ServeError::NoSuchKernel`]); any other error ends the run with
 //! status 1. Usage: `kiln-nvcc-style [--arch sm_XX | --gpu]` (default `sm_90`;
 //! no GPU is needed to be served). With `--gpu` the arch is GPU 0's, and each
 //! served line ends with what the GPU did: `loaded` (module loaded, function
@@ -17,7 +17,8 @@ mod gpu;
 
 use std::process::ExitCode;
 
-use kiln::cuda::{Arch, Device, Error};
+use kiln::cuda::ServeError;
+use kiln::cuda::{Arch, Device};
 use kiln_nvcc_style::catalogue::Program;
 
 fn main() -> ExitCode {
@@ -79,7 +80,7 @@ fn main() -> ExitCode {
                     }
                     println!("{line}");
                 }
-                Err(error @ Error::NoSuchKernel { .. }) => {
+                Err(error @ ServeError::NoSuchKernel { .. }) => {
                     println!("absent\t{}\t{}\t{error}", program.name(), kernel.name)
                 }
                 Err(error) => {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum KeyError {
     /// Reading or writing a key file failed.
-    #[error("{action} {path}: {source}")]
+    #[error("cannot {action} {path}")]
     Io {
         /// What was being done ("read the trusted keys", ...).
         action: &'static str,

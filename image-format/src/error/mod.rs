@@ -66,3 +66,39 @@ impl ImageError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use kiln_test_support::errors::assert_cause_not_repeated;
+
+    use super::*;
+
+    fn io() -> std::io::Error {
+        std::io::Error::other("the disk is on fire")
+    }
+
+    /// Every variant that carries a cause: its message does not repeat it.
+    #[test]
+    fn no_message_repeats_the_cause_it_returns() {
+        let samples: Vec<Box<dyn std::error::Error>> = vec![
+            Box::new(ReadError::Io {
+                action: "open",
+                path: "/a.kimg".into(),
+                source: io(),
+            }),
+            Box::new(WriteError::Io {
+                action: "write",
+                path: "/a.kimg".into(),
+                source: io(),
+            }),
+            Box::new(KeyError::Io {
+                action: "read the trusted keys",
+                path: "/keys".into(),
+                source: io(),
+            }),
+        ];
+        for error in &samples {
+            assert_cause_not_repeated(error.as_ref());
+        }
+    }
+}

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum ReadError {
     /// Reading or writing a file failed.
-    #[error("{action} {path}: {source}")]
+    #[error("cannot {action} {path}")]
     Io {
         /// What was being done ("open", "map", "write", ...).
         action: &'static str,

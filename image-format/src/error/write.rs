@@ -8,7 +8,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum WriteError {
     /// Reading or writing a file failed.
-    #[error("{action} {path}: {source}")]
+    #[error("cannot {action} {path}")]
     Io {
         /// What was being done ("write", "rename", ...).
         action: &'static str,

@@ -8,7 +8,9 @@
 //! `CI=true` and otherwise returns early.
 
 use kiln::cache::Source;
-use kiln::cuda::{Device, Error, KernelLibrary, locate::SearchConfig, select::Selection};
+use kiln::cuda::{
+    Device, KernelLibrary, ToolchainError, select::Selection, toolchain::SearchConfig,
+};
 use kiln_readme::cuda_catalogue::{self as catalogue, Spec};
 
 kiln::include_image!("my-cuda-kernels.kimg");
@@ -28,7 +30,8 @@ fn the_readme_cuda_library_serves_its_shipped_kernels_without_a_toolchain() {
     }
     // The same library, with no local toolchain at all: every kernel below
     // must come from the image.
-    let no_nvrtc: Error = kiln::cuda::locate::locate_nvrtc(&SearchConfig::empty()).unwrap_err();
+    let no_nvrtc: ToolchainError =
+        kiln::cuda::toolchain::locate_nvrtc(&SearchConfig::empty()).unwrap_err();
     let library = KernelLibrary::new(env!("KILN_CUDA_BUILD"), catalogue::request)
         .with_local_toolchain(Err(no_nvrtc));
     let cache = kiln::global();

@@ -53,7 +53,7 @@ fn a_chosen_artifact_loads_only_where_it_runs() {
     assert!(
         matches!(
             &refused,
-            Error::ChosenArtifactDoesNotRun { kind, target, major: 9, minor: 0, .. }
+            LoadError::ChosenArtifactDoesNotRun { kind, target, major: 9, minor: 0, .. }
                 if kind == "cubin" && target == "sm_80"
         ),
         "{refused}"
@@ -73,7 +73,7 @@ fn a_chosen_artifact_loads_only_on_a_driver_that_loads_its_toolchain() {
     // A 13.x CUBIN on a CUDA 12.8 driver: refused by Kiln, not by the driver.
     let refused = loads(&built(Cubin, "13.0.88"), 12080).unwrap_err();
     assert!(
-        matches!(&refused, Error::ChosenArtifactDoesNotLoad { driver: 12080, nvrtc, .. } if nvrtc == "13.0.88"),
+        matches!(&refused, LoadError::ChosenArtifactDoesNotLoad { driver: 12080, nvrtc, .. } if nvrtc == "13.0.88"),
         "{refused}"
     );
     assert!(loads(&built(Cubin, "13.5.37"), 13000).is_ok(), "same major");
@@ -88,7 +88,7 @@ fn a_chosen_artifact_loads_only_on_a_driver_that_loads_its_toolchain() {
     // PTX of NVRTC 13.5 on a 13.0 driver.
     let refused = loads(&built(Ptx, "13.5.37"), 13000).unwrap_err();
     assert!(
-        matches!(&refused, Error::DriverTooOldForPtx { ptx_release, driver: 13000, .. } if ptx_release == "13.5"),
+        matches!(&refused, LoadError::DriverTooOldForPtx { ptx_release, driver: 13000, .. } if ptx_release == "13.5"),
         "{refused}"
     );
     assert!(loads(&built(Ptx, "13.0.88"), 13000).is_ok());
@@ -111,7 +111,7 @@ fn the_own_choice_is_the_cubin_where_it_runs_else_the_ptx() {
     assert_eq!(kind(&both, "sm_80", "sm_90").unwrap(), ArtifactKind::Ptx);
     assert!(matches!(
         kind(&both, "sm_80", "sm_75"),
-        Err(Error::NoCompatibleArtifact {
+        Err(LoadError::NoCompatibleArtifact {
             major: 7,
             minor: 5,
             ..
@@ -120,7 +120,7 @@ fn the_own_choice_is_the_cubin_where_it_runs_else_the_ptx() {
     let cubin_only = entry(&cache, "sm_80", &[(ArtifactKind::Cubin, b"cubin")]);
     assert!(matches!(
         kind(&cubin_only, "sm_80", "sm_90"),
-        Err(Error::NoCompatibleArtifact { .. })
+        Err(LoadError::NoCompatibleArtifact { .. })
     ));
     // An empty CUBIN is no code: the PTX is taken.
     let empty = entry(
@@ -147,7 +147,7 @@ fn the_chosen_cubin_is_read_or_refused_never_replaced() {
     assert!(
         matches!(
             &refused,
-            Error::ChosenArtifactUnreadable { kind, target, .. }
+            LoadError::ChosenArtifactUnreadable { kind, target, .. }
                 if kind == "cubin" && target == "sm_75"
         ),
         "{refused}"

@@ -4,10 +4,11 @@
 
 use kiln_core::{Artifact, ArtifactKind, Cache, Compiled, Hit, Key, Owner};
 
+use super::error::{CompileError, ToolchainError};
 use super::identity::{NvrtcIdentity, intern};
 use super::memo::MemoDir;
 use super::nvrtc::{CompileInput, Nvrtc, NvrtcVersion, banner_release};
-use super::{Error, KernelRequest, SearchConfig};
+use super::{KernelRequest, SearchConfig};
 
 /// The output of one NVRTC compile.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,14 +95,13 @@ pub struct Compiler {
 }
 
 impl Compiler {
-    /// A compiler on the process's NVRTC ([`NvrtcIdentity::get`]: located from the
-    /// environment, its version from the memo when possible), loaded on the first
-    /// compile.
+    /// A compiler on the process's NVRTC (located from the environment, its
+    /// version from the memo when possible), loaded on the first compile.
     ///
     /// # Errors
-    /// [`Error::NvrtcNotFound`] when no NVRTC library is found, or the error
+    /// [`ToolchainError::NvrtcNotFound`] when no NVRTC library is found, or the error
     /// of learning its version.
-    pub fn new() -> Result<Self, Error> {
+    pub fn new() -> Result<Self, ToolchainError> {
         Ok(Self {
             identity: NvrtcIdentity::get()?,
         })
@@ -111,16 +111,26 @@ impl Compiler {
     /// one process: each compiler calls its own library).
     ///
     /// # Errors
-    /// [`Error::NvrtcNotFound`] when `config` locates no NVRTC library, or the
+    /// [`ToolchainError::NvrtcNotFound`] when `config` locates no NVRTC library, or the
     /// error of learning its version.
-    pub fn with_config(config: &SearchConfig) -> Result<Self, Error> {
+    pub fn with_config(config: &SearchConfig) -> Result<Self, ToolchainError> {
         let identity = NvrtcIdentity::resolve(config, MemoDir::process())?;
         Ok(Self::with_identity(identity))
     }
 
-    /// A compiler whose owners name `identity` (see [`NvrtcIdentity::resolve`] and
-    /// [`NvrtcIdentity::recorded`]).
-    pub fn with_identity(identity: NvrtcIdentity) -> Self {
+    /// A compiler on the NVRTC `config` locates, its release read from `memo` when
+    /// that holds the release of exactly the library files found (else the library
+    /// is loaded to read it, and `memo` learns it). [`Compiler::with_config`] uses
+    /// the process's memo directory.
+    ///
+    /// # Errors
+    /// As [`Compiler::with_config`].
+    pub fn with_memo(config: &SearchConfig, memo: &MemoDir) -> Result<Self, ToolchainError> {
+        Ok(Self::with_identity(NvrtcIdentity::resolve(config, memo)?))
+    }
+
+    /// A compiler whose owners name `identity`.
+    pub(crate) fn with_identity(identity: NvrtcIdentity) -> Self {
         Self {
             identity: intern(identity),
         }
@@ -128,7 +138,7 @@ impl Compiler {
 
     /// A compiler for a process without NVRTC: owners name the recorded release
     /// `version` (the one the images were built with), lookups hit the images' entries
-    /// of exactly that compiler, and a compile fails with [`Error::NoNvrtc`].
+    /// of exactly that compiler, and a compile fails with [`ToolchainError::NoNvrtc`].
     pub fn recorded(version: NvrtcVersion) -> Self {
         Self::with_identity(NvrtcIdentity::recorded(version))
     }
@@ -138,15 +148,15 @@ impl Compiler {
     /// recorded release: entries built by another release are then compiled again
     /// rather than passed off as its own.
     ///
-    /// A kernel library rather uses [`KernelLibrary`](super::KernelLibrary), which
+    /// A kernel library rather uses [`KernelLibrary`](crate::KernelLibrary), which
     /// looks its shipped entries up under the recorded release and header digests
     /// without locating anything, and finds NVRTC only on a miss.
     ///
     /// # Errors
-    /// The error of [`Compiler::new`] other than [`Error::NvrtcNotFound`].
-    pub fn new_or_recorded(version: NvrtcVersion) -> Result<Self, Error> {
+    /// The error of [`Compiler::new`] other than [`ToolchainError::NvrtcNotFound`].
+    pub fn new_or_recorded(version: NvrtcVersion) -> Result<Self, ToolchainError> {
         match Self::new() {
-            Err(Error::NvrtcNotFound { .. }) => Ok(Self::recorded(version)),
+            Err(ToolchainError::NvrtcNotFound { .. }) => Ok(Self::recorded(version)),
             other => other,
         }
     }
@@ -160,10 +170,10 @@ impl Compiler {
     /// owners name).
     ///
     /// # Errors
-    /// [`Error::NoNvrtc`] when the owners name a recorded NVRTC and none is
+    /// [`ToolchainError::NoNvrtc`] when the owners name a recorded NVRTC and none is
     /// installed; the errors of locating and loading NVRTC
-    /// ([`Error::NvrtcIdentityChanged`]).
-    pub fn nvrtc(&self) -> Result<&'static Nvrtc, Error> {
+    /// ([`ToolchainError::NvrtcIdentityChanged`]).
+    pub fn nvrtc(&self) -> Result<&'static Nvrtc, ToolchainError> {
         self.identity.load()
     }
 
@@ -176,8 +186,8 @@ impl Compiler {
     /// options.
     ///
     /// # Errors
-    /// [`Error::Cache`] when the owner cannot be built (see [`KernelRequest::owner`]).
-    pub fn owner(&self, request: &KernelRequest) -> Result<Owner, crate::Error> {
+    /// [`CompileError::Cache`] when the owner cannot be built (see [`KernelRequest::owner`]).
+    pub fn owner(&self, request: &KernelRequest) -> Result<Owner, CompileError> {
         request.owner(self.identity.version())
     }
 
@@ -186,11 +196,11 @@ impl Compiler {
     /// name.
     ///
     /// # Errors
-    /// The errors of [`Compiler::nvrtc`]; [`Error::Compile`] with NVRTC's log
-    /// when the source does not compile; [`Error::Nvrtc`] when an NVRTC call
-    /// fails; [`Error::NvrtcIdentityChanged`] when the PTX banner names another
+    /// The errors of [`Compiler::nvrtc`]; [`CompileError::Compile`] with NVRTC's log
+    /// when the source does not compile; [`ToolchainError::Nvrtc`] when an NVRTC call
+    /// fails; [`ToolchainError::NvrtcIdentityChanged`] when the PTX banner names another
     /// release.
-    pub fn compile(&self, request: &KernelRequest) -> Result<CompiledKernel, Error> {
+    pub fn compile(&self, request: &KernelRequest) -> Result<CompiledKernel, CompileError> {
         let nvrtc = self.nvrtc()?;
         let headers: Vec<(String, String)> = request
             .headers()
@@ -212,7 +222,7 @@ impl Compiler {
         if let Some(found) = banner_release(&output.ptx, version.major, version.minor)
             && found != version.release
         {
-            return Err(self.identity.changed(nvrtc, &found));
+            return Err(self.identity.changed(nvrtc, &found).into());
         }
         let mut entry_points = output.lowered;
         if request.finds_kernels() {
@@ -248,13 +258,13 @@ impl Compiler {
     ///
     /// # Errors
     /// The errors of [`Compiler::compile`] when the entry is not cached;
-    /// [`Error::Cache`] when its key or owner cannot be built or the cache
+    /// [`CompileError::Cache`] when its key or owner cannot be built or the cache
     /// reports a failure.
     pub fn compile_cached<'c>(
         &self,
         cache: &'c Cache,
         request: &KernelRequest,
-    ) -> Result<Hit<'c>, crate::Error> {
+    ) -> Result<Hit<'c>, CompileError> {
         let owner = self.owner(request)?;
         let key: Key = request.key()?;
         Ok(cache.get_or_compile(&owner, &key, || {

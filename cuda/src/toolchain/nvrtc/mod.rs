@@ -21,14 +21,14 @@
 //! names it from a memo when it can, and [`Compiler`](super::Compiler) loads it on
 //! its first compile.
 
-mod version;
+pub(crate) mod version;
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::ptr;
 use std::sync::Mutex;
 
-use super::Error;
+use super::error::{CompileError, ToolchainError};
 use super::locate::{Located, SearchConfig, canonical_file, locate_nvrtc};
 use super::memo::{FileStamp, FsInstant, MemoDir, StampSet};
 
@@ -128,7 +128,7 @@ impl Nvrtc {
     ///
     /// # Errors
     /// As [`Nvrtc::load`].
-    pub fn get() -> Result<&'static Nvrtc, Error> {
+    pub fn get() -> Result<&'static Nvrtc, ToolchainError> {
         Self::load(&SearchConfig::from_env())
     }
 
@@ -140,9 +140,9 @@ impl Nvrtc {
     /// empty compile (then memoized).
     ///
     /// # Errors
-    /// [`Error::NvrtcNotFound`] when no library is found; [`Error::Nvrtc`] when
+    /// [`ToolchainError::NvrtcNotFound`] when no library is found; [`ToolchainError::Nvrtc`] when
     /// it lacks a function Kiln calls or its version cannot be read.
-    pub fn load(config: &SearchConfig) -> Result<&'static Nvrtc, Error> {
+    pub fn load(config: &SearchConfig) -> Result<&'static Nvrtc, ToolchainError> {
         Self::load_with(config, MemoDir::process())
     }
 
@@ -150,13 +150,16 @@ impl Nvrtc {
     pub(crate) fn load_with(
         config: &SearchConfig,
         memo: &MemoDir,
-    ) -> Result<&'static Nvrtc, Error> {
+    ) -> Result<&'static Nvrtc, ToolchainError> {
         Self::load_located(locate_nvrtc(config)?, memo)
     }
 
     /// Loads the library `located` names (or returns it, when this process loaded
     /// that file already).
-    pub(crate) fn load_located(located: Located, memo: &MemoDir) -> Result<&'static Nvrtc, Error> {
+    pub(crate) fn load_located(
+        located: Located,
+        memo: &MemoDir,
+    ) -> Result<&'static Nvrtc, ToolchainError> {
         let canonical = canonical_file(&located.path);
         // A poisoned lock only means another loader panicked; the list is intact.
         let mut loaded = LOADED.lock().unwrap_or_else(|p| p.into_inner());
@@ -165,7 +168,7 @@ impl Nvrtc {
         }) {
             return Ok(nvrtc);
         }
-        let load_error = |e: String| Error::NvrtcNotFound {
+        let load_error = |e: String| ToolchainError::NvrtcNotFound {
             searched: super::error::SearchLog(vec![super::error::Searched {
                 rule: located.rule.clone(),
                 candidate: located.path.clone(),
@@ -239,7 +242,7 @@ impl Nvrtc {
     }
 
     /// Compiles one program for `arch`: PTX (for the arch's virtual arch) and CUBIN.
-    pub(crate) fn compile(&self, input: &CompileInput<'_>) -> Result<CompileOutput, Error> {
+    pub(crate) fn compile(&self, input: &CompileInput<'_>) -> Result<CompileOutput, CompileError> {
         compile(&self.api, input)
     }
 }
@@ -280,11 +283,11 @@ fn status(api: &Api, result: Status) -> String {
         .into_owned()
 }
 
-fn check(api: &Api, call: &'static str, result: Status) -> Result<(), Error> {
+fn check(api: &Api, call: &'static str, result: Status) -> Result<(), ToolchainError> {
     if result == SUCCESS {
         return Ok(());
     }
-    Err(Error::Nvrtc {
+    Err(ToolchainError::Nvrtc {
         call,
         status: status(api, result),
     })
@@ -294,7 +297,7 @@ fn read_version(
     api: &Api,
     files: Option<&LibraryFiles>,
     memo: &MemoDir,
-) -> Result<NvrtcVersion, Error> {
+) -> Result<NvrtcVersion, ToolchainError> {
     let (mut major, mut minor): (c_int, c_int) = (0, 0);
     // SAFETY: the table's library is loaded; both pointers are valid for writes of
     // one c_int.
@@ -321,7 +324,12 @@ fn read_version(
     };
     // A failing probe means NVRTC cannot compile at all (e.g. its builtins library
     // is missing): report that now rather than at the first real compile.
-    let ptx = compile(api, &probe)?.ptx;
+    let ptx = compile(api, &probe)
+        .map_err(|error| ToolchainError::Nvrtc {
+            call: "nvrtcCompileProgram (a probe of an empty program)",
+            status: error.to_string(),
+        })?
+        .ptx;
     let release = banner_release(&ptx, major, minor).unwrap_or_else(|| format!("{major}.{minor}"));
     let version = NvrtcVersion {
         major,
@@ -393,11 +401,11 @@ impl Drop for ProgramHandle<'_> {
     }
 }
 
-fn cstring(what: impl FnOnce() -> String, s: &str) -> Result<CString, Error> {
-    CString::new(s).map_err(|_| Error::InteriorNul { what: what() })
+fn cstring(what: impl FnOnce() -> String, s: &str) -> Result<CString, CompileError> {
+    CString::new(s).map_err(|_| CompileError::InteriorNul { what: what() })
 }
 
-fn compile(api: &Api, input: &CompileInput<'_>) -> Result<CompileOutput, Error> {
+fn compile(api: &Api, input: &CompileInput<'_>) -> Result<CompileOutput, CompileError> {
     let source = cstring(
         || format!("the source of {}", input.program_name),
         input.source,
@@ -411,7 +419,7 @@ fn compile(api: &Api, input: &CompileInput<'_>) -> Result<CompileOutput, Error> 
     }
     let name_ptrs: Vec<*const c_char> = header_names.iter().map(|c| c.as_ptr()).collect();
     let body_ptrs: Vec<*const c_char> = header_bodies.iter().map(|c| c.as_ptr()).collect();
-    let count = c_int::try_from(input.headers.len()).map_err(|_| Error::Nvrtc {
+    let count = c_int::try_from(input.headers.len()).map_err(|_| ToolchainError::Nvrtc {
         call: "nvrtcCreateProgram",
         status: "too many headers".to_owned(),
     })?;
@@ -449,7 +457,7 @@ fn compile(api: &Api, input: &CompileInput<'_>) -> Result<CompileOutput, Error> 
         .map(|o| cstring(|| format!("option {o:?}"), o))
         .collect::<Result<_, _>>()?;
     let option_ptrs: Vec<*const c_char> = options.iter().map(|c| c.as_ptr()).collect();
-    let option_count = c_int::try_from(option_ptrs.len()).map_err(|_| Error::Nvrtc {
+    let option_count = c_int::try_from(option_ptrs.len()).map_err(|_| ToolchainError::Nvrtc {
         call: "nvrtcCompileProgram",
         status: "too many options".to_owned(),
     })?;
@@ -457,7 +465,7 @@ fn compile(api: &Api, input: &CompileInput<'_>) -> Result<CompileOutput, Error> 
     // strings that outlive the call.
     let result = unsafe { (api.compile_program)(program.raw, option_count, option_ptrs.as_ptr()) };
     if result != SUCCESS {
-        return Err(Error::Compile {
+        return Err(CompileError::Compile {
             program: input.program_name.to_owned(),
             arch: input.arch_label.clone(),
             status: status(api, result),
@@ -474,10 +482,11 @@ fn compile(api: &Api, input: &CompileInput<'_>) -> Result<CompileOutput, Error> 
             (api.get_lowered_name)(program.raw, expr.as_ptr(), &mut name)
         })?;
         if name.is_null() {
-            return Err(Error::Nvrtc {
+            return Err(ToolchainError::Nvrtc {
                 call: "nvrtcGetLoweredName",
                 status: format!("no lowered name for {expr:?}"),
-            });
+            }
+            .into());
         }
         // SAFETY: non-null, NUL-terminated, owned by the live program; copied at once.
         let text = unsafe { CStr::from_ptr(name) }
@@ -511,7 +520,7 @@ fn read_sized(
     call: &'static str,
     size: SizeFn,
     read: ReadFn,
-) -> Result<Vec<u8>, Error> {
+) -> Result<Vec<u8>, ToolchainError> {
     let mut len = 0usize;
     // SAFETY: a compiled program; `len` is valid for one write.
     check(program.api, call, unsafe { size(program.raw, &mut len) })?;

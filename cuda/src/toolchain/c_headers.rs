@@ -39,7 +39,7 @@
 //! include path.
 //!
 //! ```
-//! use kiln_cuda::c_headers;
+//! use kiln_cuda::toolchain::c_headers;
 //! let stdint = c_headers::HEADERS.iter().find(|(name, _)| *name == "stdint.h");
 //! assert!(stdint.is_some_and(|(_, text)| text.contains("typedef long long int64_t;")));
 //! ```

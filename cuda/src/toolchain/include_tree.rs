@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, OFlags, StatxFlags};
 
-use super::Error;
+use super::error::ToolchainError;
 use super::memo::{FileStamp, MemoDir, StampSet};
 use kiln_core::Digest;
 
@@ -39,13 +39,13 @@ const DIR_LINE: &str = "d ";
 const FILE_LINE: &str = "f ";
 
 /// The content digest of the tree at `root` (canonical), hashing every file.
-pub(crate) fn hash_tree(root: &Path) -> Result<Digest, Error> {
+pub(crate) fn hash_tree(root: &Path) -> Result<Digest, ToolchainError> {
     hash_files(&walk_tree(root)?.files)
 }
 
 /// The content digest of the tree at `root` (canonical): from `memo` when its
 /// manifest still matches the tree, else hashed (and memoized when settled).
-pub(crate) fn memoized_digest(root: &Path, memo: &MemoDir) -> Result<Digest, Error> {
+pub(crate) fn memoized_digest(root: &Path, memo: &MemoDir) -> Result<Digest, ToolchainError> {
     if memo.dir().is_none() {
         return hash_tree(root);
     }
@@ -104,9 +104,9 @@ fn remembered_digest(root: &Path, memo: &MemoDir) -> Option<Digest> {
     (stamps.digest() == recorded).then_some(digest)
 }
 
-fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> Error + use<> {
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> ToolchainError + use<> {
     let path = path.to_path_buf();
-    move |source| Error::Io { path, source }
+    move |source| ToolchainError::Io { path, source }
 }
 
 /// A tree as walked: the folders listed and the regular files found.
@@ -164,7 +164,7 @@ fn relative_to(root: &Path, path: &Path) -> String {
 ///
 /// Each folder is stat-ed before it is listed, each file stat-ed (relative to its
 /// folder, spread over a few threads) before anything is read.
-fn walk_tree(root: &Path) -> Result<Tree, Error> {
+fn walk_tree(root: &Path) -> Result<Tree, ToolchainError> {
     let folder_id = |meta: &std::fs::Metadata| (meta.dev(), meta.ino());
     let root_meta = std::fs::metadata(root).map_err(io_error(root))?;
     // Regular files still to stat (the listing keeps their folder open for
@@ -224,7 +224,7 @@ fn walk_tree(root: &Path) -> Result<Tree, Error> {
                 meta,
             })
         })
-        .collect::<Result<Vec<TreeFile>, Error>>()?;
+        .collect::<Result<Vec<TreeFile>, ToolchainError>>()?;
     files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(Tree { dirs, files })
 }
@@ -258,7 +258,7 @@ fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Ve
 }
 
 /// The content digest of a tree: each file's relative path and bytes, in order.
-fn hash_files(files: &[TreeFile]) -> Result<Digest, Error> {
+fn hash_files(files: &[TreeFile]) -> Result<Digest, ToolchainError> {
     let mut hasher = blake3::Hasher::new_derive_key("kiln cuda include directory v1");
     for file in files {
         let bytes = std::fs::read(&file.path).map_err(io_error(&file.path))?;

@@ -43,8 +43,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::Error;
-use super::error::{SearchLog, Searched};
+use super::error::{SearchLog, Searched, ToolchainError};
 
 /// The CUDA major versions Kiln knows the file names and wheels of, newest first.
 const KNOWN_MAJORS: [u32; 2] = [13, 12];
@@ -308,10 +307,10 @@ pub struct Located {
 /// with [`SearchConfig::cuda_major`], only one of that major.
 ///
 /// # Errors
-/// [`Error::NvrtcNotFound`], listing every place tried.
-pub fn locate_nvrtc(config: &SearchConfig) -> Result<Located, Error> {
+/// [`ToolchainError::NvrtcNotFound`], listing every place tried.
+pub fn locate_nvrtc(config: &SearchConfig) -> Result<Located, ToolchainError> {
     let mut log = Vec::new();
-    let not_found = |log| Error::NvrtcNotFound {
+    let not_found = |log| ToolchainError::NvrtcNotFound {
         searched: SearchLog(log),
     };
     let major = config.cuda_major;
@@ -472,22 +471,22 @@ fn loader_may_know_nvrtc() -> bool {
 /// Finds the CCCL include folder: the one holding `cub/cub.cuh`.
 ///
 /// # Errors
-/// [`Error::CcclNotFound`], listing every place tried.
-pub fn locate_cccl(config: &SearchConfig) -> Result<PathBuf, Error> {
+/// [`ToolchainError::CcclNotFound`], listing every place tried.
+pub fn locate_cccl(config: &SearchConfig) -> Result<PathBuf, ToolchainError> {
     HeaderTree::CCCL
         .locate(config)
-        .map_err(|searched| Error::CcclNotFound { searched })
+        .map_err(|searched| ToolchainError::CcclNotFound { searched })
 }
 
 /// Finds the CUDA runtime include folder: the one holding `cuda_fp16.h`
 /// (with `cuda_bf16.h`, `cuda_fp8.h` beside it).
 ///
 /// # Errors
-/// [`Error::CudaRuntimeNotFound`], listing every place tried.
-pub fn locate_cuda_runtime(config: &SearchConfig) -> Result<PathBuf, Error> {
+/// [`ToolchainError::CudaRuntimeNotFound`], listing every place tried.
+pub fn locate_cuda_runtime(config: &SearchConfig) -> Result<PathBuf, ToolchainError> {
     HeaderTree::CUDA_RUNTIME
         .locate(config)
-        .map_err(|searched| Error::CudaRuntimeNotFound { searched })
+        .map_err(|searched| ToolchainError::CudaRuntimeNotFound { searched })
 }
 
 /// Where one header tree is looked for, and the file that marks it.
@@ -769,7 +768,7 @@ mod tests {
             toolkit_roots: vec![("CUDA_HOME".into(), "/usr/local/cuda".into())],
             ..SearchConfig::nvrtc_file("/nonexistent/libnvrtc.so.13")
         };
-        let Err(Error::NvrtcNotFound { searched }) = locate_nvrtc(&config) else {
+        let Err(ToolchainError::NvrtcNotFound { searched }) = locate_nvrtc(&config) else {
             panic!("an explicit missing file must be an error");
         };
         assert_eq!(searched.0.len(), 1);
@@ -784,7 +783,7 @@ mod tests {
             toolkit_roots: vec![("CUDA_HOME".into(), "/usr/local/cuda".into())],
             ..SearchConfig::empty()
         };
-        let Err(Error::NvrtcNotFound { searched }) = locate_nvrtc(&config) else {
+        let Err(ToolchainError::NvrtcNotFound { searched }) = locate_nvrtc(&config) else {
             panic!("a KILN_NVRTC that names no file must be an error, not a fallback");
         };
         assert_eq!(searched.0.len(), 1, "{searched:?}");
@@ -813,7 +812,8 @@ mod tests {
             cuda_runtime_include: Some(root.path().join("elsewhere")),
             ..config
         };
-        let Err(Error::CudaRuntimeNotFound { searched }) = locate_cuda_runtime(&explicit) else {
+        let Err(ToolchainError::CudaRuntimeNotFound { searched }) = locate_cuda_runtime(&explicit)
+        else {
             panic!("a wrong explicit folder must be an error");
         };
         assert_eq!(searched.0.len(), 1);
@@ -830,7 +830,7 @@ mod tests {
             loader_dirs: vec![dir.path().to_path_buf()],
             ..SearchConfig::empty()
         };
-        let Err(Error::NvrtcNotFound { searched }) = locate_nvrtc(&config) else {
+        let Err(ToolchainError::NvrtcNotFound { searched }) = locate_nvrtc(&config) else {
             panic!("a fake library must be refused");
         };
         let entry = searched.0.iter().find(|s| s.candidate == fake).unwrap();

@@ -25,7 +25,7 @@
 //!    Its owners then name that compiler *explicitly*: a hit is an entry built by
 //!    exactly that NVRTC for exactly the arch and options, which is what an image
 //!    holds; a miss cannot compile and is a typed error
-//!    ([`Error::NoNvrtc`]). [`Compiler::new_or_recorded`](super::Compiler::new_or_recorded)
+//!    ([`ToolchainError::NoNvrtc`]). [`Compiler::new_or_recorded`](super::Compiler::new_or_recorded)
 //!    falls back to it only when no NVRTC is installed: with one installed, owners
 //!    name the installed one, so entries of another release are never served as its
 //!    own.
@@ -36,7 +36,7 @@
 //! anyway. Before compiling, the loaded library must be the identity's (same file,
 //! same version), and after compiling, the release in the banner of the PTX just
 //! produced must be the identity's; otherwise the compile fails with
-//! [`Error::NvrtcIdentityChanged`], nothing is cached, and the memo is dropped. So a
+//! [`ToolchainError::NvrtcIdentityChanged`], nothing is cached, and the memo is dropped. So a
 //! wrong memo (however it came about) can make lookups miss, or serve an entry that
 //! names its compiler's release exactly, but can never file a new entry under the
 //! wrong owner.
@@ -52,7 +52,7 @@
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
-use super::Error;
+use super::error::ToolchainError;
 use super::locate::{Located, SearchConfig, canonical_file, locate_nvrtc_file};
 use super::memo::MemoDir;
 use super::nvrtc::{LibraryFiles, NVRTC_MEMO, Nvrtc, NvrtcVersion};
@@ -72,10 +72,13 @@ pub enum IdentityOrigin {
 }
 
 /// The NVRTC that owners name: its exact version, and where the library is.
+/// A [`Compiler`](super::Compiler) (or a [`Toolchain`](super::Toolchain)) names
+/// it; this describes it.
 ///
 /// ```no_run
-/// use kiln_cuda::{identity::{IdentityOrigin, NvrtcIdentity}};
-/// let identity = NvrtcIdentity::get()?;
+/// use kiln_cuda::Compiler;
+/// use kiln_cuda::toolchain::IdentityOrigin;
+/// let identity = Compiler::new()?.identity();
 /// // From the second process on, the library is not even loaded:
 /// assert_eq!(identity.origin(), IdentityOrigin::Memo);
 /// println!("owners name nvrtc {}", identity.version());
@@ -97,7 +100,7 @@ impl NvrtcIdentity {
     ///
     /// # Errors
     /// As [`NvrtcIdentity::resolve`].
-    pub fn get() -> Result<&'static NvrtcIdentity, Error> {
+    pub(crate) fn get() -> Result<&'static NvrtcIdentity, ToolchainError> {
         static PROCESS: OnceLock<NvrtcIdentity> = OnceLock::new();
         if let Some(identity) = PROCESS.get() {
             return Ok(identity);
@@ -111,9 +114,12 @@ impl NvrtcIdentity {
     /// (which memoizes it).
     ///
     /// # Errors
-    /// [`Error::NvrtcNotFound`] when `config` locates no NVRTC library; the
-    /// errors of loading it ([`Error::Nvrtc`]) when no memo names its release.
-    pub fn resolve(config: &SearchConfig, memo: &MemoDir) -> Result<NvrtcIdentity, Error> {
+    /// [`ToolchainError::NvrtcNotFound`] when `config` locates no NVRTC library; the
+    /// errors of loading it ([`ToolchainError::Nvrtc`]) when no memo names its release.
+    pub(crate) fn resolve(
+        config: &SearchConfig,
+        memo: &MemoDir,
+    ) -> Result<NvrtcIdentity, ToolchainError> {
         if let Some(identity) = Self::from_memo(config, memo) {
             return Ok(identity);
         }
@@ -129,7 +135,7 @@ impl NvrtcIdentity {
 
     /// An identity for a process without NVRTC: owners name `version`, the release
     /// the images were built with, and nothing can be compiled.
-    pub fn recorded(version: NvrtcVersion) -> NvrtcIdentity {
+    pub(crate) fn recorded(version: NvrtcVersion) -> NvrtcIdentity {
         NvrtcIdentity {
             version,
             origin: IdentityOrigin::Recorded,
@@ -177,9 +183,9 @@ impl NvrtcIdentity {
     }
 
     /// The library this identity names, loaded (on first use) and checked to be it.
-    pub(crate) fn load(&self) -> Result<&'static Nvrtc, Error> {
+    pub(crate) fn load(&self) -> Result<&'static Nvrtc, ToolchainError> {
         let Some(located) = &self.located else {
-            return Err(Error::NoNvrtc {
+            return Err(ToolchainError::NoNvrtc {
                 version: self.version.release.clone(),
             });
         };
@@ -193,7 +199,7 @@ impl NvrtcIdentity {
 
     /// The error for a compile whose compiler is not this identity's (`found` is
     /// the release it reports); drops the memo that led here.
-    pub(crate) fn changed(&self, nvrtc: &Nvrtc, found: &str) -> Error {
+    pub(crate) fn changed(&self, nvrtc: &Nvrtc, found: &str) -> ToolchainError {
         if let Some(located) = &self.located {
             if let Some(subject) = canonical_file(&located.path) {
                 self.memo.remove(NVRTC_MEMO, &subject);
@@ -206,7 +212,7 @@ impl NvrtcIdentity {
             l.map(|l| l.path.display().to_string())
                 .unwrap_or_else(|| "no library".to_owned())
         };
-        Error::NvrtcIdentityChanged {
+        ToolchainError::NvrtcIdentityChanged {
             owner: self.version.release.clone(),
             owner_library: path(self.located.as_ref()),
             found: found.to_owned(),

@@ -32,9 +32,27 @@ use std::sync::{Arc, OnceLock};
 
 use kiln_core::{Cache, Digest};
 
-use super::locate::{SearchConfig, locate_cccl, locate_cuda_runtime};
-use super::request::{HEADERS_DEP_PREFIX, NVRTC_DEP, nvrtc_fingerprint};
-use super::{Arch, Compiler, Error, IncludeDir, KernelRequest, NvrtcVersion};
+use crate::request::{HEADERS_DEP_PREFIX, NVRTC_DEP, nvrtc_fingerprint};
+use crate::{Arch, IncludeDir, KernelRequest};
+
+pub mod c_headers;
+mod compiler;
+pub(crate) mod error;
+mod identity;
+pub(crate) mod include_tree;
+pub(crate) mod locate;
+pub(crate) mod memo;
+pub(crate) mod nvrtc;
+
+pub use compiler::{CompiledKernel, Compiler};
+pub use error::{CompileError, SearchLog, Searched, ToolchainError};
+pub use identity::{IdentityOrigin, NvrtcIdentity};
+pub use locate::{
+    CCCL_INCLUDE, CUDA_RUNTIME_INCLUDE, Located, NVRTC, SearchConfig, locate_cccl,
+    locate_cuda_runtime, locate_nvrtc, per_major,
+};
+pub use memo::{DEFAULT_SETTLE, MAX_MEMO_BYTES, MemoDir};
+pub use nvrtc::{InvalidNvrtcVersion, Nvrtc, NvrtcVersion};
 
 /// The `cargo:rustc-env` variable a kernel library's build script sets to its
 /// [`BuildRecord`]: the library reads it with `env!("KILN_CUDA_BUILD")`.
@@ -62,7 +80,7 @@ pub const CCCL: &str = "cccl";
 pub const CUDA_RUNTIME: &str = "cuda-runtime";
 
 /// Finds a header set's folder.
-type Locate = fn(&SearchConfig) -> Result<std::path::PathBuf, Error>;
+type Locate = fn(&SearchConfig) -> Result<std::path::PathBuf, ToolchainError>;
 
 /// The header sets a local toolchain locates by itself, with the function that
 /// finds each one's folder.
@@ -372,11 +390,11 @@ impl fmt::Display for BuildRecord {
 }
 
 impl FromStr for BuildRecord {
-    type Err = Error;
+    type Err = ToolchainError;
 
     /// Parses the text form ([`BuildRecord`]'s `Display`).
-    fn from_str(text: &str) -> Result<Self, Error> {
-        let bad = |why: String| Error::BadBuildRecord {
+    fn from_str(text: &str) -> Result<Self, ToolchainError> {
+        let bad = |why: String| ToolchainError::BadBuildRecord {
             given: text.to_owned(),
             why,
         };
@@ -494,7 +512,7 @@ struct LocalHeaders {
     search: SearchConfig,
     /// The standard sets ([`STANDARD_SETS`], in its order), each located and
     /// fingerprinted on first use.
-    standard: [OnceLock<Result<IncludeDir, Arc<Error>>>; 2],
+    standard: [OnceLock<Result<IncludeDir, Arc<ToolchainError>>>; 2],
 }
 
 /// The NVRTC release and header sets that kernel requests are built for.
@@ -546,9 +564,9 @@ impl Toolchain {
     /// from the environment when first asked for.
     ///
     /// # Errors
-    /// [`Error::NvrtcNotFound`] (listing every place searched) and the errors of
+    /// [`ToolchainError::NvrtcNotFound`] (listing every place searched) and the errors of
     /// loading NVRTC to read its release.
-    pub fn local() -> Result<Toolchain, Error> {
+    pub fn local() -> Result<Toolchain, ToolchainError> {
         let compiler = Compiler::new()?;
         let major = compiler.version().major;
         let headers = SearchConfig::from_env().of_cuda(major, true, &|name| std::env::var_os(name));
@@ -561,7 +579,7 @@ impl Toolchain {
     ///
     /// # Errors
     /// As [`Toolchain::located`].
-    pub fn local_of_major(major: u32, main: bool) -> Result<Toolchain, Error> {
+    pub fn local_of_major(major: u32, main: bool) -> Result<Toolchain, ToolchainError> {
         Self::located(SearchConfig::for_cuda(major, main))
     }
 
@@ -570,9 +588,9 @@ impl Toolchain {
     /// when `config` names none.
     ///
     /// # Errors
-    /// [`Error::NvrtcNotFound`] (listing every place searched) and the errors of
+    /// [`ToolchainError::NvrtcNotFound`] (listing every place searched) and the errors of
     /// loading NVRTC to read its release.
-    pub fn located(config: SearchConfig) -> Result<Toolchain, Error> {
+    pub fn located(config: SearchConfig) -> Result<Toolchain, ToolchainError> {
         let compiler = Compiler::with_config(&config)?;
         let mut headers = config;
         headers.cuda_major = headers.cuda_major.or(Some(compiler.version().major));
@@ -622,15 +640,15 @@ impl Toolchain {
     /// and fingerprinted once, on first use).
     ///
     /// # Errors
-    /// [`Error::UnknownHeaderSet`] for a set neither recorded nor known here;
-    /// [`Error::CcclNotFound`] or [`Error::CudaRuntimeNotFound`] (or an I/O error)
+    /// [`ToolchainError::UnknownHeaderSet`] for a set neither recorded nor known here;
+    /// [`ToolchainError::CcclNotFound`] or [`ToolchainError::CudaRuntimeNotFound`] (or an I/O error)
     /// when a standard set cannot be located or read.
-    pub fn header_set(&self, set: &str) -> Result<IncludeDir, Error> {
+    pub fn header_set(&self, set: &str) -> Result<IncludeDir, ToolchainError> {
         match &self.headers {
             Headers::Recorded(digests) => digests
                 .get(set)
                 .map(|digest| IncludeDir::recorded(set, *digest))
-                .ok_or_else(|| Error::UnknownHeaderSet {
+                .ok_or_else(|| ToolchainError::UnknownHeaderSet {
                     set: set.to_owned(),
                     why: "recorded by this library's build",
                 }),
@@ -648,7 +666,7 @@ impl Toolchain {
                     .zip(standard)
                     .find(|((name, _), _)| *name == set)
                 else {
-                    return Err(Error::UnknownHeaderSet {
+                    return Err(ToolchainError::UnknownHeaderSet {
                         set: set.to_owned(),
                         why: "known on this machine",
                     });
@@ -659,7 +677,7 @@ impl Toolchain {
                         .map(|dir| dir.named(*name))
                         .map_err(Arc::new)
                 });
-                found.clone().map_err(Error::Shared)
+                found.clone().map_err(ToolchainError::Shared)
             }
         }
     }
@@ -668,7 +686,7 @@ impl Toolchain {
     ///
     /// # Errors
     /// As [`Toolchain::header_set`].
-    pub fn cccl(&self) -> Result<IncludeDir, Error> {
+    pub fn cccl(&self) -> Result<IncludeDir, ToolchainError> {
         self.header_set(CCCL)
     }
 
@@ -677,7 +695,7 @@ impl Toolchain {
     ///
     /// # Errors
     /// As [`Toolchain::header_set`].
-    pub fn cuda_runtime(&self) -> Result<IncludeDir, Error> {
+    pub fn cuda_runtime(&self) -> Result<IncludeDir, ToolchainError> {
         self.header_set(CUDA_RUNTIME)
     }
 
@@ -718,7 +736,7 @@ impl KernelRequest {
     /// # Errors
     /// As [`Toolchain::cuda_runtime`]: the runtime
     /// headers are neither recorded nor found here.
-    pub fn nvcc_headers(self, toolchain: &Toolchain) -> Result<Self, Error> {
+    pub fn nvcc_headers(self, toolchain: &Toolchain) -> Result<Self, ToolchainError> {
         Ok(self.c_headers().include_dir(toolchain.cuda_runtime()?))
     }
 }
@@ -778,7 +796,7 @@ mod tests {
             assert!(
                 matches!(
                     bad.parse::<BuildRecord>(),
-                    Err(Error::BadBuildRecord { .. })
+                    Err(ToolchainError::BadBuildRecord { .. })
                 ),
                 "{bad:?}"
             );
@@ -840,7 +858,7 @@ mod tests {
         );
         assert!(matches!(
             toolchain.header_set("other"),
-            Err(Error::UnknownHeaderSet { .. })
+            Err(ToolchainError::UnknownHeaderSet { .. })
         ));
         assert!(Toolchain::recorded(&BuildRecord::default()).is_none());
     }

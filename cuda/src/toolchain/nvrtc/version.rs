@@ -1,7 +1,7 @@
 //! The exact NVRTC version, and reading one back from its text.
 
 /// A string that is not an NVRTC release (`13.0.88`): what parsing an
-/// [`NvrtcVersion`] returns ([`Error::InvalidNvrtcVersion`](crate::Error::InvalidNvrtcVersion)
+/// [`NvrtcVersion`] returns ([`ToolchainError::InvalidNvrtcVersion`](crate::ToolchainError::InvalidNvrtcVersion)
 /// in the crate's error).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{given:?} is not an NVRTC release; give major.minor.patch, e.g. \"13.0.88\"")]
@@ -30,7 +30,7 @@ impl std::str::FromStr for NvrtcVersion {
     /// recorded when images were built.
     ///
     /// ```
-    /// use kiln_cuda::nvrtc::NvrtcVersion;
+    /// use kiln_cuda::toolchain::NvrtcVersion;
     /// let v: NvrtcVersion = "13.0.88".parse()?;
     /// assert_eq!((v.major, v.minor, v.release.as_str()), (13, 0, "13.0.88"));
     /// assert!("13".parse::<NvrtcVersion>().is_err());

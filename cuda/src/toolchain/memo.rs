@@ -69,7 +69,7 @@ pub const DEFAULT_SETTLE: Duration = Duration::from_secs(2);
 /// Where identity memos are kept, if anywhere.
 ///
 /// ```
-/// use kiln_cuda::memo::MemoDir;
+/// use kiln_cuda::toolchain::MemoDir;
 /// let memo = MemoDir::at("/tmp/kiln-memo-example");
 /// assert_eq!(memo.dir(), Some(std::path::Path::new("/tmp/kiln-memo-example")));
 /// assert!(MemoDir::disabled().dir().is_none());
