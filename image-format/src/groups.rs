@@ -55,11 +55,11 @@ pub const MAX_GROUP_LEN: u64 = 1 << 32;
 /// The most raw bytes the writer puts in one group (rounded up to a
 /// multiple of 64), but for a group of a single larger entry: the most a
 /// first access decompresses. Smaller groups make a first access cheaper
-/// (decompressing 2 MiB costs a few milliseconds) and compress a little
+/// (a fresh process decompresses 1 MiB in about 5 ms of CPU) and compress a little
 /// less well (docs/decisions.md, *Compressed payload groups*). A reader
 /// does not depend on it: it bounds a group by [`MAX_COMPRESSION_RATIO`]
 /// and [`MAX_GROUP_LEN`].
-pub const GROUP_SPLIT: u64 = 2 << 20;
+pub const GROUP_SPLIT: u64 = 1 << 20;
 
 /// Alignment of a decompressed group's buffer: the region alignment, so
 /// that every payload in it stays 64-byte aligned.
