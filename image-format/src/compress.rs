@@ -6,7 +6,6 @@
 //! groups are compressed in parallel, on as many threads as the machine
 //! offers: high zstd levels are slow, and a build script waits for them.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::WriteError;
@@ -87,27 +86,34 @@ fn compress_all(groups: &[&[u8]], level: i32) -> Vec<Frame> {
         return groups.iter().map(|group| one(group)).collect();
     }
     let next = AtomicUsize::new(0);
-    let frames: Mutex<Vec<Option<Frame>>> = Mutex::new(vec![None; groups.len()]);
+    let mut frames: Vec<Option<Frame>> = vec![None; groups.len()];
     std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                loop {
-                    let number = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(group) = groups.get(number) else {
-                        break;
-                    };
-                    let frame = one(group);
-                    // A poisoned lock means another worker panicked, which
-                    // the scope propagates; its slots are still ours.
-                    let mut frames = frames.lock().unwrap_or_else(|e| e.into_inner());
-                    frames[number] = Some(frame);
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let number = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(group) = groups.get(number) else {
+                            return done;
+                        };
+                        done.push((number, one(group)));
+                    }
+                })
+            })
+            .collect();
+        for worker in workers {
+            match worker.join() {
+                Ok(done) => {
+                    for (number, frame) in done {
+                        frames[number] = Some(frame);
+                    }
                 }
-            });
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
         }
     });
     frames
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner())
         .into_iter()
         .map(|frame| frame.unwrap_or_else(|| Err("no worker compressed it".into())))
         .collect()
