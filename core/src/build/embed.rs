@@ -11,9 +11,10 @@
 //! block's time for the binary's size): a binary carries every target a
 //! library ships at close to the size of its shipped image, and a process
 //! decompresses, on the first use of an entry, that entry's group only,
-//! once, into an aligned buffer its lookups then borrow from. `KILN_EMBED=plain` embeds the payloads as they
-//! are: a larger binary, no decompression, and pages of payloads made
-//! resident only as they are read. The application chooses, for every
+//! once, into an aligned buffer its lookups then borrow from.
+//! `KILN_EMBED=plain` embeds the payloads as they are: a larger binary, no
+//! decompression, and pages of payloads made resident only as they are
+//! read. The application chooses, for every
 //! library it builds: the variable reruns every precompile block when it
 //! changes (set it in the application's `.cargo/config.toml` `[env]` table
 //! to make it the project's). BENCHMARKS.md, *Embedded images*, has the
