@@ -200,3 +200,34 @@ fn the_whole_library_bench_gets_every_kernel_in_fresh_processes() {
         assert_eq!(child["nvrtc_loaded"], false, "{child}");
     }
 }
+
+#[test]
+fn the_embed_bench_child_serves_every_kernel_from_its_compressed_image() {
+    // The child alone (the driver also builds a plain variant with cargo).
+    let output = Command::new(env!("CARGO_BIN_EXE_kiln-bench-embed"))
+        .arg("--child")
+        .env_remove("KILN_DISABLE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "kiln-bench-embed failed: {stderr}");
+    let child: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&output.stdout).trim()).unwrap();
+    assert_eq!(child["kernels"], 608, "{child}");
+    assert_eq!(child["compiles"], 0, "{child}");
+    // Compressed unless the suite was built with `KILN_EMBED=plain`.
+    if option_env!("KILN_EMBED") != Some("plain") {
+        assert_eq!(child["compressed"], true, "{child}");
+        let groups = child["groups"].as_u64().unwrap();
+        let raw = child["raw_payload_bytes"].as_u64().unwrap();
+        // Every group holds at most 1 MiB but for a single larger entry.
+        assert!(groups >= raw >> 20, "{child}");
+        assert!(
+            child["embedded_bytes"].as_u64().unwrap() * 10 < raw,
+            "{child}"
+        );
+    }
+    for field in ["first_ns", "in_hand_ns", "first_cpu_ns", "in_hand_cpu_ns"] {
+        assert!(child[field].as_u64().unwrap() > 0, "{field}: {child}");
+    }
+}

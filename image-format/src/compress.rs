@@ -1,12 +1,20 @@
 //! Writing a compressed payload region (feature `compress`): the payloads
-//! laid out as for a plain image, cut into groups (one per owner, split at
-//! entry boundaries past [`GROUP_SPLIT`]), each compressed into one zstd
-//! frame or stored as is (see `groups.rs` for what a reader checks).
+//! laid out as for a plain image, cut into groups (of one owner each, split
+//! at entry boundaries so that none passes [`GROUP_SPLIT`] but for a single
+//! larger entry), each compressed into one zstd
+//! frame or stored as is (see `groups.rs` for what a reader checks). The
+//! groups are compressed in parallel, on as many threads as the machine
+//! offers: high zstd levels are slow, and a build script waits for them.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::WriteError;
 use crate::groups::{GROUP_SPLIT, MAX_COMPRESSION_RATIO, MAX_GROUP_LEN};
 use crate::layout::{GROUP_STORED, GROUP_ZSTD, Index, PayloadGroupRecord, PayloadSpan};
 use crate::writer::{align_up, too_large_payloads};
+
+/// A group's frame, or why zstd could not make it.
+type Frame = Result<Vec<u8>, String>;
 
 /// Compresses the payload region `payloads` (each at its offset in a region
 /// of `payload_len` bytes) in groups at zstd `level`, records the groups in
@@ -24,15 +32,20 @@ pub(crate) fn compress(
         let start = *offset as usize;
         raw[start..start + bytes.len()].copy_from_slice(bytes);
     }
-    let mut frames = Vec::new();
+    let bounds = boundaries(index, payload_len, GROUP_SPLIT);
+    let groups: Vec<&[u8]> = bounds
+        .iter()
+        .map(|&(start, end)| &raw[start as usize..end as usize])
+        .collect();
+    let compressed = compress_all(&groups, level);
+    let mut frames = Vec::with_capacity(groups.len());
     let mut stored_at = 0u64;
-    for (start, end) in boundaries(index, payload_len) {
-        let group = &raw[start as usize..end as usize];
-        let frame = zstd::bulk::compress(group, level).map_err(|error| WriteError::Compress {
-            group: frames.len(),
-            message: error.to_string(),
+    for (number, (group, frame)) in groups.iter().zip(compressed).enumerate() {
+        let frame = frame.map_err(|message| WriteError::Compress {
+            group: number,
+            message,
         })?;
-        let raw_len = end - start;
+        let raw_len = group.len() as u64;
         let worth_it = (frame.len() as u64) < raw_len
             && raw_len <= (frame.len() as u64).saturating_mul(MAX_COMPRESSION_RATIO)
             && raw_len <= MAX_GROUP_LEN;
@@ -45,7 +58,7 @@ pub(crate) fn compress(
         stored_at = offset + stored.len() as u64;
         index.payload_groups.push(PayloadGroupRecord {
             raw: PayloadSpan {
-                offset: start,
+                offset: bounds[number].0,
                 len: raw_len,
             },
             stored: PayloadSpan {
@@ -60,18 +73,66 @@ pub(crate) fn compress(
     Ok(frames)
 }
 
+/// Each of `groups` compressed into one zstd frame at `level`, in order;
+/// on up to as many threads as the machine offers, each taking the next
+/// group not yet taken. The frames do not depend on the threads: each is
+/// the single-threaded frame of its group.
+fn compress_all(groups: &[&[u8]], level: i32) -> Vec<Frame> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(groups.len());
+    let one = |group: &[u8]| zstd::bulk::compress(group, level).map_err(|e| e.to_string());
+    if threads <= 1 {
+        return groups.iter().map(|group| one(group)).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let mut frames: Vec<Option<Frame>> = vec![None; groups.len()];
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let number = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(group) = groups.get(number) else {
+                            return done;
+                        };
+                        done.push((number, one(group)));
+                    }
+                })
+            })
+            .collect();
+        for worker in workers {
+            match worker.join() {
+                Ok(done) => {
+                    for (number, frame) in done {
+                        frames[number] = Some(frame);
+                    }
+                }
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+    });
+    frames
+        .into_iter()
+        .map(|frame| frame.unwrap_or_else(|| Err("no worker compressed it".into())))
+        .collect()
+}
+
 /// Where the groups of the raw payload region start and end: a new group
-/// at each owner's first entry and at the first entry past `GROUP_SPLIT`
-/// bytes of its group, at the first multiple of 64 after what the entries
-/// before it hold. No group is empty.
-fn boundaries(index: &Index, payload_len: u64) -> Vec<(u64, u64)> {
+/// at each owner's first entry, and at each entry that would take its
+/// group past `split` bytes, at the first multiple of 64 after what the
+/// entries before it hold. No group is empty, and none is larger than
+/// `split` (rounded up to 64) but for one holding a single entry larger.
+fn boundaries(index: &Index, payload_len: u64, split: u64) -> Vec<(u64, u64)> {
     let mut groups = Vec::new();
     let mut start = 0u64;
     let mut held_to = 0u64;
     let mut owner = None;
     for entry in &index.entries {
         let new_owner = owner.is_some_and(|owner| owner != entry.owner);
-        if new_owner || held_to - start >= GROUP_SPLIT {
+        let end = held_to.max(entry.payloads.offset + entry.payloads.len);
+        if new_owner || end - start > split {
             let boundary = align_up(held_to).unwrap_or(u64::MAX).min(payload_len);
             if boundary > start {
                 groups.push((start, boundary));

@@ -8,9 +8,10 @@
 //! entries see it: its *raw* region) and stores the raw region in groups,
 //! listed in the index (`Index::payload_groups`): each group is a range of
 //! the raw region, stored either as is or as one zstd frame. The writer
-//! makes a group of each owner's payloads (so, for a library built for
-//! several targets, one per target), split at entry boundaries past
-//! [`GROUP_SPLIT`] bytes. Opening and looking up still touch the index only;
+//! makes groups of one owner's payloads each (so, for a library built for
+//! several targets, of one target each), split at entry boundaries so that
+//! none holds more than [`GROUP_SPLIT`] bytes, but for one holding a single
+//! larger entry. Opening and looking up still touch the index only;
 //! the first access to a payload of a compressed group decompresses the
 //! group, once per [`Image`], into a 64-byte-aligned buffer the image keeps
 //! for as long as it lives, and every payload of the group is then borrowed
@@ -51,11 +52,15 @@ pub const MAX_COMPRESSION_RATIO: u64 = 1024;
 /// The most raw bytes one compressed group may declare.
 pub const MAX_GROUP_LEN: u64 = 1 << 32;
 
-/// Raw bytes past which the writer starts a new group at the next entry of
-/// the same owner: the most a first access decompresses, but for a single
-/// entry larger than this.
+/// The most raw bytes the writer puts in one group (rounded up to a
+/// multiple of 64), but for a group of a single larger entry: the most a
+/// first access decompresses. Smaller groups make a first access cheaper
+/// (a fresh process decompresses 1 MiB in about 5 ms of CPU) and compress a little
+/// less well (docs/decisions.md, *Compressed payload groups*). A reader
+/// does not depend on it: it bounds a group by [`MAX_COMPRESSION_RATIO`]
+/// and [`MAX_GROUP_LEN`].
 #[cfg_attr(not(feature = "compress"), allow(dead_code, reason = "the writer's"))]
-pub const GROUP_SPLIT: u64 = 8 << 20;
+pub const GROUP_SPLIT: u64 = 1 << 20;
 
 /// Alignment of a decompressed group's buffer: the region alignment, so
 /// that every payload in it stays 64-byte aligned.

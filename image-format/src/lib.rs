@@ -58,9 +58,10 @@
 //!
 //! The payload region may be stored compressed
 //! (`ImageWriter::to_compressed_bytes`, feature `compress`): the index is
-//! the same, and lists groups of the payload region (one per owner, so one
-//! per target for a library built for several), each stored as is or as
-//! one zstd frame. A reader decompresses a group on the first access to one
+//! the same, and lists groups of the payload region (each of one owner, so
+//! of one target for a library built for several, and of at most
+//! [`GROUP_SPLIT`] bytes but for a single larger entry), each stored as is
+//! or as one zstd frame. A reader decompresses a group on the first access to one
 //! of its payloads, once, in pure Rust, into a 64-byte-aligned buffer the
 //! [`Image`] keeps, and lends payloads from it as from a plain image; a
 //! process that reads one target's payloads holds that target's group
@@ -223,6 +224,7 @@ pub use deps::DepGroup;
 pub use digest::{Digest, ParseDigestError};
 pub use entry::{ArtifactRef, EntryRef};
 pub use error::{ImageError, KeyError, ReadError, SignatureError, WriteError};
+pub use groups::{GROUP_SPLIT, MAX_COMPRESSION_RATIO, MAX_GROUP_LEN};
 pub use header::{ArchiveLayout, Endianness, Header};
 pub use image::{Image, Verification};
 pub use model::{Artifact, ArtifactKind, Dep, EntryData, ImageMeta};

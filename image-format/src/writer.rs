@@ -33,9 +33,13 @@ impl ImageWriter {
         }
     }
 
-    /// The image bytes with the payload region compressed: one group per owner (split at
-    /// entry boundaries past 8 MiB), each a zstd frame at `level` (1 to 22),
-    /// or stored as is where compressing does not pay. The index is written
+    /// The image bytes with the payload region compressed: groups of one
+    /// owner each, split at entry boundaries so that none passes
+    /// [`GROUP_SPLIT`](crate::GROUP_SPLIT) but for a single larger entry,
+    /// each a zstd frame at `level` (1 to 22), or stored as is where
+    /// compressing does not pay. The groups are compressed in parallel, on
+    /// as many threads as the machine offers; the frames do not depend on
+    /// it. The index is written
     /// as for a plain image, so opening and looking up cost the same; a
     /// reader decompresses a group on the first access to one of its
     /// payloads, once per [`Image`](crate::Image), and lends its payloads

@@ -7,7 +7,7 @@ mod common;
 
 use common::{compressible, meta, sample_entries};
 use kiln_image::fuzz_support::forge::{Forge, GROUP_STORED, GROUP_ZSTD, PayloadGroupRecord};
-use kiln_image::{EntryData, Image, ImageError, ImageWriter, ReadError, Verification};
+use kiln_image::{EntryData, GROUP_SPLIT, Image, ImageError, ImageWriter, ReadError, Verification};
 
 /// 40 entries of two owners, with payloads that compress as code does.
 fn entries() -> Vec<EntryData> {
@@ -260,5 +260,124 @@ fn a_frame_of_another_length_than_declared_is_refused() -> Result<(), ImageError
         }
         other => panic!("expected group 0 to fail, got {other:?}"),
     }
+    Ok(())
+}
+
+/// `count` entries of two owners with one compressible artifact of `len`
+/// bytes each.
+fn large_entries(count: usize, len: usize) -> Vec<EntryData> {
+    let mut entries = sample_entries(count, 11);
+    for entry in &mut entries {
+        entry.artifacts.truncate(1);
+        entry.artifacts[0].bytes = vec![0; len];
+    }
+    compressible(&mut entries);
+    entries
+}
+
+#[test]
+fn groups_hold_one_owner_and_at_most_the_split_but_for_one_larger_entry() -> Result<(), ImageError>
+{
+    let quarter = (GROUP_SPLIT / 4) as usize;
+    // Per owner: 11 entries of a quarter of the split, and one of twice the
+    // split.
+    let mut entries = large_entries(22, quarter);
+    let mut huge = large_entries(2, 2 * GROUP_SPLIT as usize);
+    for (n, entry) in huge.iter_mut().enumerate() {
+        entry.key = kiln_image::Digest::of(format!("huge {n}").as_bytes());
+        entry.name = format!("huge {n}");
+    }
+    entries.extend(huge);
+    let bytes = write(&entries, Some(3));
+    let forged = Forge::read(&bytes)?;
+    let groups = &forged.index.payload_groups;
+    let mut sizes = Vec::new();
+    for group in groups {
+        let (start, end) = (group.raw.offset, group.raw.offset + group.raw.len);
+        let owners: std::collections::BTreeSet<u32> = forged
+            .index
+            .entries
+            .iter()
+            .filter(|e| e.payloads.len > 0 && e.payloads.offset < end)
+            .filter(|e| e.payloads.offset + e.payloads.len > start)
+            .map(|e| e.owner)
+            .collect();
+        assert_eq!(
+            owners.len(),
+            1,
+            "group {start}..{end} holds owners {owners:?}"
+        );
+        let held = forged
+            .index
+            .entries
+            .iter()
+            .filter(|e| e.payloads.len > 0 && e.payloads.offset >= start)
+            .filter(|e| e.payloads.offset + e.payloads.len <= end)
+            .count();
+        assert!(
+            group.raw.len <= GROUP_SPLIT.next_multiple_of(64) || held == 1,
+            "group {start}..{end} holds {held} entries"
+        );
+        assert_eq!(group.encoding, GROUP_ZSTD);
+        sizes.push((held, group.raw.len > GROUP_SPLIT));
+    }
+    // Each large entry alone; the others at most four to a group (entries
+    // are in key order, so a large one may fall between them).
+    assert_eq!(sizes.iter().filter(|&&size| size == (1, true)).count(), 2);
+    let small: Vec<usize> = sizes
+        .iter()
+        .filter(|(_, large)| !large)
+        .map(|&(held, _)| held)
+        .collect();
+    assert_eq!(small.iter().sum::<usize>(), 22);
+    assert!(
+        small.iter().all(|&held| (1..=4).contains(&held)),
+        "{sizes:?}"
+    );
+    assert!((6..=8).contains(&small.len()), "{sizes:?}");
+    // Reading one entry decompresses its group only.
+    let image = open(&bytes)?;
+    let plain = open(&write(&entries, None))?;
+    let entry = image.entry(0)?;
+    assert_eq!(
+        entry.artifact(0)?.bytes()?,
+        plain.entry(0)?.artifact(0)?.bytes()?
+    );
+    let (decompressed, held) = image.decompressed();
+    assert_eq!(decompressed, 1);
+    assert!(held <= GROUP_SPLIT, "{held} bytes held for one entry");
+    image.verify_full()?;
+    Ok(())
+}
+
+#[test]
+fn a_frame_of_the_declared_length_but_other_content_fails_its_checksums() -> Result<(), ImageError>
+{
+    // Group 0's frame replaced by a valid frame of exactly its raw length,
+    // of other bytes: it decompresses, and every non-empty payload read
+    // from it fails its BLAKE3, with a typed error, never other bytes.
+    let mut forged = Forge::read(&write(&entries(), Some(19)))?;
+    let groups = forged.index.payload_groups.clone();
+    let other =
+        zstd::bulk::compress(&vec![7u8; groups[0].raw.len as usize], 3).expect("compresses");
+    let mut stored = other.clone();
+    stored.resize(stored.len().div_ceil(64) * 64, 0);
+    let rest = &forged.payloads[groups[1].stored.offset as usize..];
+    forged.index.payload_groups[0].stored.len = other.len() as u64;
+    forged.index.payload_groups[1].stored.offset = stored.len() as u64;
+    stored.extend_from_slice(rest);
+    forged.payloads = stored;
+    let image = open(&forged.to_bytes()?)?;
+    let mut refused = 0;
+    for index in image.owners()[0].2.clone() {
+        for artifact in image.entry(index)?.artifacts().filter(|a| !a.is_empty()) {
+            match artifact.bytes() {
+                Err(ReadError::PayloadChecksum { .. }) => refused += 1,
+                other => panic!("expected a checksum failure, got {other:?}"),
+            }
+        }
+    }
+    assert!(refused > 0);
+    assert_eq!(image.decompressed().0, 1, "the frame itself decompressed");
     Ok(())
 }

@@ -4,14 +4,17 @@
 //! # Compressed or plain
 //!
 //! `include_image!` embeds the image the block writes to `OUT_DIR` as it
-//! is. By default its payloads are compressed, in one group per owner (for
-//! a library built for several targets, one group per target): a binary
-//! carries every target a library ships at about the size of its shipped
-//! image, and a process decompresses, on the first use of a target's
-//! entries, that target's group only, once, into an aligned buffer its
-//! lookups then borrow from. `KILN_EMBED=plain` embeds the payloads as they
-//! are: a larger binary, no decompression, and pages of payloads made
-//! resident only as they are read. The application chooses, for every
+//! is. By default its payloads are compressed, in groups of one owner each
+//! (for a library built for several targets, one target; a target of more
+//! than [`kiln_image::GROUP_SPLIT`] bytes in several groups), at zstd level
+//! [`DEFAULT_EMBED_LEVEL`] (`KILN_EMBED_LEVEL` chooses another, trading the
+//! block's time for the binary's size): a binary carries every target a
+//! library ships at close to the size of its shipped image, and a process
+//! decompresses, on the first use of an entry, that entry's group only,
+//! once, into an aligned buffer its lookups then borrow from.
+//! `KILN_EMBED=plain` embeds the payloads as they are: a larger binary, no
+//! decompression, and pages of payloads made resident only as they are
+//! read. The application chooses, for every
 //! library it builds: the variable reruns every precompile block when it
 //! changes (set it in the application's `.cargo/config.toml` `[env]` table
 //! to make it the project's). BENCHMARKS.md, *Embedded images*, has the
@@ -32,8 +35,17 @@ use crate::Error;
 /// block writes the image its library embeds.
 pub const EMBED: &str = "KILN_EMBED";
 
-/// The zstd level a compressed embedding is written at.
-pub const EMBED_LEVEL: i32 = 12;
+/// `KILN_EMBED_LEVEL`: the zstd level (1 to 22) a compressed embedding is
+/// written at; [`DEFAULT_EMBED_LEVEL`] when unset or empty.
+pub const EMBED_LEVEL: &str = "KILN_EMBED_LEVEL";
+
+/// The zstd level a compressed embedding is written at by default: the
+/// smallest binaries for a block's time of seconds (docs/decisions.md,
+/// *Compressed payload groups*).
+pub const DEFAULT_EMBED_LEVEL: i32 = 19;
+
+/// The levels `KILN_EMBED_LEVEL` accepts (zstd's).
+const LEVELS: std::ops::RangeInclusive<i32> = 1..=22;
 
 /// Payload bytes of one entry past which a precompile block warns.
 pub const ENTRY_WARN_BYTES: u64 = 16 << 20;
@@ -49,25 +61,43 @@ const LARGEST_SHOWN: usize = 5;
 /// How the image a precompile block writes is embedded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Embedding {
-    /// Payloads compressed, one group per owner, decompressed on first use.
-    Compressed,
+    /// Payloads compressed in groups of one owner each, decompressed on
+    /// first use.
+    Compressed {
+        /// The zstd level (1 to 22).
+        level: i32,
+    },
     /// Payloads as they are.
     Plain,
 }
 
 impl Embedding {
     /// The embedding `KILN_EMBED` asks for (`compressed` when unset or
-    /// empty).
+    /// empty), at the level `KILN_EMBED_LEVEL` asks for
+    /// ([`DEFAULT_EMBED_LEVEL`] when unset or empty).
     ///
     /// # Errors
     /// [`Error::InvalidSwitch`] for any other value than `compressed` or
-    /// `plain`.
+    /// `plain`, or a level that is not a number from 1 to 22 (checked
+    /// whatever the embedding, so that a typo shows before it matters).
     pub fn from_lookup(
         lookup: &dyn Fn(&str) -> Option<std::ffi::OsString>,
     ) -> Result<Embedding, Error> {
-        let value = lookup(EMBED).map(|value| value.to_string_lossy().trim().to_owned());
-        match value.as_deref() {
-            None | Some("") | Some("compressed") => Ok(Embedding::Compressed),
+        let read = |name| lookup(name).map(|value| value.to_string_lossy().trim().to_owned());
+        let level = match read(EMBED_LEVEL).as_deref() {
+            None | Some("") => DEFAULT_EMBED_LEVEL,
+            Some(text) => text
+                .parse()
+                .ok()
+                .filter(|level| LEVELS.contains(level))
+                .ok_or_else(|| Error::InvalidSwitch {
+                    variable: EMBED_LEVEL,
+                    value: text.to_owned(),
+                    expected: "a zstd level from 1 (fastest) to 22 (smallest); 19 by default",
+                })?,
+        };
+        match read(EMBED).as_deref() {
+            None | Some("") | Some("compressed") => Ok(Embedding::Compressed { level }),
             Some("plain") => Ok(Embedding::Plain),
             Some(other) => Err(Error::InvalidSwitch {
                 variable: EMBED,
@@ -102,7 +132,7 @@ pub(crate) fn write(
     embedding: Embedding,
 ) -> Result<Vec<u8>, Error> {
     Ok(match embedding {
-        Embedding::Compressed => writer.to_compressed_bytes(EMBED_LEVEL)?,
+        Embedding::Compressed { level } => writer.to_compressed_bytes(level)?,
         Embedding::Plain => writer.to_bytes()?,
     })
 }
@@ -192,21 +222,44 @@ mod tests {
     }
 
     #[test]
-    fn the_switch_reads_compressed_by_default_and_refuses_typos() {
-        let read = |value: Option<&str>| {
-            let value = value.map(std::ffi::OsString::from);
-            Embedding::from_lookup(&move |_: &str| value.clone())
+    fn the_switches_read_compressed_at_19_by_default_and_refuse_typos() {
+        let read = |embed: Option<&str>, level: Option<&str>| {
+            let (embed, level) = (embed.map(String::from), level.map(String::from));
+            Embedding::from_lookup(&move |name: &str| {
+                match name {
+                    EMBED => embed.clone(),
+                    EMBED_LEVEL => level.clone(),
+                    _ => None,
+                }
+                .map(std::ffi::OsString::from)
+            })
         };
-        assert_eq!(read(None).ok(), Some(Embedding::Compressed));
-        assert_eq!(read(Some("")).ok(), Some(Embedding::Compressed));
-        assert_eq!(read(Some("plain")).ok(), Some(Embedding::Plain));
-        let error = read(Some("plane")).err().map(|e| e.to_string());
+        let default = Embedding::Compressed { level: 19 };
+        assert_eq!(read(None, None).ok(), Some(default));
+        assert_eq!(read(Some(""), Some(" ")).ok(), Some(default));
+        assert_eq!(read(Some("plain"), None).ok(), Some(Embedding::Plain));
+        assert_eq!(
+            read(None, Some("3")).ok(),
+            Some(Embedding::Compressed { level: 3 })
+        );
+        let error = read(Some("plane"), None).err().map(|e| e.to_string());
         assert!(
             error
                 .as_deref()
                 .is_some_and(|e| e.contains("KILN_EMBED") && e.contains("plain")),
             "{error:?}"
         );
+        for level in ["0", "23", "-1", "fast"] {
+            let error = read(Some("plain"), Some(level))
+                .err()
+                .map(|e| e.to_string());
+            assert!(
+                error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("KILN_EMBED_LEVEL") && e.contains("1 (fastest)")),
+                "{level}: {error:?}"
+            );
+        }
     }
 
     #[test]

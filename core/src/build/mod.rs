@@ -200,7 +200,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use embed::{EMBED, EMBED_LEVEL, ENTRY_WARN_BYTES, Embedding, IMAGE_WARN_BYTES};
+pub use embed::{
+    DEFAULT_EMBED_LEVEL, EMBED, EMBED_LEVEL, ENTRY_WARN_BYTES, Embedding, IMAGE_WARN_BYTES,
+};
 use std::time::{Duration, Instant};
 
 use kiln_image::{Digest, ImageMeta, PublicKey, TrustedKeys};
@@ -653,6 +655,7 @@ impl<'out> Precompile<'out> {
         let mut env = env;
         env.extend(TRUST_VARIABLES.iter().map(|&var| var.to_owned()));
         env.insert(embed::EMBED.to_owned());
+        env.insert(embed::EMBED_LEVEL.to_owned());
         for var in rerun_env_vars(env, set) {
             out.line(format_args!("cargo:rerun-if-env-changed={var}"));
         }
