@@ -46,6 +46,9 @@ for features in "" disk record build; do
   cargo clippy --locked -q -p kiln-rs-core --no-default-features --features "$features" -- -D warnings
 done
 cargo clippy --locked -q -p kiln-rs --no-default-features -- -D warnings
+# No import circles between the files of a library crate (ARCHITECTURE.md,
+# the import rule).
+python3 scripts/import-circles.py
 
 fuzz_seconds=${KILN_FUZZ_SECONDS:-20}
 if [ "$fuzz_seconds" != 0 ]; then

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::WriteError;
 use crate::groups::{GROUP_SPLIT, MAX_COMPRESSION_RATIO, MAX_GROUP_LEN};
+use crate::header::align_up;
 use crate::layout::{GROUP_STORED, GROUP_ZSTD, Index, PayloadGroupRecord, PayloadSpan};
-use crate::writer::{align_up, too_large_payloads};
 
 /// A group's frame, or why zstd could not make it.
 type Frame = Result<Vec<u8>, String>;
@@ -26,7 +26,8 @@ pub(crate) fn compress(
     payload_len: u64,
     level: i32,
 ) -> Result<Vec<(u64, Vec<u8>)>, WriteError> {
-    let raw_len = usize::try_from(payload_len).map_err(|_| too_large_payloads())?;
+    let raw_len =
+        usize::try_from(payload_len).map_err(|_| WriteError::payload_region_too_large())?;
     let mut raw = vec![0u8; raw_len];
     for (offset, bytes) in payloads {
         let start = *offset as usize;
@@ -54,7 +55,7 @@ pub(crate) fn compress(
         } else {
             (GROUP_STORED, group.to_vec())
         };
-        let offset = align_up(stored_at).ok_or_else(too_large_payloads)?;
+        let offset = align_up(stored_at).ok_or_else(WriteError::payload_region_too_large)?;
         stored_at = offset + stored.len() as u64;
         index.payload_groups.push(PayloadGroupRecord {
             raw: PayloadSpan {

@@ -45,6 +45,13 @@ pub const FORMAT_VERSION: u32 = 5;
 pub const HEADER_LEN: usize = 256;
 /// Alignment of the index and of every payload, relative to the image start.
 pub const REGION_ALIGN: usize = 64;
+
+/// `value` rounded up to the next multiple of [`REGION_ALIGN`] (`None` on
+/// overflow).
+pub(crate) fn align_up(value: u64) -> Option<u64> {
+    let align = REGION_ALIGN as u64;
+    value.checked_add(align - 1).map(|v| v / align * align)
+}
 /// The rkyv version this build is pinned to (`=0.8.18` in the workspace).
 pub const RKYV_VERSION: &str = "0.8.18";
 /// Longest producer string the header holds, in bytes.

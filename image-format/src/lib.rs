@@ -213,6 +213,7 @@ mod layout;
 mod lookup;
 mod model;
 mod partition;
+mod raw_payload;
 mod seal;
 mod search;
 pub mod signature;

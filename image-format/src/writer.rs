@@ -296,11 +296,6 @@ fn fit_u32(value: usize, what: &'static str) -> Result<u32, WriteError> {
     })
 }
 
-pub(crate) fn align_up(value: u64) -> Option<u64> {
-    let align = REGION_ALIGN as u64;
-    value.checked_add(align - 1).map(|v| v / align * align)
-}
-
 /// A string blob: each string appended where the previous one ended, once
 /// per use (references may not share bytes, see `layout.rs`).
 struct Blob {
@@ -407,10 +402,13 @@ impl<'a> Tables<'a> {
             let mut first_payload = None;
             for artifact in &entry.artifacts {
                 let (kind, custom) = kind_tag(&artifact.kind)?;
-                let offset = align_up(payload_end).ok_or(too_large_payloads())?;
+                let offset = crate::header::align_up(payload_end)
+                    .ok_or_else(WriteError::payload_region_too_large)?;
                 first_payload.get_or_insert(offset);
                 let len = artifact.bytes.len() as u64;
-                payload_end = offset.checked_add(len).ok_or(too_large_payloads())?;
+                payload_end = offset
+                    .checked_add(len)
+                    .ok_or_else(WriteError::payload_region_too_large)?;
                 let custom = strings.add(custom)?;
                 let entry_points = Span {
                     start: fit_u32(index.entry_points.len(), "the entry-point table")?,
@@ -474,14 +472,6 @@ impl<'a> Tables<'a> {
             payloads,
             payload_len: payload_end,
         })
-    }
-}
-
-pub(crate) fn too_large_payloads() -> WriteError {
-    WriteError::TooLarge {
-        what: "the payload region",
-        size: u64::MAX,
-        limit: u64::MAX,
     }
 }
 
@@ -633,10 +623,11 @@ pub(crate) fn assemble<'p>(
     let index_checksum = crate::verify::index_checksum(&index_bytes, archived);
     let index_offset = HEADER_LEN as u64;
     let index_len = index_bytes.len() as u64;
-    let payload_offset = align_up(index_offset + index_len).ok_or(too_large_payloads())?;
+    let payload_offset = crate::header::align_up(index_offset + index_len)
+        .ok_or_else(WriteError::payload_region_too_large)?;
     let total = payload_offset
         .checked_add(payload_len)
-        .ok_or(too_large_payloads())?;
+        .ok_or_else(WriteError::payload_region_too_large)?;
     let total_len = usize::try_from(total).map_err(|_| WriteError::TooLarge {
         what: "the image",
         size: total,

@@ -107,6 +107,15 @@ pub enum WriteError {
 }
 
 impl WriteError {
+    /// The payload region's length overflows what an image can address.
+    pub(crate) fn payload_region_too_large() -> WriteError {
+        WriteError::TooLarge {
+            what: "the payload region",
+            size: u64::MAX,
+            limit: u64::MAX,
+        }
+    }
+
     /// A short stable name of the check that failed, as
     /// [`ImageError::check`](crate::ImageError::check) gives it.
     pub fn check(&self) -> &'static str {
