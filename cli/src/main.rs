@@ -184,7 +184,11 @@ fn run(command: Command) -> Result<Outcome, CliError> {
 /// Installs the tool's `tracing` subscriber: stderr, filtered by `KILN_LOG`
 /// (any `tracing` filter; `warn` when unset or not a filter).
 fn log_to_stderr() {
-    let filter = std::env::var("KILN_LOG").unwrap_or_default();
+    let filter = kiln_core::settings::Settings::process()
+        .cache
+        .log
+        .clone()
+        .unwrap_or_default();
     let filter = filter.trim();
     let env_filter = match EnvFilter::try_new(if filter.is_empty() { "warn" } else { filter }) {
         Ok(env_filter) => env_filter,

@@ -1,9 +1,9 @@
 //! Where images come from: those embedded by `include_image!` and registered
 //! with [`inventory`], and `*.kimg` files in the directories of
-//! `KILN_IMAGE_PATH`; the extra tiers that other crates offer the global
-//! cache ([`TierFactory`], also registered with [`inventory`]); and the
-//! run-time switches of other crates ([`RunTimeSwitch`]), which a build
-//! script's precompile block ignores.
+//! `KILN_IMAGE_PATH`; and the extra tiers that other crates offer the
+//! global cache ([`TierFactory`], also registered with [`inventory`]).
+//! (Other crates' switches are declared with
+//! [`settings::Switch`](crate::settings::Switch).)
 //!
 //! Registration happens before `main` and does nothing but link a `&'static`
 //! [`EmbeddedImage`] into a list: no I/O, no allocation, nothing that can
@@ -375,49 +375,46 @@ impl fmt::Debug for TierFactory {
     }
 }
 
-/// What a [`TierFactory`] is given: the variables to read its configuration
-/// from, the local tier to write its hits through to, and the trust policy
+/// What a [`TierFactory`] is given: the settings to read its
+/// configuration from (its section: [`Settings::section`](crate::settings::Settings::section)),
+/// the local tier to write its hits through to, and the trust policy
 /// (trusted keys, signing key, unsigned writes) shared by every tier.
 pub struct TierSetup<'a> {
-    lookup: &'a dyn Fn(&str) -> Option<OsString>,
+    settings: &'a crate::settings::Settings,
     local: Option<Arc<dyn Tier>>,
-    trust: Option<crate::trust::TrustPolicy>,
+    trust: &'a crate::trust::TrustPolicy,
 }
 
 impl<'a> TierSetup<'a> {
-    /// A setup reading variables through `lookup` (a name to its value;
-    /// `std::env::var_os` for the global cache), with `local` as the local
-    /// tier (the disk tier, unless it is off).
+    /// A setup reading `settings` (the process's for the global cache),
+    /// with `local` as the local tier (the disk tier, unless it is off)
+    /// and `trust` as the trust policy every tier follows (the settings'
+    /// for the global cache; a precompile block's vouching policy).
     pub fn new(
-        lookup: &'a dyn Fn(&str) -> Option<OsString>,
+        settings: &'a crate::settings::Settings,
         local: Option<Arc<dyn Tier>>,
+        trust: &'a crate::trust::TrustPolicy,
     ) -> TierSetup<'a> {
         TierSetup {
-            lookup,
+            settings,
             local,
-            trust: None,
+            trust,
         }
     }
 
-    /// The setup with `trust` as the trust policy its tier follows (the
-    /// one the global cache read once for every tier).
-    pub fn trust(mut self, trust: &crate::trust::TrustPolicy) -> TierSetup<'a> {
-        self.trust = Some(trust.clone());
-        self
+    /// The settings the tier reads its configuration from.
+    pub fn settings(&self) -> &'a crate::settings::Settings {
+        self.settings
     }
 
-    /// The trust policy the tier follows: the one given to
-    /// [`TierSetup::trust`], else the one the variables give (read now).
-    pub fn trust_policy(&self) -> crate::trust::TrustPolicy {
-        match &self.trust {
-            Some(trust) => trust.clone(),
-            None => crate::trust::TrustPolicy::from_lookup(self.lookup),
-        }
+    /// The trust policy the tier follows.
+    pub fn trust_policy(&self) -> &'a crate::trust::TrustPolicy {
+        self.trust
     }
 
-    /// The value of the variable `name`, if set.
+    /// The value of the variable `name` in the settings' reading, if set.
     pub fn var(&self, name: &str) -> Option<OsString> {
-        (self.lookup)(name)
+        self.settings.var(name)
     }
 
     /// The local tier (the disk tier), shared with the cache, for a tier that
@@ -441,53 +438,6 @@ pub fn tier_factories() -> Vec<&'static TierFactory> {
     let mut factories: Vec<&'static TierFactory> = inventory::iter::<TierFactory>().collect();
     factories.sort_by_key(|factory| factory.name);
     factories
-}
-
-/// A `KILN_*` variable of another crate (a backend, a tier) that acts at run
-/// time only, like those of [`env::RUN_TIME`](crate::env::RUN_TIME): a build
-/// script's [`Precompile`](crate::build::Precompile) does not rerun when it
-/// changes (see [`env::is_run_time`](crate::env::is_run_time)).
-///
-/// A crate registers one per switch with [`inventory::submit!`]. A build
-/// script sees the switches of the crates linked into it, which are those it
-/// compiles with: `kiln-cuda` registers `KILN_STRICT_TOOLCHAIN` this way, so
-/// that setting it for `cargo run` does not rebuild a kernel library's image.
-///
-/// ```
-/// use kiln_core::registry::RunTimeSwitch;
-///
-/// inventory::submit! { RunTimeSwitch::new("KILN_MY_BACKEND_VERBOSE") }
-///
-/// assert!(kiln_core::env::is_run_time("KILN_MY_BACKEND_VERBOSE"));
-/// ```
-#[derive(Debug)]
-pub struct RunTimeSwitch {
-    name: &'static str,
-}
-
-inventory::collect!(RunTimeSwitch);
-
-impl RunTimeSwitch {
-    /// The switch named `name` (a `KILN_*` variable).
-    pub const fn new(name: &'static str) -> RunTimeSwitch {
-        RunTimeSwitch { name }
-    }
-
-    /// The variable's name.
-    pub fn name(&self) -> &'static str {
-        self.name
-    }
-}
-
-/// The names of every [`RunTimeSwitch`] linked into this program, sorted and
-/// without duplicates.
-pub fn run_time_switches() -> Vec<&'static str> {
-    let mut names: Vec<&'static str> = inventory::iter::<RunTimeSwitch>()
-        .map(RunTimeSwitch::name)
-        .collect();
-    names.sort_unstable();
-    names.dedup();
-    names
 }
 
 #[cfg(test)]

@@ -42,12 +42,10 @@ pub const BUILD_RECORD_VAR: &str = "KILN_CUDA_BUILD";
 
 /// `KILN_STRICT_TOOLCHAIN`: serve shipped kernels only when the local NVRTC and
 /// headers are the ones they were built with ([`ToolchainPolicy::Strict`]). A
-/// run-time switch: registered with kiln-core
-/// ([`RunTimeSwitch`](kiln_core::registry::RunTimeSwitch)), so that setting it
-/// never reruns a build script.
+/// run-time switch: declared to kiln-core as one
+/// ([`Switch`](kiln_core::settings::Switch)), so that setting it never reruns
+/// a build script.
 pub const STRICT_TOOLCHAIN: &str = "KILN_STRICT_TOOLCHAIN";
-
-inventory::submit! { kiln_core::registry::RunTimeSwitch::new(STRICT_TOOLCHAIN) }
 
 /// The header set of the CCCL headers (CUB, Thrust, libcu++).
 pub const CCCL: &str = "cccl";
@@ -460,10 +458,14 @@ pub enum ToolchainPolicy {
 }
 
 impl ToolchainPolicy {
-    /// The policy `KILN_STRICT_TOOLCHAIN` names in this process, read once.
+    /// The policy `KILN_STRICT_TOOLCHAIN` names in this process's settings
+    /// ([`Settings::process`](kiln_core::settings::Settings::process)), read once.
     pub fn process() -> ToolchainPolicy {
         static PROCESS: OnceLock<ToolchainPolicy> = OnceLock::new();
-        *PROCESS.get_or_init(|| Self::from_value(std::env::var_os(STRICT_TOOLCHAIN).as_deref()))
+        *PROCESS.get_or_init(|| {
+            let settings = kiln_core::settings::Settings::process();
+            Self::from_value(settings.vars().get(STRICT_TOOLCHAIN))
+        })
     }
 
     /// The policy a value of `KILN_STRICT_TOOLCHAIN` names: strict for `1`, `true`,
@@ -551,7 +553,8 @@ impl Toolchain {
     pub fn local() -> Result<Toolchain, Error> {
         let compiler = Compiler::new()?;
         let major = compiler.version().major;
-        let headers = SearchConfig::from_env().of_cuda(major, true, &|name| std::env::var_os(name));
+        let vars = kiln_core::settings::Settings::process().vars();
+        let headers = SearchConfig::from_env().of_cuda(major, true, &vars.lookup());
         Ok(Self::with_compiler(compiler, headers))
     }
 
@@ -847,7 +850,11 @@ mod tests {
 
     #[test]
     fn the_policy_switch_is_a_run_time_switch_for_build_scripts() {
-        assert!(kiln_core::registry::run_time_switches().contains(&STRICT_TOOLCHAIN));
+        assert!(
+            kiln_core::settings::switches()
+                .iter()
+                .any(|s| s.name() == STRICT_TOOLCHAIN)
+        );
         assert!(kiln_core::env::is_run_time(STRICT_TOOLCHAIN));
         assert!(!kiln_core::env::is_run_time("KILN_NVRTC"));
     }

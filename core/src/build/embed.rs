@@ -55,29 +55,6 @@ pub enum Embedding {
     Plain,
 }
 
-impl Embedding {
-    /// The embedding `KILN_EMBED` asks for (`compressed` when unset or
-    /// empty).
-    ///
-    /// # Errors
-    /// [`Error::InvalidSwitch`] for any other value than `compressed` or
-    /// `plain`.
-    pub fn from_lookup(
-        lookup: &dyn Fn(&str) -> Option<std::ffi::OsString>,
-    ) -> Result<Embedding, Error> {
-        let value = lookup(EMBED).map(|value| value.to_string_lossy().trim().to_owned());
-        match value.as_deref() {
-            None | Some("") | Some("compressed") => Ok(Embedding::Compressed),
-            Some("plain") => Ok(Embedding::Plain),
-            Some(other) => Err(Error::InvalidSwitch {
-                variable: EMBED,
-                value: other.to_owned(),
-                expected: "`compressed` (the default) or `plain`",
-            }),
-        }
-    }
-}
-
 /// One entry's size, for the warnings.
 pub(crate) struct EntrySize {
     pub(crate) name: String,
@@ -194,8 +171,9 @@ mod tests {
     #[test]
     fn the_switch_reads_compressed_by_default_and_refuses_typos() {
         let read = |value: Option<&str>| {
-            let value = value.map(std::ffi::OsString::from);
-            Embedding::from_lookup(&move |_: &str| value.clone())
+            let vars: crate::settings::Vars =
+                value.map(|value| (EMBED, value)).into_iter().collect();
+            crate::settings::Settings::from_vars(vars).embedding()
         };
         assert_eq!(read(None).ok(), Some(Embedding::Compressed));
         assert_eq!(read(Some("")).ok(), Some(Embedding::Compressed));

@@ -214,6 +214,7 @@ use self::output::Printer;
 use self::session::NotDone;
 use self::vouch::{Taken, UnverifiedTier};
 use crate::registry::IMAGE_EXTENSION;
+use crate::settings::{Settings, Vars};
 use crate::trust::{Provenance, TrustPolicy};
 use crate::{BoxError, Cache, CacheConfig, Error};
 
@@ -277,13 +278,10 @@ pub struct Precompile<'out> {
     library_dir: Option<PathBuf>,
     target: Option<Target>,
     shipped_key: Option<String>,
-    lookup: Lookup<'out>,
+    /// What [`Precompile::env`] gave; `None`: the process's settings.
+    settings: Option<Settings>,
     output: Box<dyn Write + 'out>,
 }
-
-/// How a run reads variables: the process environment, or what
-/// [`Precompile::env`] gives.
-type Lookup<'out> = Box<dyn Fn(&str) -> Option<OsString> + 'out>;
 
 impl Precompile<'static> {
     /// A run writing `$OUT_DIR/<name>.kimg` and printing to stdout (where
@@ -296,7 +294,7 @@ impl Precompile<'static> {
             library_dir: None,
             target: None,
             shipped_key: None,
-            lookup: Box::new(|name| std::env::var_os(name)),
+            settings: None,
             output: Box::new(std::io::stdout()),
         }
     }
@@ -337,12 +335,21 @@ impl<'out> Precompile<'out> {
         self
     }
 
-    /// Reads variables through `lookup` instead of the process environment
+    /// Reads the settings from `vars` instead of the process environment
     /// (for tests: the tiers' switches, `KILN_ALWAYS_COMPILE`,
-    /// `KILN_SIGNING_KEY`, and what the block reads with [`Session::env`]).
-    pub fn env(mut self, lookup: impl Fn(&str) -> Option<OsString> + 'out) -> Self {
-        self.lookup = Box::new(lookup);
+    /// `KILN_SIGNING_KEY`, cargo's `OUT_DIR` and `TARGET`, and what the
+    /// block reads with [`Session::env`]), parsed once, now.
+    pub fn env(mut self, vars: Vars) -> Self {
+        self.settings = Some(Settings::from_vars(vars));
         self
+    }
+
+    /// The settings the run reads: what [`Precompile::env`] gave, else the
+    /// process's ([`Settings::process`], parsed once per build script).
+    fn settings(&self) -> &Settings {
+        self.settings
+            .as_ref()
+            .unwrap_or_else(|| Settings::process())
     }
 
     /// Sends the `cargo:` directives and progress lines to `output` instead
@@ -357,7 +364,7 @@ impl<'out> Precompile<'out> {
             library_dir: self.library_dir,
             target: self.target,
             shipped_key: self.shipped_key,
-            lookup: self.lookup,
+            settings: self.settings,
             output: Box::new(output),
         }
     }
@@ -370,7 +377,7 @@ impl<'out> Precompile<'out> {
     pub fn image_path(&self) -> Result<PathBuf, Error> {
         let dir = match &self.out_dir {
             Some(dir) => dir.clone(),
-            None => (self.lookup)("OUT_DIR")
+            None => (self.settings().var("OUT_DIR"))
                 .map(PathBuf::from)
                 .ok_or(Error::OutDirUnset)?,
         };
@@ -387,7 +394,7 @@ impl<'out> Precompile<'out> {
     fn library_root(&self) -> PathBuf {
         self.library_dir
             .clone()
-            .or_else(|| (self.lookup)("CARGO_MANIFEST_DIR").map(PathBuf::from))
+            .or_else(|| self.settings().var("CARGO_MANIFEST_DIR").map(PathBuf::from))
             .unwrap_or_else(|| PathBuf::from("."))
     }
 
@@ -426,12 +433,17 @@ impl<'out> Precompile<'out> {
         let Precompile {
             name,
             target,
-            lookup,
+            settings,
             output,
             ..
         } = self;
-        let target = target.or_else(Target::from_env);
-        let embedding = Embedding::from_lookup(&*lookup)?;
+        let settings: &Settings = match &settings {
+            Some(settings) => settings,
+            None => Settings::process(),
+        };
+        let lookup = settings.vars().lookup();
+        let target = target.or_else(|| Target::from_vars(settings.vars().text_pairs()));
+        let embedding = settings.embedding()?;
         let started = Instant::now();
         let mut out = Printer::new(output);
 
@@ -447,27 +459,26 @@ impl<'out> Precompile<'out> {
                 ));
             }
         }
-        let flag = |name: &str| crate::env::switch(name, lookup(name).as_deref(), false);
         // No memory cap: every entry the block gets must reach the image
         // (the snapshot would pin them anyway).
         let cache = Cache::with_config(
             CacheConfig::default()
                 .memory_max_bytes(None)
                 .memory_max_entries(None)
-                .always_compile(flag(crate::env::ALWAYS_COMPILE))
+                .always_compile(settings.cache.always_compile)
                 // Every payload goes into the image: a corrupt one found in
                 // a tier is a miss, compiled again.
                 .check_tier_payloads(true),
         );
-        let trust = TrustPolicy::from_lookup(&*lookup);
+        let trust = settings.trust.clone();
         // What the trust policy logs goes nowhere in a build script: its
         // warnings about the trusted keys are the build's.
-        for warning in trusted_keys_warnings(&*lookup) {
+        for warning in trusted_keys_warnings(&lookup) {
             out.line(format_args!("cargo:warning=kiln: {name}: {warning}"));
         }
         let signs = trust.signs();
         let vouching = vouching_policy(&trust);
-        let read = if flag(IGNORE_SHIPPED) {
+        let read = if settings.build.ignore_shipped {
             Ok(None)
         } else {
             let vouch = signs.then_some(vouching.trusted_keys.as_ref()).flatten();
@@ -493,8 +504,8 @@ impl<'out> Precompile<'out> {
         }
         // The tiers, admitting only what the block can vouch for: this
         // user's own compiles and what a trusted key signed.
-        crate::add_tiers_with(&cache, &*lookup, &vouching);
-        let unverified = flag(BUILD_UNVERIFIED);
+        crate::global::add_tiers_wrapped(&cache, settings, &vouching, |tier| tier);
+        let unverified = settings.build.build_unverified;
         if unverified && signs {
             out.line(format_args!(
                 "cargo:warning=kiln: {name}: {BUILD_UNVERIFIED} is ignored: KILN_SIGNING_KEY is \
@@ -507,7 +518,7 @@ impl<'out> Precompile<'out> {
         if unverified && !signs {
             let mut unchecked = trust.clone();
             unchecked.trusted_keys = None;
-            crate::global::add_tiers_wrapped(&cache, &*lookup, &unchecked, |tier| {
+            crate::global::add_tiers_wrapped(&cache, settings, &unchecked, |tier| {
                 Box::new(UnverifiedTier::new(tier, taken.clone()))
             });
         }
@@ -516,7 +527,7 @@ impl<'out> Precompile<'out> {
         let mut session = Session {
             cache: &cache,
             target: target.as_ref(),
-            lookup: &*lookup,
+            settings,
             shipped: shipped.as_ref().map(|found| &found.shipped.manifest),
             out,
             sources: BTreeSet::new(),
@@ -581,7 +592,9 @@ impl<'out> Precompile<'out> {
                 crate::trust::unverified_label(unverified_entries.iter().copied()),
             );
         }
-        let whole = flag(SHIP_CANDIDATE)
+        let whole = settings
+            .build
+            .ship_candidate
             .then(|| -> Result<PathBuf, Error> {
                 let whole = path.with_extension(format!("entries.{IMAGE_EXTENSION}"));
                 kiln_image::write_file_atomic(&whole, &delta.to_bytes(meta.clone())?)?;
@@ -597,7 +610,7 @@ impl<'out> Precompile<'out> {
         });
         let unsigned = embed::write(&writer, embedding)?;
         let size_warnings = embed::size_warnings_for(&writer, sizes, &unsigned, embedding)?;
-        let bytes = crate::trust::sign_if_configured_with(&*lookup, unsigned)?;
+        let bytes = crate::trust::sign_if_configured(settings, unsigned)?;
         kiln_image::write_file_atomic(&path, &bytes)?;
 
         let sources_now = shipped::source_digests(&library, &sources);
@@ -640,15 +653,13 @@ impl<'out> Precompile<'out> {
         }
         // The keys' content, not only the variables, changes what the
         // block may embed and how the image is signed.
-        if let Some(key) = crate::trust::signing_key_path(&*lookup) {
+        if let Some(key) = crate::trust::signing_key_path(&lookup) {
             out.line(format_args!("cargo:rerun-if-changed={}", key.display()));
         }
-        for keys in trusted_key_files(&*lookup) {
+        for keys in trusted_key_files(&lookup) {
             out.line(format_args!("cargo:rerun-if-changed={}", keys.display()));
         }
-        let set: Vec<String> = std::env::vars_os()
-            .filter_map(|(name, _)| name.into_string().ok())
-            .collect();
+        let set: Vec<String> = settings.vars().names().map(str::to_owned).collect();
         // Watched set or not: setting one later must rerun the block.
         let mut env = env;
         env.extend(TRUST_VARIABLES.iter().map(|&var| var.to_owned()));
@@ -780,7 +791,7 @@ impl<'out> Precompile<'out> {
     /// Image metadata: the producing crate and the image name, nothing that
     /// changes from one build to the next.
     fn meta(&self) -> ImageMeta {
-        let var = |name: &str| (self.lookup)(name).and_then(|v| v.into_string().ok());
+        let var = |name: &str| self.settings().var(name).and_then(|v| v.into_string().ok());
         let mut meta = ImageMeta {
             producer_name: var("CARGO_PKG_NAME").unwrap_or_else(|| self.name.clone()),
             producer_version: var("CARGO_PKG_VERSION").unwrap_or_default(),

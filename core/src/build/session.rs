@@ -89,7 +89,7 @@ impl NotDone {
 pub struct Session<'a> {
     pub(super) cache: &'a Cache,
     pub(super) target: Option<&'a Target>,
-    pub(super) lookup: &'a dyn Fn(&str) -> Option<OsString>,
+    pub(super) settings: &'a crate::settings::Settings,
     pub(super) shipped: Option<&'a Manifest>,
     pub(super) out: Printer<'a>,
     pub(super) sources: BTreeSet<PathBuf>,
@@ -132,7 +132,7 @@ impl<'a> Session<'a> {
     /// variables that change what the block compiles with
     /// [`Session::uses_env`].
     pub fn env(&self, name: &str) -> Option<OsString> {
-        (self.lookup)(name)
+        self.settings.var(name)
     }
 
     /// Declares that the compiled code depends on `path` (a file or a

@@ -69,19 +69,23 @@ impl Library {
         self
     }
 
-    fn lookup(&self) -> impl Fn(&str) -> Option<OsString> + 'static {
-        let cache_dir = self.cache_dir.clone();
-        let vars = self.vars.clone();
-        move |name| {
-            if let Some((_, value)) = vars.iter().find(|(n, _)| *n == name) {
-                return Some(value.clone());
-            }
-            match (name, &cache_dir) {
-                ("KILN_CACHE_DIR", Some(dir)) => Some(dir.clone().into()),
-                ("KILN_CACHE", None) => Some("0".into()),
-                _ => None,
+    /// The variables the runs see: those set, the first of a name winning,
+    /// and the disk tier's (off without a cache directory).
+    fn vars(&self) -> Vars {
+        let mut vars = Vars::default();
+        for (name, value) in &self.vars {
+            if vars.get(name).is_none() {
+                vars.set(name, value.clone());
             }
         }
+        match &self.cache_dir {
+            Some(dir) if vars.get("KILN_CACHE_DIR").is_none() => {
+                vars.set("KILN_CACHE_DIR", dir.clone());
+            }
+            None if vars.get("KILN_CACHE").is_none() => vars.set("KILN_CACHE", "0"),
+            _ => {}
+        }
+        vars
     }
 
     /// A precompile run of this library into `out`, its output into `log`.
@@ -89,7 +93,7 @@ impl Library {
         Precompile::new("demo")
             .out_dir(out)
             .library_dir(self.root.path())
-            .env(self.lookup())
+            .env(self.vars())
             .output(log)
     }
 
@@ -513,7 +517,7 @@ fn left_out_artifacts_are_not_in_the_image_but_stay_in_the_tiers() {
     assert_eq!(kinds("b"), [ArtifactKind::Object, ArtifactKind::Ptx]);
     // The disk tier holds what the compile gave.
     let cache = Cache::new();
-    crate::add_tiers(&cache, library.lookup());
+    crate::add_tiers(&cache, &Settings::from_vars(library.vars()));
     let hit = cache.get_cached(&owner(), &key("a")).unwrap();
     assert!(hit.artifact(&ArtifactKind::Ptx).is_some());
 }
@@ -560,7 +564,14 @@ fn the_candidate_records_sources_records_and_the_specialization_list() {
     );
 }
 
-inventory::submit! { crate::registry::RunTimeSwitch::new("KILN_TEST_BACKEND_STRICT") }
+inventory::submit! {
+    crate::settings::Switch::new(
+        "KILN_TEST_BACKEND_STRICT",
+        "test",
+        crate::settings::Phase::RunTime,
+        crate::settings::Kind::Flag(false),
+    )
+}
 
 #[test]
 fn the_block_sees_the_target_and_keeps_what_borrows_from_its_cache() {
