@@ -48,7 +48,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 pub use section::{BuildSettings, CacheSettings, ImageSettings};
 pub use switches::{
     Effective, Kind, Phase, Source, Switch, TABLE_BEGIN, TABLE_END, is_run_time, markdown_table,
-    switches,
+    switches, with_table,
 };
 pub use vars::Vars;
 

@@ -92,6 +92,7 @@ pub struct Switch {
     kind: Kind,
     default: &'static str,
     doc: &'static str,
+    resolve: Option<fn(&Settings) -> Option<String>>,
 }
 
 inventory::collect!(Switch);
@@ -113,7 +114,16 @@ impl Switch {
             kind,
             default: "unset",
             doc: "",
+            resolve: None,
         }
+    }
+
+    /// The switch with `resolve` saying what its default is in given
+    /// settings, when it depends on the machine (the platform's cache
+    /// directory): [`Switch::effective`] shows that rather than the text.
+    pub const fn resolved_default(mut self, resolve: fn(&Settings) -> Option<String>) -> Switch {
+        self.resolve = Some(resolve);
+        self
     }
 
     /// The switch with `default` as the text of its default (`off`, `1G`).
@@ -161,7 +171,10 @@ impl Switch {
     /// Its value in `settings`, and where that value came from.
     pub fn effective(&self, settings: &Settings) -> Effective {
         let default = || Effective {
-            value: self.default.to_owned(),
+            value: self
+                .resolve
+                .and_then(|resolve| resolve(settings))
+                .unwrap_or_else(|| self.default.to_owned()),
             source: Source::Default,
         };
         if self.kind == Kind::PerMajor {
@@ -341,6 +354,29 @@ pub fn markdown_table() -> String {
     table
 }
 
+/// `text` (`docs/switches.md`) with the switch table between its markers
+/// replaced by [`markdown_table`]; `None` when it lacks the markers.
+///
+/// ```
+/// use kiln_core::settings::{TABLE_BEGIN, TABLE_END, markdown_table, with_table};
+///
+/// let doc = format!("# Switches\n\n{TABLE_BEGIN}\n| old |\n{TABLE_END}\n\nMore.\n");
+/// let updated = with_table(&doc).unwrap();
+/// assert!(updated.contains(&markdown_table()) && updated.ends_with("More.\n"));
+/// assert_eq!(with_table(&updated).as_deref(), Some(updated.as_str()));
+/// assert_eq!(with_table("no markers"), None);
+/// ```
+pub fn with_table(text: &str) -> Option<String> {
+    let begin = text.find(TABLE_BEGIN)? + TABLE_BEGIN.len();
+    let end = begin + text[begin..].find(TABLE_END)?;
+    Some(format!(
+        "{}\n{}\n{}",
+        &text[..begin],
+        markdown_table(),
+        &text[end..]
+    ))
+}
+
 inventory::submit! {
     Switch::new(DISABLE, "cache", Phase::RunTime, Kind::Flag(false))
         .default_text("off")
@@ -381,6 +417,7 @@ inventory::submit! {
 inventory::submit! {
     Switch::new(CACHE_DIR, "disk", Phase::RunTime, Kind::Path)
         .default_text("the platform cache directory + `kiln`")
+        .resolved_default(|_| Some(crate::disk::config::default_dir()?.display().to_string()))
         .doc("the disk tier's directory; its files go in `images-v<N>/` under it, one subdirectory per kiln image format version, so builds of different kiln versions can share it (`kiln cache clear` clears this version's entries only)")
 }
 inventory::submit! {
