@@ -242,7 +242,7 @@ impl SearchConfig {
 
 impl SearchConfig {
     /// Where an NVRTC or header set this search does not find would appear: for a
-    /// build script to watch (`cargo:rerun-if-changed`), so that installing the
+    /// build script to watch (`cargo::rerun-if-changed`), so that installing the
     /// toolchain later reruns it. Only folders that exist, each the deepest one
     /// on the way to a place searched (`site-packages/nvidia` once any NVIDIA wheel
     /// is there, else `site-packages`; a toolkit's library folders), and the OS

@@ -8,7 +8,7 @@
 //! have. So the build records them: the kernel library's build script runs its
 //! precompile block through [`ShipPlan`](super::ShipPlan), which leaves a
 //! [`BuildRecord`] (NVRTC release, the digest of each named header set, the targets
-//! shipped) in a `cargo:rustc-env` variable ([`BUILD_RECORD_VAR`]); the library reads
+//! shipped) in a `cargo::rustc-env` variable ([`BUILD_RECORD_VAR`]); the library reads
 //! it back with `env!` and derives the owners and keys of its shipped entries from
 //! [`Toolchain::recorded`], without reading a file.
 //!
@@ -36,7 +36,7 @@ use super::locate::{SearchConfig, locate_cccl, locate_cuda_runtime};
 use super::request::{HEADERS_DEP_PREFIX, NVRTC_DEP, nvrtc_fingerprint};
 use super::{Arch, Compiler, Error, IncludeDir, KernelRequest, NvrtcVersion};
 
-/// The `cargo:rustc-env` variable a kernel library's build script sets to its
+/// The `cargo::rustc-env` variable a kernel library's build script sets to its
 /// [`BuildRecord`]: the library reads it with `env!("KILN_CUDA_BUILD")`.
 pub const BUILD_RECORD_VAR: &str = "KILN_CUDA_BUILD";
 
@@ -182,7 +182,7 @@ fn sorted(targets: impl IntoIterator<Item = Arch>) -> Vec<Arch> {
 /// drivers and an NVRTC 12 one for CUDA 12 drivers and older GPUs, say), newest
 /// first, and the oldest driver the build states it serves.
 ///
-/// Its text form is one line (a `cargo:rustc-env` value); each `nvrtc=` starts a
+/// Its text form is one line (a `cargo::rustc-env` value); each `nvrtc=` starts a
 /// toolchain, `ptx=` lists one target or several, comma-separated. A record of one
 /// toolchain at the default oldest driver reads as it always has
 /// (`kiln-cuda-build/1`); several toolchains, or a stated oldest driver
@@ -335,9 +335,9 @@ impl BuildRecord {
         self.oldest_driver
     }
 
-    /// The `cargo:rustc-env` line a build script prints for this record.
+    /// The `cargo::rustc-env` line a build script prints for this record.
     pub fn cargo_directive(&self) -> String {
-        format!("cargo:rustc-env={BUILD_RECORD_VAR}={self}")
+        format!("cargo::rustc-env={BUILD_RECORD_VAR}={self}")
     }
 }
 
@@ -748,7 +748,7 @@ mod tests {
         assert_eq!(text.parse::<BuildRecord>().unwrap(), record);
         assert_eq!(
             record.cargo_directive(),
-            format!("cargo:rustc-env=KILN_CUDA_BUILD={text}")
+            format!("cargo::rustc-env=KILN_CUDA_BUILD={text}")
         );
         let multi: BuildRecord =
             "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_75,sm_120 ptx=sm_120,sm_75"

@@ -99,7 +99,7 @@ impl Library {
             .expect("the build succeeds");
         let warnings = String::from_utf8_lossy(&log)
             .lines()
-            .filter(|l| l.starts_with("cargo:warning="))
+            .filter(|l| l.starts_with("cargo::warning="))
             .map(str::to_owned)
             .collect();
         Built {

@@ -108,7 +108,7 @@ pub(crate) fn size_warnings_for(
     Ok(size_warnings(sizes, compressed))
 }
 
-/// The `cargo:warning` lines (without the prefix) for entries and an image
+/// The `cargo::warning` lines (without the prefix) for entries and an image
 /// that cannot ship: `entries` are the image's entries, `compressed` the
 /// image's payload bytes once compressed (or, when it was not compressed,
 /// its raw payload bytes).

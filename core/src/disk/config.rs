@@ -23,7 +23,7 @@ pub const CACHE_MAX_BYTES: &str = "KILN_CACHE_MAX_BYTES";
 /// `KILN_CACHE_TRUST_DIR`: use a cache directory that another user owns or
 /// may write to (see [`DiskConfig::trust_dir`]).
 pub const CACHE_TRUST_DIR: &str = "KILN_CACHE_TRUST_DIR";
-/// Every variable this module reads, for `cargo:rerun-if-env-changed` lines.
+/// Every variable this module reads, for `cargo::rerun-if-env-changed` lines.
 pub const ALL: [&str; 4] = [CACHE, CACHE_DIR, CACHE_MAX_BYTES, CACHE_TRUST_DIR];
 
 /// The cap used when `KILN_CACHE_MAX_BYTES` is unset: 1 GiB.

@@ -317,11 +317,11 @@ fn precompile_signs_its_image_when_a_signing_key_is_set() {
     );
     let stdout = run(&signed_out, Some(&key_file));
     assert!(
-        stdout.contains(&format!("cargo:rerun-if-changed={}", key_file.display())),
+        stdout.contains(&format!("cargo::rerun-if-changed={}", key_file.display())),
         "{stdout}"
     );
     assert!(
-        stdout.contains("cargo:rerun-if-env-changed=KILN_SIGNING_KEY"),
+        stdout.contains("cargo::rerun-if-env-changed=KILN_SIGNING_KEY"),
         "{stdout}"
     );
     run(&again_out, Some(&key_file));
