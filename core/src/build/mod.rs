@@ -98,7 +98,7 @@
 //! `KILN_BUILD_UNVERIFIED=1` ([`BUILD_UNVERIFIED`]) takes such entries
 //! instead of compiling them (they count as `from unverified disk` or
 //! `from unverified remote`): the image records which entries those are
-//! ([`Provenance::UNVERIFIED_LABEL`]), a process with `KILN_TRUSTED_KEYS`
+//! ([`Provenance::UNVERIFIED_LABEL`](crate::trust::Provenance::UNVERIFIED_LABEL)), a process with `KILN_TRUSTED_KEYS`
 //! refuses them as it would from the tier, and `kiln ship` refuses to ship
 //! the image. A signed build ignores it. The trust variables
 //! (`KILN_TRUSTED_KEYS` and the files it names, `KILN_SIGNING_KEY` and its
@@ -151,6 +151,10 @@
 //!
 //! # What a run prints
 //!
+//! A run collects what it tells cargo into one value ([`BuildOutput`],
+//! also in its [`PrecompileReport`]) and prints it once, at its end, in
+//! cargo's `cargo::` syntax:
+//!
 //! - `cargo::rerun-if-changed=PATH` for every source the block declared with
 //!   [`Session::uses_source`]; for the shipped image whenever a file has its
 //!   name (used or not: a refused one may be fixed), or else its
@@ -167,9 +171,9 @@
 //! - `cargo::rerun-if-env-changed=VAR` for the variables declared with
 //!   [`Session::uses_env`] and every `KILN_*` variable set now (such as
 //!   `KILN_NVRTC`), except the run-time switches
-//!   ([`env::is_run_time`](crate::env::is_run_time): those of
-//!   [`env::RUN_TIME`](crate::env::RUN_TIME) and those other crates register
-//!   as [`RunTimeSwitch`](crate::registry::RunTimeSwitch)): they do not change
+//!   ([`settings::is_run_time`](crate::settings::is_run_time): the switches
+//!   kiln-core and the crates linked into the build script declare run-time,
+//!   [`Switch`](crate::settings::Switch)): they do not change
 //!   what a build script compiles, so toggling them never rebuilds an image;
 //! - one plain line per specialization with its time, and one summary line
 //!   that says how many entries came from the shipped image and from each
@@ -232,7 +236,7 @@ pub const SHIP_CANDIDATE: &str = "KILN_SHIP_CANDIDATE";
 /// and remote tiers entries it cannot vouch for (received unsigned, or
 /// signed by no key it trusts), instead of compiling them. The image then
 /// records which entries those are
-/// ([`Provenance::UNVERIFIED_LABEL`]), a process with
+/// ([`Provenance::UNVERIFIED_LABEL`](crate::trust::Provenance::UNVERIFIED_LABEL)), a process with
 /// `KILN_TRUSTED_KEYS` refuses them as it would from a tier, and `kiln
 /// ship` refuses to ship it. Ignored (with a warning) when
 /// `KILN_SIGNING_KEY` is set: a signed image vouches for every entry. A
