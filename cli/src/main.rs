@@ -266,7 +266,7 @@ mod tests {
         assert!(at("\nOptions:\n") > last, "{help}");
         assert!(help.contains("--version"), "{help}");
         assert!(
-            help.contains("  ship     Build the libraries here"),
+            help.contains("  ship      Build the libraries here"),
             "{help}"
         );
     }
@@ -279,7 +279,7 @@ mod tests {
             sub.get_arguments().any(|arg| arg.get_long() == Some(flag))
         };
         for name in [
-            "ship", "bake", "install", "report", "inspect", "verify", "diff", "sign",
+            "ship", "bake", "install", "report", "inspect", "verify", "diff", "sign", "settings",
         ] {
             assert!(takes(name, "json"), "{name} --json");
         }
