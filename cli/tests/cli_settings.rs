@@ -43,6 +43,7 @@ fn every_switch_is_listed_with_its_value_and_where_it_came_from() {
         ("KILN_REMOTE_TIMEOUT_MS", "250"),
         ("KILN_STRICT_TOOLCHAIN", "yes"),
         ("KILN_NVRTC_12", "/opt/nvrtc12.so"),
+        ("KILN_REMOTE_CACHE", "redis://:s3cret@cache.internal:6379/2"),
     ];
     let output = kiln(&["settings"], &vars);
     assert!(output.status.success(), "{output:?}");
@@ -97,6 +98,7 @@ fn every_switch_is_listed_with_its_value_and_where_it_came_from() {
     assert_eq!(of("KILN_CACHE")["source"], "default");
     assert_eq!(of("KILN_TRUSTED_KEYS")["source"], "file");
     assert_eq!(of("KILN_REMOTE_CACHE")["section"], "remote");
+    assert!(!json.to_string().contains("s3cret"), "{json}");
     assert_eq!(of("KILN_REMOTE_CACHE")["when"], "run time");
     assert_eq!(of("KILN_EMBED")["when"], "build time");
 }

@@ -20,7 +20,7 @@ pub const REMOTE_TIMEOUT_MS: &str = "KILN_REMOTE_TIMEOUT_MS";
 pub const REMOTE_BATCH_MS: &str = "KILN_REMOTE_BATCH_MS";
 
 inventory::submit! {
-    Switch::new(REMOTE_CACHE, "remote", Phase::RunTime, Kind::Text)
+    Switch::new(REMOTE_CACHE, "remote", Phase::RunTime, Kind::Url)
         .doc("with the feature `redis` (the crate `kiln-redis` linked): the URL of a shared remote tier after the disk tier, `redis://host:port/db` (`rediss://` for TLS, `redis://user:password@host/db` for AUTH); hits are verified, then written through to the disk tier. A process stores its compiles there only with `KILN_SIGNING_KEY`, or `KILN_REMOTE_WRITE=1`: readers are read-only by default. Without `KILN_TRUSTED_KEYS` a well-formed value is served unverified: whoever can write to the server chooses the GPU code its readers run (CUBINs, PTX, and the driver-JIT results of other machines); set the keys of your writers. A precompile block never embeds such a value (see [Shipping](shipping.md), *Builds reuse compiles*)")
 }
 inventory::submit! {

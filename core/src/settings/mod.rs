@@ -112,13 +112,7 @@ impl Settings {
     pub fn with_var(&self, name: &str, value: impl Into<std::ffi::OsString>) -> Settings {
         let mut vars = self.vars.clone();
         vars.set(name, value);
-        let trust_var = [
-            crate::trust::TRUSTED_KEYS,
-            crate::trust::SIGNING_KEY,
-            crate::trust::REMOTE_WRITE,
-        ]
-        .contains(&name);
-        Settings::parse(vars, (!trust_var).then(|| self.trust.clone()))
+        Settings::parse(vars, self.trust_unless_read_from(name))
     }
 
     /// The settings without the variable `name` (a tool's option that
@@ -126,13 +120,18 @@ impl Settings {
     pub fn without_var(&self, name: &str) -> Settings {
         let mut vars = self.vars.clone();
         vars.remove(name);
-        let trust_var = [
+        Settings::parse(vars, self.trust_unless_read_from(name))
+    }
+
+    /// The trust policy, to keep when `name` changes, unless the policy is
+    /// read from `name`.
+    fn trust_unless_read_from(&self, name: &str) -> Option<TrustPolicy> {
+        let read_from = [
             crate::trust::TRUSTED_KEYS,
             crate::trust::SIGNING_KEY,
             crate::trust::REMOTE_WRITE,
-        ]
-        .contains(&name);
-        Settings::parse(vars, (!trust_var).then(|| self.trust.clone()))
+        ];
+        (!read_from.contains(&name)).then(|| self.trust.clone())
     }
 
     /// Parses `vars`, with `trust` as the policy when given: the one place

@@ -44,13 +44,16 @@ impl fmt::Display for Phase {
 pub enum Kind {
     /// A boolean ([`crate::env::switch`]) with this default.
     Flag(bool),
-    /// A size: bytes, or a number with `K`, `M`, `G` or `T`; `off` for none
-    /// where the switch takes it.
+    /// A size: bytes, or a number with `K`, `M`, `G` or `T`.
     Size,
+    /// A size, or `off` (`none`, `unlimited`) for no cap.
+    SizeOrOff,
     /// A number (of milliseconds, ...).
     Number,
-    /// Free text (a filter, a URL, a list the backend reads).
+    /// Free text (a filter, a list the backend reads).
     Text,
+    /// A URL, whose password is never shown (`redis://:***@host`).
+    Url,
     /// A path.
     Path,
     /// Paths separated like `PATH`.
@@ -223,8 +226,8 @@ impl Switch {
                 Ok(None) => default(),
                 Err(_) => ignored(),
             },
-            Kind::Size => {
-                if super::section::is_no_cap(trimmed) {
+            Kind::Size | Kind::SizeOrOff => {
+                if self.kind == Kind::SizeOrOff && super::section::is_no_cap(trimmed) {
                     set("off".to_owned())
                 } else if crate::disk::config::parse_size(trimmed).is_some() {
                     set(trimmed.to_owned())
@@ -258,9 +261,27 @@ impl Switch {
                 value: format!("the secret key in {trimmed}"),
                 source: Source::File,
             },
+            Kind::Url => set(without_password(trimmed)),
             Kind::Text | Kind::Path | Kind::Paths | Kind::PerMajor => set(text.clone()),
         }
     }
+}
+
+/// `url` with the password of its user information, if any, as `***`.
+pub(super) fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_owned();
+    };
+    let user = &rest[..at];
+    let shown = match user.split_once(':') {
+        Some((name, _password)) => format!("{name}:***"),
+        None => user.to_owned(),
+    };
+    format!("{scheme}://{shown}{}", &rest[at..])
 }
 
 /// A switch's value in force, and where it came from.
@@ -392,7 +413,7 @@ inventory::submit! {
         .doc("print what init did on stderr: kiln prints it itself when the program installed no `tracing` subscriber (`warn` or `error`: only images skipped and entries stale or rejected; `info` or any other value: also every image merged and the tiers added, and at exit the cache's figures: hits by tier, compiles, bytes held against the memory cap, evictions, stores done, queued, failed and dropped; `off`: nothing). A program with a subscriber gets kiln's `tracing` events instead, filtered as it decides; the `kiln` tool takes `KILN_LOG` as its filter (any `tracing` filter, default `warn`)")
 }
 inventory::submit! {
-    Switch::new(MEMORY_MAX_BYTES, "cache", Phase::RunTime, Kind::Size)
+    Switch::new(MEMORY_MAX_BYTES, "cache", Phase::RunTime, Kind::SizeOrOff)
         .default_text("1G")
         .doc("cap the payload bytes the process's cache holds in memory (bytes, or with a K/M/G/T suffix; `off` for no cap): past it, least recently used entries are evicted (and freed, metadata included, once no hit holds them) and come back from the disk tier (borrowed from its mapping), the remote tier or a compile. The cache also holds at most 131,072 entries whatever their size (`CacheConfig::memory_max_entries`), so a service's memory follows what it holds, not every specialization it ever saw. Compiles are stored into the disk and remote tiers by a background thread, drained at exit (`kiln::cache::flush()` waits for it); `KILN_LOG=info` prints the cache's figures at exit")
 }

@@ -267,3 +267,33 @@ fn core_switches_are_declared_once_with_a_doc_line_and_their_phase() {
         "{table}"
     );
 }
+
+#[test]
+fn a_url_password_and_the_other_variables_never_show() {
+    let s = settings(&[
+        ("KILN_TEST_URL", "redis://alice:secret@cache:6379/2"),
+        ("OTHER_TOKEN", "hunter2"),
+    ]);
+    assert_eq!(
+        switches::without_password("redis://alice:secret@cache:6379/2"),
+        "redis://alice:***@cache:6379/2"
+    );
+    assert_eq!(
+        switches::without_password("rediss://:pw@h/0"),
+        "rediss://:***@h/0"
+    );
+    assert_eq!(
+        switches::without_password("redis://h:1/a@b"),
+        "redis://h:1/a@b"
+    );
+    assert_eq!(
+        switches::without_password("redis://alice@h"),
+        "redis://alice@h"
+    );
+    let shown = format!("{s:?}");
+    assert!(
+        !shown.contains("secret") && !shown.contains("hunter2"),
+        "{shown}"
+    );
+    assert!(shown.contains("OTHER_TOKEN"), "{shown}");
+}

@@ -14,8 +14,19 @@ use std::ffi::{OsStr, OsString};
 /// assert_eq!(vars.get("KILN_CACHE").and_then(|v| v.to_str()), Some("0"));
 /// assert!(vars.get("KILN_CACHE_DIR").is_none());
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// Its `Debug` form names the variables set, never their values (a URL's
+/// password, a token of another program).
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Vars(BTreeMap<String, OsString>);
+
+impl std::fmt::Debug for Vars {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Vars")
+            .field(&self.0.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
 
 impl Vars {
     /// Every variable of the process environment whose name is text, read
