@@ -39,6 +39,13 @@ scripts/install-strace.sh           # strace, for tests/e2e_stripped.rs
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --no-deps --workspace --all-features --locked
+# kiln-core's optional parts (`disk`, `record`, `build`): none, and each
+# alone, build without warnings; the facade without them too (clippy, whose
+# dependencies the line above built: only kiln-image and kiln-core again).
+for features in "" disk record build; do
+  cargo clippy --locked -q -p kiln-rs-core --no-default-features --features "$features" -- -D warnings
+done
+cargo clippy --locked -q -p kiln-rs --no-default-features -- -D warnings
 
 fuzz_seconds=${KILN_FUZZ_SECONDS:-20}
 if [ "$fuzz_seconds" != 0 ]; then

@@ -17,6 +17,7 @@ pub use kiln_image::{Artifact, ArtifactKind};
 
 pub use kiln_macros::include_image;
 
+#[cfg(feature = "build")]
 pub use kiln_core::build;
 
 /// The code-instance cache: caches of your own, their configuration (the
@@ -41,6 +42,7 @@ pub mod cache {
 /// The disk tier: compiled entries persisted across runs in
 /// `KILN_CACHE_DIR`, shared by concurrent processes. [`global()`](crate::global)
 /// adds it; see [`kiln_core::disk`] for its layout and guarantees.
+#[cfg(feature = "disk")]
 pub mod disk {
     pub use kiln_core::disk::config::{
         CACHE, CACHE_DIR, CACHE_MAX_BYTES, CACHE_TRUST_DIR, DEFAULT_MAX_BYTES, default_dir,

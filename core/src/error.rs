@@ -299,7 +299,9 @@ pub enum Error {
         /// Each failed specialization and why.
         failed: Vec<(String, String)>,
     },
-    /// A shipped image's candidate file could not be written.
+    /// A shipped image's candidate file could not be written (feature
+    /// `build`).
+    #[cfg(feature = "build")]
     #[error(transparent)]
     Ship(#[from] kiln_ship::ShipError),
     /// A build-time `KILN_*` switch has a value it does not take.

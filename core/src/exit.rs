@@ -3,9 +3,9 @@
 //! it a short program would lose what is still pending when `main`
 //! returns. The hook runs, in this order:
 //!
-//! 1. [`Stage::Stores`]: the background writers of live caches drain their
-//!    queues (bounded: see `cache/background.rs`), so that compiles reach
-//!    the disk and remote tiers;
+//! 1. [`Stage::Stores`]: the global cache's background writer drains its
+//!    queue (bounded: registered by `global/`, see `cache/background.rs`),
+//!    so that compiles reach the disk and remote tiers;
 //! 2. [`Stage::RecordHits`]: live recorders (`KILN_RECORD`) write their
 //!    pending hit counts;
 //! 3. [`Stage::RecencyStamps`]: live disk caches append their pending
@@ -14,13 +14,17 @@
 //! 4. the hooks given to [`then`]: the global cache's `KILN_LOG` report,
 //!    which can then count every store.
 //!
-//! Each registration is weak: what was dropped meanwhile did its work on
-//! drop and is skipped. The hook never blocks on a lock a thread may still
+//! Each registration of an object is weak: what was dropped meanwhile did
+//! its work on drop and is skipped. The hook never blocks on a lock a thread may still
 //! hold at exit, and never unwinds.
 
 use std::sync::{Mutex, Once, PoisonError, Weak};
 
 /// Something with work to do at normal exit.
+#[cfg_attr(
+    not(any(feature = "disk", feature = "record")),
+    allow(dead_code, reason = "the disk tier and the recorder register objects")
+)]
 pub(crate) trait AtExit: Send + Sync {
     /// Does it; never blocks without bound (locks are only tried, waits
     /// are bounded).
@@ -29,6 +33,10 @@ pub(crate) trait AtExit: Send + Sync {
 
 /// When, in the exit hook, a registration runs (in declaration order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(
+    not(all(feature = "disk", feature = "record")),
+    allow(dead_code, reason = "each stage is used when its part is compiled")
+)]
 pub(crate) enum Stage {
     /// Background writers drain their store queues.
     Stores,
@@ -40,8 +48,40 @@ pub(crate) enum Stage {
 
 const STAGES: usize = 3;
 
+/// One registration in a stage.
+#[cfg_attr(
+    not(any(feature = "disk", feature = "record")),
+    allow(dead_code, reason = "the disk tier and the recorder register objects")
+)]
+enum Hook {
+    /// An object, while it is alive.
+    Item(Weak<dyn AtExit>),
+    /// A function (for what lives in a static).
+    Call(fn()),
+}
+
+impl Hook {
+    fn alive(&self) -> bool {
+        match self {
+            Hook::Item(weak) => weak.strong_count() > 0,
+            Hook::Call(_) => true,
+        }
+    }
+
+    fn run(&self) {
+        match self {
+            Hook::Item(weak) => {
+                if let Some(item) = weak.upgrade() {
+                    item.at_exit();
+                }
+            }
+            Hook::Call(call) => call(),
+        }
+    }
+}
+
 struct Hooks {
-    stages: [Vec<Weak<dyn AtExit>>; STAGES],
+    stages: [Vec<Hook>; STAGES],
     then: Vec<fn()>,
 }
 
@@ -56,12 +96,25 @@ fn hooks() -> std::sync::MutexGuard<'static, Hooks> {
 
 /// Runs `item`'s [`AtExit::at_exit`] at exit, in `stage`, while it is
 /// alive.
+#[cfg_attr(
+    not(any(feature = "disk", feature = "record")),
+    allow(dead_code, reason = "the disk tier and the recorder register objects")
+)]
 pub(crate) fn register(stage: Stage, item: Weak<dyn AtExit>) {
+    push(stage, Hook::Item(item));
+}
+
+/// Runs `call` at exit, in `stage`.
+pub(crate) fn register_call(stage: Stage, call: fn()) {
+    push(stage, Hook::Call(call));
+}
+
+fn push(stage: Stage, hook: Hook) {
     install();
     let mut hooks = hooks();
     let list = &mut hooks.stages[stage as usize];
-    list.retain(|weak| weak.strong_count() > 0);
-    list.push(item);
+    list.retain(Hook::alive);
+    list.push(hook);
 }
 
 /// Runs `hook` at exit, after every stage.
@@ -106,8 +159,8 @@ extern "C" fn run() {
             )
         };
         for stage in stages {
-            for item in stage.iter().filter_map(Weak::upgrade) {
-                item.at_exit();
+            for hook in &stage {
+                hook.run();
             }
         }
         for hook in then {

@@ -49,17 +49,32 @@
 //! - [`settings`]: every `KILN_*` switch, read and parsed once into
 //!   [`Settings`](settings::Settings); [`env`](mod@env): their names and the
 //!   boolean parser.
-//! - [`build`]: build-script helpers (precompile into `OUT_DIR`).
-//! - [`disk`]: the on-disk cache tier.
-//! - [`record`]: what a process asked its cache for (`KILN_RECORD`), and
-//!   reading record files back (for `kiln bake` and `kiln report`).
+//! - `build` (feature `build`): build-script helpers (precompile into
+//!   `OUT_DIR`).
+//! - [`disk`]: the on-disk cache tier (feature `disk`; without it, only
+//!   its `config`).
+//! - `record` (feature `record`): what a process asked its cache for
+//!   (`KILN_RECORD`), and reading record files back (for `kiln bake` and
+//!   `kiln report`).
 //! - [`trust`]: whose signed code is accepted (`KILN_TRUSTED_KEYS`) and the
 //!   key this process signs with (`KILN_SIGNING_KEY`).
+//!
+//! # Features
+//!
+//! The parts that a program using only the cache and its images does not
+//! need are optional, all on by default: `disk` (the disk tier, which
+//! [`global()`] adds), `record` (the `KILN_RECORD` recorder, an
+//! [`Observer`](cache::Observer) of the cache, and record files) and
+//! `build` (`Precompile`, shipped images, the compressed image a library
+//! embeds). Without `disk` the global cache has no disk tier; without
+//! `record`, `KILN_RECORD` gives one warning and records nothing. `ctor`
+//! (off) merges every image before `main`.
 //!
 //! Backends and other tiers are crates of their own, clients of this API:
 //! `kiln-cuda` (the NVRTC backend) and `kiln-redis` (the remote tier, which
 //! [`global()`] adds through a [`TierFactory`] when that crate is linked).
 
+#[cfg(feature = "build")]
 pub mod build;
 pub mod cache;
 pub mod disk;
@@ -69,6 +84,7 @@ mod exit;
 mod global;
 pub mod key;
 pub mod owner;
+#[cfg(feature = "record")]
 pub mod record;
 pub mod registry;
 pub mod regular_file;

@@ -54,6 +54,7 @@ pub const MAX_GROUP_LEN: u64 = 1 << 32;
 /// Raw bytes past which the writer starts a new group at the next entry of
 /// the same owner: the most a first access decompresses, but for a single
 /// entry larger than this.
+#[cfg_attr(not(feature = "compress"), allow(dead_code, reason = "the writer's"))]
 pub const GROUP_SPLIT: u64 = 8 << 20;
 
 /// Alignment of a decompressed group's buffer: the region alignment, so

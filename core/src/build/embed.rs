@@ -28,9 +28,7 @@
 
 use crate::Error;
 
-/// `KILN_EMBED`: `compressed` (the default) or `plain`: how every precompile
-/// block writes the image its library embeds.
-pub const EMBED: &str = "KILN_EMBED";
+pub use crate::env::EMBED;
 
 /// The zstd level a compressed embedding is written at.
 pub const EMBED_LEVEL: i32 = 12;
@@ -46,14 +44,7 @@ pub const IMAGE_WARN_BYTES: u64 = 8 << 20;
 /// How many of the largest entries a size warning names.
 const LARGEST_SHOWN: usize = 5;
 
-/// How the image a precompile block writes is embedded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Embedding {
-    /// Payloads compressed, one group per owner, decompressed on first use.
-    Compressed,
-    /// Payloads as they are.
-    Plain,
-}
+pub use crate::settings::Embedding;
 
 /// One entry's size, for the warnings.
 pub(crate) struct EntrySize {

@@ -219,29 +219,7 @@ use crate::registry::IMAGE_EXTENSION;
 use crate::settings::{Settings, Vars};
 use crate::trust::TrustPolicy;
 
-/// `KILN_IGNORE_SHIPPED`: a precompile block ignores the library's shipped
-/// image and keys every entry by this machine's toolchain (`kiln ship
-/// --rebuild` sets it, to ship again after a toolchain upgrade). A
-/// build-time switch: setting or clearing it reruns the build script.
-pub const IGNORE_SHIPPED: &str = "KILN_IGNORE_SHIPPED";
-
-/// `KILN_SHIP_CANDIDATE`: a precompile block also writes every entry it got,
-/// as the caches hold them, to `OUT_DIR/<name>.entries.kimg` (`kiln ship`
-/// sets it: a shipped image holds whole entries, so that a build can leave
-/// out what it does not embed whatever it found them in). A build-time
-/// switch: setting or clearing it reruns the build script.
-pub const SHIP_CANDIDATE: &str = "KILN_SHIP_CANDIDATE";
-
-/// `KILN_BUILD_UNVERIFIED`: a precompile block also takes from the disk
-/// and remote tiers entries it cannot vouch for (received unsigned, or
-/// signed by no key it trusts), instead of compiling them. The image then
-/// records which entries those are
-/// ([`Provenance::UNVERIFIED_LABEL`](crate::trust::Provenance::UNVERIFIED_LABEL)), a process with
-/// `KILN_TRUSTED_KEYS` refuses them as it would from a tier, and `kiln
-/// ship` refuses to ship it. Ignored (with a warning) when
-/// `KILN_SIGNING_KEY` is set: a signed image vouches for every entry. A
-/// build-time switch: setting or clearing it reruns the build script.
-pub const BUILD_UNVERIFIED: &str = "KILN_BUILD_UNVERIFIED";
+pub use crate::env::{BUILD_UNVERIFIED, IGNORE_SHIPPED, SHIP_CANDIDATE};
 
 /// The boolean switches a precompile block reads, each checked at the
 /// start of a run: a value that is no boolean is a `cargo::warning` (and

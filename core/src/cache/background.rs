@@ -35,7 +35,7 @@
 //! process compiling one kernel after another still publishes them in few
 //! batches. Every tier of the job waits with it (the disk tier's segment
 //! of a compile stored to disk and remote appears up to the window later).
-//! A [`Cache::flush`](crate::Cache::flush) (and so the exit hook and the cache's drop) cuts the
+//! A [`Cache::flush`](crate::Cache::flush) (and so the exit flush and the cache's drop) cuts the
 //! wait short, as does a queue at half its bounds; a store for other
 //! tiers, or a signed one, closes the batch. Counters
 //! stay per entry and per tier (each item's result), and each tier still
@@ -43,17 +43,19 @@
 //! with the `tracing` dispatcher of its first job; each entry's failure is
 //! logged to its own job's.
 //!
-//! [`Cache::flush`](crate::Cache::flush) waits until every store queued before it has run. A
-//! cache flushes when dropped, and every live cache flushes when the
-//! process exits normally (an `atexit` hook, as the disk tier's recency
-//! stamps): a normal exit loses nothing queued. A crash loses what was
+//! [`Cache::flush`](crate::Cache::flush) waits until every store queued before it has run,
+//! [`Cache::flush_within`](crate::Cache::flush_within) at most a given time. A
+//! cache flushes when dropped; the cache itself registers nothing to run at
+//! exit: whoever sets up a cache that is never dropped does (the global
+//! cache's init registers its bounded flush with the process's exit hook),
+//! so that a normal exit loses nothing queued. A crash loses what was
 //! queued, never more, and leaves no partial file (tiers publish whole
 //! files by rename).
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use kiln_image::EntryData;
@@ -78,8 +80,6 @@ pub const MAX_QUEUED_BYTES: u64 = 64 << 20;
 /// The writer thread's nice value (Linux).
 #[cfg(target_os = "linux")]
 const WRITER_NICE: i32 = 10;
-/// How long the exit hook waits for the queue to drain.
-const EXIT_FLUSH_LIMIT: Duration = Duration::from_secs(60);
 
 /// One entry to store into some tiers.
 pub(crate) struct Job {
@@ -227,18 +227,14 @@ impl StoreQueue {
         self.work.notify_one();
     }
 
-    /// Starts the writer thread and registers the exit flush.
+    /// Starts the writer thread.
     fn start(self: &Arc<StoreQueue>) -> bool {
         let queue = Arc::clone(self);
         let spawned = std::thread::Builder::new()
             .name("kiln-store".into())
             .spawn(move || queue.writer());
         match spawned {
-            Ok(_detached) => {
-                let queue: Weak<StoreQueue> = Arc::downgrade(self);
-                crate::exit::register(crate::exit::Stage::Stores, queue);
-                true
-            }
+            Ok(_detached) => true,
             Err(error) => {
                 tracing::warn!(%error, "kiln could not start its store thread: stores run on the caller's thread");
                 false
@@ -488,30 +484,11 @@ impl StoreQueue {
         (state, true)
     }
 
-    /// The exit hook's flush: bounded, so a stuck file system cannot hang
-    /// the exit forever.
-    fn flush_bounded(&self) {
-        if !self.flush(Some(EXIT_FLUSH_LIMIT)) {
-            eprintln!(
-                "kiln: {} cache stores still queued after {} s at exit; not waiting longer",
-                self.depth(),
-                EXIT_FLUSH_LIMIT.as_secs()
-            );
-        }
-    }
-
     /// Drains the queue and ends the writer (the cache is being dropped).
     pub(crate) fn close(&self) {
         self.flush(None);
         self.state().closed = true;
         self.work.notify_all();
-    }
-}
-
-/// At exit, the queue drains (bounded: [`StoreQueue::flush_bounded`]).
-impl crate::exit::AtExit for StoreQueue {
-    fn at_exit(&self) {
-        self.flush_bounded();
     }
 }
 

@@ -9,12 +9,12 @@ use super::background::{Job, JobEntry};
 use super::hit::Hit;
 use super::instance::{Artifacts, Compiled, Instance, Origin};
 use super::lookup::Parts;
+use super::observer::Acquired;
 use super::single_flight::{Join, Outcome};
 use super::stats::bump;
 use super::store::SlotKey;
 use super::tier::TierEntry;
 use crate::error::{BoxError, CompileFailure};
-use crate::record::Acquired;
 use crate::{Digest, Error, Key, Owner};
 
 impl Cache {
@@ -71,9 +71,9 @@ impl Cache {
     /// # Ok(()) }
     /// ```
     ///
-    /// With a recorder set ([`Cache::record_into`], `KILN_RECORD` for the
-    /// global cache), the entry returned is noted there, with where it came
-    /// from (see [`crate::record`]).
+    /// With an observer set ([`Cache::observe`]; the `KILN_RECORD` recorder
+    /// for the global cache), it is told of the entry returned, with where
+    /// it came from (see [`Observer`](super::Observer)).
     ///
     /// # Errors
     /// [`Error::Compile`] with `compile`'s error, or

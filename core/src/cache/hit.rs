@@ -244,8 +244,9 @@ impl<'c> Hit<'c> {
     }
 
     /// The producer of the image an image-backed hit's entry comes from
-    /// (its header's producer string); `None` for other hits.
-    pub(crate) fn image_producer(&self) -> Option<&'c str> {
+    /// (its header's producer string); `None` for other hits. What an
+    /// [`Observer`](crate::cache::Observer) records of an image hit.
+    pub fn image_producer(&self) -> Option<&'c str> {
         match &self.inner {
             Inner::Image { layer, .. } => Some(layer.image.producer()),
             Inner::Memory { .. } => None,

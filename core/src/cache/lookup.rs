@@ -16,8 +16,8 @@ impl Cache {
     /// foreign or excluded entry, nor one whose record is corrupt. An image
     /// entry's payloads are not read here: each is checked when the hit's
     /// caller accesses it, and one that fails is never returned (see [`Hit`]).
-    /// Extra tiers are not consulted (see [`Cache::get_or_compile`]). With a
-    /// recorder set ([`Cache::record_into`]), a hit is noted there.
+    /// Extra tiers are not consulted (see [`Cache::get_or_compile`]). With an
+    /// observer set ([`Cache::observe`]), it is told of a hit.
     ///
     /// With [`CacheConfig::always_compile`](crate::CacheConfig::always_compile)
     /// nothing is served from the cache: every lookup misses, as

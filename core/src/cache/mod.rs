@@ -18,7 +18,7 @@
 //! | `single_flight` | one compile per key at a time                              |
 //! | `delta`         | [`Snapshot`], [`Delta`]                                    |
 //! | `hit`           | [`Hit`], [`Source`]                                        |
-//! | `record`        | [`Cache::record_into`]: what `get_or_compile` returns      |
+//! | `observer`      | [`Observer`]: told what `lookup`, `get_or_compile` return |
 //! | `tier`          | the [`Tier`] trait                                         |
 //! | `stats`         | counters and [`Stats`]                                     |
 //! | `config`        | [`CacheConfig`]                                            |
@@ -71,8 +71,8 @@ mod log;
 mod lookup;
 mod memory;
 mod merge;
+mod observer;
 mod promoted;
-mod record;
 mod single_flight;
 mod stats;
 mod store;
@@ -88,6 +88,7 @@ pub use delta::{Delta, Snapshot};
 pub use hit::{ArtifactView, Hit, Source};
 pub use instance::{Compiled, PAYLOAD_ALIGN};
 pub use merge::{MergeReport, Rejection};
+pub use observer::{Acquired, Observer};
 pub use stats::Stats;
 pub use tier::{Tier, TierEntry};
 
@@ -149,7 +150,7 @@ pub struct Cache {
     flights: Flights,
     counters: Counters,
     lookups: LookupStripes,
-    recorder: OnceLock<Arc<crate::record::Recorder>>,
+    observer: OnceLock<Arc<dyn Observer>>,
     memory: MemoryCounters,
     queue: Arc<StoreQueue>,
 }
@@ -200,7 +201,7 @@ impl Cache {
             flights: Flights::default(),
             counters: Counters::default(),
             lookups: LookupStripes::new(),
-            recorder: OnceLock::new(),
+            observer: OnceLock::new(),
             memory: MemoryCounters::default(),
         }
     }
@@ -301,10 +302,20 @@ impl Cache {
     /// [`get_or_compile`](Cache::get_or_compile), or by a
     /// [`background`](Cache::background) handle) has run. Stores also run
     /// on their own; call this where they must be done, e.g. before
-    /// another process is expected to find an entry on disk. A normal exit
-    /// and dropping the cache flush too.
+    /// another process is expected to find an entry on disk. Dropping the
+    /// cache flushes too, and so does a normal exit for the
+    /// [global](crate::global()) cache (its init registers
+    /// [`Cache::flush_within`] with the exit hook).
     pub fn flush(&self) {
         self.queue.flush(None);
+    }
+
+    /// [`Cache::flush`], waiting at most `limit`: true if every store
+    /// queued before the call has run, false if some are still queued
+    /// (they keep running). For a flush that must not hang on a stuck file
+    /// system or server, such as the one at exit.
+    pub fn flush_within(&self, limit: std::time::Duration) -> bool {
+        self.queue.flush(Some(limit))
     }
 }
 

@@ -121,7 +121,7 @@ pub trait Tier: Send + Sync {
     /// [`MAX_BATCH_WINDOW`](crate::cache::MAX_BATCH_WINDOW)). A store
     /// reaches the tier at most this much later, and so do its stores into
     /// the job's other tiers (a compile's store goes to every tier as one
-    /// job); [`Cache::flush`](crate::Cache::flush), the exit hook and a
+    /// job); [`Cache::flush`](crate::Cache::flush), the exit flush and a
     /// queue at half its bounds cut the wait short. Default zero: a batch
     /// is only what is already queued. Called on the writer thread with its
     /// queue locked: return a stored value.

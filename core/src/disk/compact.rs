@@ -103,69 +103,185 @@ fn small_segments(sizes: &[u64], compact_after: usize) -> Vec<usize> {
 /// Segments of compiled entries and segments of received ones
 /// ([`SegmentClass`]) are merged apart, each into its own output, so that
 /// no entry changes provenance; signed segments are never merged.
+///
+/// It runs as named phases, each with a typed result: [`survey`] (garbage
+/// removed, segments opened), [`plan`] (which segments merge), then, when
+/// there is work, [`Selection::split`] (merged or kept), [`gather`] (the
+/// entries to write and every entry's stamp), [`evict`] (over the cap),
+/// [`write_outputs`] (published), [`retire`] (the merged and evicted
+/// segments removed, the stamps rewritten).
 pub(crate) fn compact(
     dir: &Dir,
     config: &DiskConfig,
     scope: Scope,
     damaged: &HashSet<String>,
 ) -> Result<GcReport, Error> {
-    let listing = Listing::read(dir).map_err(io("list", dir.path()))?;
-    let stamps_path = dir.path_of(stamps::STAMPS_FILE);
-    let stamps_bytes = stamps::file_len(dir);
+    let survey = survey(dir)?;
     let mut report = GcReport {
-        segments_before: listing.segments.len(),
-        bytes_before: listing.segment_bytes() + stamps_bytes,
+        segments_before: survey.segments_before,
+        bytes_before: survey.bytes_before,
+        temp_files_removed: survey.temp_files_removed,
+        corrupt_segments_removed: survey.corrupt_segments_removed,
         ..GcReport::default()
     };
+    let stamps_bytes = survey.stamps_bytes;
+    let total: u64 = survey.segments.iter().map(|s| s.bytes).sum::<u64>() + stamps_bytes;
+    let over_cap = total > config.max_bytes;
+    let plan = plan(dir, survey.segments, config, scope, over_cap, damaged)?;
+    report.corrupt_segments_removed += plan.damaged_signed_removed;
 
+    let entries: usize = plan.groups.iter().flatten().map(|s| s.image.len()).sum();
+    let rewrite_stamps = stamps::bloated(stamps_bytes, entries);
+    if !plan.merges_any() && !rewrite_stamps && !over_cap {
+        if report.temp_files_removed + report.corrupt_segments_removed > 0 {
+            dir.sync().map_err(io("sync", dir.path()))?;
+        }
+        let kept = plan.groups.iter().flatten().chain(&plan.signed);
+        report.segments_after = kept.clone().count();
+        report.bytes_after = kept.clone().map(|s| s.bytes).sum::<u64>() + stamps_bytes;
+        report.entries = distinct_entries(kept);
+        return Ok(report);
+    }
+
+    let recorded = stamps::read(dir).unwrap_or_default();
+    let mut selection = Selection::split(plan);
+    let mut gathered = gather(&selection, &recorded, &survey.published, &mut report);
+    let evicted_signed = if over_cap {
+        evict(
+            &selection,
+            &mut gathered,
+            config,
+            &recorded,
+            &survey.published,
+            &mut report,
+        )
+    } else {
+        Vec::new()
+    };
+    let outputs = write_outputs(dir, &selection, gathered.candidates)?;
+    retire(dir, &mut selection, &evicted_signed, outputs.replaced_base)?;
+    let stamps_path = dir.path_of(stamps::STAMPS_FILE);
+    stamps::rewrite(dir, &gathered.stamps_after).map_err(io("rewrite", &stamps_path))?;
+
+    report.segments_merged = selection.merged();
+    report.segments_after = selection.keeping.len() + outputs.count;
+    report.entries = gathered.stamps_after.len();
+    report.bytes_after = selection.keeping.iter().map(|s| s.bytes).sum::<u64>()
+        + outputs.bytes
+        + (gathered.stamps_after.len() * RECORD_BYTES) as u64;
+    Ok(report)
+}
+
+/// What [`survey`] found: the segments that open, and what it removed.
+struct Survey {
+    /// Every segment that opened.
+    segments: Vec<Segment>,
+    /// When each segment was published (ms), by name: the recency of its
+    /// entries without a stamp.
+    published: HashMap<String, u64>,
+    /// The stamps file's length.
+    stamps_bytes: u64,
+    /// Segments listed, before anything was removed.
+    segments_before: usize,
+    /// Their bytes and the stamps file's.
+    bytes_before: u64,
+    /// Temporary files removed.
+    temp_files_removed: usize,
+    /// Segments that did not open, removed.
+    corrupt_segments_removed: usize,
+}
+
+/// Phase 1: lists `dir`, removes temporary files and segments that do not
+/// open (under the exclusive lock nobody is writing, so they are garbage),
+/// and opens the others.
+fn survey(dir: &Dir) -> Result<Survey, Error> {
+    let listing = Listing::read(dir).map_err(io("list", dir.path()))?;
+    let stamps_bytes = stamps::file_len(dir);
+    let mut survey = Survey {
+        segments: Vec::new(),
+        published: listing
+            .segments
+            .iter()
+            .map(|f| (f.name.clone(), f.modified_ms))
+            .collect(),
+        stamps_bytes,
+        segments_before: listing.segments.len(),
+        bytes_before: listing.segment_bytes() + stamps_bytes,
+        temp_files_removed: 0,
+        corrupt_segments_removed: 0,
+    };
     for temp in &listing.temp_files {
         dir.remove(&temp.name)
             .map_err(io("remove", &dir.path_of(&temp.name)))?;
-        report.temp_files_removed += 1;
+        survey.temp_files_removed += 1;
     }
-    // When each segment was published: the recency of entries without a stamp.
-    let published: HashMap<&str, u64> = listing
-        .segments
-        .iter()
-        .map(|f| (f.name.as_str(), f.modified_ms))
-        .collect();
-    let published_ms = |s: &Segment| published.get(s.name.as_str()).copied().unwrap_or(0);
-    let mut segments = Vec::new();
     for file in &listing.segments {
         match Segment::open(dir, &file.name) {
-            Ok(segment) => segments.push(segment),
+            Ok(segment) => survey.segments.push(segment),
             Err(err) => {
                 tracing::debug!(segment = %file.name, error = %err, "removing unreadable disk-cache segment");
                 dir.remove(&file.name)
                     .map_err(io("remove", &dir.path_of(&file.name)))?;
-                report.corrupt_segments_removed += 1;
+                survey.corrupt_segments_removed += 1;
             }
         }
     }
+    Ok(survey)
+}
 
-    let total: u64 = segments.iter().map(|s| s.bytes).sum::<u64>() + stamps_bytes;
-    let over_cap = total > config.max_bytes;
-    // Signed segments are kept whole (removed when damaged); the others
-    // are grouped by the provenance their labels record.
+/// When `segment` was published (ms; 0 if unknown).
+fn published_ms(published: &HashMap<String, u64>, segment: &Segment) -> u64 {
+    published.get(&segment.name).copied().unwrap_or(0)
+}
+
+/// What [`plan`] decided: the segments by group, and which of each group
+/// merge.
+struct Plan {
+    /// Signed segments, kept whole (never merged).
+    signed: Vec<Segment>,
+    /// Unsigned segments by group ([`COMPILED`], [`RECEIVED`]).
+    groups: [Vec<Segment>; 2],
+    /// Per group, per segment: merged.
+    merges: [Vec<bool>; 2],
+    /// Damaged signed segments, removed.
+    damaged_signed_removed: usize,
+}
+
+impl Plan {
+    /// Whether any segment is merged (or rewritten alone).
+    fn merges_any(&self) -> bool {
+        self.merges.iter().flatten().any(|&m| m)
+    }
+}
+
+/// Phase 2: sorts `segments` into signed ones (a damaged one is removed)
+/// and the groups their labels record, and chooses in each group what to
+/// merge: two or more segments, or one alone (`gc`, over the cap, or a
+/// damaged one); otherwise nothing.
+fn plan(
+    dir: &Dir,
+    segments: Vec<Segment>,
+    config: &DiskConfig,
+    scope: Scope,
+    over_cap: bool,
+    damaged: &HashSet<String>,
+) -> Result<Plan, Error> {
     let mut signed: Vec<Segment> = Vec::new();
     let mut groups: [Vec<Segment>; 2] = [Vec::new(), Vec::new()];
+    let mut damaged_signed_removed = 0;
     for s in segments {
         match merge_class(&s) {
             None if damaged.contains(&s.name) => {
                 dir.remove(&s.name)
                     .map_err(io("remove", &dir.path_of(&s.name)))?;
-                report.corrupt_segments_removed += 1;
+                damaged_signed_removed += 1;
             }
             None => signed.push(s),
             Some(class) => groups[class].push(s),
         }
     }
-    let mut merges: Vec<Vec<bool>> = groups
-        .iter()
-        .map(|group| merge_flags(group, config, scope, over_cap, damaged))
-        .collect();
-    // A group merges two or more segments, or rewrites one alone (`gc`,
-    // over the cap, or a damaged one); otherwise it keeps them all.
+    let mut merges: [Vec<bool>; 2] =
+        [0, 1].map(|class| merge_flags(&groups[class], config, scope, over_cap, damaged));
     for (group, merge) in groups.iter().zip(&mut merges) {
         let chosen = merge.iter().filter(|&&m| m).count();
         let rewrite_one = chosen == 1
@@ -179,55 +295,94 @@ pub(crate) fn compact(
             merge.iter_mut().for_each(|m| *m = false);
         }
     }
-    let active = merges.iter().flatten().any(|&m| m);
-    let entries: usize = groups.iter().flatten().map(|s| s.image.len()).sum();
-    let rewrite_stamps = stamps::bloated(stamps_bytes, entries);
-    if !active && !rewrite_stamps && !over_cap {
-        if report.temp_files_removed + report.corrupt_segments_removed > 0 {
-            dir.sync().map_err(io("sync", dir.path()))?;
-        }
-        let kept = groups.iter().flatten().chain(&signed);
-        report.segments_after = kept.clone().count();
-        report.bytes_after = kept.clone().map(|s| s.bytes).sum::<u64>() + stamps_bytes;
-        report.entries = distinct_entries(kept);
-        return Ok(report);
-    }
+    Ok(Plan {
+        signed,
+        groups,
+        merges,
+        damaged_signed_removed,
+    })
+}
 
-    let recorded = stamps::read(dir).unwrap_or_default();
-    let mut merging: [Vec<Segment>; 2] = [Vec::new(), Vec::new()];
-    let mut keeping: Vec<Segment> = Vec::new();
-    for (class, (group, merge)) in groups.into_iter().zip(merges).enumerate() {
-        for (s, m) in group.into_iter().zip(merge) {
-            if m {
-                merging[class].push(s);
-            } else {
-                keeping.push(s);
+/// The segments merged, per group, and those kept.
+struct Selection {
+    /// Merged, per group.
+    merging: [Vec<Segment>; 2],
+    /// Kept: unsigned ones first, then the signed ones.
+    keeping: Vec<Segment>,
+    /// The bytes of the unsigned segments kept.
+    plain_kept_bytes: u64,
+}
+
+impl Selection {
+    /// Phase 3: splits `plan`'s segments into merged and kept.
+    fn split(plan: Plan) -> Selection {
+        let mut merging: [Vec<Segment>; 2] = [Vec::new(), Vec::new()];
+        let mut keeping: Vec<Segment> = Vec::new();
+        for (class, (group, merge)) in plan.groups.into_iter().zip(plan.merges).enumerate() {
+            for (s, m) in group.into_iter().zip(merge) {
+                if m {
+                    merging[class].push(s);
+                } else {
+                    keeping.push(s);
+                }
             }
         }
+        let plain_kept_bytes: u64 = keeping.iter().map(|s| s.bytes).sum();
+        keeping.extend(plan.signed);
+        Selection {
+            merging,
+            keeping,
+            plain_kept_bytes,
+        }
     }
-    let plain_kept_bytes: u64 = keeping.iter().map(|s| s.bytes).sum();
-    keeping.extend(signed);
 
-    // Entries of the segments that stay, with their stamps; per class, the
-    // entries seen (first copy wins within a class, never across classes).
+    /// How many segments are merged.
+    fn merged(&self) -> usize {
+        self.merging[COMPILED].len() + self.merging[RECEIVED].len()
+    }
+}
+
+/// An entry to write: its group, its data and its stamp.
+type Candidate = (usize, EntryData, u64);
+
+/// What [`gather`] collected.
+struct Gathered {
+    /// Every entry that stays (kept or written), with its stamp.
+    stamps_after: HashMap<EntryId, u64>,
+    /// The entries of the merged segments to write.
+    candidates: Vec<Candidate>,
+}
+
+/// Phase 4: the entries of the kept segments, with their stamps; then
+/// those of the merged segments, first copy wins within a group (never
+/// across groups), payloads re-checked.
+fn gather(
+    selection: &Selection,
+    recorded: &HashMap<EntryId, u64>,
+    published: &HashMap<String, u64>,
+    report: &mut GcReport,
+) -> Gathered {
+    let stamp_of = |id: &EntryId, s: &Segment| {
+        recorded
+            .get(id)
+            .copied()
+            .unwrap_or_else(|| published_ms(published, s))
+    };
     let mut stamps_after: HashMap<EntryId, u64> = HashMap::new();
     let mut seen: [HashSet<EntryId>; 2] = [HashSet::new(), HashSet::new()];
-    for s in &keeping {
+    for s in &selection.keeping {
         for i in 0..s.image.len() {
             if let Ok(entry) = s.image.entry(i) {
                 let id = (entry.owner(), entry.key());
-                let stamp = recorded.get(&id).copied().unwrap_or(published_ms(s));
-                stamps_after.entry(id).or_insert(stamp);
+                stamps_after.entry(id).or_insert(stamp_of(&id, s));
                 if let Some(class) = merge_class(s) {
                     seen[class].insert(id);
                 }
             }
         }
     }
-
-    // Entries of the merged segments: first copy wins, payloads re-checked.
-    let mut candidates: Vec<(usize, EntryData, u64)> = Vec::new();
-    for (class, group) in merging.iter().enumerate() {
+    let mut candidates: Vec<Candidate> = Vec::new();
+    for (class, group) in selection.merging.iter().enumerate() {
         for s in group {
             for i in 0..s.image.len() {
                 let Ok(entry) = s.image.entry(i) else {
@@ -241,7 +396,7 @@ pub(crate) fn compact(
                 }
                 match entry.to_data() {
                     Ok(data) => {
-                        let stamp = recorded.get(&id).copied().unwrap_or(published_ms(s));
+                        let stamp = stamp_of(&id, s);
                         stamps_after.entry(id).or_insert(stamp);
                         candidates.push((class, data, stamp));
                     }
@@ -253,64 +408,96 @@ pub(crate) fn compact(
             }
         }
     }
+    Gathered {
+        stamps_after,
+        candidates,
+    }
+}
 
-    let mut evicted_signed: Vec<String> = Vec::new();
-    if over_cap {
-        // Entries to merge and signed segments, most recently used first,
-        // kept while they fit in 90 % of the cap.
-        let budget = (config.max_bytes / 10 * 9).saturating_sub(plain_kept_bytes);
-        let mut units: Vec<(u64, u64, Option<usize>)> = candidates
-            .iter()
-            .map(|(_, data, stamp)| (*stamp, entry_cost(data), None))
-            .collect();
-        for (i, s) in keeping.iter().enumerate() {
-            if segment::is_signed_name(&s.name) {
-                let stamp = s
-                    .image
-                    .entry(0)
-                    .ok()
-                    .and_then(|e| recorded.get(&(e.owner(), e.key())).copied())
-                    .unwrap_or(published_ms(s));
-                units.push((stamp, s.bytes + RECORD_BYTES as u64, Some(i)));
-            }
-        }
-        let mut order: Vec<usize> = (0..units.len()).collect();
-        order.sort_by_key(|&u| std::cmp::Reverse(units[u].0));
-        let mut cost = 0u64;
-        let mut evict_entry = vec![false; candidates.len()];
-        for u in order {
-            cost = cost.saturating_add(units[u].1);
-            if cost <= budget {
-                continue;
-            }
-            match units[u].2 {
-                None => evict_entry[u] = true,
-                Some(i) => evicted_signed.push(keeping[i].name.clone()),
-            }
-        }
-        let mut kept = Vec::with_capacity(candidates.len());
-        for ((class, data, stamp), evict) in candidates.drain(..).zip(evict_entry) {
-            if evict {
-                stamps_after.remove(&(data.owner, data.key));
-                report.entries_evicted += 1;
-            } else {
-                kept.push((class, data, stamp));
-            }
-        }
-        candidates = kept;
-        for s in keeping.iter().filter(|s| evicted_signed.contains(&s.name)) {
-            if let Ok(entry) = s.image.entry(0) {
-                stamps_after.remove(&(entry.owner(), entry.key()));
-            }
-            report.entries_evicted += 1;
+/// Phase 5, over the cap: the entries to write and the signed segments,
+/// most recently used first, are kept while they fit in 90 % of the cap;
+/// the others are left out of `gathered`. Returns the signed segments
+/// evicted (removed by [`retire`]).
+fn evict(
+    selection: &Selection,
+    gathered: &mut Gathered,
+    config: &DiskConfig,
+    recorded: &HashMap<EntryId, u64>,
+    published: &HashMap<String, u64>,
+    report: &mut GcReport,
+) -> Vec<String> {
+    let keeping = &selection.keeping;
+    let budget = (config.max_bytes / 10 * 9).saturating_sub(selection.plain_kept_bytes);
+    let mut units: Vec<(u64, u64, Option<usize>)> = gathered
+        .candidates
+        .iter()
+        .map(|(_, data, stamp)| (*stamp, entry_cost(data), None))
+        .collect();
+    for (i, s) in keeping.iter().enumerate() {
+        if segment::is_signed_name(&s.name) {
+            let stamp = s
+                .image
+                .entry(0)
+                .ok()
+                .and_then(|e| recorded.get(&(e.owner(), e.key())).copied())
+                .unwrap_or(published_ms(published, s));
+            units.push((stamp, s.bytes + RECORD_BYTES as u64, Some(i)));
         }
     }
+    let mut order: Vec<usize> = (0..units.len()).collect();
+    order.sort_by_key(|&u| std::cmp::Reverse(units[u].0));
+    let mut cost = 0u64;
+    let mut evict_entry = vec![false; gathered.candidates.len()];
+    let mut evicted_signed: Vec<String> = Vec::new();
+    for u in order {
+        cost = cost.saturating_add(units[u].1);
+        if cost <= budget {
+            continue;
+        }
+        match units[u].2 {
+            None => evict_entry[u] = true,
+            Some(i) => evicted_signed.push(keeping[i].name.clone()),
+        }
+    }
+    let mut kept = Vec::with_capacity(gathered.candidates.len());
+    for ((class, data, stamp), evict) in gathered.candidates.drain(..).zip(evict_entry) {
+        if evict {
+            gathered.stamps_after.remove(&(data.owner, data.key));
+            report.entries_evicted += 1;
+        } else {
+            kept.push((class, data, stamp));
+        }
+    }
+    gathered.candidates = kept;
+    for s in keeping.iter().filter(|s| evicted_signed.contains(&s.name)) {
+        if let Ok(entry) = s.image.entry(0) {
+            gathered.stamps_after.remove(&(entry.owner(), entry.key()));
+        }
+        report.entries_evicted += 1;
+    }
+    evicted_signed
+}
 
-    // One output per class: received entries first (never the base), then
-    // compiled ones, which become the base segment when they merge the
-    // base, or when there is no base left; otherwise a segment like any
-    // other.
-    let received_from = received_from(&merging[RECEIVED]);
+/// What [`write_outputs`] published.
+struct Outputs {
+    /// Segments published.
+    count: usize,
+    /// Their bytes.
+    bytes: u64,
+    /// Whether the compiled output replaced the base segment.
+    replaced_base: bool,
+}
+
+/// Phase 6: one output per group: received entries first (never the base),
+/// then compiled ones, which become the base segment when they merge the
+/// base, or when there is no base left; otherwise a segment like any
+/// other.
+fn write_outputs(
+    dir: &Dir,
+    selection: &Selection,
+    candidates: Vec<Candidate>,
+) -> Result<Outputs, Error> {
+    let received_from = received_from(&selection.merging[RECEIVED]);
     let mut writers = [
         ImageWriter::new(segment_meta(&Provenance::Compiled)),
         ImageWriter::new(segment_meta(&Provenance::Unsigned {
@@ -320,54 +507,61 @@ pub(crate) fn compact(
     for (class, data, _) in candidates {
         writers[class].push(data);
     }
-    let mut new_bytes = 0;
-    let mut outputs = 0;
+    let mut outputs = Outputs {
+        count: 0,
+        bytes: 0,
+        replaced_base: false,
+    };
     let [compiled_writer, received_writer] = writers;
     if !received_writer.is_empty() {
         let bytes = received_writer.to_bytes()?;
         segment::publish(dir, &bytes, received_writer.len(), SegmentClass::Received)
             .map_err(io("publish a segment in", dir.path()))?;
-        new_bytes += bytes.len() as u64;
-        outputs += 1;
+        outputs.bytes += bytes.len() as u64;
+        outputs.count += 1;
     }
-    let to_base = !keeping.iter().any(|s| s.name == segment::BASE_SEGMENT);
-    let mut replaced_base = false;
+    let to_base = !selection
+        .keeping
+        .iter()
+        .any(|s| s.name == segment::BASE_SEGMENT);
     if !compiled_writer.is_empty() {
         let bytes = compiled_writer.to_bytes()?;
         if to_base {
             segment::publish_base(dir, &bytes).map_err(io("publish a segment in", dir.path()))?;
-            replaced_base = true;
+            outputs.replaced_base = true;
         } else {
             segment::publish(dir, &bytes, compiled_writer.len(), SegmentClass::Compiled)
                 .map_err(io("publish a segment in", dir.path()))?;
         }
-        new_bytes += bytes.len() as u64;
-        outputs += 1;
+        outputs.bytes += bytes.len() as u64;
+        outputs.count += 1;
     }
-    // Every entry kept is now in a published segment: the merged ones can go
-    // (the base, if merged, was replaced by the rename above).
-    let merged = merging[COMPILED].len() + merging[RECEIVED].len();
-    for s in merging.iter().flatten() {
+    Ok(outputs)
+}
+
+/// Phase 7: every entry kept is now in a published segment, so the merged
+/// segments go (the base, if merged, was replaced by the rename), and the
+/// evicted signed ones; the directory is synced.
+fn retire(
+    dir: &Dir,
+    selection: &mut Selection,
+    evicted_signed: &[String],
+    replaced_base: bool,
+) -> Result<(), Error> {
+    for s in selection.merging.iter().flatten() {
         if replaced_base && s.name == segment::BASE_SEGMENT {
             continue;
         }
         dir.remove(&s.name)
             .map_err(io("remove", &dir.path_of(&s.name)))?;
     }
-    for name in &evicted_signed {
+    for name in evicted_signed {
         dir.remove(name).map_err(io("remove", &dir.path_of(name)))?;
     }
-    keeping.retain(|s| !evicted_signed.contains(&s.name));
-    dir.sync().map_err(io("sync", dir.path()))?;
-    stamps::rewrite(dir, &stamps_after).map_err(io("rewrite", &stamps_path))?;
-
-    report.segments_merged = merged;
-    report.segments_after = keeping.len() + outputs;
-    report.entries = stamps_after.len();
-    report.bytes_after = keeping.iter().map(|s| s.bytes).sum::<u64>()
-        + new_bytes
-        + (stamps_after.len() * RECORD_BYTES) as u64;
-    Ok(report)
+    selection
+        .keeping
+        .retain(|s| !evicted_signed.contains(&s.name));
+    dir.sync().map_err(io("sync", dir.path()))
 }
 
 /// The group of compiled entries in [`compact`]'s groups.

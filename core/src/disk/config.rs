@@ -93,6 +93,7 @@ impl DiskConfig {
     /// [`Error::DiskDirUntrusted`] for a directory another user owns or may
     /// write to, or below one; [`Error::DiskIo`] when it cannot be created
     /// or is not a directory.
+    #[cfg(feature = "disk")]
     pub fn check_dir(&self) -> Result<(), Error> {
         super::dir::check_dir(&self.dir, self.trust_dir)
     }
@@ -123,6 +124,7 @@ impl DiskConfig {
 /// The configuration the settings give
 /// ([`Settings::disk`](crate::settings::Settings::disk)): `None` when the disk cache is turned off,
 /// or (after one warning) when the configuration is an error.
+#[cfg(feature = "disk")]
 pub(crate) fn or_warn(config: Result<Option<DiskConfig>, Error>) -> Option<DiskConfig> {
     config.unwrap_or_else(|error| {
         super::dir::warn_unavailable(&error);

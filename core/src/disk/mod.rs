@@ -192,26 +192,42 @@
 
 pub mod config;
 
+#[cfg(feature = "disk")]
 mod admin;
+#[cfg(feature = "disk")]
 mod cache;
+#[cfg(feature = "disk")]
 mod compact;
+#[cfg(feature = "disk")]
 mod dir;
+#[cfg(feature = "disk")]
 mod hit;
+#[cfg(feature = "disk")]
 mod lock;
+#[cfg(feature = "disk")]
 mod recency;
+#[cfg(feature = "disk")]
 mod report;
+#[cfg(feature = "disk")]
 mod segment;
+#[cfg(feature = "disk")]
 mod stamps;
+#[cfg(feature = "disk")]
 mod tier;
+#[cfg(feature = "disk")]
 mod view;
 
+#[cfg(feature = "disk")]
 pub use cache::DiskCache;
 pub use config::DiskConfig;
+#[cfg(feature = "disk")]
 pub use hit::{DiskArtifact, DiskHit};
+#[cfg(feature = "disk")]
 pub use report::{
     ArtifactInfo, ClearReport, DiskStats, EntryInfo, GcReport, SegmentCheck, SessionCounters,
     VerifyReport,
 };
+#[cfg(feature = "disk")]
 pub use tier::DiskTier;
 
 /// Checks `dir`, a subdirectory a backend keeps in the cache directory,
@@ -222,6 +238,7 @@ pub use tier::DiskTier;
 ///
 /// # Errors
 /// As [`DiskConfig::check_dir`].
+#[cfg(feature = "disk")]
 pub fn check_subdir(dir: &std::path::Path, trust: bool) -> Result<(), crate::Error> {
     dir::check_dir(dir, trust)
 }
@@ -236,6 +253,7 @@ pub fn check_subdir(dir: &std::path::Path, trust: bool) -> Result<(), crate::Err
 /// The open's or read's error; [`std::io::ErrorKind::InvalidData`] when the
 /// file is larger than `limit`; an error saying what it is when it is not
 /// a regular file.
+#[cfg(feature = "disk")]
 pub fn read_regular_file(path: &std::path::Path, limit: u64) -> std::io::Result<Vec<u8>> {
     crate::regular_file::read(path, crate::regular_file::Links::Refuse, limit)
 }

@@ -9,7 +9,8 @@
 //!
 //! The module holds the process static (here), the tier wiring
 //! ([`add_tiers`]), image loading ([`load_images`]) and the init's report
-//! with its stderr rendering (`report`).
+//! (`report`, with `stderr_report`: kiln's events on stderr under
+//! `KILN_LOG` when the program has no `tracing` subscriber).
 
 mod images;
 mod report;
@@ -21,14 +22,15 @@ mod tests;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-use crate::registry::{self, EmbeddedImage};
 use crate::settings::Settings;
+use crate::registry::{self, EmbeddedImage};
 use crate::{Cache, CacheConfig, Error};
 
 pub use images::load_images;
 pub use report::{ImageOutcome, ImageReport, InitReport};
-pub use tiers::add_tiers;
+#[cfg(feature = "build")]
 pub(crate) use tiers::add_tiers_wrapped;
+pub use tiers::add_tiers;
 
 use images::merge_embedded;
 use report::stderr_report;
@@ -146,20 +148,28 @@ impl Global {
     fn start(setup: Option<impl FnOnce(&Cache)>) -> Global {
         let settings = Settings::process();
         let log = stderr_report::detail(settings.cache.log.as_deref());
-        let cache = new_cache(settings);
-        if let Some(path) = &settings.record {
-            record_into(&cache, path);
-        }
-        let tiers = add_tiers(&cache, settings);
-        if let Some(setup) = setup {
-            setup(&cache);
-        }
-        let (newest, embedded) = registry::registered_since(std::ptr::null());
-        let mut report = load_images(&cache, settings, &embedded);
-        report.tiers = tiers;
-        if let Some(detail) = log {
-            stderr_report::init(detail, &report);
-        }
+        // With `KILN_LOG` and no subscriber, the init's events on stderr.
+        let (cache, report, newest) = stderr_report::scoped(log, || {
+            let cache = new_cache(settings);
+            if let Some(path) = &settings.record {
+                record_into(&cache, path);
+            }
+            let tiers = add_tiers(&cache, settings);
+            match tiers.as_slice() {
+                [] => tracing::info!("no extra cache tier"),
+                tiers => {
+                    tracing::info!("cache tiers after memory and images: {}", tiers.join(", "))
+                }
+            }
+            if let Some(setup) = setup {
+                setup(&cache);
+            }
+            let (newest, embedded) = registry::registered_since(std::ptr::null());
+            let mut report = load_images(&cache, settings, &embedded);
+            report.tiers = tiers;
+            (cache, report, newest)
+        });
+        crate::exit::register_call(crate::exit::Stage::Stores, flush_at_exit);
         crate::exit::then(at_exit);
         Global {
             cache,
@@ -183,10 +193,9 @@ impl Global {
         let (newest, late) = registry::registered_since(seen);
         if !self.settings.cache.disable {
             for image in late {
-                let report = merge_embedded(&self.cache, image, &self.settings.trust);
-                if let Some(detail) = self.log {
-                    stderr_report::image(detail, &report);
-                }
+                let report = stderr_report::scoped(self.log, || {
+                    merge_embedded(&self.cache, image, &self.settings.trust)
+                });
                 self.report.images.push(report);
             }
         }
@@ -212,6 +221,31 @@ pub fn flush() {
     }
 }
 
+/// How long the exit hook waits for the global cache's store queue to
+/// drain.
+const EXIT_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// At exit, first: the global cache's queued stores run, for at most
+/// [`EXIT_FLUSH_LIMIT`], so that a stuck file system or server cannot hang
+/// the exit.
+fn flush_at_exit() {
+    let Some(state) = GLOBAL.get() else {
+        return;
+    };
+    if state.cache.flush_within(EXIT_FLUSH_LIMIT) {
+        return;
+    }
+    let queued = state.cache.stats().store_queue_depth;
+    match state.log {
+        Some(_) => stderr_report::unflushed_at_exit(queued, EXIT_FLUSH_LIMIT),
+        None => tracing::warn!(
+            queued,
+            "kiln: cache stores still queued after {} s at exit; not waiting longer",
+            EXIT_FLUSH_LIMIT.as_secs()
+        ),
+    }
+}
+
 /// At exit, after the exit hook has run the queued stores: with `KILN_LOG`
 /// asking for `info` and no `tracing` subscriber, the cache's figures on
 /// stderr (`warn`: only failed or dropped stores); with a subscriber, an
@@ -222,21 +256,14 @@ fn at_exit() {
     };
     let stats = state.cache.stats();
     match state.log {
-        Some(stderr_report::Detail::Everything) => eprintln!("kiln: at exit: {stats}"),
-        Some(stderr_report::Detail::Problems) => {
-            if stats.store_failures > 0 || stats.stores_dropped > 0 {
-                eprintln!(
-                    "kiln: at exit: {} cache stores failed, {} dropped (queue full)",
-                    stats.store_failures, stats.stores_dropped
-                );
-            }
-        }
+        Some(detail) => stderr_report::stats_at_exit(detail, &stats),
         None => tracing::info!(%stats, "kiln cache at exit"),
     }
 }
 
 /// `KILN_RECORD`: records what `cache` returns into `path`; a file that
 /// cannot be opened gives one warning and nothing is recorded.
+#[cfg(feature = "record")]
 fn record_into(cache: &Cache, path: &std::path::Path) {
     match crate::record::Recorder::open(path) {
         Ok(recorder) => {
@@ -245,6 +272,16 @@ fn record_into(cache: &Cache, path: &std::path::Path) {
         }
         Err(error) => tracing::warn!("KILN_RECORD: {error}; nothing is recorded"),
     }
+}
+
+/// `KILN_RECORD` in a program built without recording (feature `record`):
+/// one warning, nothing recorded.
+#[cfg(not(feature = "record"))]
+fn record_into(_cache: &Cache, path: &std::path::Path) {
+    tracing::warn!(
+        path = %path.display(),
+        "KILN_RECORD is set, but this program's kiln-core was built without its `record` feature; nothing is recorded"
+    );
 }
 
 /// With the `ctor` feature: the init, before `main`.

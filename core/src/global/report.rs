@@ -1,5 +1,5 @@
 //! What the init did ([`InitReport`], one [`ImageReport`] per image), and
-//! its rendering on stderr when `KILN_LOG` asks kiln to print it itself
+//! kiln's events on stderr when `KILN_LOG` asks kiln to print them itself
 //! (`stderr_report`).
 
 use std::fmt;
@@ -121,21 +121,42 @@ pub enum ImageOutcome {
     Skipped(Error),
 }
 
-/// `KILN_LOG` in a program without a `tracing` subscriber: the init's
-/// report on stderr, printed by kiln itself. A library does not install a
-/// subscriber (where logs go is the program's choice), so with one installed
-/// kiln prints nothing itself and its `tracing` events go to it.
+/// `KILN_LOG` in a program without a `tracing` subscriber: kiln's own
+/// `tracing` events on stderr. A library does not install a subscriber
+/// (where logs go is the program's choice), so with one installed kiln
+/// prints nothing itself and its events go to it. Without one, the init
+/// (and each merge of a late registration) runs with [`StderrLog`] as the
+/// scoped subscriber ([`scoped`]): the same events, printed one per line.
+/// This is the one place where kiln-core writes to stderr.
 pub(super) mod stderr_report {
-    use super::{ImageOutcome, ImageReport, InitReport};
+    use std::fmt::{self, Write as _};
+    use std::io::Write as _;
 
-    /// How much of the report `KILN_LOG` asks for.
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Level, Metadata, Subscriber};
+
+    use crate::Stats;
+
+    /// How much `KILN_LOG` asks for.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub(in crate::global) enum Detail {
-        /// `warn` or `error`: images skipped, entries stale or rejected.
+        /// `warn` or `error`: warnings and errors (images skipped, entries
+        /// stale or rejected).
         Problems,
-        /// Any other filter (`info`, `debug`, `kiln_core=debug`...): every
-        /// image and every tier as well.
+        /// Any other filter (`info`, `debug`, `kiln_core=debug`...): `info`
+        /// events as well (every image merged, the tiers added).
         Everything,
+    }
+
+    impl Detail {
+        /// Whether events of `level` are printed.
+        fn admits(self, level: &Level) -> bool {
+            match self {
+                Detail::Problems => *level <= Level::WARN,
+                Detail::Everything => *level <= Level::INFO,
+            }
+        }
     }
 
     /// What `log` (the value of `KILN_LOG`) asks kiln to print itself:
@@ -161,69 +182,136 @@ pub(super) mod stderr_report {
         }
     }
 
-    /// The lines of the init's report that `detail` asks for.
-    pub(in crate::global) fn init_lines(detail: Detail, report: &InitReport) -> Vec<String> {
-        let mut lines = Vec::new();
-        if detail == Detail::Everything {
-            lines.push(match report.tiers() {
-                [] => "kiln: no extra cache tier".to_owned(),
-                tiers => format!(
-                    "kiln: cache tiers after memory and images: {}",
-                    tiers.join(", ")
-                ),
-            });
-            if report.disabled {
-                lines.push("kiln: KILN_DISABLE is set: no image merged".to_owned());
+    /// Where [`StderrLog`] writes its lines.
+    type Sink = Box<dyn Fn(&str) + Send + Sync>;
+
+    /// A `tracing` subscriber that prints kiln's events (targets starting
+    /// with `kiln`) that `detail` admits, one line each: `kiln: ` and the
+    /// message, then the other fields. Never installed as the global
+    /// default: used in scope only (see [`scoped`]).
+    pub(in crate::global) struct StderrLog {
+        detail: Detail,
+        sink: Sink,
+    }
+
+    impl StderrLog {
+        /// Prints on stderr.
+        pub(in crate::global) fn new(detail: Detail) -> StderrLog {
+            StderrLog::with_sink(detail, Box::new(write_line))
+        }
+
+        /// Gives each line to `sink` (tests).
+        pub(in crate::global) fn with_sink(detail: Detail, sink: Sink) -> StderrLog {
+            StderrLog { detail, sink }
+        }
+    }
+
+    impl Subscriber for StderrLog {
+        fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+            metadata.is_event()
+                && metadata.target().starts_with("kiln")
+                && self.detail.admits(metadata.level())
+        }
+
+        fn new_span(&self, _span: &Attributes<'_>) -> Id {
+            // Spans are never enabled; an id is required all the same.
+            Id::from_u64(1)
+        }
+
+        fn record(&self, _span: &Id, _values: &Record<'_>) {}
+
+        fn record_follows_from(&self, _span: &Id, _follows: &Id) {}
+
+        fn event(&self, event: &Event<'_>) {
+            let mut line = Line::default();
+            event.record(&mut line);
+            (self.sink)(&line.finish());
+        }
+
+        fn enter(&self, _span: &Id) {}
+
+        fn exit(&self, _span: &Id) {}
+    }
+
+    /// An event's line: its message, then its other fields.
+    #[derive(Default)]
+    struct Line {
+        message: String,
+        fields: String,
+    }
+
+    impl Visit for Line {
+        fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+            if field.name() == "message" {
+                let _ = write!(self.message, "{value:?}");
+            } else {
+                let gap = if self.fields.is_empty() { "" } else { ", " };
+                let _ = write!(self.fields, "{gap}{}={value:?}", field.name());
             }
         }
-        for image in report.images() {
-            lines.extend(image_lines(detail, image));
-        }
-        lines
-    }
 
-    /// The lines about one image that `detail` asks for.
-    pub(in crate::global) fn image_lines(detail: Detail, image: &ImageReport) -> Vec<String> {
-        let source = &image.source;
-        match &image.outcome {
-            ImageOutcome::Skipped(err) => vec![format!("kiln: skipped image {source}: {err}")],
-            ImageOutcome::Merged { entries, merge } => {
-                let mut lines = Vec::new();
-                if detail == Detail::Everything {
-                    lines.push(format!(
-                        "kiln: merged image {source}: {entries} entries: {merge}"
-                    ));
-                }
-                if merge.stale > 0 {
-                    lines.push(format!(
-                        "kiln: image {source}: {} entries skipped as stale: a definition they \
-                         depend on has another fingerprint in this process; they compile again \
-                         when asked for",
-                        merge.stale
-                    ));
-                }
-                for rejection in &merge.rejected {
-                    lines.push(format!(
-                        "kiln: image {source} rejected: {}",
-                        rejection.reason
-                    ));
-                }
-                lines
+        fn record_str(&mut self, field: &Field, value: &str) {
+            if field.name() == "message" {
+                self.message.push_str(value);
+            } else {
+                let gap = if self.fields.is_empty() { "" } else { ", " };
+                let _ = write!(self.fields, "{gap}{}={value}", field.name());
             }
         }
     }
 
-    /// Prints the init's report on stderr.
-    pub(in crate::global) fn init(detail: Detail, report: &InitReport) {
-        for line in init_lines(detail, report) {
-            eprintln!("{line}");
+    impl Line {
+        fn finish(self) -> String {
+            if self.fields.is_empty() {
+                format!("kiln: {}", self.message)
+            } else {
+                format!("kiln: {} ({})", self.message, self.fields)
+            }
         }
     }
 
-    /// Prints the report of an image merged after the init on stderr.
-    pub(in crate::global) fn image(detail: Detail, report: &ImageReport) {
-        for line in image_lines(detail, report) {
-            eprintln!("{line}");
+    /// Writes one line on stderr (a failed write is ignored: there is
+    /// nowhere else to report it).
+    fn write_line(line: &str) {
+        let _ = writeln!(std::io::stderr().lock(), "{line}");
+    }
+
+    /// Runs `run` with kiln's events printed on stderr as `detail` asks
+    /// (nothing more when `None`).
+    pub(in crate::global) fn scoped<T>(detail: Option<Detail>, run: impl FnOnce() -> T) -> T {
+        match detail {
+            Some(detail) => {
+                let dispatch = tracing::Dispatch::new(StderrLog::new(detail));
+                tracing::dispatcher::with_default(&dispatch, run)
+            }
+            None => run(),
         }
+    }
+
+    /// The cache's figures at exit as `detail` asks (`Problems`: only
+    /// failed or dropped stores). Written directly, not through `tracing`:
+    /// the exit hook runs after the main thread's thread-locals are gone,
+    /// and with them the scoped subscriber `tracing` would dispatch to.
+    pub(in crate::global) fn stats_at_exit(detail: Detail, stats: &Stats) {
+        match detail {
+            Detail::Everything => write_line(&format!("kiln: at exit: {stats}")),
+            Detail::Problems => {
+                if stats.store_failures > 0 || stats.stores_dropped > 0 {
+                    write_line(&format!(
+                        "kiln: at exit: {} cache stores failed, {} dropped (queue full)",
+                        stats.store_failures, stats.stores_dropped
+                    ));
+                }
+            }
+        }
+    }
+
+    /// At exit, stores still queued after the exit hook's wait (written
+    /// directly, as [`stats_at_exit`]).
+    pub(in crate::global) fn unflushed_at_exit(queued: u64, waited: std::time::Duration) {
+        write_line(&format!(
+            "kiln: at exit: {queued} cache stores still queued after {} s; not waiting longer",
+            waited.as_secs()
+        ));
     }
 }

@@ -282,7 +282,8 @@ fn registered_tiers_come_after_the_disk_tier_when_their_variables_say_so() {
 
 #[test]
 fn kiln_log_without_a_subscriber_prints_problems_or_everything() {
-    use stderr_report::{Detail, filter_detail, init_lines};
+    use std::sync::{Arc, Mutex};
+    use stderr_report::{Detail, StderrLog, filter_detail};
 
     assert_eq!(filter_detail("warn"), Some(Detail::Problems));
     assert_eq!(filter_detail(" ERROR "), Some(Detail::Problems));
@@ -304,30 +305,46 @@ fn kiln_log_without_a_subscriber_prints_problems_or_everything() {
     write(dir.path(), "b.kimg", b"not an image");
     let mut settings = Settings::default();
     settings.images.path = vec![dir.path().to_path_buf()];
-    let cache = Cache::new();
-    cache.define("ops", Digest::of(b"v2"));
-    let mut report = load_images(&cache, &settings, &[]);
-    report.tiers = vec!["disk".to_owned()];
+    // The lines kiln's own subscriber prints for the events of one load.
+    let printed = |detail: Detail| {
+        let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+        let sink = Arc::clone(&lines);
+        let log = StderrLog::with_sink(
+            detail,
+            Box::new(move |line| sink.lock().unwrap().push(line.to_owned())),
+        );
+        tracing::subscriber::with_default(log, || {
+            let cache = Cache::new();
+            cache.define("ops", Digest::of(b"v2"));
+            load_images(&cache, &settings, &[]);
+            // Not kiln's: never printed.
+            tracing::warn!(target: "other_crate", "not kiln's");
+        });
+        lines.lock().unwrap().clone()
+    };
 
-    let problems = init_lines(Detail::Problems, &report);
+    let problems = printed(Detail::Problems);
     assert_eq!(problems.len(), 2, "{problems:#?}");
     assert!(
-        problems[0].contains("a.kimg: 2 entries skipped as stale"),
+        problems[0].starts_with("kiln: kiln image entries skipped as stale")
+            && problems[0].contains("a.kimg")
+            && problems[0].contains("stale=2"),
         "{problems:#?}"
     );
     assert!(
-        problems[1].starts_with("kiln: skipped image "),
+        problems[1].starts_with("kiln: skipped kiln image: ") && problems[1].contains("b.kimg"),
         "{problems:#?}"
     );
-    assert!(problems[1].contains("b.kimg"), "{problems:#?}");
 
-    let everything = init_lines(Detail::Everything, &report);
-    assert_eq!(
-        everything[0],
-        "kiln: cache tiers after memory and images: disk"
+    let everything = printed(Detail::Everything);
+    assert_eq!(everything.len(), 3, "{everything:#?}");
+    assert!(
+        everything[0].starts_with("kiln: merged kiln image (image=")
+            && everything[0].contains("a.kimg")
+            && everything[0].contains("entries=2"),
+        "{everything:#?}"
     );
-    assert!(everything[1].contains("merged image ") && everything[1].contains("a.kimg"));
-    assert_eq!(everything[2..], problems[..]);
+    assert_eq!(everything[1..], problems[..]);
 }
 
 #[test]

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+#[cfg(feature = "disk")]
 use crate::disk::DiskTier;
 use crate::registry::{self, TierSetup};
 use crate::settings::Settings;
@@ -13,8 +14,8 @@ use crate::{Cache, Tier};
 /// configured by `settings` (the process's for the global cache), and
 /// returns their names in the order added:
 ///
-/// 1. the disk tier ([`DiskTier`]), unless `KILN_CACHE=0`, placed and capped
-///    by `KILN_CACHE_DIR` and `KILN_CACHE_MAX_BYTES`
+/// 1. the disk tier (`DiskTier`, feature `disk`), unless `KILN_CACHE=0`,
+///    placed and capped by `KILN_CACHE_DIR` and `KILN_CACHE_MAX_BYTES`
 ///    ([`Settings::disk`]); an unusable setting gives one warning and no
 ///    disk tier;
 /// 2. the tier of every [`TierFactory`](crate::TierFactory) linked into the
@@ -55,12 +56,14 @@ pub(crate) fn add_tiers_wrapped(
     wrap: impl Fn(Box<dyn Tier>) -> Box<dyn Tier>,
 ) -> Vec<String> {
     let mut names = Vec::new();
+    #[cfg(feature = "disk")]
     let config = settings.disk().map(|config| {
         config.map(|mut config| {
             config.trusted_keys = trust.trusted_keys.clone();
             config
         })
     });
+    #[cfg(feature = "disk")]
     let disk = DiskTier::from_config(config).map(|disk| {
         let disk: Arc<dyn Tier> = Arc::new(disk);
         let wrapped = wrap(Box::new(Arc::clone(&disk)));
@@ -68,6 +71,10 @@ pub(crate) fn add_tiers_wrapped(
         cache.add_tier(wrapped);
         disk
     });
+    // Without the disk tier compiled in, factories' tiers write through to
+    // nothing.
+    #[cfg(not(feature = "disk"))]
+    let disk: Option<Arc<dyn Tier>> = None;
     let setup = TierSetup::new(settings, disk.map(|disk| cache.background(disk)), trust);
     for factory in registry::tier_factories() {
         if let Some(tier) = factory.build(&setup) {

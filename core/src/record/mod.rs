@@ -70,5 +70,3 @@ mod tests;
 pub use format::{MAGIC, MAX_LINE, SourceKind};
 pub use reading::{DEFAULT_READ_LIMIT, Damage, READ_PIECE, Recording, SourceUse, Sources, Used};
 pub use writer::{MAX_ENTRIES, Recorder};
-
-pub(crate) use writer::Acquired;

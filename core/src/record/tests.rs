@@ -2,13 +2,13 @@
 
 use super::format::{entry_line, seal};
 use super::*;
+use crate::cache::{Acquired, Observer};
 use crate::{Artifact, ArtifactKind, Cache, Compiled, KeyBuilder};
 use crate::{Error, Key, Owner};
 use kiln_image::{Image, ImageMeta, Verification};
 use kiln_test_support::Rng;
 use std::ffi::OsString;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 fn owner() -> Owner {
@@ -105,7 +105,7 @@ fn every_source_is_recorded_once_per_process_with_its_hits() {
         assert!(cache.lookup(&owner().digest(), &key("shipped")).is_some());
     }
     assert!(cache.lookup(&owner().digest(), &key("absent")).is_none());
-    let recorder = Arc::clone(cache.recorder().unwrap());
+    let recorder = cache.recorder().unwrap();
     assert_eq!(recorder.entries(), 4);
 
     // Before the flush: the `E` records only, one hit each.
@@ -156,7 +156,6 @@ fn every_source_is_recorded_once_per_process_with_its_hits() {
     );
 
     // A second process appends to the same file.
-    drop(recorder);
     drop(cache);
     let second = Cache::new();
     second.record_into(Recorder::open(&path).unwrap()).unwrap();
@@ -181,6 +180,25 @@ fn a_cache_records_into_one_recorder() {
         .unwrap_err();
     assert_eq!(refused.path(), dir.path().join("b"));
     assert_eq!(cache.recorder().unwrap().path(), dir.path().join("a"));
+}
+
+#[test]
+fn a_cache_with_another_observer_has_no_recorder_and_refuses_one() {
+    struct Quiet;
+    impl Observer for Quiet {
+        fn found(&self, _hit: &crate::Hit<'_>) {}
+        fn acquired(&self, _owner: &Owner, _key: &Key, _name: &str, _how: Acquired<'_>) {}
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Cache::new();
+    assert!(cache.observe(std::sync::Arc::new(Quiet)).is_ok());
+    assert!(cache.observer().is_some());
+    assert!(cache.recorder().is_none());
+    let refused = cache
+        .record_into(Recorder::open(&dir.path().join("a")).unwrap())
+        .unwrap_err();
+    assert_eq!(refused.path(), dir.path().join("a"));
+    assert!(cache.recorder().is_none());
 }
 
 #[test]

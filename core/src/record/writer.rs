@@ -12,8 +12,9 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use super::format::{MAX_LINE, SourceKind, entry_line, hits_line, tier_name};
+use crate::cache::{Acquired, Observer};
 use crate::regular_file::{self, Access, Links};
-use crate::{Digest, Error, Hit, Key, Owner, Source};
+use crate::{Cache, Digest, Error, Hit, Key, Owner, Source};
 
 /// At most this many distinct entries are recorded per process; later ones
 /// are counted nowhere (one warning).
@@ -24,15 +25,6 @@ const BATCH: usize = MAX_LINE;
 /// Shards of the per-process set (by key byte), so that threads hitting
 /// different entries take different locks.
 const SHARDS: usize = 16;
-
-/// How a `get_or_compile` call got an entry that was not in memory or an
-/// image.
-pub(crate) enum Acquired<'a> {
-    /// Compiled, taking this long.
-    Compiled(Duration),
-    /// Loaded from the extra tier at `index` (in the order added), `name`.
-    Tier { index: usize, name: &'a str },
-}
 
 /// One entry as a process records it: which `(owner, key)`, and whether the
 /// process found it in an image (image hits and in-memory hits of the same
@@ -131,9 +123,9 @@ struct Tally {
 
 /// Appends what a cache returns to a record file, once per distinct entry
 /// and source, and counts the hits of each (see the [module](super) docs for
-/// the format). Set on a cache with
-/// [`Cache::record_into`](crate::Cache::record_into); the global cache gets
-/// one when `KILN_RECORD` names a file.
+/// the format). It is the cache's [`Observer`], set with
+/// [`Cache::record_into`]; the global cache gets one when `KILN_RECORD`
+/// names a file.
 ///
 /// A recorder never fails its cache: a write that fails gives one warning
 /// and ends recording for the process.
@@ -209,59 +201,6 @@ impl Recorder {
     /// process may call it now and then.
     pub fn flush(&self) {
         self.write_hits(false);
-    }
-
-    /// A hit found in memory or an image (by `lookup` or `get_or_compile`).
-    #[inline]
-    pub(crate) fn found(&self, hit: &Hit<'_>) {
-        let image = hit.source() == Source::Image;
-        let slot = Slot {
-            owner: hit.owner(),
-            key: *hit.key().digest(),
-            image,
-        };
-        if self.count(&slot) {
-            return;
-        }
-        let source = if image {
-            SourceKind::Image
-        } else {
-            SourceKind::Memory
-        };
-        let bit = source.bit(0);
-        if let Some(hits) = self.insert(slot, source.clone(), bit) {
-            let producer = hit.image_producer().unwrap_or_default();
-            self.write_entry(
-                &source,
-                &slot,
-                hits,
-                Duration::ZERO,
-                hit.name(),
-                hit.owner_label(),
-                producer,
-            );
-        }
-    }
-
-    /// An entry that `get_or_compile` compiled or loaded from a tier,
-    /// recorded before the entry is visible to other threads.
-    pub(crate) fn acquired(&self, owner: &Owner, key: &Key, name: &str, how: Acquired<'_>) {
-        let slot = Slot {
-            owner: owner.digest(),
-            key: *key.digest(),
-            image: false,
-        };
-        let (source, bit, took) = match how {
-            Acquired::Compiled(took) => (SourceKind::Compiled, SourceKind::Compiled.bit(0), took),
-            Acquired::Tier { index, name } => {
-                let source = SourceKind::Tier(tier_name(name));
-                let bit = source.bit(index);
-                (source, bit, Duration::ZERO)
-            }
-        };
-        if let Some(hits) = self.insert(slot, source.clone(), bit) {
-            self.write_entry(&source, &slot, hits, took, name, owner.label(), "");
-        }
     }
 
     /// Counts a hit of a known entry; false if the entry is new. A thread
@@ -410,6 +349,63 @@ impl Recorder {
     }
 }
 
+/// What the cache returns is recorded: a new entry or source at once (an
+/// `E` record), further hits counted (written as `H` records at flush).
+impl Observer for Recorder {
+    /// A hit found in memory or an image (by `lookup` or `get_or_compile`).
+    #[inline]
+    fn found(&self, hit: &Hit<'_>) {
+        let image = hit.source() == Source::Image;
+        let slot = Slot {
+            owner: hit.owner(),
+            key: *hit.key().digest(),
+            image,
+        };
+        if self.count(&slot) {
+            return;
+        }
+        let source = if image {
+            SourceKind::Image
+        } else {
+            SourceKind::Memory
+        };
+        let bit = source.bit(0);
+        if let Some(hits) = self.insert(slot, source.clone(), bit) {
+            let producer = hit.image_producer().unwrap_or_default();
+            self.write_entry(
+                &source,
+                &slot,
+                hits,
+                Duration::ZERO,
+                hit.name(),
+                hit.owner_label(),
+                producer,
+            );
+        }
+    }
+
+    /// An entry that `get_or_compile` compiled or loaded from a tier,
+    /// recorded before the entry is visible to other threads.
+    fn acquired(&self, owner: &Owner, key: &Key, name: &str, how: Acquired<'_>) {
+        let slot = Slot {
+            owner: owner.digest(),
+            key: *key.digest(),
+            image: false,
+        };
+        let (source, bit, took) = match how {
+            Acquired::Compiled(took) => (SourceKind::Compiled, SourceKind::Compiled.bit(0), took),
+            Acquired::Tier { index, name } => {
+                let source = SourceKind::Tier(tier_name(name));
+                let bit = source.bit(index);
+                (source, bit, Duration::ZERO)
+            }
+        };
+        if let Some(hits) = self.insert(slot, source.clone(), bit) {
+            self.write_entry(&source, &slot, hits, took, name, owner.label(), "");
+        }
+    }
+}
+
 /// At exit, the pending hit counts are written (locks only tried).
 impl crate::exit::AtExit for Recorder {
     fn at_exit(&self) {
@@ -420,5 +416,28 @@ impl crate::exit::AtExit for Recorder {
 impl Drop for Recorder {
     fn drop(&mut self) {
         self.write_hits(false);
+    }
+}
+
+impl Cache {
+    /// Records from now on every entry [`Cache::lookup`] and
+    /// [`Cache::get_or_compile`] return into `recorder`: once per distinct
+    /// entry and source, with its hits counted (see [`crate::record`]). The
+    /// recorder is the cache's [`Observer`] (see [`Cache::observe`]). The
+    /// global cache does this when `KILN_RECORD` names a file.
+    ///
+    /// # Errors
+    /// Gives `recorder` back if the cache has an observer already (a cache
+    /// has at most one, set once).
+    pub fn record_into(&self, recorder: Arc<Recorder>) -> Result<(), Arc<Recorder>> {
+        let observer: Arc<dyn Observer> = Arc::clone(&recorder) as Arc<dyn Observer>;
+        self.observe(observer).map_err(|_| recorder)
+    }
+
+    /// The recorder set with [`Cache::record_into`], if any (`None` when the
+    /// cache's observer is something else).
+    pub fn recorder(&self) -> Option<&Recorder> {
+        let observer: &dyn std::any::Any = &**self.observer()?;
+        observer.downcast_ref::<Recorder>()
     }
 }

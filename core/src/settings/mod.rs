@@ -45,7 +45,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-pub use section::{BuildSettings, CacheSettings, ImageSettings};
+pub use section::{BuildSettings, CacheSettings, Embedding, ImageSettings};
 pub use switches::{
     Effective, Kind, Phase, Source, Switch, TABLE_BEGIN, TABLE_END, is_run_time, markdown_table,
     switches, with_table,
@@ -53,7 +53,6 @@ pub use switches::{
 pub use vars::Vars;
 
 use crate::Error;
-use crate::build::Embedding;
 use crate::disk::DiskConfig;
 use crate::trust::TrustPolicy;
 
@@ -191,7 +190,7 @@ impl Settings {
             .embedding
             .clone()
             .map_err(|value| Error::InvalidSwitch {
-                variable: crate::build::EMBED,
+                variable: crate::env::EMBED,
                 value,
                 expected: "`compressed` (the default) or `plain`",
             })

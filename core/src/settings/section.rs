@@ -4,15 +4,26 @@ use std::path::PathBuf;
 
 use super::Vars;
 use crate::Error;
-use crate::build::{BUILD_UNVERIFIED, Embedding, IGNORE_SHIPPED, SHIP_CANDIDATE};
 use crate::disk::DiskConfig;
 use crate::disk::config::{CACHE, CACHE_DIR, CACHE_MAX_BYTES, CACHE_TRUST_DIR};
-use crate::env::{ALWAYS_COMPILE, DISABLE, IMAGE_PATH, LOG, MEMORY_MAX_BYTES, switch};
+use crate::env::{
+    ALWAYS_COMPILE, BUILD_UNVERIFIED, DISABLE, EMBED, IGNORE_SHIPPED, IMAGE_PATH, LOG,
+    MEMORY_MAX_BYTES, SHIP_CANDIDATE, switch,
+};
 
 /// A boolean switch of `vars`, `default` when unset (one warning for a
 /// value that is no boolean).
 fn flag(vars: &Vars, name: &str, default: bool) -> bool {
     switch(name, vars.get(name), default)
+}
+
+/// How the image a precompile block writes is embedded (`KILN_EMBED`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Embedding {
+    /// Payloads compressed, one group per owner, decompressed on first use.
+    Compressed,
+    /// Payloads as they are.
+    Plain,
 }
 
 /// The global cache's switches.
@@ -76,7 +87,7 @@ impl ImageSettings {
             })
             .unwrap_or_default();
         let embedding = vars
-            .get(crate::build::EMBED)
+            .get(EMBED)
             .map(|value| value.to_string_lossy().trim().to_owned());
         let embedding = match embedding.as_deref() {
             None | Some("") | Some("compressed") => Ok(Embedding::Compressed),
@@ -87,7 +98,7 @@ impl ImageSettings {
     }
 }
 
-/// A precompile block's switches (see [`crate::build`]).
+/// A precompile block's switches (`kiln_core::build`, feature `build`).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct BuildSettings {

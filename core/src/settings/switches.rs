@@ -9,9 +9,11 @@
 use std::fmt;
 
 use super::Settings;
-use crate::build::{BUILD_UNVERIFIED, EMBED, IGNORE_SHIPPED, SHIP_CANDIDATE};
 use crate::disk::config::{CACHE, CACHE_DIR, CACHE_MAX_BYTES, CACHE_TRUST_DIR};
-use crate::env::{ALWAYS_COMPILE, DISABLE, IMAGE_PATH, LOG, MEMORY_MAX_BYTES, RECORD};
+use crate::env::{
+    ALWAYS_COMPILE, BUILD_UNVERIFIED, DISABLE, EMBED, IGNORE_SHIPPED, IMAGE_PATH, LOG,
+    MEMORY_MAX_BYTES, RECORD, SHIP_CANDIDATE,
+};
 use crate::trust::{REMOTE_WRITE, SIGNING_KEY, TRUSTED_KEYS};
 
 /// The line before the generated switch table in `docs/switches.md`.

@@ -117,7 +117,7 @@ fn the_disk_section_is_off_placed_capped_and_refused_as_the_variables_say() {
 
 #[test]
 fn the_build_section_and_the_embedding() {
-    use crate::build::{BUILD_UNVERIFIED, EMBED, IGNORE_SHIPPED, SHIP_CANDIDATE};
+    use crate::env::{BUILD_UNVERIFIED, EMBED, IGNORE_SHIPPED, SHIP_CANDIDATE};
     let s = settings(&[
         (IGNORE_SHIPPED, "1"),
         (SHIP_CANDIDATE, "yes"),
@@ -177,7 +177,7 @@ fn effective_values_say_where_they_came_from() {
         (DISABLE, "yes"),
         (ALWAYS_COMPILE, "maybe"),
         (MEMORY_MAX_BYTES, "off"),
-        (crate::build::EMBED, "plain"),
+        (crate::env::EMBED, "plain"),
     ]);
     let effective: std::collections::BTreeMap<&str, Effective> = s
         .effective()
@@ -195,7 +195,7 @@ fn effective_values_say_where_they_came_from() {
         Some(("off".to_owned(), Source::Variable))
     );
     assert_eq!(
-        of(crate::build::EMBED),
+        of(crate::env::EMBED),
         Some(("plain".to_owned(), Source::Variable))
     );
     assert_eq!(of(LOG), Some(("unset".to_owned(), Source::Default)));
@@ -246,8 +246,8 @@ fn core_switches_are_declared_once_with_a_doc_line_and_their_phase() {
         crate::trust::TRUSTED_KEYS,
         crate::trust::SIGNING_KEY,
         crate::disk::config::CACHE_TRUST_DIR,
-        crate::build::BUILD_UNVERIFIED,
-        crate::build::EMBED,
+        crate::env::BUILD_UNVERIFIED,
+        crate::env::EMBED,
     ] {
         assert!(!is_run_time(build_time), "{build_time}");
     }

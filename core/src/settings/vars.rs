@@ -60,7 +60,7 @@ impl Vars {
     }
 
     /// The variables whose value is text, as name and value pairs (for
-    /// [`Target::from_vars`](crate::build::Target::from_vars)).
+    /// `kiln_core::build::Target::from_vars`).
     pub fn text_pairs(&self) -> impl Iterator<Item = (String, String)> + '_ {
         self.0
             .iter()

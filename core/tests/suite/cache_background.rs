@@ -161,6 +161,19 @@ fn dropping_the_cache_runs_the_queued_stores() {
     assert_eq!(tier.stored(), 10);
 }
 
+#[test]
+fn a_bounded_flush_says_whether_the_stores_ran() {
+    let (cache, tier) = gated();
+    compile(&cache, 0);
+    // The store waits at the gate: the bounded flush gives up, the store
+    // still queued.
+    assert!(!cache.flush_within(Duration::from_millis(20)));
+    assert_eq!((tier.stored(), cache.stats().store_queue_depth), (0, 1));
+    tier.open();
+    assert!(cache.flush_within(Duration::from_secs(60)));
+    assert_eq!((tier.stored(), cache.stats().store_queue_depth), (1, 0));
+}
+
 /// A tier that fails every store, or panics in it.
 struct FailingTier {
     panic: bool,
