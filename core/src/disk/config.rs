@@ -11,6 +11,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+#[cfg(any(feature = "disk", test))]
 use crate::error::Error;
 
 /// `KILN_CACHE`: `0`, `false`, `no` or `off` turns the disk cache off.

@@ -22,15 +22,15 @@ mod tests;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-use crate::settings::Settings;
 use crate::registry::{self, EmbeddedImage};
+use crate::settings::Settings;
 use crate::{Cache, CacheConfig, Error};
 
 pub use images::load_images;
 pub use report::{ImageOutcome, ImageReport, InitReport};
+pub use tiers::add_tiers;
 #[cfg(feature = "build")]
 pub(crate) use tiers::add_tiers_wrapped;
-pub use tiers::add_tiers;
 
 use images::merge_embedded;
 use report::stderr_report;
