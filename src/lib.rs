@@ -74,7 +74,7 @@ pub mod key {
     pub use kiln_core::owner::OWNER_CONTEXT;
 }
 
-pub use kiln_core::{env, registry};
+pub use kiln_core::{env, registry, settings};
 
 /// The CUDA backend (`kiln-cuda`): NVRTC to CUBIN and PTX, owners, the
 /// module loader. Each operation's error ([`ToolchainError`](kiln_cuda::ToolchainError),

@@ -398,7 +398,7 @@ fn a_build_machine_with_no_toolchain_builds_from_the_shipped_images_and_serves_e
             )),
             "{output}"
         );
-        assert!(!output.contains("cargo:warning"), "{output}");
+        assert!(!output.contains("cargo::warning"), "{output}");
     }
     let trace = std::fs::read_to_string(&log).expect("strace log");
     let activity = build_script_activity(&trace, &["kiln-kernels-demo", "kiln-activations-demo"]);
@@ -467,14 +467,14 @@ fn a_specialization_changed_after_shipping_compiles_alone_or_is_named_as_missing
     let log = build_output(packaged, "kiln-activations-demo");
     assert!(
         summary(&log).starts_with(
-            "cargo:warning=kiln: kiln-activations-demo: 102 entries (102 from shipped, 0 from disk, 0 compiled, 34 missing, 0 failed)"
+            "cargo::warning=kiln: kiln-activations-demo: 102 entries (102 from shipped, 0 from disk, 0 compiled, 34 missing, 0 failed)"
         ),
         "{log}"
     );
     // One warning per reason (the NVRTC of each CUDA major was searched for).
     let warning: String = log
         .lines()
-        .filter(|l| l.starts_with("cargo:warning=kiln: kiln-activations-demo: not precompiled ("))
+        .filter(|l| l.starts_with("cargo::warning=kiln: kiln-activations-demo: not precompiled ("))
         .collect::<Vec<_>>()
         .join("\n");
     assert!(
@@ -572,7 +572,7 @@ fn a_toolchain_appearing_reruns_the_block_without_clean_or_a_variable() {
         "{log}"
     );
     assert!(
-        log.contains(&format!("cargo:rerun-if-changed={}", venv_site.display())),
+        log.contains(&format!("cargo::rerun-if-changed={}", venv_site.display())),
         "the block watches where NVRTC would appear:\n{log}"
     );
 
@@ -594,7 +594,10 @@ fn a_toolchain_appearing_reruns_the_block_without_clean_or_a_variable() {
     );
     // Nothing missing any more: nothing watched but the toolchain used.
     assert!(
-        !log.contains(&format!("cargo:rerun-if-changed={}\n", venv_site.display())),
+        !log.contains(&format!(
+            "cargo::rerun-if-changed={}\n",
+            venv_site.display()
+        )),
         "{log}"
     );
 }

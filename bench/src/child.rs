@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use kiln::cache::Cache;
 use kiln::cuda::{Device, select::Selection, toolchain::SearchConfig};
-use kiln::env::Switches;
+use kiln::settings::Settings;
 use serde::{Deserialize, Serialize};
 
 use crate::baseline::postcard_image::SerdeImage;
@@ -260,7 +260,7 @@ impl Lookups {
                 // A cache of the program's own, so that only the file image
                 // (KILN_IMAGE_PATH, set by the driver) is merged.
                 let cache = leak(Cache::new());
-                let report = kiln::cache::load_images(cache, &Switches::from_env(), &[]);
+                let report = kiln::cache::load_images(cache, Settings::process(), &[]);
                 if let Some((source, err)) = report.skipped().next() {
                     return Err(BenchError::FileImage(format!("{source}: {err}")));
                 }
@@ -283,7 +283,7 @@ impl Lookups {
                     });
                 }
                 let cache = leak(Cache::new());
-                kiln::cache::add_tiers(cache, |name| std::env::var_os(name));
+                kiln::cache::add_tiers(cache, Settings::process());
                 Lookups::Kiln(cache)
             }
             Mode::DirCache => Lookups::Dir(fixtures.dir_cache()),

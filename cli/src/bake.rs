@@ -50,6 +50,7 @@ use std::path::{Path, PathBuf};
 
 use kiln_core::disk::{DiskCache, DiskConfig, config};
 use kiln_core::record::{DEFAULT_READ_LIMIT, Damage, Recording, Used};
+use kiln_core::settings::Settings;
 use kiln_core::trust::{Origin, Provenance, TrustPolicy};
 use kiln_image::{
     Digest, EntryData, Image, ImageMeta, ImageWriter, SigningKey, TrustedKeys, Verification,
@@ -249,14 +250,8 @@ impl Store {
 /// The remote tier of the server at `url`, with the environment's other
 /// remote settings (`KILN_REMOTE_TIMEOUT_MS`) and the tool's trust policy.
 fn open_remote(url: &str, trust: &TrustPolicy, signing: bool) -> Result<RemoteTier, CliError> {
-    let lookup = |name: &str| {
-        if name == kiln_redis::REMOTE_CACHE {
-            Some(url.into())
-        } else {
-            std::env::var_os(name)
-        }
-    };
-    let config = RemoteConfig::from_lookup_with(lookup, trust)?.ok_or(CliError::NoRemoteUrl)?;
+    let settings = Settings::process().with_var(kiln_redis::REMOTE_CACHE, url);
+    let config = RemoteConfig::from_settings(&settings, trust)?.ok_or(CliError::NoRemoteUrl)?;
     // Signing what an untrusted server gave, unchecked, would vouch for it.
     if config.trusted_keys.is_none() && signing {
         return Err(CliError::SigningUnverifiedRemote);
@@ -290,16 +285,11 @@ fn open_disk(dir: &Path) -> Result<DiskCache, CliError> {
             path: dir.to_owned(),
         });
     }
-    let config = DiskConfig::from_lookup(|name| {
-        if name == config::CACHE_DIR {
-            Some(dir.as_os_str().to_owned())
-        } else if name == config::CACHE {
-            None
-        } else {
-            std::env::var_os(name)
-        }
-    })?
-    .unwrap_or_else(|| DiskConfig::new(dir));
+    let config = Settings::process()
+        .with_var(config::CACHE_DIR, dir.as_os_str())
+        .without_var(config::CACHE)
+        .disk()?
+        .unwrap_or_else(|| DiskConfig::new(dir));
     let mut config = config;
     config.trusted_keys = None;
     Ok(DiskCache::open(config)?)
@@ -336,7 +326,7 @@ struct Missing<'r> {
 pub(crate) fn run(args: Args) -> Result<Outcome, CliError> {
     let trust = args.trust.policy()?;
     // A key that cannot be used stops the bake before anything is read.
-    let signer = kiln_core::trust::signing_key_from_lookup(|name| std::env::var_os(name))?;
+    let signer = kiln_core::trust::signing_key_from_lookup(Settings::process().vars().lookup())?;
     let recording = read_records(&args.records.records)?;
     let stores = open_stores(&args, &trust, signer.is_some())?;
     let selection = select(&args, &recording, &stores, &trust, signer.is_some());

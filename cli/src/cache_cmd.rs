@@ -73,11 +73,9 @@ fn parse_cap(text: &str) -> Result<u64, String> {
 impl Target {
     /// Opens the cache directory (`KILN_CACHE=0` is ignored here).
     fn open(&self) -> Result<DiskCache, CliError> {
-        let from_env = DiskConfig::from_lookup(|name| {
-            (name != config::CACHE)
-                .then(|| std::env::var_os(name))
-                .flatten()
-        });
+        let from_env = kiln_core::settings::Settings::process()
+            .without_var(config::CACHE)
+            .disk();
         let mut disk_config = match (&self.dir, from_env) {
             (Some(dir), Ok(Some(mut env))) => {
                 env.dir.clone_from(dir);

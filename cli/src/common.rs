@@ -226,7 +226,7 @@ pub(crate) struct RecordArgs {
 /// file of them, one per line, as `kiln keygen` writes to `KEY.pub`). With
 /// either, signatures by those keys are required.
 pub(crate) fn trust_policy(args: &[String]) -> Result<TrustPolicy, crate::CliError> {
-    let policy = TrustPolicy::from_env();
+    let policy = kiln_core::settings::Settings::process().trust.clone();
     if args.is_empty() {
         return Ok(policy);
     }

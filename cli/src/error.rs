@@ -66,6 +66,28 @@ pub(crate) enum CliError {
         source: std::io::Error,
     },
 
+    /// `settings --write-table`: the file could not be read or written.
+    #[error("cannot update the switch table of {path}: {error}")]
+    Table {
+        /// The file.
+        path: PathBuf,
+        /// What the operating system reported.
+        error: std::io::Error,
+    },
+
+    /// `settings --write-table`: the file has no switch table markers.
+    #[error(
+        "{path} has no switch table: put the lines {begin:?} and {end:?} around the place for it"
+    )]
+    NoTableMarkers {
+        /// The file.
+        path: PathBuf,
+        /// The line before the table.
+        begin: &'static str,
+        /// The line after it.
+        end: &'static str,
+    },
+
     /// `report --svg`: the chart could not be drawn.
     #[error("drawing the chart failed: {0}")]
     Chart(String),

@@ -30,6 +30,7 @@ mod kernels;
 mod keygen;
 mod merge;
 mod report;
+mod settings_cmd;
 mod ship;
 mod sign;
 mod verify;
@@ -80,6 +81,10 @@ enum Command {
     /// (KILN_CACHE_DIR): stats, ls, gc, clear, verify.
     #[command(subcommand)]
     Cache(cache_cmd::CacheCommand),
+    /// Every KILN_* switch: its value in this environment and where it came
+    /// from (default, variable, file), one line each; --markdown prints the
+    /// switch table of docs/switches.md.
+    Settings(settings_cmd::Args),
     /// Show an image's header, signers and trust verdict, owners and entries.
     Inspect(inspect::Args),
     /// Fully verify images (every checksum, every signature); one line per
@@ -105,7 +110,7 @@ const GROUPS: &[(&str, &[&str])] = &[
     ("Ship a library's precompiled code", &["ship", "keygen"]),
     (
         "Serve an application's code",
-        &["bake", "install", "kernels", "report", "cache"],
+        &["bake", "install", "kernels", "report", "cache", "settings"],
     ),
     (
         "Look into images",
@@ -172,6 +177,7 @@ fn run(command: Command) -> Result<Outcome, CliError> {
         Command::Kernels(args) => kernels::run(args),
         Command::Report(args) => report::run(args),
         Command::Cache(command) => cache_cmd::run(command),
+        Command::Settings(args) => settings_cmd::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Verify(args) => verify::run(args),
         Command::Diff(args) => diff::run(args),
@@ -184,7 +190,11 @@ fn run(command: Command) -> Result<Outcome, CliError> {
 /// Installs the tool's `tracing` subscriber: stderr, filtered by `KILN_LOG`
 /// (any `tracing` filter; `warn` when unset or not a filter).
 fn log_to_stderr() {
-    let filter = std::env::var("KILN_LOG").unwrap_or_default();
+    let filter = kiln_core::settings::Settings::process()
+        .cache
+        .log
+        .clone()
+        .unwrap_or_default();
     let filter = filter.trim();
     let env_filter = match EnvFilter::try_new(if filter.is_empty() { "warn" } else { filter }) {
         Ok(env_filter) => env_filter,
@@ -256,7 +266,7 @@ mod tests {
         assert!(at("\nOptions:\n") > last, "{help}");
         assert!(help.contains("--version"), "{help}");
         assert!(
-            help.contains("  ship     Build the libraries here"),
+            help.contains("  ship      Build the libraries here"),
             "{help}"
         );
     }
@@ -269,7 +279,7 @@ mod tests {
             sub.get_arguments().any(|arg| arg.get_long() == Some(flag))
         };
         for name in [
-            "ship", "bake", "install", "report", "inspect", "verify", "diff", "sign",
+            "ship", "bake", "install", "report", "inspect", "verify", "diff", "sign", "settings",
         ] {
             assert!(takes(name, "json"), "{name} --json");
         }

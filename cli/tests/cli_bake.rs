@@ -104,9 +104,12 @@ fn setup() -> Setup {
     let cache_dir = root.join("cache");
     let record = root.join("app.rec");
     let app = Cache::new();
-    kiln_core::add_tiers(&app, |name| {
-        (name == "KILN_CACHE_DIR").then(|| OsString::from(&cache_dir))
-    });
+    let settings = kiln_core::settings::Settings::from_vars(
+        [("KILN_CACHE_DIR", OsString::from(&cache_dir))]
+            .into_iter()
+            .collect(),
+    );
+    kiln_core::add_tiers(&app, &settings);
     app.merge_image(Image::open(&library, Verification::Structural).unwrap());
     app.record_into(Recorder::open(&record).unwrap()).unwrap();
     assert!(!get(&app, "shipped-a"));

@@ -366,11 +366,15 @@ fn a_signed_bake_takes_only_what_was_checked_from_every_source() {
     let record_file = k.root.join("app.rec");
     let app = Cache::new();
     let url = server.url();
-    kiln_core::add_tiers(&app, |name| match name {
-        "KILN_CACHE_DIR" => Some(OsString::from(&cache_dir)),
-        "KILN_REMOTE_CACHE" => Some(OsString::from(&url)),
-        _ => None,
-    });
+    let settings = kiln_core::settings::Settings::from_vars(
+        [
+            ("KILN_CACHE_DIR", OsString::from(&cache_dir)),
+            ("KILN_REMOTE_CACHE", OsString::from(&url)),
+        ]
+        .into_iter()
+        .collect(),
+    );
+    kiln_core::add_tiers(&app, &settings);
     for image in [&k.unsigned, &k.by_release, &k.by_stranger] {
         app.merge_image(Image::open(image, Verification::Structural).expect("opens"));
     }
@@ -488,9 +492,12 @@ fn a_signed_bake_takes_only_what_was_checked_from_every_source() {
     // Only vouched entries recorded: signed, and it verifies.
     let vouched_record = k.root.join("vouched.rec");
     let again = Cache::new();
-    kiln_core::add_tiers(&again, |name| {
-        (name == "KILN_CACHE_DIR").then(|| OsString::from(&cache_dir))
-    });
+    let settings = kiln_core::settings::Settings::from_vars(
+        [("KILN_CACHE_DIR", OsString::from(&cache_dir))]
+            .into_iter()
+            .collect(),
+    );
+    kiln_core::add_tiers(&again, &settings);
     again.merge_image(Image::open(&k.by_release, Verification::Structural).expect("opens"));
     record(&vouched_record, &again, &["img-trusted", "disk-compiled"]);
     drop(again);

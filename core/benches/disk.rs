@@ -159,9 +159,10 @@ fn build_kiln(dir: &Path, gc: bool) {
 /// is opened on the first miss in memory.
 fn kiln_process(dir: &Path) -> Cache {
     let cache = Cache::new();
-    let tiers = kiln_core::add_tiers(&cache, |name| {
-        (name == "KILN_CACHE_DIR").then(|| dir.as_os_str().to_owned())
-    });
+    let settings = kiln_core::settings::Settings::from_vars(
+        [("KILN_CACHE_DIR", dir.as_os_str())].into_iter().collect(),
+    );
+    let tiers = kiln_core::add_tiers(&cache, &settings);
     assert_eq!(tiers, ["disk"]);
     cache
 }

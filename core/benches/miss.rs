@@ -71,11 +71,12 @@ fn compile(key: &Key) -> Compiled {
 /// cap of 64 MiB so that long runs stay bounded (both caches evict alike).
 fn cache(vars: &[(&str, &OsString)]) -> Cache {
     let cache = Cache::with_config(CacheConfig::default().memory_max_bytes(Some(64 << 20)));
-    kiln_core::add_tiers(&cache, |name| {
+    let settings = kiln_core::settings::Settings::from_vars(
         vars.iter()
-            .find(|(var, _)| *var == name)
-            .map(|(_, value)| (*value).clone())
-    });
+            .map(|(name, value)| (*name, (*value).clone()))
+            .collect(),
+    );
+    kiln_core::add_tiers(&cache, &settings);
     cache
 }
 

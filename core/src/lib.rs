@@ -46,7 +46,9 @@
 //! - [`registry`]: where images come from (embedded, `KILN_IMAGE_PATH`), and
 //!   the extra tiers other crates offer the global cache ([`TierFactory`]).
 //! - `global`: the process-wide cache ([`global()`], [`init()`], [`add_tiers`]).
-//! - [`env`](mod@env): the `KILN_*` switches.
+//! - [`settings`]: every `KILN_*` switch, read and parsed once into
+//!   [`Settings`](settings::Settings); [`env`](mod@env): their names and the
+//!   boolean parser.
 //! - `build` (feature `build`): build-script helpers (precompile into
 //!   `OUT_DIR`).
 //! - [`disk`]: the on-disk cache tier (feature `disk`; without it, only
@@ -86,6 +88,7 @@ pub mod owner;
 pub mod record;
 pub mod registry;
 pub mod regular_file;
+pub mod settings;
 #[cfg(test)]
 mod test_support;
 pub mod trust;
@@ -97,8 +100,7 @@ pub use cache::{
 };
 pub use error::{BoxError, Error, ErrorChain};
 pub use global::{
-    ImageOutcome, ImageReport, InitReport, add_tiers, add_tiers_with, flush, global, init,
-    init_with, load_images,
+    ImageOutcome, ImageReport, InitReport, add_tiers, flush, global, init, init_with, load_images,
 };
 pub use key::{Key, KeyBuilder};
 pub use kiln_image::{Artifact, ArtifactKind, Dep, Digest};

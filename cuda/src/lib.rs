@@ -93,6 +93,7 @@ pub mod ptx;
 pub mod request;
 pub mod select;
 pub mod ship;
+mod switches;
 pub mod toolchain;
 
 /// The cudarc types of the loader's API. Launching takes more of cudarc (streams,

@@ -75,7 +75,7 @@
 //! looked up in the shipped image, then the disk and remote tiers. Only an entry none
 //! holds is compiled, and only by a local toolchain of that CUDA major that gives the
 //! same owner and key (the same NVRTC release and headers); otherwise it is
-//! *missing*: a `cargo:warning` names it, and the library compiles it at run time
+//! *missing*: a `cargo::warning` names it, and the library compiles it at run time
 //! where it can. A build with only one of a plan's toolchains compiles only that
 //! toolchain's missing entries. Without a shipped image the local toolchains key
 //! and compile everything (still reusing the disk and remote tiers); a toolchain

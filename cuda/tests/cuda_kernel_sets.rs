@@ -143,7 +143,7 @@ fn shipped() -> Option<(Cache, BuildRecord, tempfile::TempDir)> {
     let output = String::from_utf8_lossy(&output);
     assert!(report.failed.is_empty(), "{output}");
     assert!(
-        output.contains("cargo:rerun-if-env-changed=KILN_CUDA_RUNTIME_INCLUDE"),
+        output.contains("cargo::rerun-if-env-changed=KILN_CUDA_RUNTIME_INCLUDE"),
         "{output}"
     );
     let record = plan.record().clone();

@@ -82,7 +82,7 @@ fn ship(dir: &Path) -> (std::path::PathBuf, BuildRecord) {
     assert!(report.failed.is_empty(), "{output}");
     assert_eq!(report.entries, SHIPPED.len() * 3, "{output}");
     assert!(
-        output.contains("cargo:rerun-if-env-changed=KILN_NVRTC"),
+        output.contains("cargo::rerun-if-env-changed=KILN_NVRTC"),
         "{output}"
     );
     (report.path, plan.record().clone())

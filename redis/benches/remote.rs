@@ -58,15 +58,17 @@ use remote_support::{RedisServer, remote};
 
 /// The variables of a process using the remote tier at `url` (a long
 /// timeout: the bench wants hits), with its disk tier in `disk` or none.
-fn variables<'a>(url: &'a str, disk: Option<&'a Path>) -> impl Fn(&str) -> Option<OsString> + 'a {
-    move |name| match name {
-        "KILN_REMOTE_CACHE" => Some(OsString::from(url)),
-        "KILN_REMOTE_TIMEOUT_MS" => Some(OsString::from("5000")),
-        "KILN_REMOTE_WRITE" => Some(OsString::from("1")),
-        "KILN_CACHE_DIR" => disk.map(|dir| dir.as_os_str().to_owned()),
-        "KILN_CACHE" => disk.is_none().then(|| OsString::from("0")),
-        _ => None,
+fn variables(url: &str, disk: Option<&Path>) -> kiln_core::settings::Settings {
+    let mut vars = kiln_core::settings::Vars::from_iter([
+        ("KILN_REMOTE_CACHE", OsString::from(url)),
+        ("KILN_REMOTE_TIMEOUT_MS", OsString::from("5000")),
+        ("KILN_REMOTE_WRITE", OsString::from("1")),
+    ]);
+    match disk {
+        Some(dir) => vars.set("KILN_CACHE_DIR", dir.as_os_str()),
+        None => vars.set("KILN_CACHE", "0"),
     }
+    kiln_core::settings::Settings::from_vars(vars)
 }
 
 /// A fresh process's cache with the global cache's tiers
@@ -74,7 +76,7 @@ fn variables<'a>(url: &'a str, disk: Option<&'a Path>) -> impl Fn(&str) -> Optio
 /// in `disk` or none.
 fn wired(url: &str, disk: Option<&Path>) -> Cache {
     let cache = Cache::new();
-    let tiers = kiln_core::add_tiers(&cache, variables(url, disk));
+    let tiers = kiln_core::add_tiers(&cache, &variables(url, disk));
     let expected: &[&str] = if disk.is_some() {
         &["disk", "remote"]
     } else {
@@ -124,14 +126,14 @@ fn bench(c: &mut Criterion) {
     // global cache builds it (kiln-redis's registered factory), shared by a
     // fresh cache (empty memory) each time.
     let url = server.url();
-    let lookup = variables(&url, None);
+    let settings = variables(&url, None);
     let factory = kiln_core::registry::tier_factories()
         .into_iter()
         .find(|factory| factory.name() == "remote")
         .expect("kiln-redis registers the remote tier");
     let pooled: Arc<dyn Tier> = Arc::from(
         factory
-            .build(&TierSetup::new(&lookup, None))
+            .build(&TierSetup::new(&settings, None, &settings.trust))
             .expect("KILN_REMOTE_CACHE is set"),
     );
     group.bench_function("remote_hit", |b| {
@@ -167,13 +169,10 @@ fn bench(c: &mut Criterion) {
         1,
         "the signed entry is on the server"
     );
-    let trusted_lookup = |name: &str| match name {
-        "KILN_TRUSTED_KEYS" => Some(trusted_file.clone().into_os_string()),
-        _ => lookup(name),
-    };
+    let trusted = settings.with_var("KILN_TRUSTED_KEYS", trusted_file.clone());
     let checking: Arc<dyn Tier> = Arc::from(
         factory
-            .build(&TierSetup::new(&trusted_lookup, None))
+            .build(&TierSetup::new(&trusted, None, &trusted.trust))
             .expect("KILN_REMOTE_CACHE is set"),
     );
     group.bench_function("remote_hit_signed", |b| {

@@ -1,12 +1,13 @@
 //! The remote tier's settings: the server's URL, the timeout per operation,
 //! the back-off after a failure, and signatures ([`RemoteConfig`]).
 
-use std::ffi::OsString;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kiln_image::{SigningKey, TrustedKeys};
+
+use kiln_core::settings::{Kind, Phase, Section, Settings, Switch};
 
 use crate::Error;
 
@@ -18,9 +19,74 @@ pub const REMOTE_TIMEOUT_MS: &str = "KILN_REMOTE_TIMEOUT_MS";
 /// batch signature, in milliseconds (`0`: only what is already queued).
 pub const REMOTE_BATCH_MS: &str = "KILN_REMOTE_BATCH_MS";
 
+inventory::submit! {
+    Switch::new(REMOTE_CACHE, "remote", Phase::RunTime, Kind::Url)
+        .doc("with the feature `redis` (the crate `kiln-redis` linked): the URL of a shared remote tier after the disk tier, `redis://host:port/db` (`rediss://` for TLS, `redis://user:password@host/db` for AUTH); hits are verified, then written through to the disk tier. A process stores its compiles there only with `KILN_SIGNING_KEY`, or `KILN_REMOTE_WRITE=1`: readers are read-only by default. Without `KILN_TRUSTED_KEYS` a well-formed value is served unverified: whoever can write to the server chooses the GPU code its readers run (CUBINs, PTX, and the driver-JIT results of other machines); set the keys of your writers. A precompile block never embeds such a value (see [Shipping](shipping.md), *Builds reuse compiles*)")
+}
+inventory::submit! {
+    Switch::new(REMOTE_TIMEOUT_MS, "remote", Phase::RunTime, Kind::Number)
+        .default_text("1000")
+        .doc("the most one remote operation may take, in milliseconds; a failing server costs one timeout, one warning, then a back-off")
+}
+inventory::submit! {
+    Switch::new(REMOTE_BATCH_MS, "remote", Phase::RunTime, Kind::Number)
+        .default_text("1000")
+        .doc("a writer with `KILN_SIGNING_KEY` gathers its stores of up to this many ms (at most 60000; `0`: only those already queued together) under one batch signature, so its readers verify one signature per batch, not per entry; the same compiles reach the disk tier up to that much later too; a flush or the process's exit sends what is gathered at once. A value that is not such a number turns the remote tier off with one warning, as a bad `KILN_REMOTE_TIMEOUT_MS` does")
+}
+
+/// The remote tier's section of the [`Settings`]: its variables as read,
+/// parsed once per reading ([`Settings::section`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RemoteSettings {
+    /// `KILN_REMOTE_CACHE`, trimmed; `None` when unset or empty (no remote
+    /// tier).
+    pub url: Option<String>,
+    /// `KILN_REMOTE_TIMEOUT_MS`: `None` when unset, or the value that is
+    /// not a positive number of milliseconds (trimmed).
+    pub timeout: Result<Option<Duration>, String>,
+    /// `KILN_REMOTE_BATCH_MS`: `None` when unset, or the value that is not
+    /// a number of milliseconds up to a minute (trimmed).
+    pub batch_window: Result<Option<Duration>, String>,
+}
+
+impl Section for RemoteSettings {
+    fn parse(settings: &Settings) -> RemoteSettings {
+        let text = |name: &str| {
+            settings
+                .var(name)
+                .map(|value| value.to_string_lossy().trim().to_owned())
+        };
+        let timeout = match text(REMOTE_TIMEOUT_MS) {
+            None => Ok(None),
+            Some(value) => value
+                .parse::<u64>()
+                .ok()
+                .filter(|&millis| millis > 0)
+                .map(|millis| Some(Duration::from_millis(millis)))
+                .ok_or(value),
+        };
+        let batch_window = match text(REMOTE_BATCH_MS) {
+            None => Ok(None),
+            Some(value) => value
+                .parse::<u64>()
+                .ok()
+                .map(Duration::from_millis)
+                .filter(|window| *window <= kiln_core::cache::MAX_BATCH_WINDOW)
+                .map(Some)
+                .ok_or(value),
+        };
+        RemoteSettings {
+            url: text(REMOTE_CACHE).filter(|url| !url.is_empty()),
+            timeout,
+            batch_window,
+        }
+    }
+}
+
 /// Where the remote tier is and how long it may take.
 ///
-/// From the environment ([`RemoteConfig::from_env`]):
+/// From the settings ([`RemoteConfig::from_settings`]):
 ///
 /// | variable | effect |
 /// | --- | --- |
@@ -153,75 +219,46 @@ impl RemoteConfig {
         self
     }
 
-    /// Reads `KILN_REMOTE_CACHE` and `KILN_REMOTE_TIMEOUT_MS` from the
-    /// process environment; `None` when the remote tier is off.
-    ///
-    /// # Errors
-    /// [`Error::RemoteTimeout`] when the timeout is not a number of
-    /// milliseconds.
-    pub fn from_env() -> Result<Option<RemoteConfig>, Error> {
-        RemoteConfig::from_lookup(|name| std::env::var_os(name))
-    }
-
-    /// Reads the settings through `lookup` (a variable name to its value):
-    /// `KILN_REMOTE_CACHE`, `KILN_REMOTE_TIMEOUT_MS`, `KILN_REMOTE_BATCH_MS`,
-    /// and the trust policy (`KILN_TRUSTED_KEYS`, `KILN_SIGNING_KEY`,
-    /// `KILN_REMOTE_WRITE`; an unusable key file gives one warning: a
-    /// trusted-keys file trusts none of its keys, a signing key signs and
-    /// writes nothing), read through `lookup` too
-    /// ([`TrustPolicy::from_lookup`](kiln_core::trust::TrustPolicy::from_lookup)).
+    /// The configuration `settings` give (their [`RemoteSettings`]:
+    /// `KILN_REMOTE_CACHE`, `KILN_REMOTE_TIMEOUT_MS`,
+    /// `KILN_REMOTE_BATCH_MS`), under `trust` (the settings' own policy,
+    /// [`Settings::trust`](kiln_core::settings::Settings::trust), for the
+    /// global cache: its trusted keys and their memo of verified batch
+    /// roots are shared; a precompile block's vouching policy for its
+    /// tiers). The signing key file is read here, when the tier is
+    /// configured (an unusable one gives one warning: the tier signs and
+    /// writes nothing). `None` when the remote tier is off.
     ///
     /// # Errors
     /// [`Error::RemoteTimeout`] when the timeout is not a number of
     /// milliseconds, [`Error::RemoteBatchWindow`] when the batch window is
     /// not.
-    pub fn from_lookup(
-        lookup: impl Fn(&str) -> Option<OsString>,
-    ) -> Result<Option<RemoteConfig>, Error> {
-        if lookup(REMOTE_CACHE).is_none_or(|url| url.is_empty()) {
-            return Ok(None);
-        }
-        let trust = kiln_core::trust::TrustPolicy::from_lookup(&lookup);
-        RemoteConfig::from_lookup_with(lookup, &trust)
-    }
-
-    /// [`RemoteConfig::from_lookup`] with `trust` as the trust policy (the
-    /// one the global cache read once for every tier: its trusted keys and
-    /// their memo of verified batch roots are shared); the policy's
-    /// variables are not read through `lookup`. The signing key file is
-    /// read here, when the tier is configured.
-    ///
-    /// # Errors
-    /// As [`RemoteConfig::from_lookup`].
-    pub fn from_lookup_with(
-        lookup: impl Fn(&str) -> Option<OsString>,
+    pub fn from_settings(
+        settings: &Settings,
         trust: &kiln_core::trust::TrustPolicy,
     ) -> Result<Option<RemoteConfig>, Error> {
-        let Some(url) = lookup(REMOTE_CACHE)
-            .map(|value| value.to_string_lossy().trim().to_owned())
-            .filter(|url| !url.is_empty())
-        else {
+        let section = settings.section::<RemoteSettings>();
+        let Some(url) = section.url.clone() else {
             return Ok(None);
         };
         let mut config = RemoteConfig::new(url);
-        if let Some(value) = lookup(REMOTE_TIMEOUT_MS) {
-            let value = value.to_string_lossy().trim().to_owned();
-            let millis = value
-                .parse::<u64>()
-                .ok()
-                .filter(|&millis| millis > 0)
-                .ok_or(Error::RemoteTimeout { value })?;
-            config.timeout = Duration::from_millis(millis);
+        match &section.timeout {
+            Ok(Some(timeout)) => config.timeout = *timeout,
+            Ok(None) => {}
+            Err(value) => {
+                return Err(Error::RemoteTimeout {
+                    value: value.clone(),
+                });
+            }
         }
-        if let Some(value) = lookup(REMOTE_BATCH_MS) {
-            let value = value.to_string_lossy().trim().to_owned();
-            let window = value
-                .parse::<u64>()
-                .ok()
-                .map(Duration::from_millis)
-                .filter(|window| *window <= kiln_core::cache::MAX_BATCH_WINDOW)
-                .ok_or(Error::RemoteBatchWindow { value })?;
-            config.batch_window = window;
+        match &section.batch_window {
+            Ok(Some(window)) => config.batch_window = *window,
+            Ok(None) => {}
+            Err(value) => {
+                return Err(Error::RemoteBatchWindow {
+                    value: value.clone(),
+                });
+            }
         }
         config.trusted_keys = trust.trusted_keys.clone();
         config.signing_key = trust.signing_key().map(Signer);
@@ -308,14 +345,10 @@ fn redact(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     fn from(vars: &[(&str, &str)]) -> Result<Option<RemoteConfig>, Error> {
-        let vars: BTreeMap<String, OsString> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), OsString::from(v)))
-            .collect();
-        RemoteConfig::from_lookup(|name| vars.get(name).cloned())
+        let settings = Settings::from_vars(vars.iter().copied().collect());
+        RemoteConfig::from_settings(&settings, &settings.trust)
     }
 
     #[test]

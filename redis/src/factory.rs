@@ -15,8 +15,7 @@ inventory::submit! { TierFactory::new("remote", remote_tier) }
 /// (after one warning) when the settings are unusable. No I/O: the tier
 /// connects on first use.
 fn remote_tier(setup: &TierSetup<'_>) -> Option<Box<dyn Tier>> {
-    let trust = setup.trust_policy();
-    let remote = RemoteTier::from_lookup_with(|name| setup.var(name), &trust)?;
+    let remote = RemoteTier::from_settings(setup.settings(), setup.trust_policy())?;
     Some(Box::new(match setup.local() {
         Some(local) => remote.write_through(local),
         None => remote,

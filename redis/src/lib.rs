@@ -96,14 +96,16 @@
 //! use std::sync::Arc;
 //! use kiln_core::Cache;
 //! use kiln_core::disk::DiskCache;
+//! use kiln_core::settings::Settings;
 //! use kiln_redis::RemoteTier;
 //!
+//! let settings = Settings::process();
 //! let cache = Cache::new();
-//! let disk = DiskCache::from_env().map(Arc::new);
+//! let disk = DiskCache::from_settings(settings).map(Arc::new);
 //! if let Some(disk) = &disk {
 //!     cache.add_tier(Box::new(Arc::clone(disk)));
 //! }
-//! if let Some(mut remote) = RemoteTier::from_env() {
+//! if let Some(mut remote) = RemoteTier::from_settings(settings, &settings.trust) {
 //!     if let Some(disk) = disk {
 //!         remote = remote.write_through(disk);
 //!     }
@@ -120,6 +122,8 @@ mod health;
 mod naming;
 mod tier;
 
-pub use config::{REMOTE_BATCH_MS, REMOTE_CACHE, REMOTE_TIMEOUT_MS, RemoteConfig, Signer};
+pub use config::{
+    REMOTE_BATCH_MS, REMOTE_CACHE, REMOTE_TIMEOUT_MS, RemoteConfig, RemoteSettings, Signer,
+};
 pub use error::Error;
 pub use tier::{RemoteStats, RemoteTier};

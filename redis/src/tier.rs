@@ -2,7 +2,6 @@
 //!
 //! [`Cache`]: kiln_core::Cache
 
-use std::ffi::OsString;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -162,27 +161,15 @@ impl RemoteTier {
         })
     }
 
-    /// The tier configured by `KILN_REMOTE_CACHE` (see
-    /// [`RemoteConfig`]): `None` when it is unset, or (after one
-    /// warning) when its settings are unusable; the caller then compiles.
-    pub fn from_env() -> Option<RemoteTier> {
-        RemoteTier::from_lookup(|name| std::env::var_os(name))
-    }
-
-    /// [`RemoteTier::from_env`], reading the variables through `lookup` (a
-    /// variable name to its value).
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> Option<RemoteTier> {
-        RemoteTier::from_config(RemoteConfig::from_lookup(lookup))
-    }
-
-    /// [`RemoteTier::from_lookup`] under `trust`, the trust policy shared by
-    /// every tier of a cache (what [`kiln_core::add_tiers`] hands its
-    /// factories).
-    pub fn from_lookup_with(
-        lookup: impl Fn(&str) -> Option<OsString>,
+    /// The tier `settings` configure under `trust` (see
+    /// [`RemoteConfig::from_settings`]): `None` when `KILN_REMOTE_CACHE` is
+    /// unset, or (after one warning) when its settings are unusable; the
+    /// caller then compiles.
+    pub fn from_settings(
+        settings: &kiln_core::settings::Settings,
         trust: &kiln_core::trust::TrustPolicy,
     ) -> Option<RemoteTier> {
-        RemoteTier::from_config(RemoteConfig::from_lookup_with(lookup, trust))
+        RemoteTier::from_config(RemoteConfig::from_settings(settings, trust))
     }
 
     /// The tier of a configuration as read, or `None` (after one warning)

@@ -25,7 +25,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use kiln_core::disk::{DiskCache, DiskConfig};
-use kiln_core::env::Switches;
+use kiln_core::settings::Settings;
 use kiln_core::{ArtifactKind, Cache, load_images};
 use kiln_image::{Digest, Image, Verification};
 use kiln_reliability::fixture::{numbered_entry, numbered_key, owners};
@@ -145,9 +145,9 @@ fn image_writers_killed_at_random_points_leave_only_whole_images() {
     // What an application would merge from this directory: every image,
     // nothing skipped, every entry answering with its bytes.
     let cache = Cache::new();
-    let mut switches = Switches::default();
-    switches.image_path = vec![dir.path().to_path_buf()];
-    let report = load_images(&cache, &switches, &[]);
+    let mut settings = Settings::default();
+    settings.images.path = vec![dir.path().to_path_buf()];
+    let report = load_images(&cache, &settings, &[]);
     let (files, _) = kiln_core::registry::image_files(&[dir.path().to_path_buf()]);
     assert_eq!(report.skipped().count(), 0, "{report}");
     assert_eq!(report.inserted(), files.len() as u64);

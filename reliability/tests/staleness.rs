@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kiln_core::disk::{DiskCache, DiskConfig};
-use kiln_core::env::Switches;
+use kiln_core::settings::Settings;
 use kiln_core::{ArtifactKind, Cache, Compiled, Digest, Key, Owner, Source, load_images};
 use kiln_cuda::{
     Arch, Compiler, Device, IncludeDir, KernelLibrary, KernelRequest, Toolchain,
@@ -335,9 +335,9 @@ fn every_codegen_input_misses_and_every_other_input_hits() {
     std::fs::write(future.join("baseline.kimg"), &bytes).expect("write");
     let cache = Cache::new();
     cache.define(DEP, fingerprint(1));
-    let mut switches = Switches::default();
-    switches.image_path = vec![future.clone()];
-    let report = load_images(&cache, &switches, &[]);
+    let mut settings = Settings::default();
+    settings.images.path = vec![future.clone()];
+    let report = load_images(&cache, &settings, &[]);
     let skipped: Vec<String> = report.skipped().map(|(_, e)| e.to_string()).collect();
     assert_eq!(skipped.len(), 1, "{report}");
     assert!(

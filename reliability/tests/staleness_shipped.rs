@@ -11,7 +11,6 @@
 //! table is printed with
 //! `cargo test -p kiln-reliability --test staleness_shipped -- --nocapture`.
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 
 use kiln_core::build::{Precompile, PrecompileReport, SHIP_CANDIDATE};
@@ -86,17 +85,12 @@ impl Library {
         let mut plan = ShipPlan::parse(TARGETS)
             .expect("targets")
             .with_local_toolchain(local);
-        let lookup = |name: &str| -> Option<OsString> {
-            match name {
-                "KILN_CACHE" => Some("0".into()),
-                name if name == SHIP_CANDIDATE => Some("1".into()),
-                _ => None,
-            }
-        };
+        let vars =
+            kiln_core::settings::Vars::from_iter([("KILN_CACHE", "0"), (SHIP_CANDIDATE, "1")]);
         let mut precompile = Precompile::new("shipped-staleness")
             .out_dir(out.path())
             .library_dir(self.root.path())
-            .env(lookup)
+            .env(vars)
             .output(&mut log);
         if let Some(key) = key {
             precompile = precompile.shipped_key(key);
@@ -106,7 +100,7 @@ impl Library {
             .expect("the build succeeds");
         let warnings = String::from_utf8_lossy(&log)
             .lines()
-            .filter(|l| l.starts_with("cargo:warning="))
+            .filter(|l| l.starts_with("cargo::warning="))
             .map(str::to_owned)
             .collect();
         Built {

@@ -31,21 +31,7 @@
 
 use crate::Error;
 
-/// `KILN_EMBED`: `compressed` (the default) or `plain`: how every precompile
-/// block writes the image its library embeds.
-pub const EMBED: &str = "KILN_EMBED";
-
-/// `KILN_EMBED_LEVEL`: the zstd level (1 to 22) a compressed embedding is
-/// written at; [`DEFAULT_EMBED_LEVEL`] when unset or empty.
-pub const EMBED_LEVEL: &str = "KILN_EMBED_LEVEL";
-
-/// The zstd level a compressed embedding is written at by default: the
-/// smallest binaries for a block's time of seconds (docs/decisions.md,
-/// *Compressed payload groups*).
-pub const DEFAULT_EMBED_LEVEL: i32 = 19;
-
-/// The levels `KILN_EMBED_LEVEL` accepts (zstd's).
-const LEVELS: std::ops::RangeInclusive<i32> = 1..=22;
+pub use crate::env::{DEFAULT_EMBED_LEVEL, EMBED, EMBED_LEVEL};
 
 /// Payload bytes of one entry past which a precompile block warns.
 pub const ENTRY_WARN_BYTES: u64 = 16 << 20;
@@ -58,55 +44,7 @@ pub const IMAGE_WARN_BYTES: u64 = 8 << 20;
 /// How many of the largest entries a size warning names.
 const LARGEST_SHOWN: usize = 5;
 
-/// How the image a precompile block writes is embedded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Embedding {
-    /// Payloads compressed in groups of one owner each, decompressed on
-    /// first use.
-    Compressed {
-        /// The zstd level (1 to 22).
-        level: i32,
-    },
-    /// Payloads as they are.
-    Plain,
-}
-
-impl Embedding {
-    /// The embedding `KILN_EMBED` asks for (`compressed` when unset or
-    /// empty), at the level `KILN_EMBED_LEVEL` asks for
-    /// ([`DEFAULT_EMBED_LEVEL`] when unset or empty).
-    ///
-    /// # Errors
-    /// [`Error::InvalidSwitch`] for any other value than `compressed` or
-    /// `plain`, or a level that is not a number from 1 to 22 (checked
-    /// whatever the embedding, so that a typo shows before it matters).
-    pub fn from_lookup(
-        lookup: &dyn Fn(&str) -> Option<std::ffi::OsString>,
-    ) -> Result<Embedding, Error> {
-        let read = |name| lookup(name).map(|value| value.to_string_lossy().trim().to_owned());
-        let level = match read(EMBED_LEVEL).as_deref() {
-            None | Some("") => DEFAULT_EMBED_LEVEL,
-            Some(text) => text
-                .parse()
-                .ok()
-                .filter(|level| LEVELS.contains(level))
-                .ok_or_else(|| Error::InvalidSwitch {
-                    variable: EMBED_LEVEL,
-                    value: text.to_owned(),
-                    expected: "a zstd level from 1 (fastest) to 22 (smallest); 19 by default",
-                })?,
-        };
-        match read(EMBED).as_deref() {
-            None | Some("") | Some("compressed") => Ok(Embedding::Compressed { level }),
-            Some("plain") => Ok(Embedding::Plain),
-            Some(other) => Err(Error::InvalidSwitch {
-                variable: EMBED,
-                value: other.to_owned(),
-                expected: "`compressed` (the default) or `plain`",
-            }),
-        }
-    }
-}
+pub use crate::settings::Embedding;
 
 /// One entry's size, for the warnings.
 pub(crate) struct EntrySize {
@@ -161,7 +99,7 @@ pub(crate) fn size_warnings_for(
     Ok(size_warnings(sizes, compressed))
 }
 
-/// The `cargo:warning` lines (without the prefix) for entries and an image
+/// The `cargo::warning` lines (without the prefix) for entries and an image
 /// that cannot ship: `entries` are the image's entries, `compressed` the
 /// image's payload bytes once compressed (or, when it was not compressed,
 /// its raw payload bytes).
@@ -224,15 +162,11 @@ mod tests {
     #[test]
     fn the_switches_read_compressed_at_19_by_default_and_refuse_typos() {
         let read = |embed: Option<&str>, level: Option<&str>| {
-            let (embed, level) = (embed.map(String::from), level.map(String::from));
-            Embedding::from_lookup(&move |name: &str| {
-                match name {
-                    EMBED => embed.clone(),
-                    EMBED_LEVEL => level.clone(),
-                    _ => None,
-                }
-                .map(std::ffi::OsString::from)
-            })
+            let vars: crate::settings::Vars = [(EMBED, embed), (EMBED_LEVEL, level)]
+                .into_iter()
+                .filter_map(|(name, value)| Some((name, value?)))
+                .collect();
+            crate::settings::Settings::from_vars(vars).embedding()
         };
         let default = Embedding::Compressed { level: 19 };
         assert_eq!(read(None, None).ok(), Some(default));

@@ -91,14 +91,14 @@
 //!   trusted keys that is this user's own compiles only. Anything else (a
 //!   remote value received unsigned or signed by another key, an entry the
 //!   disk tier received unsigned, any entry of a directory shared with
-//!   `KILN_CACHE_TRUST_DIR=1`) is refused and compiled; a `cargo:warning`
+//!   `KILN_CACHE_TRUST_DIR=1`) is refused and compiled; a `cargo::warning`
 //!   says how many, and the summary counts them (`N refused unverified`).
 //!   The block therefore stores into the remote tier only what it signs.
 //!
 //! `KILN_BUILD_UNVERIFIED=1` ([`BUILD_UNVERIFIED`]) takes such entries
 //! instead of compiling them (they count as `from unverified disk` or
 //! `from unverified remote`): the image records which entries those are
-//! ([`Provenance::UNVERIFIED_LABEL`]), a process with `KILN_TRUSTED_KEYS`
+//! ([`Provenance::UNVERIFIED_LABEL`](crate::trust::Provenance::UNVERIFIED_LABEL)), a process with `KILN_TRUSTED_KEYS`
 //! refuses them as it would from the tier, and `kiln ship` refuses to ship
 //! the image. A signed build ignores it. The trust variables
 //! (`KILN_TRUSTED_KEYS` and the files it names, `KILN_SIGNING_KEY` and its
@@ -110,7 +110,7 @@
 //! - **ready**: found or compiled; it goes into the image;
 //! - **missing**: this machine cannot compile it (its compile, or the
 //!   block, returned [`Unavailable`]: no NVRTC, no headers, another
-//!   compiler release than the shipped entries'): a `cargo:warning` names
+//!   compiler release than the shipped entries'): a `cargo::warning` names
 //!   each one, says why and what to do, and the others still ship;
 //! - **failed**: its compile returned any other error or panicked: the
 //!   library's code does not compile. The build fails, with the compiler's
@@ -151,7 +151,11 @@
 //!
 //! # What a run prints
 //!
-//! - `cargo:rerun-if-changed=PATH` for every source the block declared with
+//! A run collects what it tells cargo into one value ([`BuildOutput`],
+//! also in its [`PrecompileReport`]) and prints it once, at its end, in
+//! cargo's `cargo::` syntax:
+//!
+//! - `cargo::rerun-if-changed=PATH` for every source the block declared with
 //!   [`Session::uses_source`]; for the shipped image whenever a file has its
 //!   name (used or not: a refused one may be fixed), or else its
 //!   `kiln-shipped/` folder when there is one (a path that does not exist
@@ -160,16 +164,16 @@
 //!   `KILN_TRUSTED_KEYS` names. `KILN_SIGNING_KEY` signs the image (see
 //!   [`trust`](crate::trust); an unusable key fails the build rather than
 //!   write an unsigned image);
-//! - `cargo:rerun-if-env-changed` for the trust variables always (so that
-//!   setting one later reruns the block), and `cargo:warning` for a boolean
+//! - `cargo::rerun-if-env-changed` for the trust variables always (so that
+//!   setting one later reruns the block), and `cargo::warning` for a boolean
 //!   switch set to no boolean ([`crate::env::switch`]: it keeps its
 //!   default);
-//! - `cargo:rerun-if-env-changed=VAR` for the variables declared with
+//! - `cargo::rerun-if-env-changed=VAR` for the variables declared with
 //!   [`Session::uses_env`] and every `KILN_*` variable set now (such as
 //!   `KILN_NVRTC`), except the run-time switches
-//!   ([`env::is_run_time`](crate::env::is_run_time): those of
-//!   [`env::RUN_TIME`](crate::env::RUN_TIME) and those other crates register
-//!   as [`RunTimeSwitch`](crate::registry::RunTimeSwitch)): they do not change
+//!   ([`settings::is_run_time`](crate::settings::is_run_time): the switches
+//!   kiln-core and the crates linked into the build script declare run-time,
+//!   [`Switch`](crate::settings::Switch)): they do not change
 //!   what a build script compiles, so toggling them never rebuilds an image;
 //! - one plain line per specialization with its time, and one summary line
 //!   that says how many entries came from the shipped image and from each
@@ -177,7 +181,7 @@
 //!   add ([`Session::summary_note`]: kiln-cuda says which drivers and GPUs the
 //!   code reaches) (cargo keeps these in
 //!   the build script's output; `cargo build -vv` shows them). The summary
-//!   is a `cargo:warning` when something is missing or the image is empty
+//!   is a `cargo::warning` when something is missing or the image is empty
 //!   while the block asked for entries: a build that ships nothing never
 //!   looks like success. (Cargo shows warnings of path and workspace
 //!   packages only; an application that must not build without its
@@ -186,6 +190,7 @@
 
 mod embed;
 mod output;
+mod run;
 mod session;
 mod shipped;
 mod target;
@@ -195,56 +200,31 @@ mod vouch;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
-use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::time::Duration;
 
 pub use embed::{
     DEFAULT_EMBED_LEVEL, EMBED, EMBED_LEVEL, ENTRY_WARN_BYTES, Embedding, IMAGE_WARN_BYTES,
 };
-use std::time::{Duration, Instant};
 
-use kiln_image::{Digest, ImageMeta, PublicKey, TrustedKeys};
-use kiln_ship::{CANDIDATE_EXTENSION, Candidate, EXTENSION, Manifest, SHIPPED_DIR};
+use kiln_image::{ImageMeta, TrustedKeys};
+use kiln_ship::{EXTENSION, SHIPPED_DIR};
 
+pub use output::BuildOutput;
 pub use session::{Session, Unavailable, jobs};
 pub use shipped::{SHIPPED_FILE_MAX, read_shipped_file};
 pub use target::Target;
 
-use self::output::Printer;
-use self::session::NotDone;
-use self::vouch::{Taken, UnverifiedTier};
+use crate::Error;
 use crate::registry::IMAGE_EXTENSION;
-use crate::trust::{Provenance, TrustPolicy};
-use crate::{BoxError, Cache, CacheConfig, Error};
+use crate::settings::{Settings, Vars};
+use crate::trust::TrustPolicy;
 
-/// `KILN_IGNORE_SHIPPED`: a precompile block ignores the library's shipped
-/// image and keys every entry by this machine's toolchain (`kiln ship
-/// --rebuild` sets it, to ship again after a toolchain upgrade). A
-/// build-time switch: setting or clearing it reruns the build script.
-pub const IGNORE_SHIPPED: &str = "KILN_IGNORE_SHIPPED";
-
-/// `KILN_SHIP_CANDIDATE`: a precompile block also writes every entry it got,
-/// as the caches hold them, to `OUT_DIR/<name>.entries.kimg` (`kiln ship`
-/// sets it: a shipped image holds whole entries, so that a build can leave
-/// out what it does not embed whatever it found them in). A build-time
-/// switch: setting or clearing it reruns the build script.
-pub const SHIP_CANDIDATE: &str = "KILN_SHIP_CANDIDATE";
-
-/// `KILN_BUILD_UNVERIFIED`: a precompile block also takes from the disk
-/// and remote tiers entries it cannot vouch for (received unsigned, or
-/// signed by no key it trusts), instead of compiling them. The image then
-/// records which entries those are
-/// ([`Provenance::UNVERIFIED_LABEL`]), a process with
-/// `KILN_TRUSTED_KEYS` refuses them as it would from a tier, and `kiln
-/// ship` refuses to ship it. Ignored (with a warning) when
-/// `KILN_SIGNING_KEY` is set: a signed image vouches for every entry. A
-/// build-time switch: setting or clearing it reruns the build script.
-pub const BUILD_UNVERIFIED: &str = "KILN_BUILD_UNVERIFIED";
+pub use crate::env::{BUILD_UNVERIFIED, IGNORE_SHIPPED, SHIP_CANDIDATE};
 
 /// The boolean switches a precompile block reads, each checked at the
-/// start of a run: a value that is no boolean is a `cargo:warning` (and
+/// start of a run: a value that is no boolean is a `cargo::warning` (and
 /// the switch keeps its default; see [`crate::env::switch`]).
 const BLOCK_SWITCHES: [&str; 7] = [
     crate::env::ALWAYS_COMPILE,
@@ -279,13 +259,10 @@ pub struct Precompile<'out> {
     library_dir: Option<PathBuf>,
     target: Option<Target>,
     shipped_key: Option<String>,
-    lookup: Lookup<'out>,
+    /// What [`Precompile::env`] gave; `None`: the process's settings.
+    settings: Option<Settings>,
     output: Box<dyn Write + 'out>,
 }
-
-/// How a run reads variables: the process environment, or what
-/// [`Precompile::env`] gives.
-type Lookup<'out> = Box<dyn Fn(&str) -> Option<OsString> + 'out>;
 
 impl Precompile<'static> {
     /// A run writing `$OUT_DIR/<name>.kimg` and printing to stdout (where
@@ -298,7 +275,7 @@ impl Precompile<'static> {
             library_dir: None,
             target: None,
             shipped_key: None,
-            lookup: Box::new(|name| std::env::var_os(name)),
+            settings: None,
             output: Box::new(std::io::stdout()),
         }
     }
@@ -339,15 +316,24 @@ impl<'out> Precompile<'out> {
         self
     }
 
-    /// Reads variables through `lookup` instead of the process environment
+    /// Reads the settings from `vars` instead of the process environment
     /// (for tests: the tiers' switches, `KILN_ALWAYS_COMPILE`,
-    /// `KILN_SIGNING_KEY`, and what the block reads with [`Session::env`]).
-    pub fn env(mut self, lookup: impl Fn(&str) -> Option<OsString> + 'out) -> Self {
-        self.lookup = Box::new(lookup);
+    /// `KILN_SIGNING_KEY`, cargo's `OUT_DIR` and `TARGET`, and what the
+    /// block reads with [`Session::env`]), parsed once, now.
+    pub fn env(mut self, vars: Vars) -> Self {
+        self.settings = Some(Settings::from_vars(vars));
         self
     }
 
-    /// Sends the `cargo:` directives and progress lines to `output` instead
+    /// The settings the run reads: what [`Precompile::env`] gave, else the
+    /// process's ([`Settings::process`], parsed once per build script).
+    fn settings(&self) -> &Settings {
+        self.settings
+            .as_ref()
+            .unwrap_or_else(|| Settings::process())
+    }
+
+    /// Sends the `cargo::` directives and progress lines to `output` instead
     /// of stdout.
     pub fn output<'w>(self, output: impl Write + 'w) -> Precompile<'w>
     where
@@ -359,7 +345,7 @@ impl<'out> Precompile<'out> {
             library_dir: self.library_dir,
             target: self.target,
             shipped_key: self.shipped_key,
-            lookup: self.lookup,
+            settings: self.settings,
             output: Box::new(output),
         }
     }
@@ -372,7 +358,7 @@ impl<'out> Precompile<'out> {
     pub fn image_path(&self) -> Result<PathBuf, Error> {
         let dir = match &self.out_dir {
             Some(dir) => dir.clone(),
-            None => (self.lookup)("OUT_DIR")
+            None => (self.settings().var("OUT_DIR"))
                 .map(PathBuf::from)
                 .ok_or(Error::OutDirUnset)?,
         };
@@ -389,401 +375,14 @@ impl<'out> Precompile<'out> {
     fn library_root(&self) -> PathBuf {
         self.library_dir
             .clone()
-            .or_else(|| (self.lookup)("CARGO_MANIFEST_DIR").map(PathBuf::from))
+            .or_else(|| self.settings().var("CARGO_MANIFEST_DIR").map(PathBuf::from))
             .unwrap_or_else(|| PathBuf::from("."))
-    }
-
-    /// Runs `block` on the block's cache (the shipped image, then the disk
-    /// and remote tiers, then compiles), then writes the entries it got
-    /// into the image and prints the `cargo:` directives.
-    ///
-    /// The image is written in every case, with what is ready, so that
-    /// `include_image!` always finds it. A specialization this machine
-    /// cannot compile ([`Unavailable`]), or a block that returns
-    /// `Unavailable`, is a warning; any other failure is an error, returned
-    /// after the image is written and every directive printed.
-    ///
-    /// `block` returns [`BoxError`], so `?` works on any error in it and
-    /// its final `Ok(())` needs no annotation.
-    ///
-    /// # Errors
-    /// [`Error::Precompile`] when a specialization or the block failed (the
-    /// library's code does not compile); [`Error::OutDirUnset`];
-    /// [`Error::Image`] when the image cannot be written or the shipped key
-    /// is not a public key; [`Error::BuildOutput`] when the directives
-    /// cannot be printed.
-    pub fn run<F>(self, block: F) -> Result<PrecompileReport, Error>
-    where
-        F: FnOnce(&mut Session<'_>) -> Result<(), BoxError>,
-    {
-        let path = self.image_path()?;
-        let shipped_path = self.shipped_path();
-        let library = self.library_root();
-        let meta = self.meta();
-        let key = self
-            .shipped_key
-            .as_deref()
-            .map(str::parse::<PublicKey>)
-            .transpose()?;
-        let Precompile {
-            name,
-            target,
-            lookup,
-            output,
-            ..
-        } = self;
-        let target = target.or_else(Target::from_env);
-        let embedding = Embedding::from_lookup(&*lookup)?;
-        let started = Instant::now();
-        let mut out = Printer::new(output);
-
-        for variable in BLOCK_SWITCHES {
-            if let Err(error) = crate::env::parse_switch(variable, lookup(variable).as_deref()) {
-                let default = if variable == crate::disk::config::CACHE {
-                    "on"
-                } else {
-                    "off"
-                };
-                out.line(format_args!(
-                    "cargo:warning=kiln: {name}: {error}; it stays {default} (its default)"
-                ));
-            }
-        }
-        let flag = |name: &str| crate::env::switch(name, lookup(name).as_deref(), false);
-        // No memory cap: every entry the block gets must reach the image
-        // (the snapshot would pin them anyway).
-        let cache = Cache::with_config(
-            CacheConfig::default()
-                .memory_max_bytes(None)
-                .memory_max_entries(None)
-                .always_compile(flag(crate::env::ALWAYS_COMPILE))
-                // Every payload goes into the image: a corrupt one found in
-                // a tier is a miss, compiled again.
-                .check_tier_payloads(true),
-        );
-        let trust = TrustPolicy::from_lookup(&*lookup);
-        // What the trust policy logs goes nowhere in a build script: its
-        // warnings about the trusted keys are the build's.
-        for warning in trusted_keys_warnings(&*lookup) {
-            out.line(format_args!("cargo:warning=kiln: {name}: {warning}"));
-        }
-        let signs = trust.signs();
-        let vouching = vouching_policy(&trust);
-        let read = if flag(IGNORE_SHIPPED) {
-            Ok(None)
-        } else {
-            let vouch = signs.then_some(vouching.trusted_keys.as_ref()).flatten();
-            shipped::read(&shipped_path, &name, key.as_ref(), vouch)
-        };
-        let mut unvouched_shipped = false;
-        let shipped = match read {
-            Ok(found) => found,
-            Err(not_used) => {
-                unvouched_shipped = not_used.unvouched;
-                out.line(format_args!(
-                    "cargo:warning=kiln: {name}: the shipped image {} is not used: {}",
-                    shipped_path.display(),
-                    not_used.why
-                ));
-                None
-            }
-        };
-        if let Some(found) = &shipped {
-            cache.add_tier(Box::new(shipped::ShippedTier::new(Arc::clone(
-                &found.shipped,
-            ))));
-        }
-        // The tiers, admitting only what the block can vouch for: this
-        // user's own compiles and what a trusted key signed.
-        crate::add_tiers_with(&cache, &*lookup, &vouching);
-        let unverified = flag(BUILD_UNVERIFIED);
-        if unverified && signs {
-            out.line(format_args!(
-                "cargo:warning=kiln: {name}: {BUILD_UNVERIFIED} is ignored: KILN_SIGNING_KEY is \
-                 set, and a signed image vouches for every entry it holds"
-            ));
-        }
-        // With KILN_BUILD_UNVERIFIED, then the same tiers unchecked: what
-        // they give is recorded as unverified in the image.
-        let taken = Taken::default();
-        if unverified && !signs {
-            let mut unchecked = trust.clone();
-            unchecked.trusted_keys = None;
-            crate::global::add_tiers_wrapped(&cache, &*lookup, &unchecked, |tier| {
-                Box::new(UnverifiedTier::new(tier, taken.clone()))
-            });
-        }
-
-        let snapshot = cache.snapshot();
-        let mut session = Session {
-            cache: &cache,
-            target: target.as_ref(),
-            lookup: &*lookup,
-            shipped: shipped.as_ref().map(|found| &found.shipped.manifest),
-            out,
-            sources: BTreeSet::new(),
-            env: BTreeSet::new(),
-            records: BTreeMap::new(),
-            labels: Vec::new(),
-            done: Vec::new(),
-            missing: Vec::new(),
-            failed: Vec::new(),
-            dropped: Default::default(),
-            not_shippable: None,
-            notes: Vec::new(),
-            warnings: Vec::new(),
-        };
-        match block(&mut session).err().map(NotDone::of) {
-            None => {}
-            Some(NotDone::Missing(why)) => session.missing.push((BLOCK.to_owned(), why)),
-            Some(NotDone::Failed(why)) => session.failed.push((BLOCK.to_owned(), why)),
-        }
-        // What was compiled reaches the disk and remote tiers before the
-        // build script exits.
-        cache.flush();
-        let Session {
-            mut out,
-            sources,
-            env,
-            records,
-            labels,
-            done,
-            mut missing,
-            mut failed,
-            dropped,
-            not_shippable,
-            notes,
-            warnings,
-            ..
-        } = session;
-        // A signed build that could not vouch for the shipped image, and
-        // cannot compile what it held, fails rather than ship less signed.
-        let unvouchable: Vec<(String, String)> = if unvouched_shipped {
-            std::mem::take(&mut missing)
-        } else {
-            Vec::new()
-        };
-
-        let delta = cache.delta(&snapshot);
-        let entries = delta.len();
-        // The entries taken unverified (KILN_BUILD_UNVERIFIED) that the
-        // image holds, recorded in it.
-        let unverified_entries: Vec<(Digest, Digest)> = {
-            let taken = taken.entries();
-            delta
-                .entries()
-                .map(|(owner, key, _)| (owner, *key.digest()))
-                .filter(|id| taken.contains(id))
-                .collect()
-        };
-        let mut meta = meta;
-        if !unverified_entries.is_empty() {
-            meta.labels.insert(
-                Provenance::UNVERIFIED_LABEL.to_owned(),
-                crate::trust::unverified_label(unverified_entries.iter().copied()),
-            );
-        }
-        let whole = flag(SHIP_CANDIDATE)
-            .then(|| -> Result<PathBuf, Error> {
-                let whole = path.with_extension(format!("entries.{IMAGE_EXTENSION}"));
-                kiln_image::write_file_atomic(&whole, &delta.to_bytes(meta.clone())?)?;
-                Ok(whole)
-            })
-            .transpose()?;
-        let mut sizes = Vec::new();
-        let writer = delta.to_writer_with(meta, |entry| {
-            if let Some(kinds) = dropped.get(&(entry.owner, entry.key)) {
-                entry.artifacts.retain(|a| !kinds.contains(&a.kind));
-            }
-            sizes.push(embed::EntrySize::of(entry));
-        });
-        let unsigned = embed::write(&writer, embedding)?;
-        let size_warnings = embed::size_warnings_for(&writer, sizes, &unsigned, embedding)?;
-        let bytes = crate::trust::sign_if_configured_with(&*lookup, unsigned)?;
-        kiln_image::write_file_atomic(&path, &bytes)?;
-
-        let sources_now = shipped::source_digests(&library, &sources);
-        let mut manifest = Manifest::new(name.clone());
-        manifest.records = records;
-        manifest.sources = sources_now.clone();
-        manifest.specializations = Manifest::digest_labels(&labels);
-        manifest.specialization_count = labels.len() as u64;
-        let mut candidate = Candidate::new(manifest, path.clone(), shipped_path.clone());
-        candidate.entries = whole;
-        let not_shippable = not_shippable.or_else(|| {
-            (!missing.is_empty() || !failed.is_empty() || !unvouchable.is_empty()).then(|| {
-                format!(
-                    "{} specializations are missing and {} failed in this build",
-                    missing.len() + unvouchable.len(),
-                    failed.len()
-                )
-            })
-        });
-        let not_shippable = not_shippable.or_else(|| {
-            (!unverified_entries.is_empty()).then(|| {
-                format!(
-                    "{} entries were taken unverified from a cache tier ({BUILD_UNVERIFIED})",
-                    unverified_entries.len()
-                )
-            })
-        });
-        candidate.not_shippable = not_shippable.clone();
-        candidate.write(&path.with_extension(CANDIDATE_EXTENSION))?;
-
-        for source in &sources {
-            out.line(format_args!("cargo:rerun-if-changed={}", source.display()));
-        }
-        // The shipped image, used or not (a refused one may be fixed), or
-        // its folder while it has none: a shipped image appearing there
-        // later is read. (A path that does not exist would rerun the block
-        // on every build.)
-        if let Some(watched) = shipped::watched_path(&shipped_path) {
-            out.line(format_args!("cargo:rerun-if-changed={}", watched.display()));
-        }
-        // The keys' content, not only the variables, changes what the
-        // block may embed and how the image is signed.
-        if let Some(key) = crate::trust::signing_key_path(&*lookup) {
-            out.line(format_args!("cargo:rerun-if-changed={}", key.display()));
-        }
-        for keys in trusted_key_files(&*lookup) {
-            out.line(format_args!("cargo:rerun-if-changed={}", keys.display()));
-        }
-        let set: Vec<String> = std::env::vars_os()
-            .filter_map(|(name, _)| name.into_string().ok())
-            .collect();
-        // Watched set or not: setting one later must rerun the block.
-        let mut env = env;
-        env.extend(TRUST_VARIABLES.iter().map(|&var| var.to_owned()));
-        env.insert(embed::EMBED.to_owned());
-        env.insert(embed::EMBED_LEVEL.to_owned());
-        for var in rerun_env_vars(env, set) {
-            out.line(format_args!("cargo:rerun-if-env-changed={var}"));
-        }
-
-        let changed = shipped
-            .as_ref()
-            .filter(|_| !missing.is_empty())
-            .map(|found| shipped::changed_since(&found.shipped.manifest, &sources_now))
-            .unwrap_or_default();
-        for warning in &warnings {
-            out.line(format_args!(
-                "cargo:warning=kiln: {name}: {}",
-                one_line(warning)
-            ));
-        }
-        for line in missing_lines(
-            &missing,
-            shipped.as_ref().map(|s| s.path.as_path()),
-            &changed,
-        ) {
-            out.line(format_args!("cargo:warning=kiln: {name}: {line}"));
-        }
-        let stats = cache.stats();
-        let refused = if taken.is_active() {
-            0
-        } else {
-            stats.tier_untrusted
-        };
-        if refused > 0 {
-            out.line(format_args!(
-                "cargo:warning=kiln: {name}: {refused} entries found in the disk or remote tier \
-                 were not used: this user did not compile them and no trusted key signed them (a \
-                 precompile block embeds only what it can vouch for), so they were compiled here; \
-                 set KILN_TRUSTED_KEYS to the keys of the writers to trust, or \
-                 {BUILD_UNVERIFIED}=1 to take them, recorded as unverified in the image"
-            ));
-        }
-        if !unverified_entries.is_empty() {
-            out.line(format_args!(
-                "cargo:warning=kiln: {name}: {} entries were taken from a cache tier without a \
-                 trusted key's signature ({BUILD_UNVERIFIED}): the image records them, and a \
-                 process with KILN_TRUSTED_KEYS refuses them",
-                unverified_entries.len()
-            ));
-        }
-        for (label, why) in unvouchable.iter().take(ERRORS_SHOWN) {
-            out.line(format_args!(
-                "cargo::error=kiln: {name}: {label} cannot be vouched for: the shipped image {} \
-                 carries no trusted key's signature (KILN_SIGNING_KEY is set) and this machine \
-                 cannot compile it ({}); sign the shipped image with a key in KILN_TRUSTED_KEYS \
-                 (`kiln ship --key`) or build where the compiler is",
-                shipped_path.display(),
-                one_line(why)
-            ));
-        }
-        for (label, why) in failed.iter().take(ERRORS_SHOWN) {
-            out.line(format_args!(
-                "cargo::error=kiln: {name}: {label} does not compile: {}",
-                first_line(why)
-            ));
-        }
-        let unshown = (unvouchable.len() + failed.len())
-            .saturating_sub(unvouchable.len().min(ERRORS_SHOWN) + failed.len().min(ERRORS_SHOWN));
-        if unshown > 0 {
-            out.line(format_args!(
-                "cargo::error=kiln: {name}: and {unshown} more cannot be built (every message is \
-                 on the build script's stderr)"
-            ));
-        }
-
-        for line in &size_warnings {
-            out.line(format_args!("cargo:warning=kiln: {name}: {line}"));
-        }
-        let from_tiers = cache.tier_hits();
-        let compiles = stats.compiles;
-        let summary = Summary {
-            entries,
-            from_tiers: &from_tiers,
-            compiles,
-            missing: missing.len() + unvouchable.len(),
-            failed: failed.len(),
-            refused,
-        };
-        let warn = !missing.is_empty() || (entries == 0 && !labels.is_empty());
-        let notes: String = notes.iter().map(|n| format!("; {}", one_line(n))).collect();
-        out.line(format_args!(
-            "{}kiln: {name}: {summary} into {} in {:.1?}{notes}",
-            if warn { "cargo:warning=" } else { "" },
-            path.display(),
-            started.elapsed(),
-        ));
-        out.finish()?;
-        if !failed.is_empty() || !unvouchable.is_empty() {
-            let mut details = String::new();
-            for (label, why) in &failed {
-                let _ = writeln!(details, "kiln: {name}: {label} does not compile:\n{why}\n");
-            }
-            for (label, why) in &unvouchable {
-                let _ = writeln!(
-                    details,
-                    "kiln: {name}: {label} cannot be vouched for (the shipped image carries no \
-                     trusted key's signature) nor compiled here:\n{why}\n"
-                );
-            }
-            failed.extend(unvouchable);
-            eprint!("{details}");
-            return Err(Error::Precompile {
-                name,
-                failed: failed.clone(),
-            });
-        }
-        Ok(PrecompileReport {
-            path,
-            entries,
-            ready: done,
-            compiles,
-            from_tiers,
-            missing,
-            failed,
-            not_shippable,
-            unverified: unverified_entries.len(),
-        })
     }
 
     /// Image metadata: the producing crate and the image name, nothing that
     /// changes from one build to the next.
     fn meta(&self) -> ImageMeta {
-        let var = |name: &str| (self.lookup)(name).and_then(|v| v.into_string().ok());
+        let var = |name: &str| self.settings().var(name).and_then(|v| v.into_string().ok());
         let mut meta = ImageMeta {
             producer_name: var("CARGO_PKG_NAME").unwrap_or_else(|| self.name.clone()),
             producer_version: var("CARGO_PKG_VERSION").unwrap_or_default(),
@@ -826,6 +425,8 @@ pub struct PrecompileReport {
     /// How many of its entries were taken unverified from a tier
     /// ([`BUILD_UNVERIFIED`]), recorded as such in the image.
     pub unverified: usize,
+    /// What the run printed for cargo (directives, warnings, the summary).
+    pub output: BuildOutput,
 }
 
 impl PrecompileReport {

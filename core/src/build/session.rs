@@ -15,12 +15,11 @@ use kiln_image::ArtifactKind;
 use kiln_ship::Manifest;
 
 use super::Target;
-use super::output::Printer;
 use crate::{BoxError, Cache, Digest, Key};
 
 /// Why a specialization cannot be compiled *on this machine* (no compiler,
 /// no headers, another compiler release than the shipped entries'): the
-/// block leaves it out with a `cargo:warning` naming it, and the build goes
+/// block leaves it out with a `cargo::warning` naming it, and the build goes
 /// on. Any other error of a specialization fails the build, with its
 /// message: it is the library's code that does not compile.
 ///
@@ -89,9 +88,8 @@ impl NotDone {
 pub struct Session<'a> {
     pub(super) cache: &'a Cache,
     pub(super) target: Option<&'a Target>,
-    pub(super) lookup: &'a dyn Fn(&str) -> Option<OsString>,
+    pub(super) settings: &'a crate::settings::Settings,
     pub(super) shipped: Option<&'a Manifest>,
-    pub(super) out: Printer<'a>,
     pub(super) sources: BTreeSet<PathBuf>,
     pub(super) env: BTreeSet<String>,
     pub(super) records: BTreeMap<String, String>,
@@ -132,7 +130,7 @@ impl<'a> Session<'a> {
     /// variables that change what the block compiles with
     /// [`Session::uses_env`].
     pub fn env(&self, name: &str) -> Option<OsString> {
-        (self.lookup)(name)
+        self.settings.var(name)
     }
 
     /// Declares that the compiled code depends on `path` (a file or a
@@ -189,7 +187,7 @@ impl<'a> Session<'a> {
         self.notes.push(note.into());
     }
 
-    /// Prints `text` as a `cargo:warning` of the block (`kiln: <name>: text`).
+    /// Prints `text` as a `cargo::warning` of the block (`kiln: <name>: text`).
     pub fn warn(&mut self, text: impl Into<String>) {
         self.warnings.push(text.into());
     }
@@ -200,7 +198,7 @@ impl<'a> Session<'a> {
     /// (a [`Hit`](crate::Hit)), or any other value. When it fails:
     ///
     /// - with [`Unavailable`] (this machine cannot compile it), the
-    ///   specialization is left out with a `cargo:warning` that names it;
+    ///   specialization is left out with a `cargo::warning` that names it;
     /// - with any other error, or a panic, the build fails at the end of the
     ///   block with the error's message: the library's code does not
     ///   compile.
@@ -273,8 +271,6 @@ impl<'a> Session<'a> {
         self.labels.push(label.to_owned());
         match outcome {
             Ok(value) => {
-                self.out
-                    .line(format_args!("kiln: {label} ready in {elapsed:.1?}"));
                 self.done.push((label.to_owned(), elapsed));
                 Some(value)
             }

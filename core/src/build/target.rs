@@ -38,14 +38,6 @@ pub struct Target {
 }
 
 impl Target {
-    /// The target cargo gives a build script, from the process environment;
-    /// `None` outside a build script (`TARGET` unset).
-    pub fn from_env() -> Option<Target> {
-        Target::from_vars(std::env::vars_os().filter_map(|(name, value)| {
-            Some((name.into_string().ok()?, value.into_string().ok()?))
-        }))
-    }
-
     /// The target described by `vars` (name, value pairs as in a build
     /// script's environment): `TARGET` and the `CARGO_CFG_*` variables;
     /// `None` without `TARGET`.

@@ -6,7 +6,8 @@ use kiln_image::{Image, SigningKey, Verification};
 use kiln_ship::{CANDIDATE_EXTENSION, Candidate, Shipped, ShippedFile};
 
 use super::*;
-use crate::{Artifact, ArtifactKind, Compiled, Digest, KeyBuilder, Owner};
+use crate::trust::Provenance;
+use crate::{Artifact, ArtifactKind, Cache, Compiled, Digest, KeyBuilder, Owner};
 
 /// The owner of the test compiler's entries.
 fn owner() -> Owner {
@@ -69,19 +70,23 @@ impl Library {
         self
     }
 
-    fn lookup(&self) -> impl Fn(&str) -> Option<OsString> + 'static {
-        let cache_dir = self.cache_dir.clone();
-        let vars = self.vars.clone();
-        move |name| {
-            if let Some((_, value)) = vars.iter().find(|(n, _)| *n == name) {
-                return Some(value.clone());
-            }
-            match (name, &cache_dir) {
-                ("KILN_CACHE_DIR", Some(dir)) => Some(dir.clone().into()),
-                ("KILN_CACHE", None) => Some("0".into()),
-                _ => None,
+    /// The variables the runs see: those set, the first of a name winning,
+    /// and the disk tier's (off without a cache directory).
+    fn vars(&self) -> Vars {
+        let mut vars = Vars::default();
+        for (name, value) in &self.vars {
+            if vars.get(name).is_none() {
+                vars.set(name, value.clone());
             }
         }
+        match &self.cache_dir {
+            Some(dir) if vars.get("KILN_CACHE_DIR").is_none() => {
+                vars.set("KILN_CACHE_DIR", dir.clone());
+            }
+            None if vars.get("KILN_CACHE").is_none() => vars.set("KILN_CACHE", "0"),
+            _ => {}
+        }
+        vars
     }
 
     /// A precompile run of this library into `out`, its output into `log`.
@@ -89,7 +94,7 @@ impl Library {
         Precompile::new("demo")
             .out_dir(out)
             .library_dir(self.root.path())
-            .env(self.lookup())
+            .env(self.vars())
             .output(log)
     }
 
@@ -164,28 +169,52 @@ fn what_this_machine_cannot_compile_is_a_warning_and_the_rest_ships() {
             Ok(())
         })
         .unwrap();
-    let log = String::from_utf8(log).unwrap();
-    let lines: Vec<&str> = log.lines().collect();
     assert_eq!(report.entries, 2);
     assert_eq!(report.compiles, 2);
     assert_eq!(
         report.missing,
         [("b".to_owned(), "no compiler here: install one".to_owned())]
     );
-    for expected in [
-        "cargo:rerun-if-changed=src/kernels.rs",
-        "cargo:rerun-if-env-changed=DEMO_ARCH",
-        "cargo:rerun-if-env-changed=KILN_SIGNING_KEY",
-        "cargo:warning=kiln: demo: not precompiled (1): b; no compiler here: install one",
-        "cargo:warning=kiln: demo: this library ships no image: its author builds where the \
-         toolchain is and runs `kiln ship`",
-    ] {
-        assert!(lines.contains(&expected), "missing {expected:?} in\n{log}");
-    }
+    // What the build script tells cargo, as a value.
+    let output = &report.output;
+    assert_eq!(output.name, "demo");
+    assert_eq!(output.rerun_if_changed, [PathBuf::from("src/kernels.rs")]);
     assert!(
-        lines.last().unwrap().starts_with(
-            "cargo:warning=kiln: demo: 2 entries (2 compiled, 1 missing, 0 failed) into "
-        ),
+        [
+            "DEMO_ARCH",
+            "KILN_SIGNING_KEY",
+            "KILN_TRUSTED_KEYS",
+            "KILN_EMBED"
+        ]
+        .iter()
+        .all(|var| output.rerun_if_env_changed.iter().any(|v| v == var)),
+        "{output:?}"
+    );
+    assert_eq!(
+        output.warnings,
+        [
+            "not precompiled (1): b; no compiler here: install one",
+            "this library ships no image: its author builds where the toolchain is and runs \
+             `kiln ship`",
+        ]
+    );
+    assert!(output.errors.is_empty());
+    assert_eq!(output.progress.len(), 2, "{output:?}");
+    assert!(output.progress[0].starts_with("kiln: a ready in "));
+    assert!(output.summary_warns);
+    assert!(
+        output
+            .summary
+            .starts_with("2 entries (2 compiled, 1 missing, 0 failed) into "),
+        "{output:?}"
+    );
+    // Printed as it is, in the `cargo::` syntax, the summary last.
+    let log = String::from_utf8(log).unwrap();
+    assert_eq!(log.lines().collect::<Vec<_>>(), output.lines(), "{log}");
+    assert!(
+        log.lines()
+            .filter(|line| line.starts_with("cargo:"))
+            .all(|line| line.starts_with("cargo::")),
         "{log}"
     );
     assert_eq!(entry_names(&report.path), ["a", "c"]);
@@ -265,7 +294,7 @@ fn a_block_that_stops_on_its_own_error_fails_and_one_without_a_compiler_warns() 
     );
     assert!(
         log.contains(
-            "cargo:warning=kiln: demo: not precompiled (1): the precompile block; no compiler found"
+            "cargo::warning=kiln: demo: not precompiled (1): the precompile block; no compiler found"
         ),
         "{log}"
     );
@@ -273,7 +302,7 @@ fn a_block_that_stops_on_its_own_error_fails_and_one_without_a_compiler_warns() 
         log.lines()
             .last()
             .unwrap()
-            .starts_with("cargo:warning=kiln: demo: 0 entries"),
+            .starts_with("cargo::warning=kiln: demo: 0 entries"),
         "{log}"
     );
 }
@@ -286,7 +315,7 @@ fn a_block_where_everything_is_ready_prints_no_warning() {
     let report = run_names(&library, out.path(), &["a"], &mut log).unwrap();
     let log = String::from_utf8(log).unwrap();
     assert_eq!(report.entries, 1);
-    assert!(!log.contains("cargo:warning"), "{log}");
+    assert!(!log.contains("cargo::warning"), "{log}");
     assert!(
         log.lines().any(|l| l.starts_with("kiln: a ready in ")),
         "{log}"
@@ -339,7 +368,7 @@ fn a_shipped_image_serves_the_block_with_no_compile_and_the_same_bytes() {
     );
     let shipped = library.root.path().join("kiln-shipped/demo.kship");
     assert!(
-        log.contains(&format!("cargo:rerun-if-changed={}", shipped.display())),
+        log.contains(&format!("cargo::rerun-if-changed={}", shipped.display())),
         "{log}"
     );
     // The shipped image holds whole entries; the image leaves out what the
@@ -354,7 +383,7 @@ fn a_shipped_image_serves_the_block_with_no_compile_and_the_same_bytes() {
         .unwrap()
         .unwrap();
     assert_eq!(a.artifact_count(), 1);
-    assert!(!log.contains("cargo:warning"), "{log}");
+    assert!(!log.contains("cargo::warning"), "{log}");
 }
 
 #[test]
@@ -396,7 +425,7 @@ fn a_specialization_added_after_shipping_is_compiled_or_named_as_missing() {
     let log = String::from_utf8(log).unwrap();
     assert_eq!(entry_names(&report.path), ["a", "b"]);
     assert!(
-        log.contains("cargo:warning=kiln: demo: not precompiled (1): d; no compiler here"),
+        log.contains("cargo::warning=kiln: demo: not precompiled (1): d; no compiler here"),
         "{log}"
     );
     assert!(
@@ -513,7 +542,7 @@ fn left_out_artifacts_are_not_in_the_image_but_stay_in_the_tiers() {
     assert_eq!(kinds("b"), [ArtifactKind::Object, ArtifactKind::Ptx]);
     // The disk tier holds what the compile gave.
     let cache = Cache::new();
-    crate::add_tiers(&cache, library.lookup());
+    crate::add_tiers(&cache, &Settings::from_vars(library.vars()));
     let hit = cache.get_cached(&owner(), &key("a")).unwrap();
     assert!(hit.artifact(&ArtifactKind::Ptx).is_some());
 }
@@ -560,7 +589,14 @@ fn the_candidate_records_sources_records_and_the_specialization_list() {
     );
 }
 
-inventory::submit! { crate::registry::RunTimeSwitch::new("KILN_TEST_BACKEND_STRICT") }
+inventory::submit! {
+    crate::settings::Switch::new(
+        "KILN_TEST_BACKEND_STRICT",
+        "test",
+        crate::settings::Phase::RunTime,
+        crate::settings::Kind::Flag(false),
+    )
+}
 
 #[test]
 fn the_block_sees_the_target_and_keeps_what_borrows_from_its_cache() {
@@ -761,7 +797,7 @@ fn a_block_takes_no_entry_received_unsigned_from_the_disk_tier_unless_told_and_t
     assert!(log.contains("1 refused unverified"), "{log}");
     assert!(
         log.contains(
-            "cargo:warning=kiln: demo: 1 entries found in the disk or remote tier were not used"
+            "cargo::warning=kiln: demo: 1 entries found in the disk or remote tier were not used"
         ),
         "{log}"
     );
@@ -1025,7 +1061,7 @@ fn a_shipped_file_that_is_a_link_a_fifo_or_unwritable_as_an_image_is_set_aside()
         assert!(log.contains("is not used:"), "{case}\n{log}");
         // Watched all the same: a fixed file is read by the next build.
         assert!(
-            log.contains(&format!("cargo:rerun-if-changed={}", shipped.display())),
+            log.contains(&format!("cargo::rerun-if-changed={}", shipped.display())),
             "{case}\n{log}"
         );
     }
@@ -1051,7 +1087,7 @@ fn the_shipped_path_or_its_folder_is_watched_and_trust_variables_rerun_the_block
         run_names(library, out.path(), &["a"], &mut log).unwrap();
         let log = String::from_utf8(log).unwrap();
         log.lines()
-            .filter_map(|l| l.strip_prefix("cargo:rerun-if-"))
+            .filter_map(|l| l.strip_prefix("cargo::rerun-if-"))
             .map(str::to_owned)
             .collect::<Vec<_>>()
     };
@@ -1098,8 +1134,8 @@ fn a_switch_that_is_no_boolean_is_a_warning_and_keeps_its_default() {
     run_names(&library, out.path(), &["a"], &mut log).unwrap();
     let log = String::from_utf8(log).unwrap();
     for expected in [
-        "cargo:warning=kiln: demo: KILN_ALWAYS_COMPILE=\"yes please\" is not a boolean",
-        "cargo:warning=kiln: demo: KILN_BUILD_UNVERIFIED=\"N\" is not a boolean",
+        "cargo::warning=kiln: demo: KILN_ALWAYS_COMPILE=\"yes please\" is not a boolean",
+        "cargo::warning=kiln: demo: KILN_BUILD_UNVERIFIED=\"N\" is not a boolean",
     ] {
         assert!(log.contains(expected), "{expected} in\n{log}");
     }
@@ -1127,7 +1163,7 @@ fn trusted_keys_the_block_cannot_use_are_build_warnings() {
         run_names(&library, out.path(), &["a"], &mut log).unwrap();
         let log = String::from_utf8(log).unwrap();
         assert!(
-            log.contains(&format!("cargo:warning=kiln: demo: {expected}")),
+            log.contains(&format!("cargo::warning=kiln: demo: {expected}")),
             "{expected} in\n{log}"
         );
     }

@@ -81,11 +81,12 @@ impl DiskCache {
         })
     }
 
-    /// Opens the cache configured by `KILN_CACHE*` (see [`super::config`]):
-    /// `None` when it is turned off, or (after one warning) when it cannot
-    /// be used; the caller then simply compiles.
-    pub fn from_env() -> Option<DiskCache> {
-        super::config::or_warn(DiskConfig::from_env()).and_then(DiskCache::open_or_warn)
+    /// Opens the cache `settings` configure (`KILN_CACHE*`, see
+    /// [`super::config`], with the trust policy's trusted keys): `None`
+    /// when it is turned off, or (after one warning) when it cannot be
+    /// used; the caller then simply compiles.
+    pub fn from_settings(settings: &crate::settings::Settings) -> Option<DiskCache> {
+        super::config::or_warn(settings.disk()).and_then(DiskCache::open_or_warn)
     }
 
     /// Opens the cache of `config`, or logs one warning and returns `None`

@@ -1,4 +1,5 @@
-//! Where the disk cache lives and how large it may grow, from `KILN_CACHE*`.
+//! Where the disk cache lives and how large it may grow, from `KILN_CACHE*`
+//! (parsed with the other settings: [`Settings::disk`](crate::settings::Settings::disk)).
 //!
 //! | variable | effect |
 //! | --- | --- |
@@ -7,10 +8,10 @@
 //! | `KILN_CACHE_MAX_BYTES=size` | the cap on the size of this image format version's subdirectory: bytes, or a number with a `K`, `M`, `G` or `T` suffix (powers of 1024); default 1 GiB |
 //! | `KILN_CACHE_TRUST_DIR=1` | use the cache directory even if another user owns it, or it or a directory above it is writable by other users (otherwise it is refused with one warning: see [`DiskConfig::trust_dir`]); only `1`, `true`, `yes` or `on` turn it on, any other value leaves it off (with one warning when it is no boolean) |
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
+#[cfg(any(feature = "disk", test))]
 use crate::error::Error;
 
 /// `KILN_CACHE`: `0`, `false`, `no` or `off` turns the disk cache off.
@@ -23,7 +24,7 @@ pub const CACHE_MAX_BYTES: &str = "KILN_CACHE_MAX_BYTES";
 /// `KILN_CACHE_TRUST_DIR`: use a cache directory that another user owns or
 /// may write to (see [`DiskConfig::trust_dir`]).
 pub const CACHE_TRUST_DIR: &str = "KILN_CACHE_TRUST_DIR";
-/// Every variable this module reads, for `cargo:rerun-if-env-changed` lines.
+/// Every variable this module reads, for `cargo::rerun-if-env-changed` lines.
 pub const ALL: [&str; 4] = [CACHE, CACHE_DIR, CACHE_MAX_BYTES, CACHE_TRUST_DIR];
 
 /// The cap used when `KILN_CACHE_MAX_BYTES` is unset: 1 GiB.
@@ -119,59 +120,10 @@ impl DiskConfig {
     pub fn images_dir(&self) -> PathBuf {
         self.dir.join(images_subdir())
     }
-
-    /// Reads `KILN_CACHE`, `KILN_CACHE_DIR`, `KILN_CACHE_MAX_BYTES` and
-    /// `KILN_CACHE_TRUST_DIR` from the process environment, with the
-    /// trusted keys of the process's trust policy
-    /// ([`TrustPolicy::from_env`](crate::trust::TrustPolicy::from_env));
-    /// `Ok(None)` when the disk cache is turned off.
-    ///
-    /// # Errors
-    /// As [`DiskConfig::from_lookup`].
-    pub fn from_env() -> Result<Option<DiskConfig>, Error> {
-        let config = DiskConfig::from_lookup(|name| std::env::var_os(name))?;
-        Ok(config.map(|mut config| {
-            config.trusted_keys = crate::trust::TrustPolicy::from_env().trusted_keys;
-            config
-        }))
-    }
-
-    /// Like [`DiskConfig::from_env`], reading `KILN_CACHE*` through
-    /// `lookup`. The trusted keys are not read here (they are the trust
-    /// policy's, read once per process): set [`DiskConfig::trusted_keys`]
-    /// from a [`TrustPolicy`](crate::trust::TrustPolicy), as
-    /// [`add_tiers`](crate::add_tiers) does.
-    ///
-    /// # Errors
-    /// [`Error::DiskNoDir`] when `KILN_CACHE_DIR` is unset and the platform
-    /// has no cache directory; [`Error::DiskSize`] when `KILN_CACHE_MAX_BYTES`
-    /// is not a size.
-    pub fn from_lookup(
-        lookup: impl Fn(&str) -> Option<OsString>,
-    ) -> Result<Option<DiskConfig>, Error> {
-        if !crate::env::switch(CACHE, lookup(CACHE).as_deref(), true) {
-            return Ok(None);
-        }
-        let dir = match lookup(CACHE_DIR).filter(|dir| !dir.is_empty()) {
-            Some(dir) => PathBuf::from(dir),
-            None => default_dir().ok_or(Error::DiskNoDir)?,
-        };
-        let mut config = DiskConfig::new(dir);
-        config.trust_dir =
-            crate::env::switch(CACHE_TRUST_DIR, lookup(CACHE_TRUST_DIR).as_deref(), false);
-        if let Some(value) = lookup(CACHE_MAX_BYTES) {
-            let value = value.to_string_lossy();
-            config.max_bytes = parse_size(&value).ok_or_else(|| Error::DiskSize {
-                variable: CACHE_MAX_BYTES,
-                value: value.into_owned(),
-            })?;
-        }
-        Ok(Some(config))
-    }
 }
 
-/// The configuration read by [`DiskConfig::from_env`] or
-/// [`DiskConfig::from_lookup`]: `None` when the disk cache is turned off,
+/// The configuration the settings give
+/// ([`Settings::disk`](crate::settings::Settings::disk)): `None` when the disk cache is turned off,
 /// or (after one warning) when the configuration is an error.
 #[cfg(feature = "disk")]
 pub(crate) fn or_warn(config: Result<Option<DiskConfig>, Error>) -> Option<DiskConfig> {
@@ -215,14 +167,9 @@ pub fn parse_size(text: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     fn config(vars: &[(&str, &str)]) -> Result<Option<DiskConfig>, Error> {
-        let vars: BTreeMap<String, OsString> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), OsString::from(v)))
-            .collect();
-        DiskConfig::from_lookup(|name| vars.get(name).cloned())
+        crate::settings::Settings::from_vars(vars.iter().copied().collect()).disk()
     }
 
     #[test]

@@ -104,17 +104,8 @@ impl DiskTier {
         }
     }
 
-    /// The tier configured by `KILN_CACHE`, `KILN_CACHE_DIR` and
-    /// `KILN_CACHE_MAX_BYTES` (see [`super::config`]), reading only the
-    /// environment: `None` when `KILN_CACHE=0`, or (after one warning) when
-    /// the variables are unusable (a bad size, no cache directory on this
-    /// platform).
-    pub fn from_env() -> Option<DiskTier> {
-        DiskTier::from_config(DiskConfig::from_env())
-    }
-
-    /// The tier of a configuration read by [`DiskConfig::from_env`] or
-    /// [`DiskConfig::from_lookup`]: `None` when turned off, or (after one
+    /// The tier of a configuration as the settings give it
+    /// ([`Settings::disk`](crate::settings::Settings::disk)): `None` when turned off, or (after one
     /// warning) when the configuration is an error.
     pub fn from_config(config: Result<Option<DiskConfig>, Error>) -> Option<DiskTier> {
         super::config::or_warn(config).map(DiskTier::new)

@@ -6,7 +6,7 @@
 //! leaves it at its default. Anything else (`disabled`, `N`, `2`, a typo)
 //! is no guess: the switch keeps its default and the process logs one
 //! warning naming the variable, the value and the accepted spellings
-//! ([`switch`]); a precompile block prints it as a `cargo:warning`
+//! ([`switch`]); a precompile block prints it as a `cargo::warning`
 //! ([`parse_switch`] gives the error to callers that report it
 //! themselves). Every switch's default is its safe side (a cache
 //! directory others may write is not trusted, nothing unverified is

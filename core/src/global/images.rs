@@ -1,39 +1,40 @@
 //! Loading images into a cache at init: embedded ones, then the files of
 //! `KILN_IMAGE_PATH`, each admitted by the trust policy ([`load_images`]).
 
-use crate::env::Switches;
 use crate::registry::{self, EmbeddedImage, ImageSource};
+use crate::settings::Settings;
 use crate::trust::{Admission, Origin, TrustPolicy};
 use crate::{Cache, Error};
 
 use super::report::{ImageOutcome, ImageReport, InitReport, is_untrusted};
 
-/// Merges `embedded` and the files of `switches.image_path` into `cache`, as
-/// the init of [`global()`](crate::global()) does (unless `switches.disable`
-/// is set), admitting each image under `switches.trust`
+/// Merges `embedded` and the files of `settings.images.path` into `cache`,
+/// as the init of [`global()`](crate::global()) does (unless
+/// `settings.cache.disable` is set), admitting each image under
+/// `settings.trust`
 /// ([`crate::trust::admit`]: embedded images are [`Origin::Program`],
 /// files [`Origin::Elsewhere`]).
 ///
 /// Exposed for programs that manage a cache of their own.
 pub fn load_images(
     cache: &Cache,
-    switches: &Switches,
+    settings: &Settings,
     embedded: &[&'static EmbeddedImage],
 ) -> InitReport {
     let report = InitReport {
-        disabled: switches.disable,
+        disabled: settings.cache.disable,
         tiers: Vec::new(),
         images: boxcar::Vec::new(),
     };
-    if switches.disable {
+    if settings.cache.disable {
         tracing::info!("KILN_DISABLE is set: no image merged");
         return report;
     }
-    let trust = &switches.trust;
+    let trust = &settings.trust;
     for image in embedded {
         report.images.push(merge_embedded(cache, image, trust));
     }
-    let (files, unreadable) = registry::image_files(&switches.image_path);
+    let (files, unreadable) = registry::image_files(&settings.images.path);
     for (dir, source) in unreadable {
         let err = Error::ImageDirectory {
             dir: dir.clone(),

@@ -22,15 +22,15 @@ mod tests;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-use crate::env::Switches;
 use crate::registry::{self, EmbeddedImage};
+use crate::settings::Settings;
 use crate::{Cache, CacheConfig, Error};
 
 pub use images::load_images;
 pub use report::{ImageOutcome, ImageReport, InitReport};
+pub use tiers::add_tiers;
 #[cfg(feature = "build")]
 pub(crate) use tiers::add_tiers_wrapped;
-pub use tiers::{add_tiers, add_tiers_with};
 
 use images::merge_embedded;
 use report::stderr_report;
@@ -47,8 +47,8 @@ pub fn global() -> &'static Cache {
 /// Runs the init now if it has not run, and returns its report: per image,
 /// where it came from and what its merge did (or why it was skipped).
 ///
-/// The init builds the global cache with the `KILN_*` switches in force
-/// (see [`env`](crate::env)) and merges, once:
+/// The init builds the global cache with the `KILN_*` switches in force,
+/// read and parsed once ([`Settings::process`]), and merges, once:
 ///
 /// 1. every image embedded with `include_image!` (sorted by crate, then
 ///    name), opened in place without checking again what was verified at
@@ -127,7 +127,7 @@ pub fn init_with(setup: impl FnOnce(&Cache)) -> Result<&'static InitReport, Erro
 struct Global {
     cache: Cache,
     report: InitReport,
-    switches: Switches,
+    settings: &'static Settings,
     /// What `KILN_LOG` asks kiln to print itself (no subscriber installed).
     log: Option<stderr_report::Detail>,
     /// The newest registration merged (null: none yet).
@@ -146,15 +146,15 @@ fn state() -> &'static Global {
 
 impl Global {
     fn start(setup: Option<impl FnOnce(&Cache)>) -> Global {
-        let switches = Switches::from_env();
-        let log = stderr_report::detail(switches.log.as_deref());
+        let settings = Settings::process();
+        let log = stderr_report::detail(settings.cache.log.as_deref());
         // With `KILN_LOG` and no subscriber, the init's events on stderr.
         let (cache, report, newest) = stderr_report::scoped(log, || {
-            let cache = new_cache(&switches);
-            if let Some(path) = &switches.record {
+            let cache = new_cache(settings);
+            if let Some(path) = &settings.record {
                 record_into(&cache, path);
             }
-            let tiers = add_tiers_with(&cache, |name| std::env::var_os(name), &switches.trust);
+            let tiers = add_tiers(&cache, settings);
             match tiers.as_slice() {
                 [] => tracing::info!("no extra cache tier"),
                 tiers => {
@@ -165,7 +165,7 @@ impl Global {
                 setup(&cache);
             }
             let (newest, embedded) = registry::registered_since(std::ptr::null());
-            let mut report = load_images(&cache, &switches, &embedded);
+            let mut report = load_images(&cache, settings, &embedded);
             report.tiers = tiers;
             (cache, report, newest)
         });
@@ -174,7 +174,7 @@ impl Global {
         Global {
             cache,
             report,
-            switches,
+            settings,
             log,
             newest: AtomicPtr::new(newest.cast_mut()),
             late: Mutex::new(()),
@@ -191,10 +191,10 @@ impl Global {
         let _one_at_a_time = self.late.lock().unwrap_or_else(PoisonError::into_inner);
         let seen = self.newest.load(Ordering::Acquire).cast_const();
         let (newest, late) = registry::registered_since(seen);
-        if !self.switches.disable {
+        if !self.settings.cache.disable {
             for image in late {
                 let report = stderr_report::scoped(self.log, || {
-                    merge_embedded(&self.cache, image, &self.switches.trust)
+                    merge_embedded(&self.cache, image, &self.settings.trust)
                 });
                 self.report.images.push(report);
             }
@@ -203,12 +203,12 @@ impl Global {
     }
 }
 
-/// The global cache's configuration under `switches`.
-fn new_cache(switches: &Switches) -> Cache {
+/// The global cache's configuration under `settings`.
+fn new_cache(settings: &Settings) -> Cache {
     Cache::with_config(
         CacheConfig::default()
-            .always_compile(switches.always_compile)
-            .memory_max_bytes(switches.memory_max_bytes),
+            .always_compile(settings.cache.always_compile)
+            .memory_max_bytes(settings.cache.memory_max_bytes),
     )
 }
 

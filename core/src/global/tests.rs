@@ -53,13 +53,11 @@ fn file_images_merge_in_order_and_bad_ones_are_skipped() {
     write(dir.path(), "b.kimg", b"not an image");
     write(dir.path(), "c.kimg", &image_bytes(&["x", "z"]));
     let missing = dir.path().join("missing");
-    let switches = Switches {
-        image_path: vec![missing.clone(), dir.path().to_path_buf()],
-        ..Switches::default()
-    };
+    let mut settings = Settings::default();
+    settings.images.path = vec![missing.clone(), dir.path().to_path_buf()];
 
     let cache = Cache::new();
-    let report = load_images(&cache, &switches, &[]);
+    let report = load_images(&cache, &settings, &[]);
 
     let sources: Vec<String> = report.images().map(|i| i.source.to_string()).collect();
     assert_eq!(
@@ -97,14 +95,12 @@ fn file_images_merge_in_order_and_bad_ones_are_skipped() {
 fn disable_merges_nothing() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "a.kimg", &image_bytes(&["x"]));
-    let switches = Switches {
-        disable: true,
-        image_path: vec![dir.path().to_path_buf()],
-        ..Switches::default()
-    };
+    let mut settings = Settings::default();
+    settings.cache.disable = true;
+    settings.images.path = vec![dir.path().to_path_buf()];
     let embedded = EmbeddedImage::new("crate", "a.kimg", leak_aligned(&image_bytes(&["y"])));
     let cache = Cache::new();
-    let report = load_images(&cache, &switches, &[Box::leak(Box::new(embedded))]);
+    let report = load_images(&cache, &settings, &[Box::leak(Box::new(embedded))]);
     assert!(report.disabled);
     assert_eq!(report.images().count(), 0);
     assert_eq!(cache.image_count(), 0);
@@ -136,13 +132,11 @@ fn embedded_images_merge_before_files_checked_or_trusted() {
     ];
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "z.kimg", &image_bytes(&["z"]));
-    let switches = Switches {
-        image_path: vec![dir.path().to_path_buf()],
-        ..Switches::default()
-    };
+    let mut settings = Settings::default();
+    settings.images.path = vec![dir.path().to_path_buf()];
 
     let cache = Cache::new();
-    let report = load_images(&cache, &switches, &images);
+    let report = load_images(&cache, &settings, &images);
     let outcome: Vec<(String, bool)> = report
         .images()
         .map(|i| {
@@ -173,13 +167,11 @@ fn embedded_images_merge_before_files_checked_or_trusted() {
 fn entries_built_against_another_definition_are_stale() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "a.kimg", &image_bytes(&["x", "y"]));
-    let switches = Switches {
-        image_path: vec![dir.path().to_path_buf()],
-        ..Switches::default()
-    };
+    let mut settings = Settings::default();
+    settings.images.path = vec![dir.path().to_path_buf()];
     let cache = Cache::new();
     cache.define("ops", Digest::of(b"v2"));
-    let report = load_images(&cache, &switches, &[]);
+    let report = load_images(&cache, &settings, &[]);
     let merged: Vec<(u64, u64)> = report
         .merged()
         .map(|(_, m)| (m.inserted, m.stale))
@@ -190,13 +182,9 @@ fn entries_built_against_another_definition_are_stale() {
 
 /// The global cache's construction, with `KILN_CACHE*` read from `vars`.
 fn cache_with_disk(vars: &[(&str, &Path)]) -> Cache {
-    let lookup = |name: &str| {
-        vars.iter()
-            .find(|(var, _)| *var == name)
-            .map(|(_, value)| value.as_os_str().to_owned())
-    };
-    let cache = new_cache(&Switches::default());
-    add_tiers(&cache, lookup);
+    let settings = Settings::from_vars(vars.iter().map(|(k, v)| (*k, v.as_os_str())).collect());
+    let cache = new_cache(&settings);
+    add_tiers(&cache, &settings);
     cache
 }
 
@@ -274,12 +262,8 @@ fn registered_tiers_come_after_the_disk_tier_when_their_variables_say_so() {
     let dir = root.path().join("kiln");
     let on = Path::new("1");
     let tiers = |vars: &[(&str, &Path)]| {
-        let lookup = |name: &str| {
-            vars.iter()
-                .find(|(var, _)| *var == name)
-                .map(|(_, value)| value.as_os_str().to_owned())
-        };
-        add_tiers(&Cache::new(), lookup)
+        let settings = Settings::from_vars(vars.iter().map(|(k, v)| (*k, v.as_os_str())).collect());
+        add_tiers(&Cache::new(), &settings)
     };
     assert_eq!(tiers(&[("KILN_CACHE_DIR", &dir)]), ["disk"]);
     assert_eq!(
@@ -319,10 +303,8 @@ fn kiln_log_without_a_subscriber_prints_problems_or_everything() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "a.kimg", &image_bytes(&["x", "y"]));
     write(dir.path(), "b.kimg", b"not an image");
-    let switches = Switches {
-        image_path: vec![dir.path().to_path_buf()],
-        ..Switches::default()
-    };
+    let mut settings = Settings::default();
+    settings.images.path = vec![dir.path().to_path_buf()];
     // The lines kiln's own subscriber prints for the events of one load.
     let printed = |detail: Detail| {
         let lines = Arc::new(Mutex::new(Vec::<String>::new()));
@@ -334,7 +316,7 @@ fn kiln_log_without_a_subscriber_prints_problems_or_everything() {
         tracing::subscriber::with_default(log, || {
             let cache = Cache::new();
             cache.define("ops", Digest::of(b"v2"));
-            load_images(&cache, &switches, &[]);
+            load_images(&cache, &settings, &[]);
             // Not kiln's: never printed.
             tracing::warn!(target: "other_crate", "not kiln's");
         });
@@ -368,7 +350,7 @@ fn kiln_log_without_a_subscriber_prints_problems_or_everything() {
 #[test]
 fn kiln_record_records_into_a_file_and_an_unusable_one_records_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let cache = new_cache(&Switches::default());
+    let cache = new_cache(&Settings::default());
     record_into(&cache, dir.path());
     assert!(cache.recorder().is_none(), "a directory is no record file");
     let path = dir.path().join("app.rec");
@@ -385,12 +367,10 @@ fn kiln_record_records_into_a_file_and_an_unusable_one_records_nothing() {
 
 #[test]
 fn always_compile_reaches_the_cache_config() {
-    let on = Switches {
-        always_compile: true,
-        ..Switches::default()
-    };
+    let mut on = Settings::default();
+    on.cache.always_compile = true;
     assert!(new_cache(&on).config().always_compile);
-    assert!(!new_cache(&Switches::default()).config().always_compile);
+    assert!(!new_cache(&Settings::default()).config().always_compile);
 }
 
 #[test]

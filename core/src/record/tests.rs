@@ -73,16 +73,20 @@ fn every_source_is_recorded_once_per_process_with_its_hits() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("app.rec");
     let cache_dir = dir.path().join("cache");
-    let lookup = |name: &str| (name == "KILN_CACHE_DIR").then(|| OsString::from(&cache_dir));
+    let settings = crate::settings::Settings::from_vars(
+        [("KILN_CACHE_DIR", OsString::from(&cache_dir))]
+            .into_iter()
+            .collect(),
+    );
 
     // An earlier process compiled `on-disk` into the disk tier.
     let earlier = Cache::new();
-    crate::add_tiers(&earlier, lookup);
+    crate::add_tiers(&earlier, &settings);
     assert!(get(&earlier, "on-disk"));
     drop(earlier);
 
     let cache = Cache::new();
-    crate::add_tiers(&cache, lookup);
+    crate::add_tiers(&cache, &settings);
     cache.merge_image(image("lib-a", &["shipped"]));
     cache.record_into(Recorder::open(&path).unwrap()).unwrap();
     cache.insert(&owner(), &key("inserted"), compiled("inserted"));

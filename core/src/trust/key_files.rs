@@ -275,14 +275,17 @@ pub fn signing_key_or_warn(lookup: impl Fn(&str) -> Option<OsString>) -> Option<
         .flatten()
 }
 
-/// `image` signed with the key of `KILN_SIGNING_KEY` when it is set (read
-/// from the process environment), or unchanged when it is not: the one
-/// call a tool that writes images (`kiln bake`, a build script) needs.
+/// `image` signed with the key of `KILN_SIGNING_KEY` when `settings` set
+/// it, or unchanged when they do not: the one call a tool that writes
+/// images (`kiln bake`, a build script) needs.
 ///
 /// ```
+/// use kiln_core::settings::Settings;
+///
 /// let image = kiln_image::ImageWriter::new(kiln_image::ImageMeta::new("doc", "1")).to_bytes()?;
 /// // KILN_SIGNING_KEY is not set here: the bytes come back as they were.
-/// assert_eq!(kiln_core::trust::sign_if_configured(image.clone())?, image);
+/// let settings = Settings::default();
+/// assert_eq!(kiln_core::trust::sign_if_configured(&settings, image.clone())?, image);
 /// # Ok::<(), kiln_core::Error>(())
 /// ```
 ///
@@ -291,19 +294,11 @@ pub fn signing_key_or_warn(lookup: impl Fn(&str) -> Option<OsString>) -> Option<
 /// variable is set and the file is not a usable key (the caller asked for
 /// signed images: nothing is written unsigned in their place);
 /// [`Error::Image`] when `image` is not an image.
-pub fn sign_if_configured(image: Vec<u8>) -> Result<Vec<u8>, Error> {
-    sign_if_configured_with(|name| std::env::var_os(name), image)
-}
-
-/// [`sign_if_configured`], reading the variable through `lookup`.
-///
-/// # Errors
-/// As [`sign_if_configured`].
-pub fn sign_if_configured_with(
-    lookup: impl Fn(&str) -> Option<OsString>,
+pub fn sign_if_configured(
+    settings: &crate::settings::Settings,
     image: Vec<u8>,
 ) -> Result<Vec<u8>, Error> {
-    match signing_key_from_lookup(lookup)? {
+    match signing_key_from_lookup(settings.vars().lookup())? {
         Some(key) => Ok(kiln_image::sign_image(&image, &key)?),
         None => Ok(image),
     }
@@ -439,12 +434,17 @@ mod tests {
         let image = kiln_image::ImageWriter::new(kiln_image::ImageMeta::new("t", "1"))
             .to_bytes()
             .unwrap();
-        let signed = sign_if_configured_with(lookup(&vars), image.clone()).unwrap();
+        let settings = |vars: &BTreeMap<&'static str, OsString>| {
+            crate::settings::Settings::from_vars(
+                vars.iter().map(|(k, v)| (*k, v.clone())).collect(),
+            )
+        };
+        let signed = sign_if_configured(&settings(&vars), image.clone()).unwrap();
         let opened =
             kiln_image::Image::from_bytes(&signed, kiln_image::Verification::Full).unwrap();
         assert_eq!(opened.signers(), [key.public_key()]);
         assert_eq!(
-            sign_if_configured_with(lookup(&BTreeMap::new()), image.clone()).unwrap(),
+            sign_if_configured(&settings(&BTreeMap::new()), image.clone()).unwrap(),
             image
         );
 
@@ -458,7 +458,7 @@ mod tests {
         let error = signing_key_from_lookup(lookup(&vars)).expect_err("missing");
         assert!(matches!(error, Error::SigningKey { .. }), "{error}");
         assert!(error.to_string().contains("missing"), "{error}");
-        assert!(sign_if_configured_with(lookup(&vars), image).is_err());
+        assert!(sign_if_configured(&settings(&vars), image).is_err());
         assert!(signing_key_or_warn(lookup(&vars)).is_none());
 
         // A file that is not a key says so without quoting it.

@@ -7,7 +7,8 @@
 //! | `KILN_SIGNING_KEY=path` | the secret key file (`kiln keygen`) this process signs with: entries it stores in the remote tier, and images a build script's precompile block or `kiln bake` writes. Always a path, never the key itself; a file others may read (group or other permission bits) is refused: `chmod 600` it |
 //! | `KILN_REMOTE_WRITE=1` | store unsigned entries in the remote tier; only without `KILN_TRUSTED_KEYS` (readers that trust keys would refuse them) |
 //!
-//! The policy is read once per process ([`TrustPolicy::from_env`]) and
+//! The policy is read once per process, with the other settings
+//! ([`Settings::process`](crate::settings::Settings::process)), and
 //! handed to every tier: the global cache's images, the disk tier and the
 //! remote tier share one [`TrustedKeys`](kiln_image::TrustedKeys), and with it one memo of verified
 //! batch roots. Whether an image or an entry is admitted, and why, is
@@ -74,8 +75,8 @@ use std::sync::{Mutex, PoisonError};
 pub use admission::{Admission, Origin, admit, is_refusal};
 pub use key_files::{
     read_signing_key, read_trusted_keys, read_trusted_keys_file, sign_if_configured,
-    sign_if_configured_with, signing_key_from_lookup, signing_key_or_warn, signing_key_path,
-    trusted_keys_from_lookup, write_signing_key,
+    signing_key_from_lookup, signing_key_or_warn, signing_key_path, trusted_keys_from_lookup,
+    write_signing_key,
 };
 pub use policy::TrustPolicy;
 pub use provenance::{Provenance, unverified_entries, unverified_label};

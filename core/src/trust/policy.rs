@@ -1,7 +1,6 @@
 //! [`TrustPolicy`]: the trusted keys, the signing key and whether to write
 //! unsigned remote entries, read once per process and handed to every tier.
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
@@ -12,18 +11,19 @@ use super::{Admission, Origin};
 /// The trust policy of a process: `KILN_TRUSTED_KEYS`, `KILN_SIGNING_KEY`
 /// and `KILN_REMOTE_WRITE` (see the [module docs](super)).
 ///
-/// [`TrustPolicy::from_env`] reads the environment once per process and
-/// returns clones of that one reading, so every tier and the init share one
+/// [`Settings`](crate::settings::Settings) builds it, from the same reading
+/// as every other switch; the process's settings
+/// ([`Settings::process`](crate::settings::Settings::process)) are read
+/// once, and every tier and the init share clones of their policy: one
 /// [`TrustedKeys`] (and its memo of verified batch roots). The signing key
 /// file is read on first use ([`TrustPolicy::signing_key`]), once for all
 /// clones: a process that never signs never opens it.
 ///
 /// ```
-/// use std::ffi::OsString;
-/// use kiln_core::trust::{Origin, TrustPolicy};
+/// use kiln_core::settings::Settings;
 ///
 /// // Nothing set: nothing required, nothing signed, no unsigned remote writes.
-/// let policy = TrustPolicy::from_lookup(|_: &str| None::<OsString>);
+/// let policy = Settings::default().trust;
 /// assert!(policy.trusted_keys.is_none());
 /// assert!(policy.signing_key().is_none());
 /// // A tool's `--trusted-key` adds to the variable's keys (and requires them).
@@ -73,26 +73,18 @@ impl PartialEq for TrustPolicy {
 impl Eq for TrustPolicy {}
 
 impl TrustPolicy {
-    /// The policy of the process environment, read on the first call (the
-    /// trusted-keys files then, the signing key on first use) and shared by
-    /// every later call: the global cache, its tiers and any tool call it.
-    pub fn from_env() -> TrustPolicy {
-        static PROCESS: OnceLock<TrustPolicy> = OnceLock::new();
-        PROCESS
-            .get_or_init(|| TrustPolicy::from_lookup(|name| std::env::var_os(name)))
-            .clone()
-    }
-
-    /// The policy the variables `lookup` gives (a name to its value), read
-    /// now: each call reads the trusted-keys files again and has a memo of
-    /// its own. Unusable trusted-keys files give one warning each (per
-    /// process) and trust fewer keys.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> TrustPolicy {
+    /// The policy `vars` give, read now: each call reads the trusted-keys
+    /// files again and has a memo of its own. Unusable trusted-keys files
+    /// give one warning each (per process) and trust fewer keys. Only
+    /// [`Settings`](crate::settings::Settings) calls it: a process's policy
+    /// is its settings' ([`Settings::process`](crate::settings::Settings::process)).
+    pub(crate) fn parse(vars: &crate::settings::Vars) -> TrustPolicy {
+        let lookup = vars.lookup();
         TrustPolicy {
             trusted_keys: super::trusted_keys_from_lookup(&lookup),
             remote_write: crate::env::switch(
                 super::REMOTE_WRITE,
-                lookup(super::REMOTE_WRITE).as_deref(),
+                vars.get(super::REMOTE_WRITE),
                 false,
             ),
             signing: Arc::new(Signing {

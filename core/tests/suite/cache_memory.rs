@@ -319,9 +319,12 @@ fn an_evicted_entry_comes_back_from_the_disk_tier_borrowed() {
     let root = tempfile::tempdir().expect("temp dir");
     let dir = root.path().join("kiln");
     let cache = capped(200 << 10);
-    let tiers = kiln_core::add_tiers(&cache, |name| {
-        (name == "KILN_CACHE_DIR").then(|| OsString::from(&dir))
-    });
+    let settings = kiln_core::settings::Settings::from_vars(
+        [("KILN_CACHE_DIR", OsString::from(&dir))]
+            .into_iter()
+            .collect(),
+    );
+    let tiers = kiln_core::add_tiers(&cache, &settings);
     assert_eq!(tiers, ["disk"]);
     let compiles = AtomicU64::new(0);
     // 128 KiB each: a segment that large is mapped, not read.

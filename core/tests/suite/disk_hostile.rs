@@ -299,18 +299,18 @@ fn a_directory_other_users_may_write_to_is_refused_unless_trusted() {
 fn the_trust_switch_is_read_from_the_environment() {
     let root = tempfile::tempdir().expect("temp dir");
     std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
-    let lookup = |trust: &'static str| {
-        let dir = root.path().as_os_str().to_owned();
-        move |name: &str| match name {
-            "KILN_CACHE_DIR" => Some(dir.clone()),
-            "KILN_CACHE_TRUST_DIR" => Some(trust.into()),
-            _ => None,
-        }
+    let settings = |trust: &'static str| {
+        kiln_core::settings::Settings::from_vars(
+            [
+                ("KILN_CACHE_DIR", root.path().as_os_str()),
+                ("KILN_CACHE_TRUST_DIR", std::ffi::OsStr::new(trust)),
+            ]
+            .into_iter()
+            .collect(),
+        )
     };
     for (trust, opens) in [("1", true), ("0", false)] {
-        let cfg = DiskConfig::from_lookup(lookup(trust))
-            .expect("valid")
-            .expect("on");
+        let cfg = settings(trust).disk().expect("valid").expect("on");
         assert_eq!(
             DiskCache::open(cfg).is_ok(),
             opens,

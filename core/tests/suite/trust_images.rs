@@ -6,8 +6,8 @@
 use std::ffi::OsString;
 use std::path::Path;
 
-use kiln_core::env::Switches;
 use kiln_core::registry::{EmbeddedImage, ImageSource};
+use kiln_core::settings::Settings;
 use kiln_core::trust::TrustPolicy;
 use kiln_core::{
     Artifact, ArtifactKind, Cache, Compiled, Error, ImageOutcome, Key, KeyBuilder, Owner, Source,
@@ -113,11 +113,11 @@ fn image_files_are_merged_only_when_a_trusted_key_signed_them() {
     write(dir.path(), "d-tampered.kimg", &tampered);
 
     // Keys configured: only the release-signed image.
-    let mut switches = Switches::default();
-    switches.image_path = vec![dir.path().to_path_buf()];
-    switches.trust = TrustPolicy::default().with_trusted_keys(trusting(&[&release]));
+    let mut settings = Settings::default();
+    settings.images.path = vec![dir.path().to_path_buf()];
+    settings.trust = TrustPolicy::default().with_trusted_keys(trusting(&[&release]));
     let cache = Cache::new();
-    let report = kiln_core::load_images(&cache, &switches, &[]);
+    let report = kiln_core::load_images(&cache, &settings, &[]);
     assert_eq!(
         outcomes(&report),
         [
@@ -147,10 +147,10 @@ fn image_files_are_merged_only_when_a_trusted_key_signed_them() {
     );
 
     // No keys configured: every well-formed image, as before.
-    let mut switches = Switches::default();
-    switches.image_path = vec![dir.path().to_path_buf()];
+    let mut settings = Settings::default();
+    settings.images.path = vec![dir.path().to_path_buf()];
     let cache = Cache::new();
-    let report = kiln_core::load_images(&cache, &switches, &[]);
+    let report = kiln_core::load_images(&cache, &settings, &[]);
     assert_eq!(report.merged().count(), 4);
     assert_eq!(report.untrusted().count(), 0);
     assert!(["a", "b", "c", "d"].iter().all(|name| served(&cache, name)));
@@ -163,11 +163,11 @@ fn rotating_keys_accepts_both_then_refuses_the_old_ones_images() {
     write(dir.path(), "old.kimg", &signed(&["x"], &old));
     write(dir.path(), "new.kimg", &signed(&["y"], &new));
     let load = |keys: TrustedKeys| {
-        let mut switches = Switches::default();
-        switches.image_path = vec![dir.path().to_path_buf()];
-        switches.trust = TrustPolicy::default().with_trusted_keys(keys);
+        let mut settings = Settings::default();
+        settings.images.path = vec![dir.path().to_path_buf()];
+        settings.trust = TrustPolicy::default().with_trusted_keys(keys);
         let cache = Cache::new();
-        let report = kiln_core::load_images(&cache, &switches, &[]);
+        let report = kiln_core::load_images(&cache, &settings, &[]);
         (
             report.merged().count(),
             served(&cache, "x"),
@@ -195,10 +195,10 @@ fn embedded_images_are_the_programs_own_unless_their_signature_says_otherwise() 
         embedded("release.kimg", signed(&["f"], &release)),
         embedded("stranger.kimg", signed(&["g"], &stranger)),
     ];
-    let mut switches = Switches::default();
-    switches.trust = TrustPolicy::default().with_trusted_keys(trusting(&[&release]));
+    let mut settings = Settings::default();
+    settings.trust = TrustPolicy::default().with_trusted_keys(trusting(&[&release]));
     let cache = Cache::new();
-    let report = kiln_core::load_images(&cache, &switches, &images);
+    let report = kiln_core::load_images(&cache, &settings, &images);
     let outcome: Vec<String> = outcomes(&report).into_iter().map(|(_, o)| o).collect();
     assert_eq!(
         outcome,
@@ -262,10 +262,10 @@ fn entries_an_embedded_image_records_as_unverified_are_refused_under_keys() {
     );
 
     // With trusted keys (none of which signed anything here).
-    let mut switches = Switches::default();
-    switches.trust = TrustPolicy::default().with_trusted_keys(trusting(&[&signer(9)]));
+    let mut settings = Settings::default();
+    settings.trust = TrustPolicy::default().with_trusted_keys(trusting(&[&signer(9)]));
     let cache = Cache::new();
-    let report = kiln_core::load_images(&cache, &switches, &[built, garbled]);
+    let report = kiln_core::load_images(&cache, &settings, &[built, garbled]);
     let merged: Vec<u64> = report.merged().map(|(_, merge)| merge.unverified).collect();
     assert_eq!(merged, [1]);
     assert_eq!(report.inserted(), 1);
@@ -287,7 +287,7 @@ fn entries_an_embedded_image_records_as_unverified_are_refused_under_keys() {
 
     // Without keys: nothing is checked, everything served.
     let cache = Cache::new();
-    let report = kiln_core::load_images(&cache, &Switches::default(), &[built, garbled]);
+    let report = kiln_core::load_images(&cache, &Settings::default(), &[built, garbled]);
     assert_eq!(report.inserted(), 3);
     assert!(served(&cache, "taken") && served(&cache, "other"));
 }
@@ -317,11 +317,11 @@ fn precompile_signs_its_image_when_a_signing_key_is_set() {
     );
     let stdout = run(&signed_out, Some(&key_file));
     assert!(
-        stdout.contains(&format!("cargo:rerun-if-changed={}", key_file.display())),
+        stdout.contains(&format!("cargo::rerun-if-changed={}", key_file.display())),
         "{stdout}"
     );
     assert!(
-        stdout.contains("cargo:rerun-if-env-changed=KILN_SIGNING_KEY"),
+        stdout.contains("cargo::rerun-if-env-changed=KILN_SIGNING_KEY"),
         "{stdout}"
     );
     run(&again_out, Some(&key_file));

@@ -116,8 +116,9 @@ pub fn per_major(variable: &str, major: u32) -> String {
 
 /// Where to look: the environment, captured once, or anything a caller sets.
 ///
-/// [`SearchConfig::from_env`] reads the process environment; tests and tools build
-/// one by hand instead of mutating the global environment.
+/// [`SearchConfig::from_env`] reads the process's one reading of the environment
+/// ([`Settings::process`](kiln_core::settings::Settings::process)); tests and tools
+/// build one by hand instead of mutating the global environment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SearchConfig {
     /// The CUDA major version NVRTC and the headers must be of (`Some(12)`: NVRTC
@@ -163,9 +164,10 @@ impl SearchConfig {
     }
 
     /// The places named by the process environment (see the module documentation),
-    /// for an NVRTC and headers of any release.
+    /// as the process's settings read it once, for an NVRTC and headers of any
+    /// release.
     pub fn from_env() -> Self {
-        Self::from_lookup(&|name| std::env::var_os(name))
+        Self::from_lookup(&kiln_core::settings::Settings::process().vars().lookup())
     }
 
     /// The places named by the process environment for CUDA major `major`: the
@@ -174,8 +176,8 @@ impl SearchConfig {
     /// toolchain) also the unsuffixed header variables; `KILN_NVRTC` when it is of
     /// that major.
     pub fn for_cuda(major: u32, main: bool) -> Self {
-        Self::from_lookup(&|name| std::env::var_os(name))
-            .of_cuda(major, main, &|name| std::env::var_os(name))
+        let lookup = kiln_core::settings::Settings::process().vars().lookup();
+        Self::from_lookup(&lookup).of_cuda(major, main, &lookup)
     }
 
     /// This configuration narrowed to CUDA major `major` (see
@@ -239,7 +241,7 @@ impl SearchConfig {
 
 impl SearchConfig {
     /// Where an NVRTC or header set this search does not find would appear: for a
-    /// build script to watch (`cargo:rerun-if-changed`), so that installing the
+    /// build script to watch (`cargo::rerun-if-changed`), so that installing the
     /// toolchain later reruns it. Only folders that exist, each the deepest one
     /// on the way to a place searched (`site-packages/nvidia` once any NVIDIA wheel
     /// is there, else `site-packages`; a toolkit's library folders), and the OS

@@ -102,8 +102,10 @@ impl MemoDir {
     /// directory can be named, or the directory fails the disk cache's check
     /// ([`DiskConfig::check_dir`](kiln_core::disk::DiskConfig::check_dir): another
     /// user's, or writable by others; the disk cache warns of it).
+    /// The process's settings ([`Settings::process`](kiln_core::settings::Settings::process))
+    /// name it.
     pub fn from_env() -> MemoDir {
-        match kiln_core::disk::DiskConfig::from_env() {
+        match kiln_core::settings::Settings::process().disk() {
             Ok(Some(config)) => MemoDir::in_cache_dir(&config),
             _ => MemoDir::disabled(),
         }

@@ -8,7 +8,7 @@
 //! have. So the build records them: the kernel library's build script runs its
 //! precompile block through [`ShipPlan`](super::ShipPlan), which leaves a
 //! [`BuildRecord`] (NVRTC release, the digest of each named header set, the targets
-//! shipped) in a `cargo:rustc-env` variable ([`BUILD_RECORD_VAR`]); the library reads
+//! shipped) in a `cargo::rustc-env` variable ([`BUILD_RECORD_VAR`]); the library reads
 //! it back with `env!` and derives the owners and keys of its shipped entries from
 //! [`Toolchain::recorded`], without reading a file.
 //!
@@ -54,18 +54,16 @@ pub use locate::{
 pub use memo::{DEFAULT_SETTLE, MAX_MEMO_BYTES, MemoDir};
 pub use nvrtc::{InvalidNvrtcVersion, Nvrtc, NvrtcVersion};
 
-/// The `cargo:rustc-env` variable a kernel library's build script sets to its
+/// The `cargo::rustc-env` variable a kernel library's build script sets to its
 /// [`BuildRecord`]: the library reads it with `env!("KILN_CUDA_BUILD")`.
 pub const BUILD_RECORD_VAR: &str = "KILN_CUDA_BUILD";
 
 /// `KILN_STRICT_TOOLCHAIN`: serve shipped kernels only when the local NVRTC and
 /// headers are the ones they were built with ([`ToolchainPolicy::Strict`]). A
-/// run-time switch: registered with kiln-core
-/// ([`RunTimeSwitch`](kiln_core::registry::RunTimeSwitch)), so that setting it
-/// never reruns a build script.
+/// run-time switch: declared to kiln-core as one
+/// ([`Switch`](kiln_core::settings::Switch)), so that setting it never reruns
+/// a build script.
 pub const STRICT_TOOLCHAIN: &str = "KILN_STRICT_TOOLCHAIN";
-
-inventory::submit! { kiln_core::registry::RunTimeSwitch::new(STRICT_TOOLCHAIN) }
 
 /// The header set of the CCCL headers (CUB, Thrust, libcu++).
 pub const CCCL: &str = "cccl";
@@ -202,7 +200,7 @@ fn sorted(targets: impl IntoIterator<Item = Arch>) -> Vec<Arch> {
 /// drivers and an NVRTC 12 one for CUDA 12 drivers and older GPUs, say), newest
 /// first, and the oldest driver the build states it serves.
 ///
-/// Its text form is one line (a `cargo:rustc-env` value); each `nvrtc=` starts a
+/// Its text form is one line (a `cargo::rustc-env` value); each `nvrtc=` starts a
 /// toolchain, `ptx=` lists one target or several, comma-separated. A record of one
 /// toolchain at the default oldest driver reads as it always has
 /// (`kiln-cuda-build/1`); several toolchains, or a stated oldest driver
@@ -355,9 +353,9 @@ impl BuildRecord {
         self.oldest_driver
     }
 
-    /// The `cargo:rustc-env` line a build script prints for this record.
+    /// The `cargo::rustc-env` line a build script prints for this record.
     pub fn cargo_directive(&self) -> String {
-        format!("cargo:rustc-env={BUILD_RECORD_VAR}={self}")
+        format!("cargo::rustc-env={BUILD_RECORD_VAR}={self}")
     }
 }
 
@@ -478,10 +476,14 @@ pub enum ToolchainPolicy {
 }
 
 impl ToolchainPolicy {
-    /// The policy `KILN_STRICT_TOOLCHAIN` names in this process, read once.
+    /// The policy `KILN_STRICT_TOOLCHAIN` names in this process's settings
+    /// ([`Settings::process`](kiln_core::settings::Settings::process)), read once.
     pub fn process() -> ToolchainPolicy {
         static PROCESS: OnceLock<ToolchainPolicy> = OnceLock::new();
-        *PROCESS.get_or_init(|| Self::from_value(std::env::var_os(STRICT_TOOLCHAIN).as_deref()))
+        *PROCESS.get_or_init(|| {
+            let settings = kiln_core::settings::Settings::process();
+            Self::from_value(settings.vars().get(STRICT_TOOLCHAIN))
+        })
     }
 
     /// The policy a value of `KILN_STRICT_TOOLCHAIN` names: strict for `1`, `true`,
@@ -569,7 +571,8 @@ impl Toolchain {
     pub fn local() -> Result<Toolchain, ToolchainError> {
         let compiler = Compiler::new()?;
         let major = compiler.version().major;
-        let headers = SearchConfig::from_env().of_cuda(major, true, &|name| std::env::var_os(name));
+        let vars = kiln_core::settings::Settings::process().vars();
+        let headers = SearchConfig::from_env().of_cuda(major, true, &vars.lookup());
         Ok(Self::with_compiler(compiler, headers))
     }
 
@@ -763,7 +766,7 @@ mod tests {
         assert_eq!(text.parse::<BuildRecord>().unwrap(), record);
         assert_eq!(
             record.cargo_directive(),
-            format!("cargo:rustc-env=KILN_CUDA_BUILD={text}")
+            format!("cargo::rustc-env=KILN_CUDA_BUILD={text}")
         );
         let multi: BuildRecord =
             "kiln-cuda-build/1 nvrtc=13.0.88 cubin=sm_75,sm_120 ptx=sm_120,sm_75"
@@ -865,7 +868,11 @@ mod tests {
 
     #[test]
     fn the_policy_switch_is_a_run_time_switch_for_build_scripts() {
-        assert!(kiln_core::registry::run_time_switches().contains(&STRICT_TOOLCHAIN));
+        assert!(
+            kiln_core::settings::switches()
+                .iter()
+                .any(|s| s.name() == STRICT_TOOLCHAIN)
+        );
         assert!(kiln_core::env::is_run_time(STRICT_TOOLCHAIN));
         assert!(!kiln_core::env::is_run_time("KILN_NVRTC"));
     }

@@ -684,9 +684,12 @@ fn a_second_cache_gets_the_jit_compiled_cubin_from_the_disk_tier() {
     let dir = tempfile::tempdir().unwrap();
     let with_disk = || {
         let cache = jit_cache();
-        let tiers = kiln_core::add_tiers(cache, |name| {
-            (name == "KILN_CACHE_DIR").then(|| dir.path().as_os_str().to_owned())
-        });
+        let settings = kiln_core::settings::Settings::from_vars(
+            [("KILN_CACHE_DIR", dir.path().as_os_str())]
+                .into_iter()
+                .collect(),
+        );
+        let tiers = kiln_core::add_tiers(cache, &settings);
         assert_eq!(tiers, ["disk"]);
         cache
     };

@@ -447,9 +447,10 @@ fn readers_without_a_signing_key_do_not_write_to_redis() {
         let mut vars: Vec<(String, std::ffi::OsString)> =
             vec![("KILN_REMOTE_CACHE".into(), url.clone().into())];
         vars.extend(extra.iter().map(|(k, v)| ((*k).into(), (*v).to_owned())));
-        move |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        kiln_core::settings::Settings::from_vars(vars.into_iter().collect())
     };
-    let config = RemoteConfig::from_lookup(vars(&[]))
+    let settings = vars(&[]);
+    let config = RemoteConfig::from_settings(&settings, &settings.trust)
         .expect("valid")
         .expect("on");
     assert!(!config.writes());
@@ -457,7 +458,8 @@ fn readers_without_a_signing_key_do_not_write_to_redis() {
     let dir = tempdir();
     let key_file = dir.path().join("writer.key");
     kiln_core::trust::write_signing_key(&key, &key_file).expect("writes the key");
-    let config = RemoteConfig::from_lookup(vars(&[("KILN_SIGNING_KEY", key_file.as_os_str())]))
+    let settings = vars(&[("KILN_SIGNING_KEY", key_file.as_os_str())]);
+    let config = RemoteConfig::from_settings(&settings, &settings.trust)
         .expect("valid")
         .expect("on");
     assert!(config.writes());

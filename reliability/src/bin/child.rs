@@ -178,7 +178,7 @@ fn load(dir: &Path, threads: usize, ops: u64, keys: u64, seed: u64) -> Result<()
 
 fn probe(change: Change, images: &[String]) -> Result<(), Error> {
     let cache = Cache::new();
-    if let Some(disk) = DiskCache::from_env() {
+    if let Some(disk) = DiskCache::from_settings(kiln_core::settings::Settings::process()) {
         cache.add_tier(Box::new(disk));
     }
     for path in images {

@@ -183,7 +183,9 @@ pub fn run_child_role() {
             let warnings = WarnCounter::default();
             tracing::subscriber::set_global_default(warnings.clone()).expect("first subscriber");
             let cache = kiln_core::Cache::new();
-            if let Some(disk) = kiln_core::disk::DiskCache::from_env() {
+            if let Some(disk) =
+                kiln_core::disk::DiskCache::from_settings(kiln_core::settings::Settings::process())
+            {
                 cache.add_tier(Box::new(disk));
             }
             let keys = number("KILN_DISK_TEST_KEYS", 0);

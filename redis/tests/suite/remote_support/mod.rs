@@ -373,9 +373,11 @@ pub fn run_child_role() {
 fn compile_role() {
     tracing::subscriber::set_global_default(WarnCounter::default()).expect("first subscriber");
     let cache = Cache::new();
-    let disk = Arc::new(DiskCache::from_env().expect("KILN_CACHE_DIR is usable"));
+    let settings = kiln_core::settings::Settings::process();
+    let disk = Arc::new(DiskCache::from_settings(settings).expect("KILN_CACHE_DIR is usable"));
     cache.add_tier(Box::new(Arc::clone(&disk)));
-    let tier = RemoteTier::from_env().expect("KILN_REMOTE_CACHE is set");
+    let tier =
+        RemoteTier::from_settings(settings, &settings.trust).expect("KILN_REMOTE_CACHE is set");
     cache.add_tier(Box::new(tier.clone().write_through(disk)));
     let keys: u64 = std::env::var("KILN_REMOTE_TEST_KEYS")
         .expect("KILN_REMOTE_TEST_KEYS")
