@@ -237,7 +237,7 @@ const BLOCK_SWITCHES: [&str; 7] = [
 ];
 
 /// The variables that decide what a block may embed: changing one reruns
-/// it, whatever [`crate::env::is_run_time`] says of the others.
+/// it, whatever [`crate::settings::is_run_time`] says of the others.
 const TRUST_VARIABLES: [&str; 6] = [
     crate::trust::SIGNING_KEY,
     crate::trust::TRUSTED_KEYS,
@@ -565,7 +565,7 @@ fn missing_lines(
 
 /// The variables whose change must rerun the build script: `declared`, and
 /// of the variables `set` now, every `KILN_*` one (a backend's, such as
-/// `KILN_NVRTC`) except the run-time switches ([`crate::env::is_run_time`]);
+/// `KILN_NVRTC`) except the run-time switches ([`crate::settings::is_run_time`]);
 /// sorted.
 fn rerun_env_vars(
     declared: BTreeSet<String>,
@@ -574,7 +574,7 @@ fn rerun_env_vars(
     let mut vars = declared;
     vars.extend(
         set.into_iter()
-            .filter(|name| name.starts_with("KILN_") && !crate::env::is_run_time(name)),
+            .filter(|name| name.starts_with("KILN_") && !crate::settings::is_run_time(name)),
     );
     vars
 }

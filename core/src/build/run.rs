@@ -354,7 +354,7 @@ fn write_image(plan: &Plan, setup: &Setup, ran: &Ran) -> Result<Written, Error> 
     });
     let unsigned = embed::write(&writer, plan.embedding)?;
     let size_warnings = embed::size_warnings_for(&writer, sizes, &unsigned, plan.embedding)?;
-    let bytes = crate::trust::sign_if_configured(&plan.settings, unsigned)?;
+    let bytes = crate::trust::sign_if_configured(plan.settings.vars().lookup(), unsigned)?;
     kiln_image::write_file_atomic(&plan.path, &bytes)?;
 
     let sources_now = shipped::source_digests(&plan.library, &ran.sources);

@@ -72,10 +72,3 @@ pub const EMBED_LEVEL: &str = "KILN_EMBED_LEVEL";
 /// smallest binaries for a block's time of seconds (docs/decisions.md,
 /// *Compressed payload groups*).
 pub const DEFAULT_EMBED_LEVEL: i32 = 19;
-
-/// Whether the variable `name` acts at run time only: a build script's
-/// precompile block does not rerun when it changes (see
-/// [`settings::is_run_time`](crate::settings::is_run_time)).
-pub fn is_run_time(name: &str) -> bool {
-    crate::settings::is_run_time(name)
-}

@@ -275,8 +275,9 @@ pub fn signing_key_or_warn(lookup: impl Fn(&str) -> Option<OsString>) -> Option<
         .flatten()
 }
 
-/// `image` signed with the key of `KILN_SIGNING_KEY` when `settings` set
-/// it, or unchanged when they do not: the one call a tool that writes
+/// `image` signed with the key of `KILN_SIGNING_KEY` when `lookup` (the
+/// variables of the process's `Settings`: `settings.vars().lookup()`) sets
+/// it, or unchanged when it does not: the one call a tool that writes
 /// images (`kiln bake`, a build script) needs.
 ///
 /// ```
@@ -285,7 +286,8 @@ pub fn signing_key_or_warn(lookup: impl Fn(&str) -> Option<OsString>) -> Option<
 /// let image = kiln_image::ImageWriter::new(kiln_image::ImageMeta::new("doc", "1")).to_bytes()?;
 /// // KILN_SIGNING_KEY is not set here: the bytes come back as they were.
 /// let settings = Settings::default();
-/// assert_eq!(kiln_core::trust::sign_if_configured(&settings, image.clone())?, image);
+/// let signed = kiln_core::trust::sign_if_configured(settings.vars().lookup(), image.clone())?;
+/// assert_eq!(signed, image);
 /// # Ok::<(), kiln_core::Error>(())
 /// ```
 ///
@@ -295,10 +297,10 @@ pub fn signing_key_or_warn(lookup: impl Fn(&str) -> Option<OsString>) -> Option<
 /// signed images: nothing is written unsigned in their place);
 /// [`Error::Image`] when `image` is not an image.
 pub fn sign_if_configured(
-    settings: &crate::settings::Settings,
+    lookup: impl Fn(&str) -> Option<OsString>,
     image: Vec<u8>,
 ) -> Result<Vec<u8>, Error> {
-    match signing_key_from_lookup(settings.vars().lookup())? {
+    match signing_key_from_lookup(lookup)? {
         Some(key) => Ok(kiln_image::sign_image(&image, &key)?),
         None => Ok(image),
     }
@@ -434,17 +436,12 @@ mod tests {
         let image = kiln_image::ImageWriter::new(kiln_image::ImageMeta::new("t", "1"))
             .to_bytes()
             .unwrap();
-        let settings = |vars: &BTreeMap<&'static str, OsString>| {
-            crate::settings::Settings::from_vars(
-                vars.iter().map(|(k, v)| (*k, v.clone())).collect(),
-            )
-        };
-        let signed = sign_if_configured(&settings(&vars), image.clone()).unwrap();
+        let signed = sign_if_configured(lookup(&vars), image.clone()).unwrap();
         let opened =
             kiln_image::Image::from_bytes(&signed, kiln_image::Verification::Full).unwrap();
         assert_eq!(opened.signers(), [key.public_key()]);
         assert_eq!(
-            sign_if_configured(&settings(&BTreeMap::new()), image.clone()).unwrap(),
+            sign_if_configured(lookup(&BTreeMap::new()), image.clone()).unwrap(),
             image
         );
 
@@ -458,7 +455,7 @@ mod tests {
         let error = signing_key_from_lookup(lookup(&vars)).expect_err("missing");
         assert!(matches!(error, Error::SigningKey { .. }), "{error}");
         assert!(error.to_string().contains("missing"), "{error}");
-        assert!(sign_if_configured(&settings(&vars), image).is_err());
+        assert!(sign_if_configured(lookup(&vars), image).is_err());
         assert!(signing_key_or_warn(lookup(&vars)).is_none());
 
         // A file that is not a key says so without quoting it.

@@ -873,8 +873,8 @@ mod tests {
                 .iter()
                 .any(|s| s.name() == STRICT_TOOLCHAIN)
         );
-        assert!(kiln_core::env::is_run_time(STRICT_TOOLCHAIN));
-        assert!(!kiln_core::env::is_run_time("KILN_NVRTC"));
+        assert!(kiln_core::settings::is_run_time(STRICT_TOOLCHAIN));
+        assert!(!kiln_core::settings::is_run_time("KILN_NVRTC"));
     }
 
     #[test]
