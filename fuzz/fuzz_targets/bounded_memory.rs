@@ -4,7 +4,8 @@
 //! levels, every reader, every payload, full verification. A counting
 //! global allocator asserts that no input makes the readers have more than
 //! 8 × the input's length + 64 KiB allocated at once, plus 4 × the raw
-//! bytes its compressed payload groups declare (the bound
+//! bytes its compressed payload groups declare and 2 MiB for the zstd
+//! decoder when there is one (the bound
 //! `image-format/tests/hostile.rs` asserts over a fixed corpus).
 #![no_main]
 

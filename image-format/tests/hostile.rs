@@ -849,3 +849,27 @@ fn a_block_record_past_the_tables_fails_every_entry() {
         errors[0]
     );
 }
+
+/// An input the `bounded_memory` fuzz target found: a compressed group of a
+/// few raw bytes whose zstd frame declares a block far larger, so that the
+/// decoder's scratch, not the group, makes the peak. It stays within the
+/// bound's decoder allowance and is refused or served without panicking.
+#[test]
+fn a_frame_declaring_blocks_larger_than_its_group_costs_a_bounded_decoder() {
+    let mut bytes = include_bytes!("data/decoder-scratch.bin").to_vec();
+    // As the fuzz target reads it: resealed when the first byte is odd.
+    if bytes.first().is_some_and(|b| b & 1 == 1) {
+        reseal(&mut bytes);
+    }
+    let (_, peak) = peak_during(|| exercise(&bytes));
+    let allowed = allowed_peak_for(&bytes);
+    assert!(
+        peak <= allowed,
+        "{peak} bytes allocated at once reading {} bytes (bound {allowed})",
+        bytes.len()
+    );
+    assert!(
+        peak > allowed_peak(bytes.len()),
+        "the case still exercises the decoder's allowance ({peak} bytes)"
+    );
+}

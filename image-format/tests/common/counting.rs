@@ -11,8 +11,8 @@
 //! more than [`ALLOWED_FACTOR`]` × n + `[`ALLOWED_EXTRA`] bytes allocated at
 //! once (the copy `Image::from_bytes` makes included), plus, for a
 //! compressed image, [`ALLOWED_PER_RAW_BYTE`] per raw byte its compressed
-//! groups declare (each at most 1024 per stored byte, checked at open):
-//! [`allowed_peak_for`].
+//! groups declare (each at most 1024 per stored byte, checked at open) and
+//! [`ALLOWED_DECODER`] for the decoder: [`allowed_peak_for`].
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -27,12 +27,23 @@ pub const ALLOWED_EXTRA: usize = 64 << 10;
 /// a power of two) with a block beside it.
 pub const ALLOWED_PER_RAW_BYTE: usize = 4;
 
+/// Peak bytes the zstd decoder may hold beyond its window while it decodes
+/// one group (one decoder at a time): a block's literals and sequences,
+/// whose sizes a frame declares up to zstd's 128 KiB block limit whatever
+/// the group's raw length, and its tables. A constant, once per image that
+/// has a compressed group.
+pub const ALLOWED_DECODER: usize = 2 << 20;
+
 /// The largest peak [`peak_during`] may report reading `bytes`: that of
 /// [`allowed_peak`], plus [`ALLOWED_PER_RAW_BYTE`] per raw byte the
-/// compressed payload groups of `bytes` declare.
+/// compressed payload groups of `bytes` declare, and [`ALLOWED_DECODER`]
+/// when it declares one.
 pub fn allowed_peak_for(bytes: &[u8]) -> usize {
     let declared = kiln_image::fuzz_support::declared_decompression(bytes);
-    allowed_peak(bytes.len()).saturating_add(ALLOWED_PER_RAW_BYTE.saturating_mul(declared as usize))
+    let decoder = if declared > 0 { ALLOWED_DECODER } else { 0 };
+    allowed_peak(bytes.len())
+        .saturating_add(ALLOWED_PER_RAW_BYTE.saturating_mul(declared as usize))
+        .saturating_add(decoder)
 }
 
 /// The largest peak [`peak_during`] may report for an input of `len` bytes
