@@ -110,7 +110,7 @@ fn both_toolchains_ship_and_each_cubin_names_the_arch_it_was_built_for() {
         .unwrap_or_else(|e| panic!("{e}"));
     let text = output
         .lines()
-        .find_map(|line| line.strip_prefix("cargo:rustc-env=KILN_CUDA_BUILD="))
+        .find_map(|line| line.strip_prefix("cargo::rustc-env=KILN_CUDA_BUILD="))
         .expect("the build record");
     let record: kiln::cuda::toolchain::BuildRecord = text.parse().expect("a record");
     let cccl: Vec<_> = record
@@ -239,7 +239,7 @@ fn ptx_newer_than_the_oldest_driver_fails_the_build_and_always_compile_uses_the_
     );
     let record = log
         .lines()
-        .find_map(|line| line.strip_prefix("cargo:rustc-env=KILN_CUDA_BUILD="))
+        .find_map(|line| line.strip_prefix("cargo::rustc-env=KILN_CUDA_BUILD="))
         .expect("a record");
     assert!(
         record.contains("nvrtc=13.5.37") && record.contains("nvrtc=12.9.86"),
