@@ -15,6 +15,18 @@ use std::path::{Path, PathBuf};
 
 use kiln_image::{ArtifactKind, Image, Verification};
 
+/// Held by each test for its whole run: both build the demo libraries into
+/// the same target folder (the second with other switches, then back to the
+/// default), so one must not read an image while the other rebuilds it.
+static BUILDS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// [`BUILDS`], also after a test that held it failed.
+fn builds() -> std::sync::MutexGuard<'static, ()> {
+    BUILDS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// The newest image `name.kimg` a build of `name` left in `build`.
 fn built_image(build: &Path, name: &str) -> PathBuf {
     let mut found: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(build)
@@ -41,6 +53,7 @@ fn both_toolchains_ship_and_each_cubin_names_the_arch_it_was_built_for() {
     if !demo_app::nvrtc_available() {
         return;
     }
+    let _builds = builds();
     let app = demo_app::demo_app();
     let build = app.parent().expect("the profile folder").join("build");
     for (library, entries) in [("kiln-kernels-demo", 187), ("kiln-activations-demo", 136)] {
@@ -186,6 +199,7 @@ fn ptx_newer_than_the_oldest_driver_fails_the_build_and_always_compile_uses_the_
     if !demo_app::nvrtc_available() {
         return;
     }
+    let _builds = builds();
     let Some(nvrtc) = nvrtc_13_5() else { return };
     let nvrtc = nvrtc.as_os_str();
     let yes = std::ffi::OsStr::new("1");

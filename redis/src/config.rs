@@ -88,14 +88,11 @@ impl Section for RemoteSettings {
 ///
 /// From the settings ([`RemoteConfig::from_settings`]):
 ///
-/// | variable | effect |
-/// | --- | --- |
-/// | `KILN_REMOTE_CACHE=redis://host:port/db` | turn the remote tier on (`rediss://` for TLS; `redis://user:password@host:port/db` for AUTH) |
-/// | `KILN_REMOTE_TIMEOUT_MS=500` | the most one operation (connecting and the handshake included, `GETRANGE` or `SET` and its whole reply) may take, in milliseconds |
-/// | `KILN_TRUSTED_KEYS=file1:file2` | use only entries signed by one of these public keys (see [`kiln_core::trust`]) |
-/// | `KILN_SIGNING_KEY=path` | sign every entry stored with this secret key file; without it the tier stores nothing (read-only) |
-/// | `KILN_REMOTE_WRITE=1` | store unsigned entries (only without `KILN_TRUSTED_KEYS`) |
-/// | `KILN_REMOTE_BATCH_MS=1000` | with a signing key: gather the stores of up to this many milliseconds into one batch signature (see [`RemoteConfig::batch_window`]) |
+/// `KILN_REMOTE_CACHE`, `KILN_REMOTE_TIMEOUT_MS` and `KILN_REMOTE_BATCH_MS`,
+/// with kiln-core's trust switches (`KILN_TRUSTED_KEYS`, `KILN_SIGNING_KEY`,
+/// `KILN_REMOTE_WRITE`): each switch's default and meaning are in its
+/// declaration (this module's, and kiln-core's), from which docs/switches.md's
+/// table and `kiln settings` are generated.
 ///
 /// An unset or empty `KILN_REMOTE_CACHE` leaves the remote tier off. A
 /// process writes to the server only with a signing key, or, with no

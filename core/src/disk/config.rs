@@ -1,12 +1,12 @@
 //! Where the disk cache lives and how large it may grow, from `KILN_CACHE*`
 //! (parsed with the other settings: [`Settings::disk`](crate::settings::Settings::disk)).
 //!
-//! | variable | effect |
-//! | --- | --- |
-//! | `KILN_CACHE=0` | turn the disk cache off (also `false`, `no`, `off`; a value that is no boolean leaves it on, with one warning: see [`crate::env::switch`]) |
-//! | `KILN_CACHE_DIR=path` | the cache directory; by default the platform cache directory + `kiln` (`$XDG_CACHE_HOME/kiln` or `~/.cache/kiln` on Linux). The disk tier keeps its files in its subdirectory `images-v<N>/` (see [`DiskConfig::images_dir`]) |
-//! | `KILN_CACHE_MAX_BYTES=size` | the cap on the size of this image format version's subdirectory: bytes, or a number with a `K`, `M`, `G` or `T` suffix (powers of 1024); default 1 GiB |
-//! | `KILN_CACHE_TRUST_DIR=1` | use the cache directory even if another user owns it, or it or a directory above it is writable by other users (otherwise it is refused with one warning: see [`DiskConfig::trust_dir`]); only `1`, `true`, `yes` or `on` turn it on, any other value leaves it off (with one warning when it is no boolean) |
+//! `KILN_CACHE` (`0` turns the disk tier off), `KILN_CACHE_DIR` (the
+//! directory; its files go in `images-v<N>/`, [`DiskConfig::images_dir`]),
+//! `KILN_CACHE_MAX_BYTES` (the cap) and `KILN_CACHE_TRUST_DIR` (a directory
+//! others may write to, [`DiskConfig::trust_dir`]): each switch's default and
+//! meaning are in its declaration (`settings/switches.rs`), from which
+//! docs/switches.md's table and `kiln settings` are generated.
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,11 +1,9 @@
 //! Whose code the cache accepts, and the key it signs with: the policy set
 //! by `KILN_TRUSTED_KEYS`, `KILN_SIGNING_KEY` and `KILN_REMOTE_WRITE`.
 //!
-//! | variable | effect |
-//! | --- | --- |
-//! | `KILN_TRUSTED_KEYS=file1:file2` | files of trusted public keys (one key, 64 hex digits, per line; `#` comments; a `kiln keygen` `.pub` file is one), separated like `PATH`. When set, image files of `KILN_IMAGE_PATH` and remote-tier entries must carry a valid signature by one of these keys; disk-tier entries are served only if this user's processes compiled them or a trusted key signed them. Set but naming no file (empty): no key is trusted, with one warning. A file that another user owns or may write (or that sits below a directory others may write) is refused, with the fix in the message |
-//! | `KILN_SIGNING_KEY=path` | the secret key file (`kiln keygen`) this process signs with: entries it stores in the remote tier, and images a build script's precompile block or `kiln bake` writes. Always a path, never the key itself; a file others may read (group or other permission bits) is refused: `chmod 600` it |
-//! | `KILN_REMOTE_WRITE=1` | store unsigned entries in the remote tier; only without `KILN_TRUSTED_KEYS` (readers that trust keys would refuse them) |
+//! Each switch's default and meaning are in its declaration
+//! (`settings/switches.rs`), from which docs/switches.md's table and `kiln
+//! settings` are generated.
 //!
 //! The policy is read once per process, with the other settings
 //! ([`Settings::process`](crate::settings::Settings::process)), and
