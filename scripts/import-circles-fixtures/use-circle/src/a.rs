@@ -1,0 +1,2 @@
+use crate::b::B;
+pub struct A(pub B);

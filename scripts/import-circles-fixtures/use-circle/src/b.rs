@@ -1,0 +1,2 @@
+use crate::a::A;
+pub struct B(pub Option<Box<A>>);

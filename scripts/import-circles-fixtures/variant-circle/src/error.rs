@@ -1,0 +1,3 @@
+pub enum Error {
+    NotServed { tried: crate::library::Attempts },
+}

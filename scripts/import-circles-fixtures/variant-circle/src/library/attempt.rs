@@ -1,0 +1,1 @@
+pub struct Attempts(pub Vec<String>);

@@ -1,0 +1,6 @@
+mod attempt;
+pub use attempt::Attempts;
+
+pub fn serve() -> Result<(), crate::error::Error> {
+    Ok(())
+}
