@@ -38,18 +38,18 @@
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use clap::Parser;
 use kiln::ArtifactKind;
-use kiln::cache::{Cache, Source};
-use kiln::cuda::select::Selection;
-use kiln::cuda::{Device, Served};
+use kiln::cache::Cache;
+use kiln::cuda::Device;
 use kiln_large_library::{LIBRARY, Program, kernels};
 use serde::{Deserialize, Serialize};
 
-/// The device arch asked for: Hopper (H100, H200), one of the shipped targets.
-const ARCH: &str = "sm_90";
+#[path = "large_library/mod.rs"]
+mod large_library;
+use large_library::{ARCH, check, machine, median, nanos};
 
 /// The library's shipped image, as its package carries it.
 const SHIPPED: &str = concat!(
@@ -107,10 +107,6 @@ struct Child {
     in_hand_rss_kib: u64,
     /// Entries compiled (0 expected).
     compiles: u64,
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The CPU time this process has used, ns.
@@ -224,38 +220,6 @@ fn child() -> Result<Child, String> {
         in_hand_rss_kib: rss_all.saturating_sub(rss_before),
         compiles: cache.stats().compiles,
     })
-}
-
-/// That `served` is the program's exact-arch CUBIN from the embedded image,
-/// listing the kernel.
-fn check(served: &Served<'_>, (program, kernel): &(Program, String)) -> Result<(), String> {
-    let hit = served.hit();
-    let listed = hit
-        .artifacts()
-        .iter()
-        .any(|a| a.kind == ArtifactKind::Cubin && a.entry_points.contains(&kernel.as_str()));
-    let expected = served.selection() == Selection::ExactCubin
-        && served.target().to_string() == ARCH
-        && hit.source() == Source::Image
-        && hit.name() == program.name()
-        && listed;
-    if expected {
-        Ok(())
-    } else {
-        Err(format!("{kernel} of {program:?} served as {served:?}"))
-    }
-}
-
-/// The median of `values` (the mean of the middle two for an even count).
-fn median(values: &[u64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_unstable();
-    let n = sorted.len();
-    match n {
-        0 => 0.0,
-        _ if n % 2 == 1 => sorted[n / 2] as f64,
-        _ => (sorted[n / 2 - 1] as f64 + sorted[n / 2] as f64) / 2.0,
-    }
 }
 
 /// One build's medians.
@@ -493,26 +457,4 @@ fn driver(cli: &Cli) -> Result<(), String> {
         println!("wrote {}", path.display());
     }
     Ok(())
-}
-
-/// The machine and its load: CPUs, the CPU model, `/proc/loadavg`.
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|line| line.starts_with("model name"))
-                .and_then(|line| line.split_once(':'))
-                .map(|(_, model)| model.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".to_owned());
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    format!(
-        "machine: {} CPUs, {cpu}; load average {}",
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
-    )
 }

@@ -34,21 +34,21 @@
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use clap::Parser;
 use kiln::ArtifactKind;
-use kiln::cache::{Cache, Source};
-use kiln::cuda::select::Selection;
-use kiln::cuda::{Device, KernelLibrary, Served};
+use kiln::cache::Cache;
+use kiln::cuda::{Device, KernelLibrary};
 use kiln_large_library::{LIBRARY, Program, kernels};
 use serde::{Deserialize, Serialize};
 
+#[path = "large_library/mod.rs"]
+mod large_library;
+use large_library::{ARCH, check, machine, median, nanos};
+
 /// Rounds of repeated calls (every kernel once a round).
 const ROUNDS: u32 = 200;
-
-/// The device arch asked for: Hopper (H100, H200), one of the shipped targets.
-const ARCH: &str = "sm_90";
 
 /// Every kernel of the library in hand (first calls), ms (at most).
 const TARGET_IN_HAND_MS: f64 = 5.0;
@@ -112,10 +112,6 @@ struct Summary {
     derived_ms: f64,
     derived_vs_in_hand: f64,
     derived_per_kernel_us: f64,
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn main() -> ExitCode {
@@ -222,38 +218,6 @@ fn child(started: Instant) -> Result<Child, String> {
         compiles: cache.stats().compiles,
         nvrtc_loaded: maps.contains("libnvrtc"),
     })
-}
-
-/// That `served` is the program's exact-arch CUBIN from the embedded image,
-/// listing the kernel.
-fn check(served: &Served<'_>, (program, kernel): &(Program, String)) -> Result<(), String> {
-    let hit = served.hit();
-    let listed = hit
-        .artifacts()
-        .iter()
-        .any(|a| a.kind == ArtifactKind::Cubin && a.entry_points.contains(&kernel.as_str()));
-    let expected = served.selection() == Selection::ExactCubin
-        && served.target().to_string() == ARCH
-        && hit.source() == Source::Image
-        && hit.name() == program.name()
-        && listed;
-    if expected {
-        Ok(())
-    } else {
-        Err(format!("{kernel} of {program:?} served as {served:?}"))
-    }
-}
-
-/// The median of `values` (the mean of the middle two for an even count).
-fn median(values: &[u64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_unstable();
-    let n = sorted.len();
-    match n {
-        0 => 0.0,
-        _ if n % 2 == 1 => sorted[n / 2] as f64,
-        _ => (sorted[n / 2 - 1] as f64 + sorted[n / 2] as f64) / 2.0,
-    }
 }
 
 fn summarize(env: &'static str, runs: &[Child]) -> Option<Summary> {
@@ -367,7 +331,7 @@ fn driver(cli: &Cli) -> Result<(), String> {
             );
         }
     }
-    println!("\n{}", load_average());
+    println!("\n{}", machine());
     if let Some(path) = &cli.json {
         let json = serde_json::json!({
             "command": std::env::args().collect::<Vec<_>>().join(" "),
@@ -376,33 +340,11 @@ fn driver(cli: &Cli) -> Result<(), String> {
             "summaries": summaries,
             "developer": developer,
             "stripped": stripped,
-            "load_average": load_average(),
+            "load_average": machine(),
         });
         let text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
         std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
         println!("wrote {}", path.display());
     }
     Ok(())
-}
-
-/// The machine and its load: `nproc`, the CPU model, `/proc/loadavg`.
-fn load_average() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|line| line.starts_with("model name"))
-                .and_then(|line| line.split_once(':'))
-                .map(|(_, model)| model.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".to_owned());
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    format!(
-        "machine: {} CPUs, {cpu}; load average {}",
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
-    )
 }
